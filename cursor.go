@@ -1,0 +1,119 @@
+package main
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"hash"
+	"sync"
+	"time"
+)
+
+// A next_cursor is base64url (no padding) of
+//
+//	version (1) | tenant tag (8) | filter tag (8) | created_at seconds (8) | nanoseconds (4) | order id | HMAC-SHA256 (32)
+//
+// The position is the last order of the page: the next page starts after it. The tags bind
+// the cursor to the account and environment and to the filters it was issued for (not to
+// the limit, which may change between pages); the HMAC, keyed with -cursor-secret, makes
+// any other cursor, altered or made elsewhere, fail to verify.
+
+const (
+	cursorVersion   = 1
+	cursorHeaderLen = 1 + 8 + 8 + 8 + 4
+	// maxCursorLen bounds the work a cursor can cost: a real one is far shorter.
+	maxCursorLen = 1024
+)
+
+// strictBase64 refuses padding and non-zero trailing bits, so that each cursor has exactly
+// one spelling and changing any character of it changes the bytes it decodes to.
+var strictBase64 = base64.RawURLEncoding.Strict()
+
+// tag is a short digest that binds a cursor to something it must be used with.
+type tag [8]byte
+
+func tagOf(parts ...string) tag {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	var t tag
+	copy(t[:], h.Sum(nil))
+	return t
+}
+
+// cursorPosition is where a page ended: the (created_at, id) of its last order.
+type cursorPosition struct {
+	createdAt time.Time
+	id        string
+}
+
+// cursorSigner issues and verifies cursors with one secret.
+type cursorSigner struct {
+	macs sync.Pool // of hash.Hash: HMAC-SHA256 keyed with the secret
+}
+
+func newCursorSigner(secret []byte) *cursorSigner {
+	key := append([]byte(nil), secret...)
+	return &cursorSigner{macs: sync.Pool{New: func() any { return hmac.New(sha256.New, key) }}}
+}
+
+func (c *cursorSigner) mac(dst, body []byte) []byte {
+	m := c.macs.Get().(hash.Hash)
+	m.Reset()
+	m.Write(body)
+	dst = m.Sum(dst)
+	c.macs.Put(m)
+	return dst
+}
+
+// sign returns the cursor for the page that ends at pos.
+func (c *cursorSigner) sign(tenant, filters tag, pos cursorPosition) string {
+	b := make([]byte, cursorHeaderLen, cursorHeaderLen+len(pos.id)+sha256.Size)
+	b[0] = cursorVersion
+	copy(b[1:9], tenant[:])
+	copy(b[9:17], filters[:])
+	binary.BigEndian.PutUint64(b[17:25], uint64(pos.createdAt.Unix()))
+	binary.BigEndian.PutUint32(b[25:29], uint32(pos.createdAt.Nanosecond()))
+	b = append(b, pos.id...)
+	b = c.mac(b, b)
+	return strictBase64.EncodeToString(b)
+}
+
+var (
+	errCursorMalformed = &apiError{code: codeInvalidCursor, param: "cursor", detail: "The cursor is not a next_cursor of this API. Pass next_cursor from the previous page unchanged."}
+	errCursorForged    = &apiError{code: codeInvalidCursor, param: "cursor", detail: "The cursor was not issued by this sandbox or was altered. Cursors do not survive a restart unless -cursor-secret is set."}
+	errCursorTenant    = &apiError{code: codeInvalidCursor, param: "cursor", detail: "The cursor was issued to another account or environment."}
+	errCursorFilters   = &apiError{code: codeInvalidCursor, param: "cursor", detail: "The cursor was issued for other filters. Keep status, created_from and created_to the same between pages."}
+)
+
+// verify returns the position a cursor holds if this signer issued it for the tenant and
+// filters given.
+func (c *cursorSigner) verify(s string, tenant, filters tag) (cursorPosition, *apiError) {
+	if len(s) > maxCursorLen {
+		return cursorPosition{}, errCursorMalformed
+	}
+	b, err := strictBase64.DecodeString(s)
+	if err != nil || len(b) < cursorHeaderLen+1+sha256.Size || b[0] != cursorVersion {
+		return cursorPosition{}, errCursorMalformed
+	}
+	body, sum := b[:len(b)-sha256.Size], b[len(b)-sha256.Size:]
+	var want [sha256.Size]byte
+	if !hmac.Equal(sum, c.mac(want[:0], body)) {
+		return cursorPosition{}, errCursorForged
+	}
+	if tag(body[1:9]) != tenant {
+		return cursorPosition{}, errCursorTenant
+	}
+	if tag(body[9:17]) != filters {
+		return cursorPosition{}, errCursorFilters
+	}
+	nsec := binary.BigEndian.Uint32(body[25:29])
+	if nsec >= uint32(time.Second) {
+		return cursorPosition{}, errCursorMalformed
+	}
+	sec := int64(binary.BigEndian.Uint64(body[17:25]))
+	return cursorPosition{createdAt: time.Unix(sec, int64(nsec)).UTC(), id: string(body[cursorHeaderLen:])}, nil
+}

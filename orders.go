@@ -1,0 +1,410 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Imported-order vocabularies.
+var (
+	orderStatuses = []string{"unfulfilled", "partially_fulfilled", "fulfilled", "cancelled"}
+	platforms     = []string{"amazon", "ebay", "etsy", "shopify", "tiktok_shop"}
+)
+
+const (
+	defaultPageSize = 20
+	maxPageSize     = 100
+	// maxSeedOrders bounds -seed-orders to what fits comfortably in memory (about 350 MiB
+	// a million orders).
+	maxSeedOrders = 5_000_000
+)
+
+// orderRecord is an imported order as the dataset holds it. The marketplace token and the
+// raw marketplace payload are stored, as imported orders carry them, and are never shown.
+type orderRecord struct {
+	ID                 string          `json:"id"`
+	Account            string          `json:"account"`
+	Environment        string          `json:"environment"`
+	MerchantReference  string          `json:"merchant_reference"`
+	Platform           string          `json:"platform"`
+	Status             string          `json:"status"`
+	CreatedAt          string          `json:"created_at"`
+	MarketplaceToken   string          `json:"marketplace_token"`
+	RawMarketplaceData json.RawMessage `json:"raw_marketplace_data"`
+}
+
+// importedOrder is a stored order. Its resource (exactly the spec's six fields: id,
+// merchant_reference, platform, status, shipment_id, created_at) is encoded once, when the
+// dataset is loaded and its links are made.
+type importedOrder struct {
+	id                 string
+	createdAt          time.Time
+	status             int // index into orderStatuses
+	merchantReference  string
+	platform           string
+	shipmentID         *string
+	marketplaceToken   string
+	rawMarketplaceData json.RawMessage
+	resource           preparedJSON
+}
+
+// appendResource appends the order as the API shows it. It is written by hand rather than
+// with encoding/json because -seed-orders encodes a million orders at start-up; a test
+// checks that it matches encoding/json.
+func (o *importedOrder) appendResource(b []byte) []byte {
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, o.id)
+	b = append(b, `,"merchant_reference":`...)
+	b = appendJSONString(b, o.merchantReference)
+	b = append(b, `,"platform":`...)
+	b = appendJSONString(b, o.platform)
+	b = append(b, `,"status":`...)
+	b = appendJSONString(b, orderStatuses[o.status])
+	b = append(b, `,"shipment_id":`...)
+	if o.shipmentID == nil {
+		b = append(b, "null"...)
+	} else {
+		b = appendJSONString(b, *o.shipmentID)
+	}
+	b = append(b, `,"created_at":"`...)
+	b = o.createdAt.AppendFormat(b, time.RFC3339Nano)
+	return append(b, `"}`...)
+}
+
+// newer reports whether a comes before b in a list: created_at descending, then id descending.
+func newer(a, b *importedOrder) bool {
+	if c := a.createdAt.Compare(b.createdAt); c != 0 {
+		return c > 0
+	}
+	return a.id > b.id
+}
+
+// loadOrder checks one dataset order.
+func loadOrder(path string, rec orderRecord) (*importedOrder, error) {
+	for _, f := range []struct{ name, value string }{{"id", rec.ID}, {"merchant_reference", rec.MerchantReference}} {
+		if err := required(path, f.name, f.value); err != nil {
+			return nil, err
+		}
+	}
+	if err := oneOf(path+".platform", "platform", rec.Platform, platforms); err != nil {
+		return nil, err
+	}
+	if err := oneOf(path+".status", "order status", rec.Status, orderStatuses); err != nil {
+		return nil, err
+	}
+	at, ok := parseTimestamp(rec.CreatedAt)
+	if !ok {
+		return nil, &datasetError{path: path + ".created_at", reason: fmt.Sprintf("%q is not an RFC 3339 timestamp with an offset", rec.CreatedAt)}
+	}
+	return &importedOrder{
+		id:                 rec.ID,
+		createdAt:          at,
+		status:             slices.Index(orderStatuses, rec.Status),
+		merchantReference:  rec.MerchantReference,
+		platform:           rec.Platform,
+		marketplaceToken:   rec.MarketplaceToken,
+		rawMarketplaceData: rec.RawMarketplaceData,
+	}, nil
+}
+
+// seedOrders makes n deterministic orders for acct_sandbox/test, in list order (newest
+// first). Sequence numbers grow with time: ord_seed_0000000 is the oldest. Every status and
+// platform occurs (4 and 5 are coprime, so all 20 pairs do), and every fourth order shares
+// its created_at with the next, so that the id tie-break is exercised. Seeded orders were
+// never imported from a marketplace, so they carry no marketplace token or payload.
+func seedOrders(n int) []*importedOrder {
+	width := max(7, len(strconv.Itoa(n-1)))
+	newest := time.Date(2026, 10, 31, 23, 0, 0, 0, time.UTC)
+	// Two strings hold every id and every reference, so that they cost no allocation each.
+	const idPrefix, refPrefix = "ord_seed_", "SEED-"
+	ids := make([]byte, 0, n*(len(idPrefix)+width))
+	refs := make([]byte, 0, n*(len(refPrefix)+width))
+	for k := range n {
+		ids = appendPadded(append(ids, idPrefix...), k, width)
+		refs = appendPadded(append(refs, refPrefix...), k, width)
+	}
+	allIDs, allRefs := string(ids), string(refs)
+	idLen, refLen := len(idPrefix)+width, len(refPrefix)+width
+	orders := make([]importedOrder, n)
+	out := make([]*importedOrder, n)
+	for j := range orders {
+		k := n - 1 - j // the j-th newest
+		orders[j] = importedOrder{
+			id:                allIDs[k*idLen : (k+1)*idLen],
+			createdAt:         newest.Add(-time.Duration(j-j/4) * 7 * time.Minute),
+			status:            k % len(orderStatuses),
+			merchantReference: allRefs[k*refLen : (k+1)*refLen],
+			platform:          platforms[k%len(platforms)],
+		}
+		out[j] = &orders[j]
+	}
+	return out
+}
+
+// appendPadded appends n in decimal, zero-padded to width digits.
+func appendPadded(b []byte, n, width int) []byte {
+	var d [20]byte
+	s := strconv.AppendInt(d[:0], int64(n), 10)
+	for range width - len(s) {
+		b = append(b, '0')
+	}
+	return append(b, s...)
+}
+
+// orderIndex holds a tenant's orders in list order (created_at descending, id descending),
+// once in all and once per status, so that any page is found by binary search.
+type orderIndex struct {
+	byID     map[string]*importedOrder
+	all      []*importedOrder
+	byStatus [][]*importedOrder // indexed like orderStatuses
+}
+
+// add files an order under the index; build puts the index in order.
+func (ix *orderIndex) add(o *importedOrder) { ix.byID[o.id] = o; ix.all = append(ix.all, o) }
+
+// build sorts the orders added to all into list order and makes the per-status lists.
+// Seeded orders arrive in list order already, which the sort takes in its stride.
+func (ix *orderIndex) build() {
+	slices.SortFunc(ix.all, func(a, b *importedOrder) int {
+		if newer(a, b) {
+			return -1
+		}
+		return 1 // ids are unique in a tenant: no two orders are equal
+	})
+	counts := make([]int, len(orderStatuses))
+	for _, o := range ix.all {
+		counts[o.status]++
+	}
+	ix.byStatus = make([][]*importedOrder, len(orderStatuses))
+	for s := range ix.byStatus {
+		ix.byStatus[s] = make([]*importedOrder, 0, counts[s])
+	}
+	for _, o := range ix.all {
+		ix.byStatus[o.status] = append(ix.byStatus[o.status], o)
+	}
+}
+
+// orderQuery is a parsed GET /v1/orders query.
+type orderQuery struct {
+	limit          int
+	status         int // index into orderStatuses, -1 for any
+	from, to       time.Time
+	hasFrom, hasTo bool
+	cursor         string
+	hasCursor      bool
+}
+
+// queryParam is one name=value pair of a query string, in the order sent.
+type queryParam struct{ name, value string }
+
+// splitQuery splits a raw query string into its parameters. Names and values are
+// percent-decoded, but a literal "+" stays "+": no valid value has a space, while an
+// RFC 3339 offset such as +01:00 then needs no escaping.
+func splitQuery(raw string) ([]queryParam, *apiError) {
+	var params []queryParam
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		if pair == "" {
+			continue
+		}
+		rawName, rawValue, _ := strings.Cut(pair, "=")
+		name, err := url.PathUnescape(rawName)
+		if err != nil {
+			return nil, paramError(codeUnknownParameter, rawName, "The query has a parameter name that is not percent-encoded correctly.")
+		}
+		value, err := url.PathUnescape(rawValue)
+		if err != nil {
+			return nil, paramError(codeInvalidParameter, name, "The value of "+name+" is not percent-encoded correctly.")
+		}
+		params = append(params, queryParam{name, value})
+	}
+	return params, nil
+}
+
+// rejectParams answers for the operations that take no query parameter: any is unknown.
+func rejectParams(raw string) *apiError {
+	if raw == "" {
+		return nil
+	}
+	params, err := splitQuery(raw)
+	if err != nil {
+		return err
+	}
+	if len(params) > 0 {
+		return unknownParam(params[0].name, "This operation takes no query parameters.")
+	}
+	return nil
+}
+
+func unknownParam(name, detail string) *apiError {
+	return paramError(codeUnknownParameter, name, "Unknown parameter "+strconv.Quote(name)+". "+detail)
+}
+
+// parseOrderQuery reads the GET /v1/orders query. Faults are reported in the order the
+// parameters were sent; the cursor itself is verified later, against the filters.
+func parseOrderQuery(raw string) (orderQuery, *apiError) {
+	q := orderQuery{limit: defaultPageSize, status: -1}
+	params, perr := splitQuery(raw)
+	if perr != nil {
+		return q, perr
+	}
+	seen := make(map[string]bool, len(params))
+	for _, p := range params {
+		switch p.name {
+		case "limit", "cursor", "status", "created_from", "created_to":
+		default:
+			return q, unknownParam(p.name, "GET /v1/orders takes limit, cursor, status, created_from and created_to.")
+		}
+		if seen[p.name] {
+			return q, paramError(codeInvalidParameter, p.name, p.name+" is given more than once; give it once.")
+		}
+		seen[p.name] = true
+		switch p.name {
+		case "limit":
+			n, ok := parseDigits(p.value, 3)
+			if !ok || n < 1 || n > maxPageSize {
+				return q, paramError(codeInvalidParameter, "limit", "limit must be a whole number from 1 to 100.")
+			}
+			q.limit = n
+		case "status":
+			q.status = slices.Index(orderStatuses, p.value)
+			if q.status < 0 {
+				return q, paramError(codeInvalidParameter, "status", "status must be one of "+strings.Join(orderStatuses, ", ")+".")
+			}
+		case "created_from", "created_to":
+			t, ok := parseTimestamp(p.value)
+			if !ok {
+				return q, paramError(codeInvalidParameter, p.name, p.name+" must be an RFC 3339 timestamp with an offset, such as 2026-11-01T09:30:00Z.")
+			}
+			if p.name == "created_from" {
+				q.from, q.hasFrom = t, true
+			} else {
+				q.to, q.hasTo = t, true
+			}
+		case "cursor":
+			q.cursor, q.hasCursor = p.value, true
+		}
+	}
+	if q.hasFrom && q.hasTo && q.from.After(q.to) {
+		return q, paramError(codeInvalidParameter, "created_from", "created_from must not be after created_to.")
+	}
+	return q, nil
+}
+
+// filterTag binds a cursor to the filters of a query: the same instants, however written,
+// are the same filter.
+func (q *orderQuery) filterTag() tag {
+	status, from, to := "", "", ""
+	if q.status >= 0 {
+		status = orderStatuses[q.status]
+	}
+	if q.hasFrom {
+		from = formatTimestamp(q.from)
+	}
+	if q.hasTo {
+		to = formatTimestamp(q.to)
+	}
+	return tagOf("orders", status, from, to)
+}
+
+// page finds the orders of one page: a binary search to its start and end, then at most
+// limit orders. It reports whether more follow.
+func (ix *orderIndex) page(q *orderQuery, after *cursorPosition) ([]*importedOrder, bool) {
+	list := ix.all
+	if q.status >= 0 {
+		list = ix.byStatus[q.status]
+	}
+	start, end := 0, len(list)
+	if q.hasTo {
+		start = sort.Search(len(list), func(i int) bool { return !list[i].createdAt.After(q.to) })
+	}
+	if after != nil {
+		start = max(start, sort.Search(len(list), func(i int) bool {
+			c := list[i].createdAt.Compare(after.createdAt)
+			return c < 0 || (c == 0 && list[i].id < after.id)
+		}))
+	}
+	if q.hasFrom {
+		end = sort.Search(len(list), func(i int) bool { return list[i].createdAt.Before(q.from) })
+	}
+	if start >= end {
+		return nil, false
+	}
+	n := min(q.limit, end-start)
+	return list[start : start+n], end-start > n
+}
+
+var errOrderNotFound = &apiError{code: codeNotFound, detail: "No imported order with this ID exists in this account and environment."}
+
+// handleListOrders answers GET /v1/orders: a page of the tenant's orders, newest first,
+// assembled from the orders' prepared bytes.
+func (s *server) handleListOrders() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q, err := parseOrderQuery(r.URL.RawQuery)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		t := tenantOf(w)
+		var after *cursorPosition
+		var filters tag
+		if q.hasCursor {
+			filters = q.filterTag()
+			pos, cerr := s.cursors.verify(q.cursor, t.tag, filters)
+			if cerr != nil {
+				writeError(w, cerr)
+				return
+			}
+			after = &pos
+		}
+		items, more := t.orders.page(&q, after)
+		bp := problemBufs.Get().(*[]byte)
+		b := append((*bp)[:0], `{"data":[`...)
+		for i, o := range items {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, o.resource.body...)
+		}
+		b = append(b, `],"pagination":{"limit":`...)
+		b = strconv.AppendInt(b, int64(q.limit), 10)
+		if more {
+			if !q.hasCursor {
+				filters = q.filterTag()
+			}
+			last := items[len(items)-1]
+			b = append(b, `,"next_cursor":"`...)
+			b = append(b, s.cursors.sign(t.tag, filters, cursorPosition{last.createdAt, last.id})...)
+			b = append(b, `","has_more":true}}`...)
+		} else {
+			b = append(b, `,"next_cursor":null,"has_more":false}}`...)
+		}
+		writeBody(w, http.StatusOK, jsonContentType, b)
+		*bp = b
+		problemBufs.Put(bp)
+	})
+}
+
+// handleGetOrder answers GET /v1/orders/{id}.
+func handleGetOrder() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if e := rejectParams(r.URL.RawQuery); e != nil {
+			writeError(w, e)
+			return
+		}
+		o := tenantOf(w).orders.byID[r.PathValue("id")]
+		if o == nil {
+			writeError(w, errOrderNotFound)
+			return
+		}
+		o.resource.write(w)
+	})
+}
