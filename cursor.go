@@ -83,10 +83,10 @@ func (c *cursorSigner) sign(tenant, filters tag, pos cursorPosition) string {
 }
 
 var (
-	errCursorMalformed = &apiError{code: codeInvalidCursor, param: "cursor", detail: "The cursor is not a next_cursor of this API. Pass next_cursor from the previous page unchanged."}
-	errCursorForged    = &apiError{code: codeInvalidCursor, param: "cursor", detail: "The cursor was not issued by this sandbox or was altered. Cursors do not survive a restart unless -cursor-secret is set."}
-	errCursorTenant    = &apiError{code: codeInvalidCursor, param: "cursor", detail: "The cursor was issued to another account or environment."}
-	errCursorFilters   = &apiError{code: codeInvalidCursor, param: "cursor", detail: "The cursor was issued for other filters. Keep status, created_from and created_to the same between pages."}
+	errCursorMalformed = paramError(codeInvalidCursor, "cursor", "The cursor is not a next_cursor of this API. Pass next_cursor from the previous page unchanged.")
+	errCursorForged    = paramError(codeInvalidCursor, "cursor", "The cursor was not issued by this sandbox or was altered. Cursors do not survive a restart unless -cursor-secret is set.")
+	errCursorTenant    = paramError(codeInvalidCursor, "cursor", "The cursor was issued to another account or environment.")
+	errCursorFilters   = paramError(codeInvalidCursor, "cursor", "The cursor was issued for other filters. Keep status, created_from and created_to the same between pages.")
 )
 
 // verify returns the position a cursor holds if this signer issued it for the tenant and

@@ -62,15 +62,16 @@ func statusOf(code string) int {
 // apiError is an error a client is told about: its code decides the status, detail says
 // what to do about it, and param names the query parameter or header at fault.
 type apiError struct {
-	code   string
-	detail string
-	param  string
+	code     string
+	detail   string
+	param    string
+	hasParam bool // param is named in the body, even when empty (a query "?=1")
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.detail }
 
 func paramError(code, param, detail string) *apiError {
-	return &apiError{code: code, detail: detail, param: param}
+	return &apiError{code: code, detail: detail, param: param, hasParam: true}
 }
 
 // The errors that do not depend on the request are made once.
@@ -98,7 +99,7 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	b = appendJSONString(b, e.detail)
 	b = append(b, `,"code":`...)
 	b = appendJSONString(b, e.code)
-	if e.param != "" {
+	if e.hasParam {
 		b = append(b, `,"param":`...)
 		b = appendJSONString(b, e.param)
 	}

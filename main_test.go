@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -142,6 +144,9 @@ type problem struct {
 func (r reply) problem(t testing.TB) problem {
 	t.Helper()
 	var p problem
+	if bytes.Contains(r.body, []byte(`"param":`)) != (r.status == 422 || r.status == 400) {
+		t.Errorf("a %d problem with param present = %v: param is there exactly for parameter faults: %s", r.status, !(r.status == 422 || r.status == 400), r.body)
+	}
 	dec := json.NewDecoder(bytes.NewReader(r.body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
@@ -996,5 +1001,830 @@ func TestCheckOrder(t *testing.T) {
 			}
 			wantProblem(t, e.do(r), tt.status, tt.code, param)
 		})
+	}
+}
+
+func TestOrderQueryValidation(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	tests := []struct {
+		query  string
+		status int
+		code   string
+		param  string
+	}{
+		{"limit=0", 422, "invalid_parameter", "limit"},
+		{"limit=101", 422, "invalid_parameter", "limit"},
+		{"limit=abc", 422, "invalid_parameter", "limit"},
+		{"limit=", 422, "invalid_parameter", "limit"},
+		{"limit", 422, "invalid_parameter", "limit"},
+		{"limit=-1", 422, "invalid_parameter", "limit"},
+		{"limit=+5", 422, "invalid_parameter", "limit"},
+		{"limit=%2B5", 422, "invalid_parameter", "limit"},
+		{"limit=5.0", 422, "invalid_parameter", "limit"},
+		{"limit=1e2", 422, "invalid_parameter", "limit"},
+		{"limit=%205", 422, "invalid_parameter", "limit"},
+		{"limit=99999999999999999999999", 422, "invalid_parameter", "limit"},
+		{"limit=5&limit=5", 422, "invalid_parameter", "limit"},
+		{"status=shipped", 422, "invalid_parameter", "status"},
+		{"status=", 422, "invalid_parameter", "status"},
+		{"status=FULFILLED", 422, "invalid_parameter", "status"},
+		{"status=fulfilled&status=cancelled", 422, "invalid_parameter", "status"},
+		{"created_from=2026-11-20T10:00:00", 422, "invalid_parameter", "created_from"},
+		{"created_from=2026-11-20%2010:00:00Z", 422, "invalid_parameter", "created_from"},
+		{"created_from=2026-11-20", 422, "invalid_parameter", "created_from"},
+		{"created_from=", 422, "invalid_parameter", "created_from"},
+		{"created_from=yesterday", 422, "invalid_parameter", "created_from"},
+		{"created_from=1700000000", 422, "invalid_parameter", "created_from"},
+		{"created_to=2026-11-20T1:30:00Z", 422, "invalid_parameter", "created_to"},
+		{"created_to=2026-11-20T24:00:00Z", 422, "invalid_parameter", "created_to"},
+		{"created_to=2026-12-31T23:59:60Z", 422, "invalid_parameter", "created_to"},
+		{"created_to=2026-11-20T10:00:00%2B24:00", 422, "invalid_parameter", "created_to"},
+		{"created_to=2026-02-29T10:00:00Z", 422, "invalid_parameter", "created_to"},
+		{"created_to=2026-11-20T10:00:00Z&created_to=2026-11-21T10:00:00Z", 422, "invalid_parameter", "created_to"},
+		{"created_from=2026-11-02T00:00:00Z&created_to=2026-11-01T00:00:00Z", 422, "invalid_parameter", "created_from"},
+		{"created_from=2026-11-01T01:00:00%2B01:00&created_to=2026-11-01T00:00:00Z", 200, "", ""},
+		{"page=2", 422, "unknown_parameter", "page"},
+		{"offset=0", 422, "unknown_parameter", "offset"},
+		{"Limit=5", 422, "unknown_parameter", "Limit"},
+		{"api_key=sk_test_sandbox_all", 422, "unknown_parameter", "api_key"},
+		{"limit=5&starting_after=ord_sbx_0001", 422, "unknown_parameter", "starting_after"},
+		{"=5", 422, "unknown_parameter", ""},
+		{"%zz=1", 422, "unknown_parameter", "%zz"},
+		{"status=%zz", 422, "invalid_parameter", "status"},
+		{"cursor=", 400, "invalid_cursor", "cursor"},
+		{"cursor=garbage", 400, "invalid_cursor", "cursor"},
+		{"cursor=a&cursor=b", 422, "invalid_parameter", "cursor"},
+		{"limit=5&&&", 200, "", ""},
+		{"created_from=2026-11-01T09:30:00z&created_to=2026-11-01t09:30:00Z", 200, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.query, func(t *testing.T) {
+			rep := e.get("/v1/orders?"+tt.query, "sk_test_sandbox_all")
+			if tt.status == 200 {
+				if rep.status != 200 {
+					t.Fatalf("= %s, want 200", rep)
+				}
+				return
+			}
+			wantProblem(t, rep, tt.status, tt.code, tt.param)
+		})
+	}
+	// The operations that take no parameters refuse any.
+	for _, target := range []string{"/v1/orders/ord_sbx_0001?expand=shipment", "/v1/shipments/shp_sbx_spring/tracking?limit=1", "/v1/tracking/SBX1000000001?carrier=x"} {
+		rep := e.get(target, "sk_test_sandbox_all")
+		name := target[strings.Index(target, "?")+1 : strings.Index(target, "=")]
+		wantProblem(t, rep, 422, "unknown_parameter", name)
+	}
+}
+
+// orderJSON is an imported order as the API shows it.
+type orderJSON struct {
+	ID                string  `json:"id"`
+	MerchantReference string  `json:"merchant_reference"`
+	Platform          string  `json:"platform"`
+	Status            string  `json:"status"`
+	ShipmentID        *string `json:"shipment_id"`
+	CreatedAt         string  `json:"created_at"`
+}
+
+type pageJSON struct {
+	Data       []orderJSON `json:"data"`
+	Pagination struct {
+		Limit      int     `json:"limit"`
+		NextCursor *string `json:"next_cursor"`
+		HasMore    bool    `json:"has_more"`
+	} `json:"pagination"`
+}
+
+func decodePage(t testing.TB, rep reply) pageJSON {
+	t.Helper()
+	if rep.status != 200 {
+		t.Fatalf("list = %s, want 200", rep)
+	}
+	var p pageJSON
+	dec := json.NewDecoder(bytes.NewReader(rep.body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		t.Fatalf("page %s: %v", rep.body, err)
+	}
+	return p
+}
+
+// walk follows next_cursor from the first page of query to the last, checking each page's
+// pagination object, and returns every order it saw.
+func (e *env) walk(t testing.TB, key, query string, limit int) []orderJSON {
+	t.Helper()
+	var all []orderJSON
+	cursor := ""
+	for pages := 0; ; pages++ {
+		if pages > 10000 {
+			t.Fatal("the walk does not end")
+		}
+		q := query + "&limit=" + strconv.Itoa(limit)
+		if cursor != "" {
+			q += "&cursor=" + url.QueryEscape(cursor)
+		}
+		p := decodePage(t, e.get("/v1/orders?"+q, key))
+		if p.Pagination.Limit != limit {
+			t.Fatalf("pagination.limit = %d, want the applied %d", p.Pagination.Limit, limit)
+		}
+		if len(p.Data) > limit {
+			t.Fatalf("page has %d orders, limit %d", len(p.Data), limit)
+		}
+		if p.Pagination.HasMore != (p.Pagination.NextCursor != nil) {
+			t.Fatalf("has_more = %v with next_cursor %v", p.Pagination.HasMore, p.Pagination.NextCursor)
+		}
+		if p.Pagination.HasMore && len(p.Data) != limit {
+			t.Fatalf("a page with more after it has %d orders, want a full %d", len(p.Data), limit)
+		}
+		all = append(all, p.Data...)
+		if !p.Pagination.HasMore {
+			return all
+		}
+		cursor = *p.Pagination.NextCursor
+	}
+}
+
+func ids(orders []orderJSON) []string {
+	out := make([]string, len(orders))
+	for i, o := range orders {
+		out[i] = o.ID
+	}
+	return out
+}
+
+// TestPaginationWalks walks seeded orders for every combination of filters: every order
+// that matches appears once, in list order, and none that does not.
+func TestPaginationWalks(t *testing.T) {
+	const seed = 1500
+	e := newEnv(t, envOptions{seed: seed})
+	const key = "sk_test_sandbox_all"
+
+	all := e.walk(t, key, "", 100)
+	if len(all) != seed+1 {
+		t.Fatalf("walk saw %d orders, want %d seeded + ord_sbx_0001", len(all), seed+1)
+	}
+	seen := map[string]bool{}
+	statuses, platforms, sharedInstants := map[string]int{}, map[string]int{}, 0
+	for i, o := range all {
+		if seen[o.ID] {
+			t.Fatalf("order %s appears twice", o.ID)
+		}
+		seen[o.ID] = true
+		statuses[o.Status]++
+		platforms[o.Platform]++
+		if i > 0 {
+			prev := all[i-1]
+			if o.CreatedAt == prev.CreatedAt {
+				sharedInstants++
+			}
+			pt, _ := time.Parse(time.RFC3339Nano, prev.CreatedAt)
+			ot, _ := time.Parse(time.RFC3339Nano, o.CreatedAt)
+			if ot.After(pt) || ot.Equal(pt) && o.ID >= prev.ID {
+				t.Fatalf("list order broken: %s (%s) after %s (%s)", o.ID, o.CreatedAt, prev.ID, prev.CreatedAt)
+			}
+		}
+	}
+	if len(statuses) != 4 || len(platforms) != 5 || sharedInstants == 0 {
+		t.Fatalf("seeded orders: statuses %v, platforms %v, %d shared created_at: want every status, every platform and some ties", statuses, platforms, sharedInstants)
+	}
+	// Every listed order is the order GET /v1/orders/{id} shows, byte for byte.
+	for _, o := range all[:50] {
+		want, _ := json.Marshal(o)
+		if got := e.get("/v1/orders/"+o.ID, key); got.status != 200 || string(got.body) != string(want) {
+			t.Fatalf("GET /v1/orders/%s = %s, want %s", o.ID, got, want)
+		}
+	}
+
+	// Bounds are instants of existing orders, inside tie groups, so inclusivity and the id
+	// tie-break are both at stake at each edge.
+	var lo, hi string
+	for i := 1; i < len(all); i++ {
+		if all[i].CreatedAt == all[i-1].CreatedAt {
+			if hi == "" && i > 200 {
+				hi = all[i].CreatedAt
+			} else if hi != "" && i > 900 {
+				lo = all[i].CreatedAt
+				break
+			}
+		}
+	}
+	hiT, _ := time.Parse(time.RFC3339, hi)
+	hiOffset := hiT.In(time.FixedZone("", -5*3600)).Format(time.RFC3339) // the same instant, another offset
+	for _, status := range []string{"", "unfulfilled", "partially_fulfilled", "fulfilled", "cancelled"} {
+		for _, from := range []string{"", lo} {
+			for _, to := range []string{"", hi, hiOffset} {
+				var q []string
+				if status != "" {
+					q = append(q, "status="+status)
+				}
+				if from != "" {
+					q = append(q, "created_from="+url.QueryEscape(from))
+				}
+				if to != "" {
+					q = append(q, "created_to="+url.QueryEscape(to))
+				}
+				var want []string
+				for _, o := range all {
+					if (status == "" || o.Status == status) && (from == "" || o.CreatedAt >= from) && (to == "" || o.CreatedAt <= hi) {
+						want = append(want, o.ID)
+					}
+				}
+				for _, limit := range []int{7, 100} {
+					got := ids(e.walk(t, key, strings.Join(q, "&"), limit))
+					if !slices.Equal(got, want) {
+						t.Errorf("walk %q limit %d: %d orders, want %d (first difference at %d)", q, limit, len(got), len(want), firstDifference(got, want))
+					}
+				}
+			}
+		}
+	}
+	// limit=1 over a small seed, and a limit that changes between pages.
+	small := newEnv(t, envOptions{seed: 30})
+	one := ids(small.walk(t, key, "", 1))
+	if full := ids(small.walk(t, key, "", 100)); !slices.Equal(one, full) || len(full) != 31 {
+		t.Errorf("limit=1 walk = %v, want %v (31 orders)", one, full)
+	}
+	p1 := decodePage(t, small.get("/v1/orders?limit=3", key))
+	p2 := decodePage(t, small.get("/v1/orders?limit=10&cursor="+*p1.Pagination.NextCursor, key))
+	if got, want := ids(append(p1.Data, p2.Data...)), one[:13]; !slices.Equal(got, want) {
+		t.Errorf("pages of 3 then 10 = %v, want %v", got, want)
+	}
+	if p := decodePage(t, small.get("/v1/orders", key)); len(p.Data) != 20 || p.Pagination.Limit != 20 || !p.Pagination.HasMore {
+		t.Errorf("default page: %d orders, limit %d, has_more %v; want 20, 20, true", len(p.Data), p.Pagination.Limit, p.Pagination.HasMore)
+	}
+}
+
+func firstDifference(a, b []string) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+func TestCursorBinding(t *testing.T) {
+	const key = "sk_test_sandbox_all"
+	e := newEnv(t, envOptions{seed: 40, secret: "secret-one"})
+	first := decodePage(t, e.get("/v1/orders?limit=5&status=fulfilled&created_to=2026-11-01T00:00:00Z", key))
+	cursor := *first.Pagination.NextCursor
+	next := "/v1/orders?status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor="
+	if rep := e.get(next+cursor, key); rep.status != 200 {
+		t.Fatalf("the cursor with its own filters = %s, want 200", rep)
+	}
+	// The same instant written with another offset is the same filter.
+	if rep := e.get("/v1/orders?status=fulfilled&created_to=2026-11-01T01:00:00%2B01:00&cursor="+cursor, key); rep.status != 200 {
+		t.Errorf("same filters, other spelling of the instant = %s, want 200", rep)
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tamper := func(i int) string {
+		b := slices.Clone(raw)
+		b[i] ^= 0x01
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	tests := []struct {
+		name, query, key string
+	}{
+		{"other status", "status=cancelled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor, key},
+		{"no status", "created_to=2026-11-01T00:00:00Z&cursor=" + cursor, key},
+		{"other created_to", "status=fulfilled&created_to=2026-11-01T00:00:01Z&cursor=" + cursor, key},
+		{"created_from added", "status=fulfilled&created_from=2020-01-01T00:00:00Z&created_to=2026-11-01T00:00:00Z&cursor=" + cursor, key},
+		{"no filters", "cursor=" + cursor, key},
+		{"another account", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor, "sk_test_other_all"},
+		{"padded", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor + "%3D%3D", key},
+		{"truncated by one", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor[:len(cursor)-1], key},
+		{"truncated by half", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor[:len(cursor)/2], key},
+		{"standard base64 alphabet", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + url.QueryEscape(base64.StdEncoding.EncodeToString(raw)), key},
+		{"not base64", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=%21%21%21", key},
+		{"huge", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + strings.Repeat("A", 5000), key},
+	}
+	for i := range raw {
+		tests = append(tests, struct{ name, query, key string }{"byte " + strconv.Itoa(i) + " flipped", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + tamper(i), key})
+	}
+	// The last character carries spare bits: any other letter there must not pass either.
+	last := cursor[len(cursor)-1]
+	for _, c := range "AQgw_-" {
+		if byte(c) != last {
+			tests = append(tests, struct{ name, query, key string }{"last character " + string(c), "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor[:len(cursor)-1] + string(c), key})
+		}
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			wantProblem(t, e.get("/v1/orders?"+tt.query, tt.key), 400, "invalid_cursor", "cursor")
+		})
+	}
+	// Another sandbox's cursor (another secret), and a restarted sandbox without one.
+	other := newEnv(t, envOptions{seed: 40, secret: "secret-two"})
+	wantProblem(t, other.get(next+cursor, key), 400, "invalid_cursor", "cursor")
+	random := newEnv(t, envOptions{seed: 40})
+	wantProblem(t, random.get(next+cursor, key), 400, "invalid_cursor", "cursor")
+	// The same secret (-cursor-secret) keeps cursors valid across a restart.
+	same := newEnv(t, envOptions{seed: 40, secret: "secret-one"})
+	if rep := same.get(next+cursor, key); rep.status != 200 {
+		t.Errorf("a restart with the same -cursor-secret = %s, want 200", rep)
+	}
+}
+
+// TestCursorBindsEnvironment: the environment is part of the tenant a cursor is bound to.
+// (Live keys answer 503 before any parameter, so this is only reachable below the API.)
+func TestCursorBindsEnvironment(t *testing.T) {
+	c := newCursorSigner([]byte("k"))
+	pos := cursorPosition{createdAt: testNow, id: "ord_1"}
+	filters := tagOf("orders", "", "", "")
+	s := c.sign(tagOf("tenant", "acct_sandbox", "test"), filters, pos)
+	if _, err := c.verify(s, tagOf("tenant", "acct_sandbox", "live"), filters); err != errCursorTenant {
+		t.Errorf("verify in the live environment = %v, want %v", err, errCursorTenant)
+	}
+	got, err := c.verify(s, tagOf("tenant", "acct_sandbox", "test"), filters)
+	if err != nil || got != pos {
+		t.Errorf("verify = %v, %v; want %v", got, err, pos)
+	}
+}
+
+// chunkedBody hides its length, so that net/http streams it chunked.
+type chunkedBody struct{ io.Reader }
+
+func TestBodyLimit(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	body := func(n int, declared bool, key string) *http.Request {
+		var r *http.Request
+		if declared {
+			r = httptest.NewRequest(http.MethodGet, "http://127.0.0.1:8080/v1/orders", bytes.NewReader(make([]byte, n)))
+		} else {
+			r = httptest.NewRequest(http.MethodGet, "http://127.0.0.1:8080/v1/orders", chunkedBody{bytes.NewReader(make([]byte, n))})
+			r.ContentLength = -1
+		}
+		if key != "" {
+			r.Header.Set("Authorization", "Bearer "+key)
+		}
+		return r
+	}
+	for _, declared := range []bool{true, false} {
+		if rep := e.do(body(maxBodyBytes, declared, "sk_test_sandbox_all")); rep.status != 200 {
+			t.Errorf("a body of exactly 262144 bytes (declared %v) = %s, want 200", declared, rep)
+		}
+		wantProblem(t, e.do(body(maxBodyBytes+1, declared, "sk_test_sandbox_all")), 413, "body_too_large", "")
+		wantProblem(t, e.do(body(10<<20, declared, "")), 413, "body_too_large", "")
+		if rep := e.do(body(1, declared, "sk_test_sandbox_all")); rep.status != 200 {
+			t.Errorf("a small body (declared %v) = %s, want 200: a GET's body is ignored", declared, rep)
+		}
+	}
+	// Over a connection: a declared length over the cap is refused before the body is sent,
+	// and a streamed body is refused once it passes the cap.
+	ts := httptest.NewServer(e.h)
+	defer ts.Close()
+	for _, raw := range []string{
+		"GET /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n",
+		"GET /v1/orders HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + strings.Repeat("8000\r\n"+strings.Repeat("y", 0x8000)+"\r\n", 9),
+	} {
+		conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		go io.WriteString(conn, raw)
+		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%.60q: %v", raw, err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		conn.Close()
+		if res.StatusCode != 413 || !bytes.Contains(b, []byte(`"code":"body_too_large"`)) {
+			t.Errorf("%.60q = %d %s, want 413 body_too_large", raw, res.StatusCode, b)
+		}
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	e := newEnv(t, envOptions{step: -1}) // the clock stands still unless advanced
+	const key = "sk_test_sandbox_all"
+	for i := 0; i < 25; i++ {
+		rep := e.get("/v1/orders/ord_sbx_0001", key)
+		want := fmt.Sprintf(`"default";r=%d;t=1`, 24-i)
+		if rep.status != 200 || rep.header.Get("RateLimit") != want || rep.header.Get("RateLimit-Policy") != `"default";q=25;w=1` {
+			t.Fatalf("request %d = %d, RateLimit %q, RateLimit-Policy %q; want 200, %s, \"default\";q=25;w=1", i+1, rep.status, rep.header.Get("RateLimit"), rep.header.Get("RateLimit-Policy"), want)
+		}
+	}
+	rep := e.get("/v1/orders/ord_sbx_0001", key)
+	wantProblem(t, rep, 429, "rate_limited", "")
+	if rep.header.Get("Retry-After") != "1" || rep.header.Get("RateLimit") != `"default";r=0;t=1` {
+		t.Errorf("429 Retry-After %q, RateLimit %q; want 1 and r=0", rep.header.Get("Retry-After"), rep.header.Get("RateLimit"))
+	}
+	// Another key of the same account has its own bucket.
+	if rep := e.get("/v1/orders", "sk_test_sandbox_orders"); rep.status != 200 || rep.header.Get("RateLimit") != `"default";r=24;t=1` {
+		t.Errorf("another key = %d with RateLimit %q, want 200 and a full bucket", rep.status, rep.header.Get("RateLimit"))
+	}
+	// One token comes back every 40 ms; a second later the bucket is full.
+	e.clock.advance(40 * time.Millisecond)
+	if rep := e.get("/v1/orders", key); rep.status != 200 || rep.header.Get("RateLimit") != `"default";r=0;t=1` {
+		t.Errorf("after 40 ms = %d with RateLimit %q, want 200 and r=0", rep.status, rep.header.Get("RateLimit"))
+	}
+	wantProblem(t, e.get("/v1/orders", key), 429, "rate_limited", "")
+	e.clock.advance(time.Second)
+	if rep := e.get("/v1/orders", key); rep.status != 200 || rep.header.Get("RateLimit") != `"default";r=24;t=1` {
+		t.Errorf("after a second = %d with RateLimit %q, want 200 and r=24", rep.status, rep.header.Get("RateLimit"))
+	}
+	// The rate limit comes before the scope: a key without the scope spends tokens too.
+	for i := 0; i < 25; i++ {
+		wantProblem(t, e.get("/v1/orders", "sk_test_sandbox_none"), 403, "insufficient_scope", "")
+	}
+	wantProblem(t, e.get("/v1/orders", "sk_test_sandbox_none"), 429, "rate_limited", "")
+	// Answers after the limiter carry its state; answers before it do not.
+	if rep := e.get("/v1/orders?limit=0", "sk_test_sandbox_tracking"); rep.header.Get("RateLimit") == "" {
+		t.Errorf("a 403 of a known key has no RateLimit field")
+	}
+	for _, k := range []string{"", "sk_test_nope", "sk_test_sandbox_expired", "sk_live_sandbox_all"} {
+		if rep := e.get("/v1/orders", k); rep.header.Get("RateLimit") != "" || rep.header.Get("RateLimit-Policy") != "" {
+			t.Errorf("key %q: %d carries RateLimit fields", k, rep.status)
+		}
+	}
+
+	off := newEnv(t, envOptions{rate: -1, step: -1})
+	for i := 0; i < 500; i++ {
+		rep := off.get("/v1/orders", key)
+		if rep.status != 200 || rep.header.Get("RateLimit") != "" || rep.header.Get("RateLimit-Policy") != "" {
+			t.Fatalf("with -rate 0, request %d = %d with RateLimit %q", i, rep.status, rep.header.Get("RateLimit"))
+		}
+	}
+}
+
+func TestRateLimitOfOtherSettings(t *testing.T) {
+	l := newRateLimit(3, testNow)
+	var b bucket
+	for i, want := range []int{2, 1, 0} {
+		if r, ok, _ := l.take(&b, testNow); !ok || r != want {
+			t.Fatalf("take %d = %d, %v; want %d, true", i, r, ok, want)
+		}
+	}
+	if _, ok, wait := l.take(&b, testNow); ok || wait <= 0 || wait > time.Second {
+		t.Errorf("take on an empty bucket = ok %v, wait %v; want false and a wait within a second", ok, wait)
+	}
+	if newRateLimit(0, testNow) != nil {
+		t.Error("a rate of 0 makes a limiter, want none")
+	}
+}
+
+// TestAccessLog: one structured line per request, with method, route, status, duration,
+// request id and account.
+func TestAccessLog(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	type line struct {
+		Msg         string `json:"msg"`
+		Level       string `json:"level"`
+		Time        string `json:"time"`
+		Method      string `json:"method"`
+		Route       string `json:"route"`
+		Status      int    `json:"status"`
+		Duration    *int64 `json:"duration"`
+		RequestID   string `json:"request_id"`
+		Account     string `json:"account"`
+		Environment string `json:"environment"`
+	}
+	requests := []struct {
+		method, target, key string
+		want                line
+	}{
+		{"GET", "/v1/orders", "sk_test_sandbox_all", line{Method: "GET", Route: "/v1/orders", Status: 200, Account: "acct_sandbox", Environment: "test"}},
+		{"GET", "/v1/orders/ord_other_0001", "sk_test_other_all", line{Method: "GET", Route: "/v1/orders/{id}", Status: 200, Account: "acct_other", Environment: "test"}},
+		{"GET", "/v1/shipments/x/tracking", "sk_test_sandbox_all", line{Method: "GET", Route: "/v1/shipments/{id}/tracking", Status: 404, Account: "acct_sandbox", Environment: "test"}},
+		{"GET", "/v1/tracking/SBX9000000001", "sk_live_sandbox_all", line{Method: "GET", Route: "/v1/tracking/{tracking_number}", Status: 503, Account: "acct_sandbox", Environment: "live"}},
+		{"GET", "/v1/orders", "sk_test_nope", line{Method: "GET", Route: "/v1/orders", Status: 401}},
+		{"HEAD", "/v1/nope", "", line{Method: "HEAD", Route: "/", Status: 404}},
+		{"DELETE", "/v1/orders", "", line{Method: "DELETE", Route: "/v1/orders", Status: 405}},
+		{"GET", "/healthz", "", line{Method: "GET", Route: "/healthz", Status: 200}},
+	}
+	var ids []string
+	for _, r := range requests {
+		ids = append(ids, e.do(newRequest(r.method, r.target, r.key)).header.Get("Request-Id"))
+	}
+	var lines []line
+	sc := bufio.NewScanner(strings.NewReader(e.logs.String()))
+	for sc.Scan() {
+		var l line
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("log line %q is not JSON: %v", sc.Text(), err)
+		}
+		if l.Msg == "request" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != len(requests) {
+		t.Fatalf("%d request lines for %d requests:\n%s", len(lines), len(requests), e.logs)
+	}
+	for i, r := range requests {
+		got := lines[i]
+		if got.Duration == nil || *got.Duration < 0 || got.Level != "INFO" || got.Time == "" || got.RequestID != ids[i] {
+			t.Errorf("line %d = %+v: want a duration, level INFO, a time and request id %s", i, got, ids[i])
+		}
+		got.Duration, got.Level, got.Time, got.RequestID, got.Msg = nil, "", "", "", ""
+		if got != r.want {
+			t.Errorf("%s %s logged %+v, want %+v", r.method, r.target, got, r.want)
+		}
+	}
+}
+
+// TestLineHandlerWritesWhatJSONHandlerWrites: the fast path of the service's log handler
+// writes exactly the JSONHandler's bytes, for every record it takes.
+func TestLineHandlerWritesWhatJSONHandlerWrites(t *testing.T) {
+	at := time.Date(2026, 11, 22, 4, 5, 6, 789000000, time.UTC)
+	records := []struct {
+		msg   string
+		attrs []slog.Attr
+	}{
+		{"request", []slog.Attr{slog.String("method", "GET"), slog.String("route", "/v1/orders/{id}"), slog.Int("status", 200), slog.Duration("duration", 1234567), slog.String("request_id", "req_x"), slog.String("account", "acct_sandbox"), slog.String("environment", "test")}},
+		{"odd \"text\" <&>\n\t\x01 \u2028\u2029 \xff é", []slog.Attr{slog.String("k\"ey", "v\\a\x7f\x00lue"), slog.Int64("n", -42)}},
+		{"", nil},
+		{"group and any go to the JSONHandler", []slog.Attr{slog.Group("g", slog.Int("a", 1)), slog.Any("e", errors.New("boom")), slog.Bool("b", true), slog.Float64("f", 1.5)}},
+		{"empty key", []slog.Attr{slog.String("", "dropped"), slog.String("kept", "x")}},
+	}
+	for _, rec := range records {
+		var fast, slow bytes.Buffer
+		r := slog.NewRecord(at, slog.LevelWarn, rec.msg, 0)
+		r.AddAttrs(rec.attrs...)
+		if err := newLineHandler(&fast).Handle(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+		if err := slog.NewJSONHandler(&slow, nil).Handle(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+		if fast.String() != slow.String() {
+			t.Errorf("lineHandler wrote %q\nJSONHandler writes %q", fast.String(), slow.String())
+		}
+	}
+}
+
+// TestAppendJSONStringMatchesEncodingJSON: the hand-written encoding of orders and errors
+// writes strings exactly as encoding/json does (with HTML escaping off).
+func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
+	for _, s := range []string{"", "plain", "quote\" back\\slash", "ctl \x00\x01\x1f\x7f\n\r\t", "html <&>", "\u2028\u2029", "bad \xff\xfe utf8 \xe2\x82", "é ü 日本 🚚", "\uFFFD literal"} {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		enc.Encode(s)
+		want := strings.TrimSuffix(buf.String(), "\n")
+		if got := string(appendJSONString(nil, s)); got != want {
+			t.Errorf("appendJSONString(%q) = %s, want %s", s, got, want)
+		}
+	}
+}
+
+func TestRequestIDsAreUnique(t *testing.T) {
+	e := newEnv(t, envOptions{rate: -1})
+	seen := map[string]bool{}
+	for i := 0; i < 2000; i++ {
+		id := e.get("/healthz", "").header.Get("Request-Id")
+		if seen[id] {
+			t.Fatalf("request id %s repeats after %d requests", id, i)
+		}
+		seen[id] = true
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	env := func(kv ...string) func(string) string {
+		m := map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return func(k string) string { return m[k] }
+	}
+	good := []struct {
+		name   string
+		args   []string
+		getenv func(string) string
+		check  func(config) bool
+	}{
+		{"defaults", nil, env(), func(c config) bool {
+			return c.addr == "127.0.0.1:8080" && c.rate == 25 && c.seedOrders == 0 && c.dataFile == "" && c.cursorSecret == ""
+		}},
+		{"flags", []string{"-addr", ":9090", "-rate", "0", "-seed-orders", "1000", "-data", "x.json", "-cursor-secret", "s"}, env(), func(c config) bool {
+			return c.addr == ":9090" && c.rate == 0 && c.seedOrders == 1000 && c.dataFile == "x.json" && c.cursorSecret == "s"
+		}},
+		{"environment fallbacks", nil, env("SANDBOX_ADDR", ":1", "SANDBOX_RATE", "7", "SANDBOX_SEED_ORDERS", "3", "SANDBOX_DATA", "d.json", "SANDBOX_CURSOR_SECRET", "e"), func(c config) bool {
+			return c.addr == ":1" && c.rate == 7 && c.seedOrders == 3 && c.dataFile == "d.json" && c.cursorSecret == "e"
+		}},
+		{"a flag beats its variable", []string{"-rate", "9"}, env("SANDBOX_RATE", "fast"), func(c config) bool { return c.rate == 9 }},
+	}
+	for _, tt := range good {
+		c, err := parseConfig(tt.args, tt.getenv, io.Discard)
+		if err != nil || !tt.check(c) {
+			t.Errorf("%s: parseConfig = %+v, %v", tt.name, c, err)
+		}
+	}
+	bad := []struct {
+		args   []string
+		getenv func(string) string
+		want   string
+	}{
+		{[]string{"-rate", "fast"}, env(), `invalid value "fast" for flag -rate: want a whole number from 0 to 10000`},
+		{[]string{"-rate", "-1"}, env(), `invalid value "-1" for flag -rate: want a whole number from 0 to 10000`},
+		{[]string{"-rate", "2.5"}, env(), `invalid value "2.5" for flag -rate: want a whole number from 0 to 10000`},
+		{[]string{"-seed-orders", "-5"}, env(), `invalid value "-5" for flag -seed-orders: want a whole number from 0 to 5000000`},
+		{[]string{"-seed-orders", "5000001"}, env(), `invalid value "5000001" for flag -seed-orders: want a whole number from 0 to 5000000`},
+		{[]string{"-port", "1"}, env(), `flag provided but not defined: -port`},
+		{[]string{"serve"}, env(), `unexpected argument "serve": the sandbox takes flags only (see -h)`},
+		{nil, env("SANDBOX_RATE", "fast"), `invalid value "fast" for SANDBOX_RATE (the fallback of -rate): want a whole number from 0 to 10000`},
+		{nil, env("SANDBOX_SEED_ORDERS", "many"), `invalid value "many" for SANDBOX_SEED_ORDERS (the fallback of -seed-orders): want a whole number from 0 to 5000000`},
+	}
+	for _, tt := range bad {
+		_, err := parseConfig(tt.args, tt.getenv, io.Discard)
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("parseConfig(%q) error = %v, want %s", tt.args, err, tt.want)
+		}
+	}
+	var usage bytes.Buffer
+	if err := run(context.Background(), []string{"-h"}, env(), &usage, io.Discard); err != nil || !strings.Contains(usage.String(), "-seed-orders") || !strings.Contains(usage.String(), "SANDBOX_") {
+		t.Errorf("run -h = %v, printed %q; want nil and the flags", err, usage.String())
+	}
+}
+
+func TestRunRefusesABadStart(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-addr", taken.Addr().String()}, "-addr " + taken.Addr().String() + ": listen tcp " + taken.Addr().String() + ": bind: address already in use"},
+		{[]string{"-addr", "nonsense"}, "-addr nonsense: listen tcp: address nonsense: missing port in address"},
+		{[]string{"-data", "testdata/no-such-file.json"}, "-data: open testdata/no-such-file.json: no such file or directory"},
+		{[]string{"-seed-orders", "-5"}, `invalid value "-5" for flag -seed-orders: want a whole number from 0 to 5000000`},
+	}
+	for _, tt := range tests {
+		err := run(context.Background(), tt.args, func(string) string { return "" }, io.Discard, io.Discard)
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("run(%q) = %v, want %s", tt.args, err, tt.want)
+		}
+	}
+}
+
+// startRun starts run on a free port and returns its base URL, what it printed, and a
+// function that stops it and returns run's error.
+func startRun(t *testing.T, args ...string) (base string, stdout, stderr *lockedBuffer, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stdout, stderr = &lockedBuffer{}, &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, append([]string{"-addr", "127.0.0.1:0"}, args...), func(string) string { return "" }, stdout, stderr)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if m := regexp.MustCompile(`Base URL: (\S+)`).FindStringSubmatch(stdout.String()); m != nil {
+			base = m[1]
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("run returned %v before serving", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("run did not print its base URL")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return base, stdout, stderr, func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(20 * time.Second):
+			return errors.New("run did not return after its context was cancelled")
+		}
+	}
+}
+
+// TestRunServesTheDefaultSandbox is the README's first use: go run ., then curl.
+func TestRunServesTheDefaultSandbox(t *testing.T) {
+	base, stdout, _, stop := startRun(t)
+	if !strings.HasPrefix(base, "http://127.0.0.1:") || !strings.HasSuffix(base, "/v1") {
+		t.Errorf("base URL %q, want http://127.0.0.1:<port>/v1", base)
+	}
+	for _, key := range []string{"sk_test_sandbox_all", "sk_test_sandbox_tracking", "sk_test_sandbox_orders", "sk_test_sandbox_none", "sk_test_sandbox_expired", "sk_test_sandbox_revoked", "sk_test_other_all", "sk_live_sandbox_all"} {
+		if !strings.Contains(stdout.String(), key) {
+			t.Errorf("start-up output does not list key %s:\n%s", key, stdout)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodGet, base+"/orders", nil)
+	req.Header.Set("Authorization", "Bearer sk_test_sandbox_all")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if want := `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`; res.StatusCode != 200 || string(body) != want {
+		t.Errorf("GET %s/orders = %d %s, want 200 %s", base, res.StatusCode, body, want)
+	}
+	res, err = http.Get(base + "/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Servers []struct{ URL string } `json:"servers"`
+	}
+	json.NewDecoder(res.Body).Decode(&doc)
+	res.Body.Close()
+	if len(doc.Servers) != 1 || doc.Servers[0].URL != base {
+		t.Errorf("served OpenAPI servers = %+v, want the running base URL %s", doc.Servers, base)
+	}
+	if err := stop(); err != nil {
+		t.Errorf("run = %v after its context was cancelled, want nil", err)
+	}
+}
+
+func TestParseTimestamp(t *testing.T) {
+	valid := map[string]string{
+		"2026-11-20T11:00:00+00:00":           "2026-11-20T11:00:00Z",
+		"2026-11-20T11:00:00Z":                "2026-11-20T11:00:00Z",
+		"2026-11-20t11:00:00z":                "2026-11-20T11:00:00Z",
+		"2026-03-29T02:30:00+01:00":           "2026-03-29T01:30:00Z",
+		"2026-10-25T01:30:00+01:00":           "2026-10-25T00:30:00Z",
+		"2026-10-25T01:30:00+00:00":           "2026-10-25T01:30:00Z",
+		"2026-11-20T23:30:00-05:00":           "2026-11-21T04:30:00Z",
+		"2026-11-20T11:00:00.5Z":              "2026-11-20T11:00:00.5Z",
+		"2026-11-20T11:00:00.120000Z":         "2026-11-20T11:00:00.12Z",
+		"2026-11-20T11:00:00.000Z":            "2026-11-20T11:00:00Z",
+		"2026-11-20T11:00:00.123456789Z":      "2026-11-20T11:00:00.123456789Z",
+		"2026-11-20T11:00:00.1234567891234Z":  "2026-11-20T11:00:00.123456789Z",
+		"2028-02-29T00:00:00Z":                "2028-02-29T00:00:00Z",
+		"2026-11-20T11:00:00+23:59":           "2026-11-19T11:01:00Z",
+		"2026-11-20T11:00:00-00:00":           "2026-11-20T11:00:00Z",
+		"0000-01-01T00:00:00Z":                "0000-01-01T00:00:00Z",
+		"9999-12-31T23:59:59.999999999+00:00": "9999-12-31T23:59:59.999999999Z",
+	}
+	for in, want := range valid {
+		got, ok := parseTimestamp(in)
+		if !ok || formatTimestamp(got) != want {
+			t.Errorf("parseTimestamp(%q) = %s, %v; want %s", in, formatTimestamp(got), ok, want)
+		}
+	}
+	for _, in := range []string{
+		"", "2026-11-20T09:00:00", "2026-11-20 10:00:00", "2026-11-20 10:00:00Z", "2026-11-20T1:30:00Z",
+		"2026-11-20T24:00:00Z", "2026-11-20T23:60:00Z", "2026-12-31T23:59:60Z", "2026-11-20T11:00:00+24:00",
+		"2026-11-20T11:00:00+01:60", "2026-11-20T11:00:00+0100", "2026-11-20T11:00:00+01", "2026-11-20T11:00:00 +01:00",
+		"2026-02-29T00:00:00Z", "2026-13-01T00:00:00Z", "2026-00-01T00:00:00Z", "2026-11-00T00:00:00Z", "2026-11-31T00:00:00Z",
+		"2026-11-20T11:00:00.Z", "2026-11-20T11:00:00,5Z", "26-11-20T11:00:00Z", "+2026-11-20T11:00:00Z", "2026-11-20T11:00:00ZZ",
+		"2026-11-20T11:00:00Z ", " 2026-11-20T11:00:00Z", "2026/11/20T11:00:00Z", "garbage", "2026-11-20T11:00:00UTC",
+		"0000-01-01T00:00:00+01:00", "9999-12-31T23:00:00-01:00", "２０２６-11-20T11:00:00Z", "2026-11-20T11:00:00-0a:00",
+	} {
+		if got, ok := parseTimestamp(in); ok {
+			t.Errorf("parseTimestamp(%q) = %s, want refused", in, formatTimestamp(got))
+		}
+	}
+}
+
+func TestNormalizeEvents(t *testing.T) {
+	ev := func(ts any, status, desc string, loc *string) rawEvent {
+		b, _ := json.Marshal(ts)
+		return rawEvent{Timestamp: b, Status: status, Description: &desc, Location: loc}
+	}
+	here := "Here, GB"
+	raw := []rawEvent{
+		ev("2026-11-20T12:00:00Z", "delivered", "Delivered", &here),
+		ev("2026-11-20T10:00:00+00:00", "in_transit", "Same instant", nil),
+		ev("2026-11-20T11:00:00+01:00", "in_transit", "Same instant", &here), // 10:00Z again: a duplicate
+		ev("2026-11-20T10:00:00Z", "in_transit", "Another description", &here),
+		ev("2026-11-20T11:00:00Z", "in_transit", "Same instant", &here), // same description, another instant
+		ev("2026-11-20T09:00:00", "in_transit", "Naive", &here),
+		ev(1763629200, "in_transit", "A number", &here),
+		ev(nil, "in_transit", "Null", &here),
+		{Status: "in_transit", Description: &here}, // no timestamp at all
+	}
+	events, n := normalizeEvents(raw)
+	want := []trackingEvent{
+		{"in_transit", "Same instant", "2026-11-20T10:00:00Z", ""},
+		{"in_transit", "Another description", "2026-11-20T10:00:00Z", "Here, GB"},
+		{"in_transit", "Same instant", "2026-11-20T11:00:00Z", "Here, GB"},
+		{"delivered", "Delivered", "2026-11-20T12:00:00Z", "Here, GB"},
+	}
+	if !slices.Equal(events, want) || n.dropped != 4 || n.duplicates != 1 {
+		t.Errorf("normalizeEvents = %+v, %+v\nwant %+v, 4 dropped, 1 duplicate", events, n, want)
+	}
+}
+
+func TestSeedOrders(t *testing.T) {
+	a, b := seedOrders(1000), seedOrders(1000)
+	for i := range a {
+		if a[i].id != b[i].id || !a[i].createdAt.Equal(b[i].createdAt) || a[i].status != b[i].status || a[i].platform != b[i].platform {
+			t.Fatalf("seedOrders is not deterministic at %d", i)
+		}
+		if i > 0 && !newer(a[i-1], a[i]) {
+			t.Fatalf("seedOrders not in list order at %d: %s then %s", i, a[i-1].id, a[i].id)
+		}
+	}
+	if a[0].id != "ord_seed_0000999" || a[999].id != "ord_seed_0000000" {
+		t.Errorf("seeded ids run %s..%s, want ord_seed_0000999 (newest)..ord_seed_0000000", a[0].id, a[999].id)
+	}
+	if _, _, err := loadDataset("test", defaultDataset, 10, slog.New(slog.DiscardHandler)); err != nil {
+		t.Errorf("seeding the default dataset: %v", err)
 	}
 }
