@@ -400,7 +400,7 @@ func decodeDataset(data []byte, seed int, log *slog.Logger) (*sandbox, []keyLine
 	if err := dec.Decode(&file); err != nil {
 		var syntaxErr *json.SyntaxError
 		if errors.As(err, &syntaxErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return nil, nil, &datasetError{path: "$", reason: "invalid JSON" + jsonPosition(data, dec.InputOffset(), err)}
+			return nil, nil, &datasetError{path: "$", reason: "invalid JSON" + jsonPosition(data, err)}
 		}
 		return nil, nil, decodeStrict(data, "$", &file)
 	}
@@ -531,21 +531,17 @@ func decodeDataset(data []byte, seed int, log *slog.Logger) (*sandbox, []keyLine
 	return sb, lines, nil
 }
 
-// jsonPosition says where in data a syntax error is, as line and column.
-func jsonPosition(data []byte, offset int64, err error) string {
+// jsonPosition says where in data a syntax error is, as line and column of the offending
+// byte (or of the end, for a file cut short).
+func jsonPosition(data []byte, err error) string {
+	at, msg := len(data), "unexpected end of file"
 	var syntaxErr *json.SyntaxError
-	if errors.As(err, &syntaxErr) {
-		offset = syntaxErr.Offset
+	if errors.As(err, &syntaxErr) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		at, msg = int(syntaxErr.Offset)-1, strings.TrimPrefix(err.Error(), "json: ")
 	}
-	offset = min(offset, int64(len(data)))
-	before := data[:offset]
-	line := bytes.Count(before, []byte("\n")) + 1
-	col := int(offset) - bytes.LastIndexByte(before, '\n')
-	msg := strings.TrimPrefix(err.Error(), "json: ")
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		msg = "unexpected end of file"
-	}
-	return fmt.Sprintf(" at line %d, column %d: %s", line, col, msg)
+	at = max(0, min(at, len(data)))
+	lineStart := bytes.LastIndexByte(data[:at], '\n') + 1
+	return fmt.Sprintf(" at line %d, column %d: %s", bytes.Count(data[:at], []byte("\n"))+1, at-lineStart+1, msg)
 }
 
 // tenantOf finds the declared tenant a resource or key at path names.

@@ -10,10 +10,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -1826,5 +1829,355 @@ func TestSeedOrders(t *testing.T) {
 	}
 	if _, _, err := loadDataset("test", defaultDataset, 10, slog.New(slog.DiscardHandler)); err != nil {
 		t.Errorf("seeding the default dataset: %v", err)
+	}
+}
+
+// dataset assembles a small dataset from its four lists, each a JSON array's contents.
+func dataset(accounts, keys, shipments, orders string) string {
+	return `{"accounts":[` + accounts + `],"keys":[` + keys + `],"shipments":[` + shipments + `],"orders":[` + orders + `]}`
+}
+
+const (
+	dsAccounts = `{"id":"acct_a","environments":["test"]},{"id":"acct_b","environments":["test","live"]}`
+	dsKey      = `{"key":"sk_test_a","account":"acct_a","environment":"test","scopes":["orders:read"]}`
+	dsOrder    = `{"id":"ord_1","account":"acct_a","environment":"test","merchant_reference":"R1","platform":"ebay","status":"fulfilled","created_at":"2026-11-01T00:00:00Z"}`
+	dsShipment = `{"id":"shp_1","account":"acct_a","environment":"test","reference":"S1","tracking_number":"T1","events":[{"timestamp":"2026-11-01T00:00:00Z","status":"in_transit","description":"In transit"}]}`
+)
+
+// TestDatasetRefusals: a dataset that cannot be served is refused with the file, the JSON
+// path of the fault and the reason.
+func TestDatasetRefusals(t *testing.T) {
+	ship := func(id, orderID string) string {
+		return `{"id":"` + id + `","account":"acct_a","environment":"test","reference":"S","order_id":"` + orderID + `"}`
+	}
+	tests := []struct {
+		name, data, want string
+	}{
+		{"truncated JSON", `{"accounts": [`, `$: invalid JSON at line 1, column 15: unexpected end of file`},
+		{"broken JSON", "{\n  \"accounts\": [}\n", `$: invalid JSON at line 2, column 16: invalid character '}' looking for beginning of value`},
+		{"not an object", `[1,2]`, `$: must be an object, not array`},
+		{"data after the object", dataset(dsAccounts, "", "", "") + `{}`, `$: unexpected data after the dataset object`},
+		{"unknown top-level field", `{"accounts":[` + dsAccounts + `],"users":[]}`, `$.users: unknown field`},
+		{"no accounts", dataset("", "", "", ""), `$.accounts: at least one account is required`},
+		{"account without environments", dataset(`{"id":"acct_a","environments":[]}`, "", "", ""), `$.accounts[0].environments: at least one environment (test or live) is required`},
+		{"unknown environment", dataset(`{"id":"acct_a","environments":["staging"]}`, "", "", ""), `$.accounts[0].environments[0]: unknown environment "staging"; want one of test, live`},
+		{"duplicate account", dataset(dsAccounts+`,{"id":"acct_a","environments":["test"]}`, "", "", ""), `$.accounts[2].environments[0]: duplicate: acct_a/test is declared more than once`},
+		{"unknown field in an account", dataset(`{"id":"acct_a","environments":["test"],"name":"A"}`, "", "", ""), `$.accounts[0].name: unknown field`},
+		{"key with no account", dataset(dsAccounts, `{"key":"sk_x","environment":"test","scopes":[]}`, "", ""), `$.keys[0].account: required, and must not be empty`},
+		{"key of an undeclared account", dataset(dsAccounts, `{"key":"sk_x","account":"acct_z","environment":"test","scopes":[]}`, "", ""), `$.keys[0].account: account "acct_z" is not declared in $.accounts`},
+		{"key of an undeclared environment", dataset(dsAccounts, `{"key":"sk_x","account":"acct_a","environment":"live","scopes":[]}`, "", ""), `$.keys[0].environment: account "acct_a" declares no environment "live" in $.accounts`},
+		{"unknown scope", dataset(dsAccounts, `{"key":"sk_x","account":"acct_a","environment":"test","scopes":["orders:read","orders:write"]}`, "", ""), `$.keys[0].scopes[1]: unknown scope "orders:write"; want one of tracking:read, orders:read`},
+		{"duplicate key", dataset(dsAccounts, dsKey+`,`+strings.Replace(dsKey, "acct_a", "acct_b", 1), "", ""), `$.keys[1].key: duplicate: the same key as $.keys[0]`},
+		{"empty key", dataset(dsAccounts, `{"key":"","account":"acct_a","environment":"test","scopes":[]}`, "", ""), `$.keys[0].key: required, and must not be empty`},
+		{"key that cannot be sent", dataset(dsAccounts, `{"key":"sk test","account":"acct_a","environment":"test","scopes":[]}`, "", ""), `$.keys[0].key: not sendable as a Bearer credential: use letters, digits and - . _ ~ + / (then = padding only)`},
+		{"key expiry without offset", dataset(dsAccounts, `{"key":"sk_x","account":"acct_a","environment":"test","scopes":[],"expires_at":"2026-01-01T00:00:00"}`, "", ""), `$.keys[0].expires_at: "2026-01-01T00:00:00" is not an RFC 3339 timestamp with an offset`},
+		{"unknown order status", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"fulfilled"`, `"shipped"`, 1)), `$.orders[0].status: unknown order status "shipped"; want one of unfulfilled, partially_fulfilled, fulfilled, cancelled`},
+		{"unknown platform", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"ebay"`, `"woocommerce"`, 1)), `$.orders[0].platform: unknown platform "woocommerce"; want one of amazon, ebay, etsy, shopify, tiktok_shop`},
+		{"order created_at without offset", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `00:00:00Z`, `00:00:00`, 1)), `$.orders[0].created_at: "2026-11-01T00:00:00" is not an RFC 3339 timestamp with an offset`},
+		{"order created_at not a string", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"2026-11-01T00:00:00Z"`, `1762000000`, 1)), `$.orders[0].created_at: must be a string, not number`},
+		{"order shipment_id set directly", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"status"`, `"shipment_id":"shp_1","status"`, 1)), `$.orders[0].shipment_id: unknown field`},
+		{"duplicate order id", dataset(dsAccounts, "", "", dsOrder+","+dsOrder), `$.orders[1].id: duplicate order id "ord_1" in acct_a/test`},
+		{"order of an undeclared account", dataset(dsAccounts, "", "", strings.Replace(dsOrder, "acct_a", "acct_z", 1)), `$.orders[0].account: account "acct_z" is not declared in $.accounts`},
+		{"order of an undeclared environment", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"test"`, `"live"`, 1)), `$.orders[0].environment: account "acct_a" declares no environment "live" in $.accounts`},
+		{"order without merchant_reference", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"R1"`, `""`, 1)), `$.orders[0].merchant_reference: required, and must not be empty`},
+		{"unknown event status", dataset(dsAccounts, "", strings.Replace(dsShipment, `"in_transit"`, `"lost"`, 1), ""), `$.shipments[0].events[0].status: unknown tracking status "lost"; want one of pre_transit, in_transit, out_for_delivery, available_for_pickup, delivered, return_to_sender, failure, cancelled, unknown`},
+		{"unknown event field", dataset(dsAccounts, "", strings.Replace(dsShipment, `"description"`, `"carrier":"x","description"`, 1), ""), `$.shipments[0].events[0].carrier: unknown field`},
+		{"event without description", dataset(dsAccounts, "", strings.Replace(dsShipment, `,"description":"In transit"`, ``, 1), ""), `$.shipments[0].events[0].description: required`},
+		{"shipment without reference", dataset(dsAccounts, "", strings.Replace(dsShipment, `"S1"`, `""`, 1), ""), `$.shipments[0].reference: required, and must not be empty`},
+		{"empty tracking number", dataset(dsAccounts, "", strings.Replace(dsShipment, `"T1"`, `""`, 1), ""), `$.shipments[0].tracking_number: must not be empty; use null for a shipment without a tracking number`},
+		{"duplicate shipment id", dataset(dsAccounts, "", dsShipment+","+dsShipment, ""), `$.shipments[1].id: duplicate shipment id "shp_1" in acct_a/test`},
+		{"shipment of an undeclared account", dataset(dsAccounts, "", strings.Replace(dsShipment, "acct_a", "acct_z", 1), ""), `$.shipments[0].account: account "acct_z" is not declared in $.accounts`},
+		{"order linked twice", dataset(dsAccounts, "", ship("shp_1", "ord_1")+","+ship("shp_2", "ord_1"), dsOrder), `$.shipments[1].order_id: order "ord_1" is already linked to shipment "shp_1"; linking it to shipment "shp_2" too is a conflict (409)`},
+		{"link across accounts", dataset(dsAccounts, "", strings.Replace(ship("shp_1", "ord_1"), "acct_a", "acct_b", 1), dsOrder), `$.shipments[0].order_id: order "ord_1" belongs to acct_a/test, not to acct_b/test: shipment "shp_1" cannot be linked across accounts or environments`},
+		{"link across environments", dataset(dsAccounts, "", strings.NewReplacer("acct_a", "acct_b", `"test"`, `"live"`).Replace(ship("shp_1", "ord_1")), strings.Replace(dsOrder, "acct_a", "acct_b", 1)), `$.shipments[0].order_id: order "ord_1" belongs to acct_b/test, not to acct_b/live: shipment "shp_1" cannot be linked across accounts or environments`},
+		{"link to no order", dataset(dsAccounts, "", ship("shp_1", "ord_9"), dsOrder), `$.shipments[0].order_id: no order "ord_9" in acct_a/test to link shipment "shp_1" to`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := loadDataset("bad.json", []byte(tt.data), 0, slog.New(slog.DiscardHandler))
+			if want := "dataset bad.json: " + tt.want; err == nil || err.Error() != want {
+				t.Errorf("loadDataset = %v\nwant %s", err, want)
+			}
+		})
+	}
+	// -seed-orders needs acct_sandbox/test.
+	_, _, err := loadDataset("small.json", []byte(dataset(dsAccounts, "", "", "")), 5, slog.New(slog.DiscardHandler))
+	if want := "-seed-orders: the dataset has no account acct_sandbox with environment test to seed"; err == nil || err.Error() != want {
+		t.Errorf("seeding a dataset without acct_sandbox/test = %v, want %s", err, want)
+	}
+}
+
+// TestRawEventsAreDroppedNotRefused: an event whose timestamp cannot be interpreted is
+// dropped, the rest load, and start-up logs how many were dropped per shipment.
+func TestRawEventsAreDroppedNotRefused(t *testing.T) {
+	data := dataset(dsAccounts, `{"key":"sk_test_a","account":"acct_a","environment":"test","scopes":["tracking:read"]}`,
+		`{"id":"shp_1","account":"acct_a","environment":"test","reference":"S1","tracking_number":"T1","events":[`+
+			`{"timestamp":"2026-11-01T00:00:00","status":"in_transit","description":"naive"},`+
+			`{"timestamp":12345,"status":"in_transit","description":"a number"},`+
+			`{"status":"in_transit","description":"none"},`+
+			`{"timestamp":"2026-11-01T09:00:00+09:00","status":"delivered","description":"kept"}]}`, "")
+	e := newEnv(t, envOptions{data: []byte(data)})
+	want := `{"shipment_id":"shp_1","reference":"S1","tracking_number":"T1","status":"delivered","events":[{"status":"delivered","description":"kept","timestamp":"2026-11-01T00:00:00Z","location":""}]}`
+	if rep := e.get("/v1/shipments/shp_1/tracking", "sk_test_a"); string(rep.body) != want {
+		t.Errorf("tracking view = %s, want %s", rep, want)
+	}
+	if !strings.Contains(e.logs.String(), `"msg":"dataset: raw events dropped: timestamp not RFC 3339 with an offset","shipment":"shp_1","tenant":"acct_a/test","dropped":3`) {
+		t.Errorf("start-up log does not say 3 events of shp_1 were dropped:\n%s", e.logs)
+	}
+}
+
+// TestRunWithADatasetFile: -data serves the user's dataset; a bad file is refused by run
+// with its name, the JSON path and the reason.
+func TestRunWithADatasetFile(t *testing.T) {
+	base, stdout, _, stop := startRun(t, "-data", "testdata/example.json")
+	req, _ := http.NewRequest(http.MethodGet, base+"/orders/ord_acme_2", nil)
+	req.Header.Set("Authorization", "Bearer sk_test_acme_all")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	want := `{"id":"ord_acme_2","merchant_reference":"ACME-1002","platform":"ebay","status":"fulfilled","shipment_id":"shp_acme_1","created_at":"2026-11-09T16:20:00Z"}`
+	if res.StatusCode != 200 || string(body) != want {
+		t.Errorf("GET ord_acme_2 from testdata/example.json = %d %s, want 200 %s", res.StatusCode, body, want)
+	}
+	if !strings.Contains(stdout.String(), "sk_test_acme_all") || strings.Contains(stdout.String(), "sk_test_sandbox_all") {
+		t.Errorf("start-up lists the wrong keys for -data:\n%s", stdout)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	bad := t.TempDir() + "/bad.json"
+	os.WriteFile(bad, []byte(dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"ebay"`, `"woocommerce"`, 1))), 0o644)
+	err = run(context.Background(), []string{"-addr", "127.0.0.1:0", "-data", bad}, func(string) string { return "" }, io.Discard, io.Discard)
+	if want := "dataset " + bad + `: $.orders[0].platform: unknown platform "woocommerce"; want one of amazon, ebay, etsy, shopify, tiktok_shop`; err == nil || err.Error() != want {
+		t.Errorf("run -data bad.json = %v, want %s", err, want)
+	}
+	err = run(context.Background(), []string{"-addr", "127.0.0.1:0"}, func(k string) string { return map[string]string{"SANDBOX_DATA": bad}[k] }, io.Discard, io.Discard)
+	if err == nil || !strings.HasPrefix(err.Error(), "dataset "+bad+": $.orders[0].platform") {
+		t.Errorf("run with SANDBOX_DATA=bad.json = %v, want the dataset refused", err)
+	}
+}
+
+// TestMainExitsNonZero runs main in a child process: a refused start prints one line that
+// names the flag and exits 1.
+func TestMainExitsNonZero(t *testing.T) {
+	if args := os.Getenv("SANDBOX_TEST_MAIN_ARGS"); args != "" {
+		os.Args = append([]string{"sandbox"}, strings.Fields(args)...)
+		main()
+		return
+	}
+	for args, want := range map[string]string{
+		"-rate fast":         `sandbox: invalid value "fast" for flag -rate: want a whole number from 0 to 10000`,
+		"-seed-orders -5":    `sandbox: invalid value "-5" for flag -seed-orders: want a whole number from 0 to 5000000`,
+		"-data nowhere.json": `sandbox: -data: open nowhere.json: no such file or directory`,
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestMainExitsNonZero$")
+		cmd.Env = append(os.Environ(), "SANDBOX_TEST_MAIN_ARGS="+args)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 || strings.TrimSpace(stderr.String()) != want {
+			t.Errorf("sandbox %s: %v, stderr %q; want exit 1 and %q", args, err, stderr.String(), want)
+		}
+	}
+}
+
+// TestOpenAPIRoutes: every documented path and method is routed, and every route is
+// documented.
+func TestOpenAPIRoutes(t *testing.T) {
+	doc := theOpenAPI(t)
+	var documented []string
+	for _, p := range doc.paths {
+		for method := range p.item {
+			switch method {
+			case "get", "put", "post", "delete", "options", "head", "patch", "trace":
+				documented = append(documented, strings.ToUpper(method)+" "+p.template)
+			}
+		}
+	}
+	s, err := newServer(&sandbox{}, serverOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var routed []string
+	for _, rt := range s.routes() {
+		routed = append(routed, "GET "+rt.pattern)
+	}
+	slices.Sort(documented)
+	slices.Sort(routed)
+	if !slices.Equal(documented, routed) {
+		t.Errorf("documented operations %v\nrouted %v", documented, routed)
+	}
+}
+
+// docExample is one example of a documented response, with the request that produces it.
+type docExample struct {
+	where   string
+	status  int
+	schema  any
+	value   any
+	request struct {
+		Method    string            `json:"method"`
+		Path      string            `json:"path"`
+		Headers   map[string]string `json:"headers"`
+		BodyBytes int               `json:"body_bytes"`
+	}
+}
+
+func docExamples(t *testing.T, doc *openAPI) []docExample {
+	t.Helper()
+	var out []docExample
+	seen := map[string]bool{}
+	for _, p := range doc.paths {
+		for method, op := range p.item {
+			responses := asMap(asMap(op)["responses"])
+			for status, r := range responses {
+				ref, _ := asMap(r)["$ref"].(string)
+				resp := doc.resolve(r)
+				key := ref
+				if key == "" {
+					key = p.template + method + status
+				}
+				if seen[key] {
+					continue
+				}
+				seen[key] = true
+				code, _ := strconv.Atoi(status)
+				for ct, m := range asMap(resp["content"]) {
+					media := asMap(m)
+					for name, ex := range asMap(media["examples"]) {
+						e := docExample{where: fmt.Sprintf("%s %s %s %s example %s", method, p.template, status, ct, name), status: code, schema: media["schema"], value: asMap(ex)["value"]}
+						raw, _ := json.Marshal(asMap(ex)["x-sandbox-request"])
+						if err := json.Unmarshal(raw, &e.request); err != nil || e.request.Path == "" {
+							t.Errorf("%s: no x-sandbox-request", e.where)
+							continue
+						}
+						out = append(out, e)
+					}
+				}
+			}
+		}
+	}
+	if len(out) < 20 {
+		t.Fatalf("only %d examples found", len(out))
+	}
+	return out
+}
+
+// normalizedJSON re-encodes a JSON value with sorted keys and without request_id, which
+// differs at every request.
+func normalizedJSON(t *testing.T, v any) string {
+	t.Helper()
+	if m, ok := v.(map[string]any); ok {
+		m = maps.Clone(m)
+		delete(m, "request_id")
+		v = m
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestOpenAPIExamplesMatchTheServer: every documented example is, after JSON
+// normalization, exactly what the server answers to the request it names.
+func TestOpenAPIExamplesMatchTheServer(t *testing.T) {
+	doc := theOpenAPI(t)
+	e := newEnv(t, envOptions{})
+	for _, ex := range docExamples(t, doc) {
+		var body io.Reader
+		if ex.request.BodyBytes > 0 {
+			body = bytes.NewReader(make([]byte, ex.request.BodyBytes))
+		}
+		r := httptest.NewRequest(ex.request.Method, "http://127.0.0.1:8080"+ex.request.Path, body)
+		for k, v := range ex.request.Headers {
+			r.Header.Set(k, v)
+		}
+		rep := e.do(r)
+		dec := json.NewDecoder(bytes.NewReader(rep.body))
+		dec.UseNumber()
+		var got any
+		if err := dec.Decode(&got); err != nil {
+			t.Fatalf("%s: %v", ex.where, err)
+		}
+		if rep.status != ex.status || normalizedJSON(t, got) != normalizedJSON(t, ex.value) {
+			t.Errorf("%s: the server answers %d %s\nthe document shows %d %s", ex.where, rep.status, normalizedJSON(t, got), ex.status, normalizedJSON(t, ex.value))
+		}
+	}
+}
+
+// TestOpenAPIExamplesCoverTheSchemas: every example validates against its schema, and the
+// examples together show every property of every object schema, so that a property the
+// server does not produce cannot sit in the document unnoticed (an example showing it
+// would differ from the server's answer).
+func TestOpenAPIExamplesCoverTheSchemas(t *testing.T) {
+	doc := theOpenAPI(t)
+	observed := map[string]bool{}
+	for _, ex := range docExamples(t, doc) {
+		raw, _ := json.Marshal(ex.value)
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		var v any
+		dec.Decode(&v)
+		if err := doc.validate(ex.schema, v, "$", func(ref, prop string) { observed[ref+"#"+prop] = true }); err != nil {
+			t.Errorf("%s does not validate: %v", ex.where, err)
+		}
+	}
+	for name, s := range asMap(asMap(doc.root["components"])["schemas"]) {
+		for prop := range asMap(asMap(s)["properties"]) {
+			if !observed["#/components/schemas/"+name+"#"+prop] {
+				t.Errorf("schema %s property %q appears in no example", name, prop)
+			}
+		}
+	}
+}
+
+func TestOpenAPIServedDocument(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	rep := e.get("/v1/openapi.json", "")
+	var served, file map[string]any
+	if err := json.Unmarshal(rep.body, &served); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(openAPIDocument, &file); err != nil {
+		t.Fatal(err)
+	}
+	if got := served["servers"].([]any)[0].(map[string]any)["url"]; got != defaultBaseURL {
+		t.Errorf("servers[0].url = %v, want %s", got, defaultBaseURL)
+	}
+	delete(served, "servers")
+	delete(file, "servers")
+	if a, b := normalizedJSON(t, served), normalizedJSON(t, file); a != b {
+		t.Error("the served document differs from openapi.json beyond servers")
+	}
+	if served["openapi"] != "3.1.0" {
+		t.Errorf("openapi = %v, want 3.1.0", served["openapi"])
+	}
+}
+
+// TestErrorCodes: the contract's table of codes and statuses, in the server and in the
+// document.
+func TestErrorCodes(t *testing.T) {
+	contract := map[string]int{
+		"invalid_cursor": 400, "missing_api_key": 401, "invalid_api_key": 401, "expired_api_key": 401, "revoked_api_key": 401,
+		"insufficient_scope": 403, "not_found": 404, "route_not_found": 404, "method_not_allowed": 405, "body_too_large": 413,
+		"unknown_parameter": 422, "invalid_parameter": 422, "rate_limited": 429, "internal_error": 500,
+		"provider_not_confirmed": 502, "live_not_released": 503, "provider_unavailable": 503,
+	}
+	for code, status := range contract {
+		if got := statusOf(code); got != status {
+			t.Errorf("statusOf(%s) = %d, want %d", code, got, status)
+		}
+	}
+	var documented []string
+	for _, c := range asSlice(asMap(asMap(asMap(asMap(theOpenAPI(t).root["components"])["schemas"])["Problem"])["properties"])["code"].(map[string]any)["enum"]) {
+		documented = append(documented, c.(string))
+	}
+	if want := slices.Sorted(maps.Keys(contract)); !slices.Equal(slices.Sorted(slices.Values(documented)), want) {
+		t.Errorf("the document's codes %v, want the contract's %v", documented, want)
 	}
 }
