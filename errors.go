@@ -212,7 +212,7 @@ func parsePrefer(fields []string) (preference, *apiError) {
 					return p, paramError(codeInvalidParameter, "Prefer", "Prefer delay must be a whole number of milliseconds from 0 to 10000.")
 				}
 				p.delay = time.Duration(ms) * time.Millisecond
-				applied = append(applied, "delay="+value)
+				applied = append(applied, "delay="+strconv.Itoa(ms))
 			}
 		}
 	}

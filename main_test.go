@@ -84,10 +84,11 @@ type envOptions struct {
 
 // env is one sandbox under test.
 type env struct {
-	t     testing.TB
-	h     http.Handler
-	logs  *lockedBuffer
-	clock *fakeClock
+	t        testing.TB
+	h        http.Handler
+	logs     *lockedBuffer
+	clock    *fakeClock
+	stopping chan struct{} // close it to start the server's shutdown
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -117,11 +118,12 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.step < 0 {
 		clock.step = 0
 	}
-	s, err := newServer(sb, serverOptions{rate: rate, cursorSecret: o.secret, log: log, now: clock.now, stopping: make(chan struct{})})
+	stopping := make(chan struct{})
+	s, err := newServer(sb, serverOptions{rate: rate, cursorSecret: o.secret, log: log, now: clock.now, stopping: stopping})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, h: s.handler(o.extra...), logs: logs, clock: clock}
+	return &env{t: t, h: s.handler(o.extra...), logs: logs, clock: clock, stopping: stopping}
 }
 
 // reply is a response as the tests look at it.
@@ -2180,4 +2182,150 @@ func TestErrorCodes(t *testing.T) {
 	if want := slices.Sorted(maps.Keys(contract)); !slices.Equal(slices.Sorted(slices.Values(documented)), want) {
 		t.Errorf("the document's codes %v, want the contract's %v", documented, want)
 	}
+}
+
+// Rehearsing failures: Prefer: code=... and delay=... for test keys.
+
+func TestPreferSimulatedCodes(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	tests := []struct {
+		prefer     string
+		status     int
+		code       string
+		retryAfter string
+		applied    string
+	}{
+		{"code=429", 429, "rate_limited", "1", "code=429"},
+		{"code=500", 500, "internal_error", "", "code=500"},
+		{"code=502", 502, "provider_not_confirmed", "", "code=502"},
+		{"code=503", 503, "provider_unavailable", "1", "code=503"},
+		{"CODE=500", 500, "internal_error", "", "code=500"},
+		{`code="502"`, 502, "provider_not_confirmed", "", "code=502"},
+		{"code=503; reason=test", 503, "provider_unavailable", "1", "code=503"},
+		{"respond-async, code=500, wait=10", 500, "internal_error", "", "code=500"},
+		{"code=500, code=502", 500, "internal_error", "", "code=500"},
+		{"code=503, delay=5", 503, "provider_unavailable", "1", "code=503, delay=5"},
+		{"delay=00, code=502", 502, "provider_not_confirmed", "", "delay=0, code=502"},
+	}
+	for _, op := range operations {
+		for _, tt := range tests {
+			t.Run(op.name+"/"+tt.prefer, func(t *testing.T) {
+				rep := e.get(op.target, "sk_test_sandbox_all", "Prefer", tt.prefer)
+				p := wantProblem(t, rep, tt.status, tt.code, "")
+				if rep.header.Get("Retry-After") != tt.retryAfter || rep.header.Get("Preference-Applied") != tt.applied {
+					t.Errorf("Retry-After %q, Preference-Applied %q; want %q, %q", rep.header.Get("Retry-After"), rep.header.Get("Preference-Applied"), tt.retryAfter, tt.applied)
+				}
+				if strings.Contains(string(rep.body), "ord_sbx") || strings.Contains(string(rep.body), "shp_sbx") || !strings.Contains(p.Detail, "Simulated") {
+					t.Errorf("a simulated answer %s shows data or does not say it is simulated", rep.body)
+				}
+			})
+		}
+	}
+	// Two Prefer fields are one list (RFC 7240): the first instance of code counts.
+	rep := e.get("/v1/orders", "sk_test_sandbox_all", "Prefer", "code=502", "Prefer", "code=500")
+	wantProblem(t, rep, 502, "provider_not_confirmed", "")
+}
+
+func TestPreferInvalidValues(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for _, prefer := range []string{"code=404", "code=200", "code=abc", "code=", "code", "code=5000", "code=-500", "code=500.0",
+		"delay=-1", "delay=10001", "delay=abc", "delay=1.5", "delay=", "delay", "delay=99999999999999999999", "delay=1e3", "code=500, delay=20000"} {
+		rep := e.get("/v1/orders", "sk_test_sandbox_all", "Prefer", prefer)
+		wantProblem(t, rep, 422, "invalid_parameter", "Prefer")
+		if rep.header.Get("Preference-Applied") != "" {
+			t.Errorf("Prefer %q: a refused preference is reported applied: %q", prefer, rep.header.Get("Preference-Applied"))
+		}
+	}
+}
+
+// TestPreferDoesNotOutrankRealAnswers: a live key, a missing or bad key, a key without the
+// scope and a rate-limited key get exactly what they get without the header.
+func TestPreferDoesNotOutrankRealAnswers(t *testing.T) {
+	e := newEnv(t, envOptions{step: -1})
+	for _, key := range []string{"sk_live_sandbox_all", "", "sk_test_nope", "sk_test_sandbox_expired", "sk_test_sandbox_revoked", "sk_test_sandbox_tracking"} {
+		plain := e.get("/v1/orders", key)
+		prefer := e.get("/v1/orders", key, "Prefer", "code=500, delay=1")
+		if plain.status == 200 || prefer.status != plain.status || withoutRequestID(t, prefer.body) != withoutRequestID(t, plain.body) || prefer.header.Get("Preference-Applied") != "" {
+			t.Errorf("key %q: with Prefer %s, without %s", key, prefer, plain)
+		}
+	}
+	for i := 0; i < 25; i++ {
+		e.get("/v1/orders", "sk_test_sandbox_all")
+	}
+	rep := e.get("/v1/orders", "sk_test_sandbox_all", "Prefer", "code=500")
+	if p := wantProblem(t, rep, 429, "rate_limited", ""); strings.Contains(p.Detail, "Simulated") || rep.header.Get("Preference-Applied") != "" {
+		t.Errorf("a rate-limited key's Prefer was applied: %s", rep)
+	}
+}
+
+// TestRequestsWithoutPreferAreUnchanged: without Prefer (or with only preferences the
+// sandbox ignores) the answer is the same, byte for byte apart from the request id.
+func TestRequestsWithoutPreferAreUnchanged(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for _, target := range []string{"/v1/orders", "/v1/orders/ord_sbx_0001", "/v1/orders/nope", "/v1/orders?limit=0", "/v1/shipments/shp_sbx_spring/tracking", "/v1/tracking/SBX2000000000"} {
+		plain := e.get(target, "sk_test_sandbox_all")
+		ignored := e.get(target, "sk_test_sandbox_all", "Prefer", "return=minimal, respond-async, wait=5, handling=strict")
+		if plain.header.Get("Preference-Applied") != "" || ignored.header.Get("Preference-Applied") != "" {
+			t.Errorf("%s: Preference-Applied without an applied preference", target)
+		}
+		if plain.status != ignored.status || withoutRequestID(t, plain.body) != withoutRequestID(t, ignored.body) {
+			t.Errorf("%s: %s, with ignored preferences %s", target, plain, ignored)
+		}
+		for _, h := range [][]string{plain.header.Values("Request-Id"), ignored.header.Values("Request-Id")} {
+			if len(h) != 1 {
+				t.Errorf("%s: Request-Id %v", target, h)
+			}
+		}
+		a, b := plain.header.Clone(), ignored.header.Clone()
+		a.Del("Request-Id")
+		b.Del("Request-Id")
+		if fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Errorf("%s: headers %v, with ignored preferences %v", target, a, b)
+		}
+	}
+}
+
+func TestPreferDelay(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	start := time.Now()
+	rep := e.get("/v1/orders/ord_sbx_0001", "sk_test_sandbox_all", "Prefer", "delay=30")
+	if took := time.Since(start); took < 30*time.Millisecond || rep.status != 200 || string(rep.body) != sandboxOrderJSON || rep.header.Get("Preference-Applied") != "delay=30" {
+		t.Errorf("delay=30 took %v and answered %s (Preference-Applied %q); want at least 30ms, the order, delay=30", took, rep, rep.header.Get("Preference-Applied"))
+	}
+
+	// A client that goes away stops the wait: nothing is sent, and the log says 499.
+	ctx, cancel := context.WithCancel(context.Background())
+	r := newRequest(http.MethodGet, "/v1/orders", "sk_test_sandbox_all", "Prefer", "delay=10000").WithContext(ctx)
+	rec := httptest.NewRecorder()
+	done := make(chan struct{})
+	go func() { e.h.ServeHTTP(rec, r); close(done) }()
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("a cancelled request kept waiting out its delay")
+	}
+	if rec.Body.Len() != 0 {
+		t.Errorf("a cancelled request was answered %d %s", rec.Code, rec.Body)
+	}
+	if !strings.Contains(e.logs.String(), `"route":"/v1/orders","status":499`) {
+		t.Errorf("the log does not record the cancelled request as 499:\n%s", e.logs)
+	}
+
+	// Shutting down stops the wait too: the request is answered at once.
+	done = make(chan struct{})
+	var shut reply
+	go func() {
+		shut = e.get("/v1/orders", "sk_test_sandbox_all", "Prefer", "delay=10000, code=503")
+		close(done)
+	}()
+	time.Sleep(20 * time.Millisecond)
+	close(e.stopping)
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("shutting down did not end a delay")
+	}
+	wantProblem(t, shut, 503, "provider_unavailable", "")
 }
