@@ -92,7 +92,7 @@ var (
 // verify returns the position a cursor holds if this signer issued it for the tenant and
 // filters given.
 func (c *cursorSigner) verify(s string, tenant, filters tag) (cursorPosition, *apiError) {
-	if len(s) > maxCursorLen {
+	if len(s) > maxCursorLen || !isBase64URL(s) {
 		return cursorPosition{}, errCursorMalformed
 	}
 	b, err := strictBase64.DecodeString(s)
@@ -116,4 +116,16 @@ func (c *cursorSigner) verify(s string, tenant, filters tag) (cursorPosition, *a
 	}
 	sec := int64(binary.BigEndian.Uint64(body[17:25]))
 	return cursorPosition{createdAt: time.Unix(sec, int64(nsec)).UTC(), id: string(body[cursorHeaderLen:])}, nil
+}
+
+// isBase64URL reports whether s holds only the base64url alphabet: the decoder itself
+// skips \r and \n, which would let an altered spelling of a cursor pass.
+func isBase64URL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }

@@ -922,15 +922,18 @@ func prepareJSON(v any) preparedJSON {
 
 // arena packs prepared bodies into shared blocks, with one Content-Length value for each
 // length, so that a million orders are a few hundred allocations rather than millions.
+// Blocks start small and double, so that a small dataset costs little.
 type arena struct {
 	block   []byte
+	next    int // size of the next block
 	lengths map[int][]string
 }
 
 // begin returns the buffer to append the next body to.
 func (a *arena) begin() []byte {
 	if cap(a.block)-len(a.block) < 4<<10 {
-		a.block = make([]byte, 0, 1<<20)
+		a.next = min(max(2*a.next, 16<<10), 1<<20)
+		a.block = make([]byte, 0, a.next)
 	}
 	return a.block
 }

@@ -18,10 +18,12 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -80,6 +82,7 @@ type envOptions struct {
 	secret string // -cursor-secret
 	step   time.Duration
 	extra  []route
+	quiet  bool // log to io.Discard rather than keep the log
 }
 
 // env is one sandbox under test.
@@ -89,6 +92,7 @@ type env struct {
 	logs     *lockedBuffer
 	clock    *fakeClock
 	stopping chan struct{} // close it to start the server's shutdown
+	srv      *server
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -99,6 +103,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	logs := &lockedBuffer{}
 	log := slog.New(newLineHandler(logs))
+	if o.quiet {
+		log = slog.New(newLineHandler(io.Discard))
+	}
 	sb, _, err := loadDataset("test", data, o.seed, log)
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +130,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, h: s.handler(o.extra...), logs: logs, clock: clock, stopping: stopping}
+	return &env{t: t, h: s.handler(o.extra...), logs: logs, clock: clock, stopping: stopping, srv: s}
 }
 
 // reply is a response as the tests look at it.
@@ -1305,6 +1312,8 @@ func TestCursorBinding(t *testing.T) {
 		{"truncated by half", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor[:len(cursor)/2], key},
 		{"standard base64 alphabet", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + url.QueryEscape(base64.StdEncoding.EncodeToString(raw)), key},
 		{"not base64", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=%21%21%21", key},
+		{"carriage return inserted", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor[:10] + "%0D" + cursor[10:], key},
+		{"line feed appended", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor + "%0A", key},
 		{"huge", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + strings.Repeat("A", 5000), key},
 	}
 	for i := range raw {
@@ -2328,4 +2337,611 @@ func TestPreferDelay(t *testing.T) {
 		t.Fatal("shutting down did not end a delay")
 	}
 	wantProblem(t, shut, 503, "provider_unavailable", "")
+}
+
+// Hardening: connection limits, shutdown, panics, hostile input, load, secrets.
+
+func TestConnectionLimits(t *testing.T) {
+	cfg := defaultConfig()
+	hs := newHTTPServer(cfg, http.NotFoundHandler())
+	if hs.ReadHeaderTimeout <= 0 || hs.ReadHeaderTimeout > 30*time.Second || hs.ReadTimeout <= 0 || hs.IdleTimeout <= 0 ||
+		hs.MaxHeaderBytes <= 0 || hs.MaxHeaderBytes > 64<<10 || hs.WriteTimeout <= maxPreferDelay {
+		t.Errorf("server limits: ReadHeaderTimeout %v, ReadTimeout %v, WriteTimeout %v, IdleTimeout %v, MaxHeaderBytes %d",
+			hs.ReadHeaderTimeout, hs.ReadTimeout, hs.WriteTimeout, hs.IdleTimeout, hs.MaxHeaderBytes)
+	}
+
+	// A client that never finishes its headers is cut off after ReadHeaderTimeout.
+	e := newEnv(t, envOptions{})
+	cfg.readHeaderTimeout = 300 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newHTTPServer(cfg, e.h)
+	go srv.Serve(ln)
+	defer srv.Close()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	io.WriteString(conn, "GET /v1/orders HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+	closed := make(chan time.Duration)
+	go func() {
+		io.Copy(io.Discard, conn)
+		closed <- time.Since(start)
+	}()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case took := <-closed:
+			if took > 2*time.Second {
+				t.Errorf("the slow client was cut off after %v, want about 300ms", took)
+			}
+			goto headers
+		case <-tick.C:
+			conn.Write([]byte("a")) // a byte at a time, never the end of the headers
+		case <-time.After(5 * time.Second):
+			t.Fatal("a client that never finishes its headers is still connected after 5s")
+		}
+	}
+headers:
+	// Headers over MaxHeaderBytes are refused by net/http before any handler.
+	res, err := http.Get("http://" + ln.Addr().String() + "/healthz?" + strings.Repeat("a", 70<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("70 KiB of request line = %d, want 431", res.StatusCode)
+	}
+}
+
+// TestGracefulShutdown: run's context is cancelled while a request's body is still
+// streaming; the request is answered in full and run returns nil.
+func TestGracefulShutdown(t *testing.T) {
+	base, _, _, stop := startRun(t)
+	u, _ := url.Parse(base)
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(20 * time.Second))
+	io.WriteString(conn, "GET /v1/orders/ord_sbx_0001 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_sandbox_all\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+	time.Sleep(100 * time.Millisecond) // the handler is now reading the body
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	time.Sleep(200 * time.Millisecond) // shutdown has begun and waits for the request
+	select {
+	case err := <-stopped:
+		t.Fatalf("run returned %v while a request was in flight", err)
+	default:
+	}
+	if _, err := net.DialTimeout("tcp", u.Host, time.Second); err == nil {
+		t.Error("a new connection was accepted after shutdown began")
+	}
+	io.WriteString(conn, "5\r\nworld\r\n0\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("the in-flight request was not answered: %v", err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != 200 || string(body) != sandboxOrderJSON {
+		t.Errorf("the in-flight request = %d %s, want 200 and the order", res.StatusCode, body)
+	}
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Errorf("run = %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("run did not return after the last request finished")
+	}
+}
+
+// TestPanicsBecomeInternalErrors: a panic in a handler is a 500 internal_error showing no
+// internals; the stack is logged with the request id; the server keeps serving.
+func TestPanicsBecomeInternalErrors(t *testing.T) {
+	panicking := route{"/v1/test/panic", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		panic("boom: secret internals at /home/build/sandbox/orders.go:42")
+	})}
+	halfway := route{"/v1/test/panic-after-write", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1000")
+		w.WriteHeader(200)
+		w.Write([]byte(`{"partial":`))
+		panic("boom after writing")
+	})}
+	e := newEnv(t, envOptions{extra: []route{panicking, halfway}})
+	rec := httptest.NewRecorder()
+	e.h.ServeHTTP(rec, newRequest(http.MethodGet, "/v1/test/panic", ""))
+	rep := reply{status: rec.Code, header: rec.Result().Header, body: rec.Body.Bytes()}
+	p := wantProblem(t, rep, 500, "internal_error", "")
+	if strings.Contains(string(rep.body), "boom") || strings.Contains(string(rep.body), ".go") || rep.header.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("the 500 shows internals: %s %s", rep.header.Get("Content-Type"), rep.body)
+	}
+	logs := e.logs.String()
+	if !strings.Contains(logs, `"msg":"panic","request_id":"`+p.RequestID+`"`) || !strings.Contains(logs, "boom: secret internals") || !strings.Contains(logs, "goroutine") {
+		t.Errorf("the panic is not logged with its request id and stack:\n%s", logs)
+	}
+	if rep := e.get("/v1/orders/ord_sbx_0001", "sk_test_sandbox_all"); rep.status != 200 {
+		t.Errorf("after a panic, GET = %s, want 200", rep)
+	}
+
+	// Over a connection: a panic after part of the answer is sent cuts the connection,
+	// so that the client cannot take the part for a whole; the server keeps serving.
+	ts := httptest.NewServer(e.h)
+	defer ts.Close()
+	res, err := http.Get(ts.URL + "/v1/test/panic-after-write")
+	if err == nil {
+		_, err = io.ReadAll(res.Body)
+		res.Body.Close()
+	}
+	if err == nil {
+		t.Error("a panic after a partial answer delivered it as complete")
+	}
+	res, err = http.Get(ts.URL + "/healthz")
+	if err != nil || res.StatusCode != 200 {
+		t.Errorf("after a panic, GET /healthz = %v, %v", res, err)
+	}
+}
+
+// badInput is one hostile request and the answer it must get.
+type badInput struct {
+	name    string
+	method  string
+	target  string
+	headers []string
+	body    io.Reader
+	length  int64 // ContentLength when body is set; -1 for chunked
+	status  int
+	code    string
+}
+
+func TestBadInputCatalogue(t *testing.T) {
+	e := newEnv(t, envOptions{seed: 30, secret: "catalogue"})
+	const all = "Bearer sk_test_sandbox_all"
+	page := decodePage(t, e.get("/v1/orders?limit=2&status=fulfilled", "sk_test_sandbox_all"))
+	cursor := *page.Pagination.NextCursor
+	raw, _ := base64.RawURLEncoding.DecodeString(cursor)
+	flip := func(i int) string {
+		b := slices.Clone(raw)
+		b[i] ^= 0x80
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	foreign := newEnv(t, envOptions{seed: 30, secret: "another sandbox"})
+	foreignCursor := *decodePage(t, foreign.get("/v1/orders?limit=2&status=fulfilled", "sk_test_sandbox_all")).Pagination.NextCursor
+	long := strings.Repeat("x", 100<<10)
+	cases := []badInput{
+		// Authorization
+		{name: "no Authorization", target: "/v1/orders", status: 401, code: "missing_api_key"},
+		{name: "empty Authorization", target: "/v1/orders", headers: []string{"Authorization", ""}, status: 401, code: "missing_api_key"},
+		{name: "Basic with a key", target: "/v1/orders", headers: []string{"Authorization", "Basic " + base64.StdEncoding.EncodeToString([]byte("sk_test_sandbox_all:"))}, status: 401, code: "missing_api_key"},
+		{name: "Digest", target: "/v1/orders", headers: []string{"Authorization", `Digest username="x"`}, status: 401, code: "missing_api_key"},
+		{name: "Bearer with a tab", target: "/v1/orders", headers: []string{"Authorization", "Bearer\tsk_test_sandbox_all"}, status: 401, code: "missing_api_key"},
+		{name: "Bearer only", target: "/v1/orders", headers: []string{"Authorization", "Bearer "}, status: 401, code: "invalid_api_key"},
+		{name: "two Authorization headers, both valid", target: "/v1/orders", headers: []string{"Authorization", all, "Authorization", all}, status: 401, code: "invalid_api_key"},
+		{name: "two Authorization headers, one bad", target: "/v1/orders", headers: []string{"Authorization", "Bearer nope", "Authorization", all}, status: 401, code: "invalid_api_key"},
+		{name: "key with a trailing comma", target: "/v1/orders", headers: []string{"Authorization", all + ","}, status: 401, code: "invalid_api_key"},
+		{name: "key quoted", target: "/v1/orders", headers: []string{"Authorization", `Bearer "sk_test_sandbox_all"`}, status: 401, code: "invalid_api_key"},
+		{name: "a 10 KiB key", target: "/v1/orders", headers: []string{"Authorization", "Bearer " + strings.Repeat("k", 10<<10)}, status: 401, code: "invalid_api_key"},
+		{name: "a key with control bytes", target: "/v1/orders", headers: []string{"Authorization", "Bearer sk_test\x00sandbox_all"}, status: 401, code: "invalid_api_key"},
+		{name: "a key with non-UTF-8 bytes", target: "/v1/orders", headers: []string{"Authorization", "Bearer sk_\xff\xfe"}, status: 401, code: "invalid_api_key"},
+		{name: "a revoked key", target: "/v1/orders", headers: []string{"Authorization", "Bearer sk_test_sandbox_revoked"}, status: 401, code: "revoked_api_key"},
+		{name: "a live key", target: "/v1/orders", headers: []string{"Authorization", "Bearer sk_live_sandbox_all"}, status: 503, code: "live_not_released"},
+		{name: "key in the query, no header", target: "/v1/orders?api_key=sk_test_sandbox_all", status: 401, code: "missing_api_key"},
+		{name: "access_token in the query, no header", target: "/v1/orders?access_token=sk_test_sandbox_all", status: 401, code: "missing_api_key"},
+		{name: "key in the query and the header", target: "/v1/orders?api_key=sk_test_sandbox_all", headers: []string{"Authorization", all}, status: 422, code: "unknown_parameter"},
+		{name: "key as the order id", target: "/v1/orders/sk_test_sandbox_all", headers: []string{"Authorization", all}, status: 404, code: "not_found"},
+		{name: "key as userinfo-like path", target: "/v1/sk_test_sandbox_all@orders", headers: []string{"Authorization", all}, status: 404, code: "route_not_found"},
+		// Tenancy
+		{name: "another account's order", target: "/v1/orders/ord_other_0001", headers: []string{"Authorization", all}, status: 404, code: "not_found"},
+		{name: "the live environment's order", target: "/v1/orders/ord_sbx_live_0001", headers: []string{"Authorization", all}, status: 404, code: "not_found"},
+		{name: "another account's shipment", target: "/v1/shipments/shp_other_1/tracking", headers: []string{"Authorization", all}, status: 404, code: "not_found"},
+		{name: "the live environment's shipment", target: "/v1/shipments/shp_sbx_live/tracking", headers: []string{"Authorization", all}, status: 404, code: "not_found"},
+		{name: "the live environment's tracking number", target: "/v1/tracking/SBX9000000001", headers: []string{"Authorization", all}, status: 404, code: "not_found"},
+		{name: "acct_other on acct_sandbox's shipment", target: "/v1/shipments/shp_sbx_spring/tracking", headers: []string{"Authorization", "Bearer sk_test_other_all"}, status: 404, code: "not_found"},
+		// Paths
+		{name: "double slash", target: "/v1//orders", headers: []string{"Authorization", all}, status: 404, code: "route_not_found"},
+		{name: "leading double slash", target: "//v1/orders", headers: []string{"Authorization", all}, status: 404, code: "route_not_found"},
+		{name: "dot segment", target: "/v1/./orders", headers: []string{"Authorization", all}, status: 404, code: "route_not_found"},
+		{name: "dot-dot segment", target: "/v1/orders/../orders", headers: []string{"Authorization", all}, status: 404, code: "route_not_found"},
+		{name: "dot-dot above the root", target: "/../v1/orders", headers: []string{"Authorization", all}, status: 404, code: "route_not_found"},
+		{name: "escaped slash in an id", target: "/v1/orders/ord_sbx_0001%2F..%2Ford_other_0001", headers: []string{"Authorization", all}, status: 404, code: "not_found"},
+		{name: "escaped slash in a tracking number", target: "/v1/tracking/SBX1000000001%2F", headers: []string{"Authorization", all}, status: 404, code: "not_found"},
+		{name: "a 100 KiB id", target: "/v1/orders/" + long, headers: []string{"Authorization", all}, status: 404, code: "not_found"},
+		{name: "non-UTF-8 id", target: "/v1/orders/%FF%FE", headers: []string{"Authorization", all}, status: 404, code: "not_found"},
+		{name: "NUL in an id", target: "/v1/shipments/shp%00/tracking", headers: []string{"Authorization", all}, status: 404, code: "not_found"},
+		{name: "trailing slash", target: "/v1/orders/ord_sbx_0001/", headers: []string{"Authorization", all}, status: 404, code: "route_not_found"},
+		{name: "backslash", target: "/v1\\orders", headers: []string{"Authorization", all}, status: 404, code: "route_not_found"},
+		{name: "upper-case path", target: "/V1/ORDERS", headers: []string{"Authorization", all}, status: 404, code: "route_not_found"},
+		{name: "extra segment", target: "/v1/orders/ord_sbx_0001/shipment", headers: []string{"Authorization", all}, status: 404, code: "route_not_found"},
+		{name: "unknown method", method: "BREW", target: "/v1/orders", headers: []string{"Authorization", all}, status: 405, code: "method_not_allowed"},
+		{name: "POST with a JSON body", method: "POST", target: "/v1/orders", headers: []string{"Authorization", all}, body: strings.NewReader(`{"id":"x"}`), length: 10, status: 405, code: "method_not_allowed"},
+		// Query
+		{name: "limit repeated", target: "/v1/orders?limit=1&limit=2", headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
+		{name: "status repeated, same value", target: "/v1/orders?status=fulfilled&status=fulfilled", headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
+		{name: "limit empty", target: "/v1/orders?limit=", headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
+		{name: "limit huge", target: "/v1/orders?limit=" + strings.Repeat("9", 5000), headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
+		{name: "limit negative", target: "/v1/orders?limit=-20", headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
+		{name: "limit hexadecimal", target: "/v1/orders?limit=0x10", headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
+		{name: "status with a NUL", target: "/v1/orders?status=fulfilled%00", headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
+		{name: "created_from huge", target: "/v1/orders?created_from=" + strings.Repeat("2", 10000), headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
+		{name: "created_from year 10000", target: "/v1/orders?created_from=10000-01-01T00:00:00Z", headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
+		{name: "unknown parameter", target: "/v1/orders?sort=asc", headers: []string{"Authorization", all}, status: 422, code: "unknown_parameter"},
+		{name: "unknown parameter, non-UTF-8 name", target: "/v1/orders?%FF=1", headers: []string{"Authorization", all}, status: 422, code: "unknown_parameter"},
+		{name: "array-style parameter", target: "/v1/orders?status[]=fulfilled", headers: []string{"Authorization", all}, status: 422, code: "unknown_parameter"},
+		{name: "bad percent-encoding", target: "/v1/orders?limit=%G0", headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
+		{name: "semicolon separator", target: "/v1/orders?limit=5;status=fulfilled", headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
+		{name: "a parameter on an id route", target: "/v1/orders/ord_sbx_0001?fields=id", headers: []string{"Authorization", all}, status: 422, code: "unknown_parameter"},
+		{name: "10,000 empty parameters", target: "/v1/orders?" + strings.Repeat("&", 10000), headers: []string{"Authorization", all}, status: 200},
+		// Cursors
+		{name: "cursor garbage", target: "/v1/orders?status=fulfilled&cursor=%25%25%25", headers: []string{"Authorization", all}, status: 400, code: "invalid_cursor"},
+		{name: "cursor first byte flipped", target: "/v1/orders?status=fulfilled&cursor=" + flip(0), headers: []string{"Authorization", all}, status: 400, code: "invalid_cursor"},
+		{name: "cursor position byte flipped", target: "/v1/orders?status=fulfilled&cursor=" + flip(20), headers: []string{"Authorization", all}, status: 400, code: "invalid_cursor"},
+		{name: "cursor id byte flipped", target: "/v1/orders?status=fulfilled&cursor=" + flip(cursorHeaderLen+2), headers: []string{"Authorization", all}, status: 400, code: "invalid_cursor"},
+		{name: "cursor MAC byte flipped", target: "/v1/orders?status=fulfilled&cursor=" + flip(len(raw)-1), headers: []string{"Authorization", all}, status: 400, code: "invalid_cursor"},
+		{name: "cursor re-padded", target: "/v1/orders?status=fulfilled&cursor=" + cursor + "%3D", headers: []string{"Authorization", all}, status: 400, code: "invalid_cursor"},
+		{name: "cursor truncated", target: "/v1/orders?status=fulfilled&cursor=" + cursor[:len(cursor)-4], headers: []string{"Authorization", all}, status: 400, code: "invalid_cursor"},
+		{name: "cursor with a character appended", target: "/v1/orders?status=fulfilled&cursor=" + cursor + "A", headers: []string{"Authorization", all}, status: 400, code: "invalid_cursor"},
+		{name: "cursor for other filters", target: "/v1/orders?status=cancelled&cursor=" + cursor, headers: []string{"Authorization", all}, status: 400, code: "invalid_cursor"},
+		{name: "cursor of another account", target: "/v1/orders?status=fulfilled&cursor=" + cursor, headers: []string{"Authorization", "Bearer sk_test_other_all"}, status: 400, code: "invalid_cursor"},
+		{name: "cursor of another sandbox", target: "/v1/orders?status=fulfilled&cursor=" + foreignCursor, headers: []string{"Authorization", all}, status: 400, code: "invalid_cursor"},
+		{name: "cursor with its own filters", target: "/v1/orders?status=fulfilled&cursor=" + cursor, headers: []string{"Authorization", all}, status: 200},
+		// Bodies
+		{name: "declared body over the cap", target: "/v1/orders", headers: []string{"Authorization", all}, body: bytes.NewReader(make([]byte, maxBodyBytes+1)), length: maxBodyBytes + 1, status: 413, code: "body_too_large"},
+		{name: "declared length over the cap, nothing sent", target: "/v1/orders", headers: []string{"Authorization", all}, body: strings.NewReader(""), length: 1 << 40, status: 413, code: "body_too_large"},
+		{name: "chunked body over the cap", target: "/v1/orders", headers: []string{"Authorization", all}, body: chunkedBody{io.LimitReader(neverEnding('z'), maxBodyBytes+1)}, length: -1, status: 413, code: "body_too_large"},
+		{name: "endless chunked body", target: "/v1/orders", body: chunkedBody{neverEnding('z')}, length: -1, status: 413, code: "body_too_large"},
+		{name: "body at the cap", target: "/v1/orders", headers: []string{"Authorization", all}, body: bytes.NewReader(make([]byte, maxBodyBytes)), length: maxBodyBytes, status: 200},
+		// Prefer
+		{name: "Prefer code out of the list", target: "/v1/orders", headers: []string{"Authorization", all, "Prefer", "code=599"}, status: 422, code: "invalid_parameter"},
+		{name: "Prefer delay too long", target: "/v1/orders", headers: []string{"Authorization", all, "Prefer", "delay=600000"}, status: 422, code: "invalid_parameter"},
+		{name: "Prefer garbage is ignored", target: "/v1/orders", headers: []string{"Authorization", all, "Prefer", `;;,,=="\x01`}, status: 200},
+	}
+	if len(cases) < 60 {
+		t.Fatalf("the catalogue has %d cases, want at least 60", len(cases))
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			method := c.method
+			if method == "" {
+				method = http.MethodGet
+			}
+			r := httptest.NewRequest(method, "http://127.0.0.1:8080/", c.body)
+			r.URL, _ = url.Parse(c.target)
+			r.RequestURI = c.target
+			if c.body != nil {
+				r.ContentLength = c.length
+			}
+			for i := 0; i+1 < len(c.headers); i += 2 {
+				r.Header.Add(c.headers[i], c.headers[i+1])
+			}
+			rep := e.do(r)
+			if c.status == 200 {
+				if rep.status != 200 {
+					t.Fatalf("= %s, want 200", rep)
+				}
+				return
+			}
+			p := rep.problem(t)
+			if rep.status != c.status || p.Code != c.code {
+				t.Errorf("= %d %s, want %d %s", rep.status, p.Code, c.status, c.code)
+			}
+		})
+	}
+}
+
+// neverEnding is an endless stream of one byte.
+type neverEnding byte
+
+func (b neverEnding) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(b)
+	}
+	return len(p), nil
+}
+
+// TestLoadWithoutLoss drives the handler chain from 16 goroutines with 20,000 mixed
+// requests and checks every answer; unknown keys leave no state behind.
+func TestLoadWithoutLoss(t *testing.T) {
+	// The limiter runs on every keyed request, on a clock that stands still, with room for
+	// all of them: the answers do not depend on how the goroutines interleave.
+	e := newEnv(t, envOptions{seed: 200, rate: maxRate, step: -1})
+	type expect struct {
+		target, key string
+		status      int
+		code        string
+		body        string
+	}
+	mix := []expect{
+		{"/v1/orders/ord_sbx_0001", "sk_test_sandbox_all", 200, "", sandboxOrderJSON},
+		{"/v1/orders/ord_sbx_0001", "sk_test_sandbox_orders", 200, "", sandboxOrderJSON},
+		{"/v1/orders/ord_other_0001", "sk_test_other_all", 200, "", otherOrderJSON},
+		{"/v1/orders/ord_other_0001", "sk_test_sandbox_all", 404, "not_found", ""},
+		{"/v1/orders?limit=3&status=cancelled", "sk_test_sandbox_all", 200, "", ""},
+		{"/v1/orders?limit=0", "sk_test_sandbox_all", 422, "invalid_parameter", ""},
+		{"/v1/orders?cursor=x", "sk_test_sandbox_orders", 400, "invalid_cursor", ""},
+		{"/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_tracking", 200, "", ""},
+		{"/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_orders", 403, "insufficient_scope", ""},
+		{"/v1/tracking/SBX1000000001", "sk_test_other_all", 200, "", ""},
+		{"/v1/tracking/SBX2000000000", "sk_test_sandbox_all", 404, "not_found", ""},
+		{"/v1/orders", "sk_test_sandbox_none", 403, "insufficient_scope", ""},
+		{"/v1/orders", "sk_test_sandbox_expired", 401, "expired_api_key", ""},
+		{"/v1/orders", "sk_test_sandbox_revoked", 401, "revoked_api_key", ""},
+		{"/v1/orders", "sk_live_sandbox_all", 503, "live_not_released", ""},
+		{"/v1/orders", "", 401, "missing_api_key", ""},
+		{"/v1/nope", "sk_test_sandbox_all", 404, "route_not_found", ""},
+		{"/healthz", "", 200, "", `{"status":"ok"}`},
+	}
+	first := map[string][]byte{}
+	for _, m := range mix {
+		first[m.target+m.key] = e.get(m.target, m.key).body
+	}
+	const workers, total = 16, 20000
+	var next atomic.Int64
+	var failures atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= total {
+					return
+				}
+				var m expect
+				if i%5 == 4 { // an unknown key, never the same twice
+					m = expect{"/v1/orders", "sk_test_unknown_" + strconv.FormatInt(i, 10), 401, "invalid_api_key", ""}
+				} else {
+					m = mix[int(i)%len(mix)]
+				}
+				rec := httptest.NewRecorder()
+				e.h.ServeHTTP(rec, newRequest(http.MethodGet, m.target, m.key))
+				ok := rec.Code == m.status
+				if m.code != "" {
+					ok = ok && strings.Contains(rec.Body.String(), `"code":"`+m.code+`"`) && rec.Header().Get("Content-Type") == "application/problem+json"
+				} else if want := first[m.target+m.key]; ok && !strings.HasPrefix(m.key, "sk_test_unknown_") {
+					ok = bytes.Equal(rec.Body.Bytes(), want) || strings.Contains(m.target, "?") // pages carry fresh cursors
+				}
+				if m.body != "" {
+					ok = ok && rec.Body.String() == m.body
+				}
+				if !ok || !requestIDPattern.MatchString(rec.Header().Get("Request-Id")) {
+					if failures.Add(1) <= 5 {
+						t.Errorf("request %d: GET %s (%s) = %d %s, want %d %s", i, m.target, m.key, rec.Code, rec.Body, m.status, m.code)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := failures.Load(); n > 0 {
+		t.Fatalf("%d of %d answers were wrong", n, total)
+	}
+	if lines := strings.Count(e.logs.String(), `"msg":"request"`); lines != total+len(mix) {
+		t.Errorf("%d request log lines for %d requests", lines, total+len(mix))
+	}
+
+	// Unknown keys create no rate-limit state: the limiter's state is one bucket per
+	// known key, and 50,000 unknown keys leave the heap where it was.
+	if len(e.srv.keys) != 8 {
+		t.Errorf("%d keys after the load, want the dataset's 8", len(e.srv.keys))
+	}
+	quiet := newEnv(t, envOptions{quiet: true}) // a kept log would grow by a line a request
+	var before, after runtimeMem
+	before.read()
+	for i := 0; i < 50000; i++ {
+		quiet.h.ServeHTTP(httptest.NewRecorder(), newRequest(http.MethodGet, "/v1/orders", "sk_test_flood_"+strconv.Itoa(i)))
+	}
+	after.read()
+	if grown := int64(after.heap) - int64(before.heap); grown > 1<<20 {
+		t.Errorf("the heap grew by %d bytes over 50,000 unknown keys: they leave state behind", grown)
+	}
+	if rep := quiet.get("/v1/orders", "sk_test_sandbox_all"); rep.status != 200 {
+		t.Errorf("after the flood, a known key = %s", rep)
+	}
+}
+
+// TestSecretsAreNeverLogged: the log of a run that uses every key, on every operation and
+// in every odd place, holds no key and no Authorization value.
+func TestSecretsAreNeverLogged(t *testing.T) {
+	base, _, stderr, stop := startRun(t)
+	keys := []string{"sk_test_sandbox_all", "sk_test_sandbox_tracking", "sk_test_sandbox_orders", "sk_test_sandbox_none", "sk_test_sandbox_expired", "sk_test_sandbox_revoked", "sk_test_other_all", "sk_live_sandbox_all", "sk_test_not_a_key"}
+	for _, key := range keys {
+		for _, target := range []string{"/shipments/shp_sbx_spring/tracking", "/tracking/SBX1000000001", "/orders?limit=1", "/orders/ord_sbx_0001", "/orders/" + key, "/orders?api_key=" + key, "/nope/" + key} {
+			for _, auth := range []string{"Bearer " + key, "Basic " + key, key} {
+				req, _ := http.NewRequest(http.MethodGet, base+target, nil)
+				req.Header.Set("Authorization", auth)
+				req.Header.Set("Prefer", "code="+key)
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+			}
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	logs := stderr.String()
+	if strings.Count(logs, `"msg":"request"`) != len(keys)*7*3 {
+		t.Fatalf("the log has %d request lines, want %d: the test would prove nothing", strings.Count(logs, `"msg":"request"`), len(keys)*7*3)
+	}
+	for _, secret := range append(keys, "Bearer", "Basic", "Authorization", "sk_test", "sk_live") {
+		if strings.Contains(logs, secret) {
+			t.Errorf("the log holds %q", secret)
+		}
+	}
+}
+
+// runtimeMem is the live heap after a full collection.
+type runtimeMem struct{ heap uint64 }
+
+func (m *runtimeMem) read() {
+	runtime.GC()
+	var s runtime.MemStats
+	runtime.ReadMemStats(&s)
+	m.heap = s.HeapAlloc
+}
+
+// Fuzz targets. Their seed corpus runs in every go test; .ci/run fuzzes each for a while.
+
+var timestampPattern = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]*[1-9])?Z$`)
+
+func FuzzParseTimestamp(f *testing.F) {
+	for _, s := range []string{"2026-03-29T02:30:00+01:00", "2026-10-25T01:30:00Z", "2026-11-20T09:00:00", "2026-11-20 10:00:00",
+		"2026-11-20T1:30:00Z", "2026-11-20T24:00:00Z", "2026-12-31T23:59:60Z", "2026-11-20T11:00:00+24:00", "2026-11-20t11:00:00.123z",
+		"0000-01-01T00:00:00Z", "9999-12-31T23:59:59.9999999999-23:59", "2028-02-29T00:00:00Z", "2026-02-29T00:00:00Z", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, ok := parseTimestamp(s)
+		if !ok {
+			return
+		}
+		out := formatTimestamp(got)
+		if !timestampPattern.MatchString(out) {
+			t.Fatalf("parseTimestamp(%q) writes back as %q, not UTC RFC 3339", s, out)
+		}
+		if back, ok := parseTimestamp(out); !ok || !back.Equal(got) {
+			t.Fatalf("%q -> %q does not read back as the same instant", s, out)
+		}
+		if goT, err := time.Parse(time.RFC3339Nano, strings.ToUpper(s)); err == nil && !goT.Equal(got) {
+			t.Fatalf("parseTimestamp(%q) = %s, time.Parse reads %s", s, out, goT.UTC().Format(time.RFC3339Nano))
+		}
+	})
+}
+
+func FuzzCursorVerify(f *testing.F) {
+	c := newCursorSigner([]byte("fuzz"))
+	tenant, filters := tagOf("tenant", "acct_sandbox", "test"), tagOf("orders", "fulfilled", "", "")
+	for _, pos := range []cursorPosition{{testNow, "ord_sbx_0001"}, {time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC), "x"}, {testNow.Add(time.Nanosecond), strings.Repeat("o", 300)}} {
+		f.Add(c.sign(tenant, filters, pos))
+	}
+	for _, s := range []string{"", "AA", "not-a-cursor", "AcFqYOrmVhfAdy3-TVZlKt8AAAAAauZkLAAAAABvcmRf", strings.Repeat("A", 2000)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		pos, err := c.verify(s, tenant, filters)
+		if err != nil {
+			if err.code != codeInvalidCursor || err.param != "cursor" {
+				t.Fatalf("verify(%q) = %+v, want an invalid_cursor error", s, err)
+			}
+			return
+		}
+		// Only a cursor this signer issued verifies, and it has one spelling.
+		if again := c.sign(tenant, filters, pos); again != s {
+			t.Fatalf("verify(%q) passed, but the cursor for its position is %q", s, again)
+		}
+	})
+}
+
+func FuzzOrderQuery(f *testing.F) {
+	for _, s := range []string{"", "limit=5", "limit=0", "limit=101&status=x", "status=fulfilled&created_from=2026-01-01T00:00:00Z&created_to=2026-12-01T00:00:00%2B01:00",
+		"cursor=abc&limit=100", "limit=1&limit=1", "=", "&&&", "%zz=1", "a=%", "created_from=2026-01-02T00:00:00Z&created_to=2026-01-01T00:00:00Z", "limit=%2B5"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, err := parseOrderQuery(raw)
+		if err != nil {
+			if (err.code != codeUnknownParameter && err.code != codeInvalidParameter) || !err.hasParam {
+				t.Fatalf("parseOrderQuery(%q) = %+v, want a 422 naming its parameter", raw, err)
+			}
+			return
+		}
+		if q.limit < 1 || q.limit > maxPageSize || q.status < -1 || q.status >= len(orderStatuses) || q.hasFrom && q.hasTo && q.from.After(q.to) {
+			t.Fatalf("parseOrderQuery(%q) accepted %+v", raw, q)
+		}
+	})
+}
+
+func FuzzParsePrefer(f *testing.F) {
+	for _, s := range []string{"code=503", "delay=100", "code=500, delay=10000", `code="429"; x=y`, "respond-async", "code=200", "delay=-1", `a="b,c", code=502`, ";;,=", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, header string) {
+		p, err := parsePrefer([]string{header})
+		if err != nil {
+			if err.code != codeInvalidParameter || err.param != "Prefer" {
+				t.Fatalf("parsePrefer(%q) = %+v, want invalid_parameter naming Prefer", header, err)
+			}
+			return
+		}
+		if (p.code != "" && simulatedCodes[p.code] == nil) || p.delay < 0 || p.delay > maxPreferDelay {
+			t.Fatalf("parsePrefer(%q) accepted %+v", header, p)
+		}
+	})
+}
+
+func FuzzLoadDataset(f *testing.F) {
+	example, _ := os.ReadFile("testdata/example.json")
+	for _, d := range [][]byte{defaultDataset, example, []byte(dataset(dsAccounts, dsKey, dsShipment, dsOrder)), []byte(`{`), []byte(`{"accounts":[{"id":"a","environments":["test"]}],"keys":[null],"orders":[{}]}`)} {
+		f.Add(d)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		sb, _, err := loadDataset("fuzz.json", data, 0, slog.New(slog.DiscardHandler))
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "dataset fuzz.json: $") {
+				t.Fatalf("refusal %q does not name the file and a JSON path", err)
+			}
+			return
+		}
+		for _, tn := range sb.tenants {
+			for _, o := range tn.orders.all {
+				if !json.Valid(o.resource.body) {
+					t.Fatalf("order %q is prepared as invalid JSON: %s", o.id, o.resource.body)
+				}
+			}
+		}
+	})
+}
+
+// FuzzHandlerChain sends arbitrary methods, paths, queries, Authorization values and
+// bodies through the whole chain: the answer is a 200 or a problem+json 4xx, never a 5xx.
+func FuzzHandlerChain(f *testing.F) {
+	e := newEnv(f, envOptions{seed: 20, rate: -1})
+	seeds := [][4]string{
+		{"GET", "/v1/orders", "limit=3", "Bearer sk_test_sandbox_all"},
+		{"GET", "/v1/orders/ord_sbx_0001", "", "Bearer sk_test_sandbox_all"},
+		{"HEAD", "/v1/shipments/shp_sbx_spring/tracking", "", "Bearer sk_test_sandbox_tracking"},
+		{"GET", "/v1/tracking/SBX2000000000", "", "bearer sk_test_other_all"},
+		{"POST", "/v1/orders", "status=x", "Basic x"},
+		{"GET", "//v1/./orders/..", "cursor=%%", "Bearer "},
+		{"GET", "/v1/orders", "created_from=2026-01-01T00:00:00+01:00&created_to=x", "Bearer sk_live_sandbox_all"},
+		{"DELETE", "/healthz", "", ""},
+		{"GET", "", "", ""},
+		{"CONNECT", "/v1/orders", "", "Bearer sk_test_sandbox_all"},
+	}
+	for _, s := range seeds {
+		f.Add(s[0], s[1], s[2], s[3], "")
+	}
+	f.Add("GET", "/v1/orders", "", "Bearer sk_test_sandbox_all", strings.Repeat("b", 300))
+	f.Fuzz(func(t *testing.T, method, path, query, auth, body string) {
+		u := &url.URL{Path: path, RawQuery: query}
+		r := &http.Request{Method: method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: http.Header{}, Host: "x",
+			RequestURI: u.RequestURI(), Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body))}
+		if auth != "" {
+			r.Header.Set("Authorization", auth)
+		}
+		rec := httptest.NewRecorder()
+		e.h.ServeHTTP(rec, r)
+		rep := reply{status: rec.Code, header: rec.Result().Header, body: rec.Body.Bytes()}
+		// The one 5xx a client gets without asking (Prefer) is a live key's 503.
+		live := rep.status == 503 && bytes.Contains(rep.body, []byte(`"code":"live_not_released"`))
+		if rep.status != 200 && (rep.status < 400 || rep.status > 499) && !live {
+			t.Fatalf("%q %q ? %q (Authorization %q) = %s", method, path, query, auth, rep)
+		}
+		if method == http.MethodGet || method == http.MethodHead {
+			checkResponse(t, r, rep)
+		} else if rep.status >= 400 {
+			rep.problem(t)
+		}
+	})
 }
