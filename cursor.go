@@ -33,15 +33,15 @@ var strictBase64 = base64.RawURLEncoding.Strict()
 // tag is a short digest that binds a cursor to something it must be used with.
 type tag [8]byte
 
+// tagOf digests its parts, each followed by a zero byte, into a tag.
 func tagOf(parts ...string) tag {
-	h := sha256.New()
+	var buf [256]byte
+	b := buf[:0]
 	for _, p := range parts {
-		h.Write([]byte(p))
-		h.Write([]byte{0})
+		b = append(append(b, p...), 0)
 	}
-	var t tag
-	copy(t[:], h.Sum(nil))
-	return t
+	sum := sha256.Sum256(b)
+	return tag(sum[:8])
 }
 
 // cursorPosition is where a page ended: the (created_at, id) of its last order.
@@ -69,17 +69,22 @@ func (c *cursorSigner) mac(dst, body []byte) []byte {
 	return dst
 }
 
-// sign returns the cursor for the page that ends at pos.
-func (c *cursorSigner) sign(tenant, filters tag, pos cursorPosition) string {
-	b := make([]byte, cursorHeaderLen, cursorHeaderLen+len(pos.id)+sha256.Size)
-	b[0] = cursorVersion
-	copy(b[1:9], tenant[:])
-	copy(b[9:17], filters[:])
-	binary.BigEndian.PutUint64(b[17:25], uint64(pos.createdAt.Unix()))
-	binary.BigEndian.PutUint32(b[25:29], uint32(pos.createdAt.Nanosecond()))
+// appendSigned appends the cursor for the page that ends at pos to dst.
+func (c *cursorSigner) appendSigned(dst []byte, tenant, filters tag, pos cursorPosition) []byte {
+	var buf [256]byte
+	b := append(buf[:0], cursorVersion)
+	b = append(b, tenant[:]...)
+	b = append(b, filters[:]...)
+	b = binary.BigEndian.AppendUint64(b, uint64(pos.createdAt.Unix()))
+	b = binary.BigEndian.AppendUint32(b, uint32(pos.createdAt.Nanosecond()))
 	b = append(b, pos.id...)
 	b = c.mac(b, b)
-	return strictBase64.EncodeToString(b)
+	return strictBase64.AppendEncode(dst, b)
+}
+
+// sign returns the cursor for the page that ends at pos.
+func (c *cursorSigner) sign(tenant, filters tag, pos cursorPosition) string {
+	return string(c.appendSigned(nil, tenant, filters, pos))
 }
 
 var (

@@ -22,7 +22,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -178,6 +177,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	// Loading leaves garbage behind (a million seeded orders' worth): collect it now and
+	// return it to the OS, rather than in the middle of the first requests.
+	debug.FreeOSMemory()
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("-addr %s: %w", cfg.addr, err)
@@ -839,8 +841,7 @@ func newRequestID() string {
 // their escaped spellings), where ServeMux would answer with a redirect.
 func cleanPaths(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p := r.URL.EscapedPath()
-		if p == "" || p[0] != '/' || cleanPath(p) != p {
+		if !isCleanPath(r.URL.EscapedPath()) {
 			writeError(w, errRouteNotFound)
 			return
 		}
@@ -848,14 +849,24 @@ func cleanPaths(next http.Handler) http.Handler {
 	})
 }
 
-// cleanPath is the canonical form ServeMux compares a path with: path.Clean, keeping a
-// trailing slash.
-func cleanPath(p string) string {
-	np := path.Clean(p)
-	if p[len(p)-1] == '/' && np != "/" {
-		np += "/"
+// isCleanPath reports whether p is what ServeMux compares a path with (path.Clean,
+// keeping one trailing slash): it starts with "/" and no segment is empty, "." or "..",
+// but for the empty last segment after a trailing slash.
+func isCleanPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
 	}
-	return np
+	for rest := p[1:]; rest != ""; {
+		seg, after, more := strings.Cut(rest, "/")
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+		if !more {
+			break
+		}
+		rest = after
+	}
+	return true
 }
 
 // allowGET answers 405 to any method but GET and HEAD.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"regexp"
 	"runtime"
 	"slices"
@@ -1348,7 +1350,7 @@ func TestCursorBinding(t *testing.T) {
 func TestCursorBindsEnvironment(t *testing.T) {
 	c := newCursorSigner([]byte("k"))
 	pos := cursorPosition{createdAt: testNow, id: "ord_1"}
-	filters := tagOf("orders", "", "", "")
+	filters := (&orderQuery{status: -1}).filterTag()
 	s := c.sign(tagOf("tenant", "acct_sandbox", "test"), filters, pos)
 	if _, err := c.verify(s, tagOf("tenant", "acct_sandbox", "live"), filters); err != errCursorTenant {
 		t.Errorf("verify in the live environment = %v, want %v", err, errCursorTenant)
@@ -2825,7 +2827,7 @@ func FuzzParseTimestamp(f *testing.F) {
 
 func FuzzCursorVerify(f *testing.F) {
 	c := newCursorSigner([]byte("fuzz"))
-	tenant, filters := tagOf("tenant", "acct_sandbox", "test"), tagOf("orders", "fulfilled", "", "")
+	tenant, filters := tagOf("tenant", "acct_sandbox", "test"), (&orderQuery{status: 2}).filterTag()
 	for _, pos := range []cursorPosition{{testNow, "ord_sbx_0001"}, {time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC), "x"}, {testNow.Add(time.Nanosecond), strings.Repeat("o", 300)}} {
 		f.Add(c.sign(tenant, filters, pos))
 	}
@@ -2948,4 +2950,174 @@ func FuzzHandlerChain(f *testing.F) {
 			rep.problem(t)
 		}
 	})
+}
+
+// Benchmarks, all through the whole handler chain with the access log on (written to
+// io.Discard), against a bare handler in the same harness.
+
+// benchWriter copies the body into a reused buffer, as a connection's buffered writer
+// would, so that an answer's size costs what it costs; it allocates nothing itself. Its
+// header map is reused (net/http makes one per response): the bare floor and the full
+// chain are treated alike.
+type benchWriter struct {
+	h      http.Header
+	status int
+	buf    []byte
+}
+
+func (w *benchWriter) Header() http.Header { return w.h }
+func (w *benchWriter) WriteHeader(s int)   { w.status = s }
+func (w *benchWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	w.buf = append(w.buf, b...)
+	return len(b), nil
+}
+
+// benchEnv is a sandbox with seed orders, the default rate limit off (as the end-to-end
+// benchmark runs it) and the log on.
+func benchEnv(b *testing.B, seed int) *env {
+	b.Helper()
+	sb, _, err := loadDataset("bench", defaultDataset, seed, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := newServer(sb, serverOptions{log: slog.New(newLineHandler(io.Discard))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &env{t: b, h: s.handler(), srv: s}
+}
+
+// benchServe serves r repeatedly and reports the answer's size.
+func benchServe(b *testing.B, h http.Handler, r *http.Request, want int) {
+	b.Helper()
+	w := &benchWriter{h: http.Header{}}
+	h.ServeHTTP(w, r)
+	if w.status != want {
+		b.Fatalf("%s %s = %d, want %d", r.Method, r.URL, w.status, want)
+	}
+	b.SetBytes(int64(len(w.buf)))
+	b.ReportAllocs()
+	runtime.GC() // not the start-up's garbage: what a page costs when serving
+	b.ResetTimer()
+	for b.Loop() {
+		clear(w.h)
+		w.status, w.buf = 0, w.buf[:0]
+		h.ServeHTTP(w, r)
+	}
+}
+
+func BenchmarkGetOrder(b *testing.B) {
+	benchServe(b, benchEnv(b, 0).h, newRequest("GET", "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all"), 200)
+}
+
+func BenchmarkTrackingByID(b *testing.B) {
+	benchServe(b, benchEnv(b, 0).h, newRequest("GET", "/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_all"), 200)
+}
+
+func BenchmarkTrackingByNumber(b *testing.B) {
+	benchServe(b, benchEnv(b, 0).h, newRequest("GET", "/v1/tracking/SBX1000000001", "sk_test_sandbox_all"), 200)
+}
+
+// BenchmarkListOrders: pages of 100 with 1,000 and 1,000,000 seeded orders. The cost of a
+// page must not grow with the number of orders.
+func BenchmarkListOrders(b *testing.B) {
+	for _, n := range []int{1000, 1000000} {
+		e := benchEnv(b, n)
+		t := e.srv.keys[sha256Sum("sk_test_sandbox_all")].tenant
+		all := t.orders.all
+		oldest := all[len(all)-1].createdAt
+		middle := all[len(all)/2]
+		q := orderQuery{status: -1}
+		deep := e.srv.cursors.sign(t.tag, q.filterTag(), cursorPosition{middle.createdAt, middle.id})
+		cases := []struct{ name, query string }{
+			{"no_filter", "limit=100"},
+			{"status", "limit=100&status=fulfilled"},
+			{"narrow_range_newest", "limit=100&created_from=2026-10-31T11:00:00Z&created_to=2026-10-31T23:00:00Z"},
+			{"narrow_range_oldest", "limit=100&created_from=" + formatTimestamp(oldest) + "&created_to=" + formatTimestamp(oldest.Add(12*time.Hour))},
+			{"deep_cursor", "limit=100&cursor=" + deep},
+		}
+		for _, c := range cases {
+			b.Run(fmt.Sprintf("orders=%d/%s", n, c.name), func(b *testing.B) {
+				benchServe(b, e.h, newRequest("GET", "/v1/orders?"+c.query, "sk_test_sandbox_all"), 200)
+			})
+		}
+	}
+}
+
+func sha256Sum(s string) [32]byte { return sha256.Sum256([]byte(s)) }
+
+// BenchmarkBare is the floor: a handler that only writes a precomputed body, of the sizes
+// of the answers above (an order, a tracking view, a page of 100 seeded orders).
+func BenchmarkBare(b *testing.B) {
+	for _, size := range []int{len(sandboxOrderJSON), 658, 16541} {
+		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
+			body := []byte(strings.Repeat("x", size))
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.Write(body)
+			})
+			benchServe(b, h, newRequest("GET", "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all"), 200)
+		})
+	}
+}
+
+// BenchmarkRejected: the error paths are cheap too.
+func BenchmarkRejected(b *testing.B) {
+	e := benchEnv(b, 0)
+	limited := newEnv(b, envOptions{step: -1, quiet: true})
+	for i := 0; i < 25; i++ {
+		limited.get("/v1/orders", "sk_test_sandbox_all")
+	}
+	cases := []struct {
+		name   string
+		h      http.Handler
+		r      *http.Request
+		status int
+	}{
+		{"401_unknown_key", e.h, newRequest("GET", "/v1/orders/ord_sbx_0001", "sk_test_nope"), 401},
+		{"403_scope", e.h, newRequest("GET", "/v1/orders/ord_sbx_0001", "sk_test_sandbox_tracking"), 403},
+		{"404_order", e.h, newRequest("GET", "/v1/orders/ord_nope", "sk_test_sandbox_all"), 404},
+		{"404_route", e.h, newRequest("GET", "/v1/nope", ""), 404},
+		{"429_rate_limited", limited.h, newRequest("GET", "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all"), 429},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) { benchServe(b, c.h, c.r, c.status) })
+	}
+}
+
+// TestIsCleanPath: the guard agrees with ServeMux's own rule (path.Clean, keeping a
+// trailing slash), so that the mux never gets a path it would redirect.
+func TestIsCleanPath(t *testing.T) {
+	muxClean := func(p string) bool {
+		if p == "" || p[0] != '/' {
+			return false
+		}
+		np := path.Clean(p)
+		if p[len(p)-1] == '/' && np != "/" {
+			np += "/"
+		}
+		return np == p
+	}
+	segments := []string{"", ".", "..", "a", "v1", "...", ".a", "a.", "%2E"}
+	var paths []string
+	var build func(prefix string, depth int)
+	build = func(prefix string, depth int) {
+		paths = append(paths, prefix)
+		if depth == 4 {
+			return
+		}
+		for _, s := range segments {
+			build(prefix+"/"+s, depth+1)
+		}
+	}
+	build("", 0)
+	paths = append(paths, "a/b", "*", "/a//", "//")
+	for _, p := range paths {
+		if got, want := isCleanPath(p), muxClean(p); got != want {
+			t.Errorf("isCleanPath(%q) = %v, ServeMux's rule says %v", p, got, want)
+		}
+	}
 }

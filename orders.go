@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -302,17 +303,22 @@ func parseOrderQuery(raw string) (orderQuery, *apiError) {
 // filterTag binds a cursor to the filters of a query: the same instants, however written,
 // are the same filter.
 func (q *orderQuery) filterTag() tag {
-	status, from, to := "", "", ""
-	if q.status >= 0 {
-		status = orderStatuses[q.status]
+	// status index, then each bound as present, seconds and nanoseconds: a fixed layout.
+	var buf [1 + 2*13]byte
+	b := append(buf[:0], byte(q.status+1))
+	for _, bound := range []struct {
+		set bool
+		at  time.Time
+	}{{q.hasFrom, q.from}, {q.hasTo, q.to}} {
+		if bound.set {
+			b = append(b, 1)
+			b = binary.BigEndian.AppendUint64(b, uint64(bound.at.Unix()))
+			b = binary.BigEndian.AppendUint32(b, uint32(bound.at.Nanosecond()))
+		} else {
+			b = append(b, make([]byte, 13)...)
+		}
 	}
-	if q.hasFrom {
-		from = formatTimestamp(q.from)
-	}
-	if q.hasTo {
-		to = formatTimestamp(q.to)
-	}
-	return tagOf("orders", status, from, to)
+	return tagOf("orders", string(b))
 }
 
 // page finds the orders of one page: a binary search to its start and end, then at most
@@ -382,7 +388,7 @@ func (s *server) handleListOrders() http.Handler {
 			}
 			last := items[len(items)-1]
 			b = append(b, `,"next_cursor":"`...)
-			b = append(b, s.cursors.sign(t.tag, filters, cursorPosition{last.createdAt, last.id})...)
+			b = s.cursors.appendSigned(b, t.tag, filters, cursorPosition{last.createdAt, last.id})
 			b = append(b, `","has_more":true}}`...)
 		} else {
 			b = append(b, `,"next_cursor":null,"has_more":false}}`...)
