@@ -199,12 +199,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	printBanner(stdout, base, keys)
 	logger.Info("serving", "base_url", base, "orders", sb.orderCount, "shipments", sb.shipmentCount)
-	return serve(ctx, newHTTPServer(cfg, srv.handler()), ln, func() { close(stopping) }, cfg.shutdownTimeout)
+	return serve(ctx, newHTTPServer(cfg, srv.handler(), logger), ln, func() { close(stopping) }, cfg.shutdownTimeout)
 }
 
 // newHTTPServer sets the connection limits: a client that is slow to send its headers is
 // cut off after ReadHeaderTimeout, and no request or answer holds a connection for long.
-func newHTTPServer(cfg config, h http.Handler) *http.Server {
+// What net/http itself reports (accept errors, say) goes to the service's log as warnings.
+func newHTTPServer(cfg config, h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: cfg.readHeaderTimeout,
@@ -214,7 +215,7 @@ func newHTTPServer(cfg config, h http.Handler) *http.Server {
 		MaxHeaderBytes:    cfg.maxHeaderBytes,
 		// "OPTIONS *" is answered by the handler too, as a JSON 404, not by net/http.
 		DisableGeneralOptionsHandler: true,
-		ErrorLog:                     slog.NewLogLogger(slog.DiscardHandler, slog.LevelError),
+		ErrorLog:                     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 }
 
@@ -233,7 +234,8 @@ func serve(ctx context.Context, hs *http.Server, ln net.Listener, stopping func(
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+		hs.Close() // past the grace period: cut what is left
+		return fmt.Errorf("shutdown: requests still in flight after %v were cut off: %w", grace, err)
 	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return err

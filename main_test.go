@@ -935,7 +935,7 @@ func TestRoutesMethodsAndPaths(t *testing.T) {
 func TestServedOverTCP(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	ts := httptest.NewUnstartedServer(e.h)
-	ts.Config = newHTTPServer(defaultConfig(), e.h)
+	ts.Config = newHTTPServer(defaultConfig(), e.h, slog.New(slog.DiscardHandler))
 	ts.Start()
 	defer ts.Close()
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -2348,7 +2348,7 @@ func TestPreferDelay(t *testing.T) {
 
 func TestConnectionLimits(t *testing.T) {
 	cfg := defaultConfig()
-	hs := newHTTPServer(cfg, http.NotFoundHandler())
+	hs := newHTTPServer(cfg, http.NotFoundHandler(), slog.New(slog.DiscardHandler))
 	if hs.ReadHeaderTimeout <= 0 || hs.ReadHeaderTimeout > 30*time.Second || hs.ReadTimeout <= 0 || hs.IdleTimeout <= 0 ||
 		hs.MaxHeaderBytes <= 0 || hs.MaxHeaderBytes > 64<<10 || hs.WriteTimeout <= maxPreferDelay {
 		t.Errorf("server limits: ReadHeaderTimeout %v, ReadTimeout %v, WriteTimeout %v, IdleTimeout %v, MaxHeaderBytes %d",
@@ -2362,7 +2362,7 @@ func TestConnectionLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := newHTTPServer(cfg, e.h)
+	srv := newHTTPServer(cfg, e.h, slog.New(slog.DiscardHandler))
 	go srv.Serve(ln)
 	defer srv.Close()
 	conn, err := net.Dial("tcp", ln.Addr().String())
@@ -3119,5 +3119,41 @@ func TestIsCleanPath(t *testing.T) {
 		if got, want := isCleanPath(p), muxClean(p); got != want {
 			t.Errorf("isCleanPath(%q) = %v, ServeMux's rule says %v", p, got, want)
 		}
+	}
+}
+
+// TestShutdownGraceRunsOut: a request still in flight when the grace period ends is cut
+// off, and serve says so rather than report a clean drain.
+func TestShutdownGraceRunsOut(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, newHTTPServer(defaultConfig(), e.h, slog.New(slog.DiscardHandler)), ln, func() {}, 100*time.Millisecond)
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// A body that never ends keeps the request in flight.
+	io.WriteString(conn, "GET /v1/orders HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n")
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "cut off") {
+			t.Errorf("serve = %v, want an error saying requests were cut off", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("serve did not return after its grace period")
+	}
+	conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := conn.Read(make([]byte, 1)); err == nil {
+		t.Error("the cut-off connection is still open")
 	}
 }
