@@ -1721,6 +1721,30 @@ func startRun(t *testing.T, args ...string) (base string, stdout, stderr *locked
 	}
 }
 
+// httpGet sends GET url over the network with the Authorization value auth and header
+// pairs, and returns the status and body.
+func httpGet(t *testing.T, url, auth string, headerPairs ...string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", auth)
+	for i := 0; i+1 < len(headerPairs); i += 2 {
+		req.Header.Set(headerPairs[i], headerPairs[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.StatusCode, string(body)
+}
+
 // TestRunServesTheDefaultSandbox is the README's first use: go run ., then curl.
 func TestRunServesTheDefaultSandbox(t *testing.T) {
 	base, stdout, _, stop := startRun(t)
@@ -1732,18 +1756,11 @@ func TestRunServesTheDefaultSandbox(t *testing.T) {
 			t.Errorf("start-up output does not list key %s:\n%s", key, stdout)
 		}
 	}
-	req, _ := http.NewRequest(http.MethodGet, base+"/orders", nil)
-	req.Header.Set("Authorization", "Bearer sk_test_sandbox_all")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	status, body := httpGet(t, base+"/orders", "Bearer sk_test_sandbox_all")
+	if want := `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`; status != 200 || body != want {
+		t.Errorf("GET %s/orders = %d %s, want 200 %s", base, status, body, want)
 	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if want := `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`; res.StatusCode != 200 || string(body) != want {
-		t.Errorf("GET %s/orders = %d %s, want 200 %s", base, res.StatusCode, body, want)
-	}
-	res, err = http.Get(base + "/openapi.json")
+	res, err := http.Get(base + "/openapi.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1946,17 +1963,10 @@ func TestRawEventsAreDroppedNotRefused(t *testing.T) {
 // with its name, the JSON path and the reason.
 func TestRunWithADatasetFile(t *testing.T) {
 	base, stdout, _, stop := startRun(t, "-data", "testdata/example.json")
-	req, _ := http.NewRequest(http.MethodGet, base+"/orders/ord_acme_2", nil)
-	req.Header.Set("Authorization", "Bearer sk_test_acme_all")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
+	status, body := httpGet(t, base+"/orders/ord_acme_2", "Bearer sk_test_acme_all")
 	want := `{"id":"ord_acme_2","merchant_reference":"ACME-1002","platform":"ebay","status":"fulfilled","shipment_id":"shp_acme_1","created_at":"2026-11-09T16:20:00Z"}`
-	if res.StatusCode != 200 || string(body) != want {
-		t.Errorf("GET ord_acme_2 from testdata/example.json = %d %s, want 200 %s", res.StatusCode, body, want)
+	if status != 200 || body != want {
+		t.Errorf("GET ord_acme_2 from testdata/example.json = %d %s, want 200 %s", status, body, want)
 	}
 	if !strings.Contains(stdout.String(), "sk_test_acme_all") || strings.Contains(stdout.String(), "sk_test_sandbox_all") {
 		t.Errorf("start-up lists the wrong keys for -data:\n%s", stdout)
@@ -1966,7 +1976,7 @@ func TestRunWithADatasetFile(t *testing.T) {
 	}
 	bad := t.TempDir() + "/bad.json"
 	os.WriteFile(bad, []byte(dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"ebay"`, `"woocommerce"`, 1))), 0o644)
-	err = run(context.Background(), []string{"-addr", "127.0.0.1:0", "-data", bad}, func(string) string { return "" }, io.Discard, io.Discard)
+	err := run(context.Background(), []string{"-addr", "127.0.0.1:0", "-data", bad}, func(string) string { return "" }, io.Discard, io.Discard)
 	if want := "dataset " + bad + `: $.orders[0].platform: unknown platform "woocommerce"; want one of amazon, ebay, etsy, shopify, tiktok_shop`; err == nil || err.Error() != want {
 		t.Errorf("run -data bad.json = %v, want %s", err, want)
 	}
@@ -2770,15 +2780,7 @@ func TestSecretsAreNeverLogged(t *testing.T) {
 	for _, key := range keys {
 		for _, target := range []string{"/shipments/shp_sbx_spring/tracking", "/tracking/SBX1000000001", "/orders?limit=1", "/orders/ord_sbx_0001", "/orders/" + key, "/orders?api_key=" + key, "/nope/" + key} {
 			for _, auth := range []string{"Bearer " + key, "Basic " + key, key} {
-				req, _ := http.NewRequest(http.MethodGet, base+target, nil)
-				req.Header.Set("Authorization", auth)
-				req.Header.Set("Prefer", "code="+key)
-				res, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				io.Copy(io.Discard, res.Body)
-				res.Body.Close()
+				httpGet(t, base+target, auth, "Prefer", "code="+key)
 			}
 		}
 	}
