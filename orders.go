@@ -249,6 +249,9 @@ func unknownParam(name, detail string) *apiError {
 	return paramError(codeUnknownParameter, name, "Unknown parameter "+strconv.Quote(name)+". "+detail)
 }
 
+// listParams are the parameters GET /v1/orders takes.
+var listParams = []string{"limit", "cursor", "status", "created_from", "created_to"}
+
 // parseOrderQuery reads the GET /v1/orders query. Faults are reported in the order the
 // parameters were sent; the cursor itself is verified later, against the filters.
 func parseOrderQuery(raw string) (orderQuery, *apiError) {
@@ -257,17 +260,16 @@ func parseOrderQuery(raw string) (orderQuery, *apiError) {
 	if perr != nil {
 		return q, perr
 	}
-	seen := make(map[string]bool, len(params))
+	var seen uint8 // a bit for each parameter of listParams
 	for _, p := range params {
-		switch p.name {
-		case "limit", "cursor", "status", "created_from", "created_to":
-		default:
+		i := slices.Index(listParams, p.name)
+		if i < 0 {
 			return q, unknownParam(p.name, "GET /v1/orders takes limit, cursor, status, created_from and created_to.")
 		}
-		if seen[p.name] {
+		if seen&(1<<i) != 0 {
 			return q, paramError(codeInvalidParameter, p.name, p.name+" is given more than once; give it once.")
 		}
-		seen[p.name] = true
+		seen |= 1 << i
 		switch p.name {
 		case "limit":
 			n, ok := parseDigits(p.value, 3)
