@@ -261,18 +261,22 @@ type keyLine struct {
 	key, tenant, scopes, state string
 }
 
+// printBanner writes the start-up banner in one write, so that a reader of stdout sees it
+// whole or not at all.
 func printBanner(w io.Writer, base string, keys []keyLine) {
-	fmt.Fprintf(w, "Shipping API sandbox (v1, developer preview): local sandbox, no carrier or marketplace is called.\n")
-	fmt.Fprintf(w, "Base URL: %s\n", base)
-	fmt.Fprintf(w, "API keys (send as Authorization: Bearer <key>):\n")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "Shipping API sandbox (v1, developer preview): local sandbox, no carrier or marketplace is called.\n")
+	fmt.Fprintf(&b, "Base URL: %s\n", base)
+	fmt.Fprintf(&b, "API keys (send as Authorization: Bearer <key>):\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	for _, k := range keys {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", k.key, k.tenant, k.scopes, k.state)
 	}
 	tw.Flush()
 	if len(keys) > 0 {
-		fmt.Fprintf(w, "Try: curl -H 'Authorization: Bearer %s' %s/orders\n", keys[0].key, base)
+		fmt.Fprintf(&b, "Try: curl -H 'Authorization: Bearer %s' %s/orders\n", keys[0].key, base)
 	}
+	w.Write(b.Bytes())
 }
 
 // Dataset loading. A dataset that cannot be served is refused at start with the file, the
