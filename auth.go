@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/sha256"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -17,32 +18,20 @@ const (
 	scopeOrdersRead
 )
 
-// scopeNames are the wire names of the scopes, in the order they are printed.
-var scopeNames = []struct {
-	s    scope
-	name string
-}{{scopeTrackingRead, "tracking:read"}, {scopeOrdersRead, "orders:read"}}
+// scopeNames are the wire names of the scopes: the scope with bit i is scopeNames[i].
+var scopeNames = []string{"tracking:read", "orders:read"}
 
 func (s scope) String() string {
 	var names []string
-	for _, n := range scopeNames {
-		if s&n.s != 0 {
-			names = append(names, n.name)
+	for i, name := range scopeNames {
+		if s&(1<<i) != 0 {
+			names = append(names, name)
 		}
 	}
 	if len(names) == 0 {
 		return "none"
 	}
 	return strings.Join(names, " ")
-}
-
-func parseScope(name string) (scope, bool) {
-	for _, n := range scopeNames {
-		if n.name == name {
-			return n.s, true
-		}
-	}
-	return 0, false
 }
 
 // apiKey is a key as the server holds it: only the SHA-256 digest of the secret is kept.
@@ -242,17 +231,16 @@ func loadKey(path string, rec keyRecord, t *tenant) (*apiKey, keyLine, error) {
 	}
 	k := &apiKey{digest: sha256.Sum256([]byte(rec.Key)), tenant: t, revoked: rec.Revoked}
 	for i, name := range rec.Scopes {
-		sc, ok := parseScope(name)
-		if !ok {
-			return nil, keyLine{}, &datasetError{path: path + ".scopes[" + strconv.Itoa(i) + "]", reason: "unknown scope " + strconv.Quote(name) + "; want one of tracking:read, orders:read"}
+		if err := oneOf(path+".scopes["+strconv.Itoa(i)+"]", "scope", name, scopeNames); err != nil {
+			return nil, keyLine{}, err
 		}
-		k.scopes |= sc
+		k.scopes |= 1 << slices.Index(scopeNames, name)
 	}
 	line := keyLine{key: rec.Key, tenant: t.id.String(), scopes: k.scopes.String(), state: "active"}
 	if rec.ExpiresAt != nil {
-		at, ok := parseTimestamp(*rec.ExpiresAt)
-		if !ok {
-			return nil, keyLine{}, &datasetError{path: path + ".expires_at", reason: strconv.Quote(*rec.ExpiresAt) + " is not an RFC 3339 timestamp with an offset"}
+		at, err := timestampField(path+".expires_at", *rec.ExpiresAt)
+		if err != nil {
+			return nil, keyLine{}, err
 		}
 		k.expiresAt = at
 		line.state = "expires " + formatTimestamp(at)

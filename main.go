@@ -348,6 +348,16 @@ func oneOf(path, what, value string, allowed []string) error {
 	return nil
 }
 
+// timestampField reads a dataset timestamp (not a raw event's): it must be strict RFC 3339
+// with an offset, or the dataset is refused.
+func timestampField(path, value string) (time.Time, error) {
+	t, ok := parseTimestamp(value)
+	if !ok {
+		return time.Time{}, &datasetError{path: path, reason: strconv.Quote(value) + " is not an RFC 3339 timestamp with an offset"}
+	}
+	return t, nil
+}
+
 // tenantID is an account and one of its environments: resources and keys belong to one.
 type tenantID struct{ account, environment string }
 

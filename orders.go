@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -100,9 +99,9 @@ func loadOrder(path string, rec orderRecord) (*importedOrder, error) {
 	if err := oneOf(path+".status", "order status", rec.Status, orderStatuses); err != nil {
 		return nil, err
 	}
-	at, ok := parseTimestamp(rec.CreatedAt)
-	if !ok {
-		return nil, &datasetError{path: path + ".created_at", reason: fmt.Sprintf("%q is not an RFC 3339 timestamp with an offset", rec.CreatedAt)}
+	at, err := timestampField(path+".created_at", rec.CreatedAt)
+	if err != nil {
+		return nil, err
 	}
 	return &importedOrder{
 		id:                 rec.ID,
