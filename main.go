@@ -707,10 +707,10 @@ type route struct {
 
 func (s *server) routes() []route {
 	return []route{
-		{"/v1/shipments/{id}/tracking", s.operation(scopeTrackingRead, handleTrackingByID())},
-		{"/v1/tracking/{tracking_number}", s.operation(scopeTrackingRead, handleTrackingByNumber())},
+		{"/v1/shipments/{id}/tracking", s.operation(scopeTrackingRead, noParams(handleTrackingByID()))},
+		{"/v1/tracking/{tracking_number}", s.operation(scopeTrackingRead, noParams(handleTrackingByNumber()))},
 		{"/v1/orders", s.operation(scopeOrdersRead, s.handleListOrders())},
-		{"/v1/orders/{id}", s.operation(scopeOrdersRead, handleGetOrder())},
+		{"/v1/orders/{id}", s.operation(scopeOrdersRead, noParams(handleGetOrder()))},
 		{"/v1/openapi.json", helper(s.openAPI)},
 		{"/healthz", helper(s.health)},
 	}

@@ -229,19 +229,21 @@ func splitQuery(raw string) ([]queryParam, *apiError) {
 	return params, nil
 }
 
-// rejectParams answers for the operations that take no query parameter: any is unknown.
-func rejectParams(raw string) *apiError {
-	if raw == "" {
-		return nil
-	}
-	params, err := splitQuery(raw)
-	if err != nil {
-		return err
-	}
-	if len(params) > 0 {
-		return unknownParam(params[0].name, "This operation takes no query parameters.")
-	}
-	return nil
+// noParams wraps an operation that takes no query parameters: any is unknown (422).
+func noParams(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.RawQuery != "" {
+			params, err := splitQuery(r.URL.RawQuery)
+			if err == nil && len(params) > 0 {
+				err = unknownParam(params[0].name, "This operation takes no query parameters.")
+			}
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func unknownParam(name, detail string) *apiError {
@@ -403,10 +405,6 @@ func (s *server) handleListOrders() http.Handler {
 // handleGetOrder answers GET /v1/orders/{id}.
 func handleGetOrder() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if e := rejectParams(r.URL.RawQuery); e != nil {
-			writeError(w, e)
-			return
-		}
 		o := tenantOf(w).orders.byID[r.PathValue("id")]
 		if o == nil {
 			writeError(w, errOrderNotFound)

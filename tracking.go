@@ -252,10 +252,6 @@ var (
 // handleTrackingByID answers GET /v1/shipments/{id}/tracking.
 func handleTrackingByID() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if e := rejectParams(r.URL.RawQuery); e != nil {
-			writeError(w, e)
-			return
-		}
 		s := tenantOf(w).shipments[r.PathValue("id")]
 		if s == nil {
 			writeError(w, errShipmentNotFound)
@@ -269,10 +265,6 @@ func handleTrackingByID() http.Handler {
 // primary tracking number within the key's account and environment.
 func handleTrackingByNumber() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if e := rejectParams(r.URL.RawQuery); e != nil {
-			writeError(w, e)
-			return
-		}
 		s, known := tenantOf(w).byTrackingNumber[r.PathValue("tracking_number")]
 		switch {
 		case s != nil:
