@@ -796,20 +796,22 @@ func (s *server) observe(next http.Handler) http.Handler {
 		h["Request-Id"] = []string{x.id}
 		h["Cache-Control"] = noStore
 		h["X-Content-Type-Options"] = noSniff
+		// Runs last, also while an aborted request unwinds: one line for every request.
+		defer func() { s.logRequest(r, x, time.Since(start)) }()
 		defer func() {
-			if v := recover(); v != nil {
-				if v != http.ErrAbortHandler {
-					s.log.Error("panic", "request_id", x.id, "route", r.Pattern, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-				}
-				if x.status != 0 || v == http.ErrAbortHandler {
-					// Part of the answer is sent: cut the connection rather than let a
-					// truncated answer pass for a whole one.
-					s.logRequest(r, x, time.Since(start))
-					panic(http.ErrAbortHandler)
-				}
-				writeError(x, errInternal)
+			v := recover()
+			if v == nil {
+				return
 			}
-			s.logRequest(r, x, time.Since(start))
+			if v != http.ErrAbortHandler {
+				s.log.Error("panic", "request_id", x.id, "route", r.Pattern, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			}
+			if x.status != 0 || v == http.ErrAbortHandler {
+				// Part of the answer is sent: cut the connection rather than let a
+				// truncated answer pass for a whole one.
+				panic(http.ErrAbortHandler)
+			}
+			writeError(x, errInternal)
 		}()
 		next.ServeHTTP(x, r)
 	})
