@@ -82,11 +82,6 @@ func (c *cursorSigner) appendSigned(dst []byte, tenant, filters tag, pos cursorP
 	return strictBase64.AppendEncode(dst, b)
 }
 
-// sign returns the cursor for the page that ends at pos.
-func (c *cursorSigner) sign(tenant, filters tag, pos cursorPosition) string {
-	return string(c.appendSigned(nil, tenant, filters, pos))
-}
-
 var (
 	errCursorMalformed = paramError(codeInvalidCursor, "cursor", "The cursor is not a next_cursor of this API. Pass next_cursor from the previous page unchanged.")
 	errCursorForged    = paramError(codeInvalidCursor, "cursor", "The cursor was not issued by this sandbox or was altered. Cursors do not survive a restart unless -cursor-secret is set.")

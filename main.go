@@ -562,8 +562,8 @@ func jsonPosition(data []byte, err error) string {
 	return fmt.Sprintf(" at line %d, column %d: %s", bytes.Count(data[:at], []byte("\n"))+1, at-lineStart+1, msg)
 }
 
-// tenantOf finds the declared tenant a resource or key at path names.
-func (sb *sandbox) tenantOf(path, account, environment string) (*tenant, error) {
+// declaredTenant finds the declared tenant a resource or key at path names.
+func (sb *sandbox) declaredTenant(path, account, environment string) (*tenant, error) {
 	if err := required(path, "account", account); err != nil {
 		return nil, err
 	}
@@ -602,7 +602,7 @@ func decodeRecords[T record](sb *sandbox, name string, list []json.RawMessage, l
 			return err
 		}
 		account, environment := rec.owner()
-		t, err := sb.tenantOf(path, account, environment)
+		t, err := sb.declaredTenant(path, account, environment)
 		if err != nil {
 			return err
 		}

@@ -1345,6 +1345,12 @@ func TestCursorBinding(t *testing.T) {
 	}
 }
 
+// sign is the cursor for the page that ends at pos, as a string (the server appends
+// cursors straight into its pages).
+func (c *cursorSigner) sign(tenant, filters tag, pos cursorPosition) string {
+	return string(c.appendSigned(nil, tenant, filters, pos))
+}
+
 // TestCursorBindsEnvironment: the environment is part of the tenant a cursor is bound to.
 // (Live keys answer 503 before any parameter, so this is only reachable below the API.)
 func TestCursorBindsEnvironment(t *testing.T) {
