@@ -52,34 +52,44 @@ type cursorPosition struct {
 
 // cursorSigner issues and verifies cursors with one secret.
 type cursorSigner struct {
-	macs sync.Pool // of hash.Hash: HMAC-SHA256 keyed with the secret
+	macs sync.Pool // of *macScratch
+}
+
+// macScratch is an HMAC-SHA256 keyed with the secret and the space a cursor is built or
+// decoded in, pooled together so that signing and verifying allocate nothing.
+type macScratch struct {
+	h   hash.Hash
+	buf []byte
 }
 
 func newCursorSigner(secret []byte) *cursorSigner {
 	key := append([]byte(nil), secret...)
-	return &cursorSigner{macs: sync.Pool{New: func() any { return hmac.New(sha256.New, key) }}}
+	return &cursorSigner{macs: sync.Pool{New: func() any {
+		return &macScratch{h: hmac.New(sha256.New, key), buf: make([]byte, 0, maxCursorLen+sha256.Size)}
+	}}}
 }
 
-func (c *cursorSigner) mac(dst, body []byte) []byte {
-	m := c.macs.Get().(hash.Hash)
-	m.Reset()
-	m.Write(body)
-	dst = m.Sum(dst)
-	c.macs.Put(m)
-	return dst
+// appendMAC appends the HMAC of body to dst.
+func (m *macScratch) appendMAC(dst, body []byte) []byte {
+	m.h.Reset()
+	m.h.Write(body)
+	return m.h.Sum(dst)
 }
 
 // appendSigned appends the cursor for the page that ends at pos to dst.
 func (c *cursorSigner) appendSigned(dst []byte, tenant, filters tag, pos cursorPosition) []byte {
-	var buf [256]byte
-	b := append(buf[:0], cursorVersion)
+	m := c.macs.Get().(*macScratch)
+	b := append(m.buf[:0], cursorVersion)
 	b = append(b, tenant[:]...)
 	b = append(b, filters[:]...)
 	b = binary.BigEndian.AppendUint64(b, uint64(pos.createdAt.Unix()))
 	b = binary.BigEndian.AppendUint32(b, uint32(pos.createdAt.Nanosecond()))
 	b = append(b, pos.id...)
-	b = c.mac(b, b)
-	return strictBase64.AppendEncode(dst, b)
+	b = m.appendMAC(b, b)
+	dst = strictBase64.AppendEncode(dst, b)
+	m.buf = b
+	c.macs.Put(m)
+	return dst
 }
 
 var (
@@ -95,13 +105,14 @@ func (c *cursorSigner) verify(s string, tenant, filters tag) (cursorPosition, *a
 	if len(s) > maxCursorLen || !isBase64URL(s) {
 		return cursorPosition{}, errCursorMalformed
 	}
-	b, err := strictBase64.DecodeString(s)
+	m := c.macs.Get().(*macScratch)
+	defer c.macs.Put(m)
+	b, err := strictBase64.AppendDecode(m.buf[:0], []byte(s))
 	if err != nil || len(b) < cursorHeaderLen+1+sha256.Size || b[0] != cursorVersion {
 		return cursorPosition{}, errCursorMalformed
 	}
 	body, sum := b[:len(b)-sha256.Size], b[len(b)-sha256.Size:]
-	var want [sha256.Size]byte
-	if !hmac.Equal(sum, c.mac(want[:0], body)) {
+	if !hmac.Equal(sum, m.appendMAC(b[len(b):], body)) {
 		return cursorPosition{}, errCursorForged
 	}
 	if tag(body[1:9]) != tenant {
