@@ -745,9 +745,10 @@ func helper(p preparedJSON) http.Handler {
 // r.WithContext would at every step).
 type exchange struct {
 	http.ResponseWriter
-	id     string
-	key    *apiKey // the authenticated key, once requireKey has passed
-	status int
+	id       string
+	idHeader [1]string // the Request-Id header's value: id, with no allocation of its own
+	key      *apiKey   // the authenticated key, once requireKey has passed
+	status   int
 }
 
 func (x *exchange) WriteHeader(status int) {
@@ -792,8 +793,9 @@ func (s *server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		x := &exchange{ResponseWriter: w, id: newRequestID()}
+		x.idHeader[0] = x.id
 		h := w.Header()
-		h["Request-Id"] = []string{x.id}
+		h["Request-Id"] = x.idHeader[:]
 		h["Cache-Control"] = noStore
 		h["X-Content-Type-Options"] = noSniff
 		// Runs last, also while an aborted request unwinds: one line for every request.
@@ -822,22 +824,39 @@ func (s *server) logRequest(r *http.Request, x *exchange, d time.Duration) {
 	if !h.Enabled(r.Context(), slog.LevelInfo) {
 		return
 	}
-	account, environment := "", ""
+	l := requestLine{method: r.Method, route: r.Pattern, status: x.status, duration: d, id: x.id}
 	if x.key != nil {
-		account, environment = x.key.tenant.id.account, x.key.tenant.id.environment
+		l.account, l.environment = x.key.tenant.id.account, x.key.tenant.id.environment
+	}
+	if lh, ok := h.(*lineHandler); ok {
+		lh.writeRequest(time.Now(), l)
+		return
 	}
 	// A record made here, with no caller (pc 0), spares the Logger a stack walk per request.
 	rec := slog.NewRecord(time.Now(), slog.LevelInfo, "request", 0)
-	rec.AddAttrs(
-		slog.String("method", r.Method),
-		slog.String("route", r.Pattern),
-		slog.Int("status", x.status),
-		slog.Duration("duration", d),
-		slog.String("request_id", x.id),
-		slog.String("account", account),
-		slog.String("environment", environment),
-	)
+	rec.AddAttrs(l.attrs()...)
 	h.Handle(r.Context(), rec)
+}
+
+// requestLine is what the access log says of one request.
+type requestLine struct {
+	method, route            string
+	status                   int
+	duration                 time.Duration
+	id, account, environment string
+}
+
+// attrs are the line's attributes, in the order the log shows them.
+func (l requestLine) attrs() []slog.Attr {
+	return []slog.Attr{
+		slog.String("method", l.method),
+		slog.String("route", l.route),
+		slog.Int("status", l.status),
+		slog.Duration("duration", l.duration),
+		slog.String("request_id", l.id),
+		slog.String("account", l.account),
+		slog.String("environment", l.environment),
+	}
 }
 
 // newRequestID returns "req_" and 20 random base-32 characters (100 bits). The ids
@@ -1059,31 +1078,25 @@ func newLineHandler(out io.Writer) *lineHandler {
 }
 
 func (h *lineHandler) Handle(ctx context.Context, r slog.Record) error {
-	if y := r.Time.Year(); r.Time.IsZero() || y < 0 || y > 9999 {
+	if !inFourDigitYears(r.Time) {
 		return h.JSONHandler.Handle(ctx, r)
 	}
 	bp := problemBufs.Get().(*[]byte)
 	defer problemBufs.Put(bp)
-	b := append((*bp)[:0], `{"time":"`...)
-	b = r.Time.AppendFormat(b, time.RFC3339Nano)
-	b = append(b, `","level":`...)
-	b = appendJSONString(b, r.Level.String())
-	b = append(b, `,"msg":`...)
-	b = appendJSONString(b, r.Message)
+	b := appendLineStart((*bp)[:0], r.Time, r.Level, r.Message)
 	flat := true
 	r.Attrs(func(a slog.Attr) bool {
 		if a.Key == "" { // the JSONHandler drops such an attribute; leave it to it
 			flat = false
 			return false
 		}
-		b = append(appendJSONString(append(b, ','), a.Key), ':')
 		switch a.Value.Kind() {
 		case slog.KindString:
-			b = appendJSONString(b, a.Value.String())
+			b = appendStringAttr(b, a.Key, a.Value.String())
 		case slog.KindInt64:
-			b = strconv.AppendInt(b, a.Value.Int64(), 10)
+			b = appendIntAttr(b, a.Key, a.Value.Int64())
 		case slog.KindDuration:
-			b = strconv.AppendInt(b, int64(a.Value.Duration()), 10)
+			b = appendIntAttr(b, a.Key, int64(a.Value.Duration()))
 		default:
 			flat = false
 		}
@@ -1096,4 +1109,47 @@ func (h *lineHandler) Handle(ctx context.Context, r slog.Record) error {
 	}
 	_, err := h.out.Write(b)
 	return err
+}
+
+// writeRequest writes the access log's line for a request: the bytes Handle writes for a
+// record of l.attrs(), without making the record. at is the wall clock's time, whose year
+// has four digits.
+func (h *lineHandler) writeRequest(at time.Time, l requestLine) {
+	bp := problemBufs.Get().(*[]byte)
+	defer problemBufs.Put(bp)
+	b := appendLineStart((*bp)[:0], at, slog.LevelInfo, "request")
+	b = appendStringAttr(b, "method", l.method)
+	b = appendStringAttr(b, "route", l.route)
+	b = appendIntAttr(b, "status", int64(l.status))
+	b = appendIntAttr(b, "duration", int64(l.duration))
+	b = appendStringAttr(b, "request_id", l.id)
+	b = appendStringAttr(b, "account", l.account)
+	b = appendStringAttr(b, "environment", l.environment)
+	b = append(b, '}', '\n')
+	*bp = b
+	h.out.Write(b)
+}
+
+// inFourDigitYears reports whether t is written as RFC 3339 by AppendFormat: the
+// JSONHandler writes other times its own way.
+func inFourDigitYears(t time.Time) bool {
+	y := t.Year()
+	return !t.IsZero() && y >= 0 && y <= 9999
+}
+
+func appendLineStart(b []byte, at time.Time, level slog.Level, msg string) []byte {
+	b = append(b, `{"time":"`...)
+	b = at.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","level":`...)
+	b = appendJSONString(b, level.String())
+	b = append(b, `,"msg":`...)
+	return appendJSONString(b, msg)
+}
+
+func appendStringAttr(b []byte, key, value string) []byte {
+	return appendJSONString(append(appendJSONString(append(b, ','), key), ':'), value)
+}
+
+func appendIntAttr(b []byte, key string, n int64) []byte {
+	return strconv.AppendInt(append(appendJSONString(append(b, ','), key), ':'), n, 10)
 }

@@ -1580,6 +1580,23 @@ func TestLineHandlerWritesWhatJSONHandlerWrites(t *testing.T) {
 			t.Errorf("lineHandler wrote %q\nJSONHandler writes %q", fast.String(), slow.String())
 		}
 	}
+	// The access log's lines are written without a record: the same bytes again.
+	for _, l := range []requestLine{
+		{method: "GET", route: "/v1/orders/{id}", status: 200, duration: 1234567, id: "req_x", account: "acct_sandbox", environment: "test"},
+		{method: "DELETE", status: statusClientClosedRequest, id: "req_y"},
+		{method: "G\"E\\T\x00", route: "/v1/\u2028<&>\xff", status: -1, duration: -5, account: "é", environment: "\n"},
+	} {
+		var fast, slow bytes.Buffer
+		newLineHandler(&fast).writeRequest(at, l)
+		r := slog.NewRecord(at, slog.LevelInfo, "request", 0)
+		r.AddAttrs(l.attrs()...)
+		if err := slog.NewJSONHandler(&slow, nil).Handle(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+		if fast.String() != slow.String() {
+			t.Errorf("writeRequest wrote %q\nJSONHandler writes %q", fast.String(), slow.String())
+		}
+	}
 }
 
 // TestAppendJSONStringMatchesEncodingJSON: the hand-written encoding of orders and errors
