@@ -530,7 +530,7 @@ func decodeDataset(data []byte, seed int, log *slog.Logger) (*sandbox, []keyLine
 		byID := make(map[string]*importedOrder, len(t.orders.byID)+seed)
 		maps.Copy(byID, t.orders.byID)
 		t.orders.byID = byID
-		t.orders.all = slices.Grow(t.orders.all, seed)
+		t.orders.all.orders = slices.Grow(t.orders.all.orders, seed)
 		for _, o := range seedOrders(seed) {
 			if t.orders.byID[o.id] != nil {
 				return nil, nil, fmt.Errorf("-seed-orders: order id %q is already in the dataset", o.id)
@@ -538,13 +538,9 @@ func decodeDataset(data []byte, seed int, log *slog.Logger) (*sandbox, []keyLine
 			t.orders.add(o)
 		}
 	}
-	var ar arena
 	for _, t := range sb.tenants {
-		for _, o := range t.orders.all {
-			o.resource = ar.end(o.appendResource(ar.begin()))
-		}
 		t.orders.build()
-		sb.orderCount += len(t.orders.all)
+		sb.orderCount += len(t.orders.all.orders)
 	}
 	return sb, lines, nil
 }
@@ -968,56 +964,27 @@ func prepareJSON(v any) preparedJSON {
 	return preparedJSON{body: b, length: []string{strconv.Itoa(len(b))}}
 }
 
-// arena packs prepared bodies into shared blocks, with one Content-Length value for each
-// length, so that a million orders are a few hundred allocations rather than millions.
-// Blocks start small and double, so that a small dataset costs little.
-type arena struct {
-	block   []byte
-	next    int // size of the next block
-	lengths map[int][]string
-}
-
-// begin returns the buffer to append the next body to.
-func (a *arena) begin() []byte {
-	if cap(a.block)-len(a.block) < 4<<10 {
-		a.next = min(max(2*a.next, 16<<10), 1<<20)
-		a.block = make([]byte, 0, a.next)
-	}
-	return a.block
-}
-
-// end takes the buffer back with one more body appended and returns that body. (A body
-// that outgrew the block was appended to a copy: b still holds it at the same offset.)
-func (a *arena) end(b []byte) preparedJSON {
-	start := len(a.block)
-	a.block = b
-	body := b[start:len(b):len(b)]
-	if a.lengths == nil {
-		a.lengths = map[int][]string{}
-	}
-	length := a.lengths[len(body)]
-	if length == nil {
-		length = []string{strconv.Itoa(len(body))}
-		a.lengths[len(body)] = length
-	}
-	return preparedJSON{body: body, length: length}
-}
-
 func (p preparedJSON) write(w http.ResponseWriter) {
 	send(w, http.StatusOK, jsonContentType, p.length, p.body)
 }
 
-// writeBody writes an answer assembled for this request.
-func writeBody(w http.ResponseWriter, status int, contentType []string, b []byte) {
-	send(w, status, contentType, []string{strconv.Itoa(len(b))}, b)
+// writeBody writes an answer assembled for this request, whose body is the parts given.
+func writeBody(w http.ResponseWriter, status int, contentType []string, parts ...[]byte) {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	send(w, status, contentType, []string{strconv.Itoa(n)}, parts...)
 }
 
-func send(w http.ResponseWriter, status int, contentType, length []string, body []byte) {
+func send(w http.ResponseWriter, status int, contentType, length []string, parts ...[]byte) {
 	h := w.Header()
 	h["Content-Type"] = contentType
 	h["Content-Length"] = length
 	w.WriteHeader(status)
-	w.Write(body)
+	for _, p := range parts {
+		w.Write(p)
+	}
 }
 
 // logBuffer batches log lines, flushing them every interval and at Close: a write per

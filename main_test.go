@@ -2934,7 +2934,7 @@ func FuzzLoadDataset(f *testing.F) {
 			return
 		}
 		for _, tn := range sb.tenants {
-			for _, o := range tn.orders.all {
+			for _, o := range tn.orders.all.orders {
 				if !json.Valid(o.resource.body) {
 					t.Fatalf("order %q is prepared as invalid JSON: %s", o.id, o.resource.body)
 				}
@@ -3061,7 +3061,7 @@ func BenchmarkListOrders(b *testing.B) {
 	for _, n := range []int{1000, 1000000} {
 		e := benchEnv(b, n)
 		t := e.srv.keys[sha256Sum("sk_test_sandbox_all")].tenant
-		all := t.orders.all
+		all := t.orders.all.orders
 		oldest := all[len(all)-1].createdAt
 		middle := all[len(all)/2]
 		q := orderQuery{status: -1}

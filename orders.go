@@ -26,8 +26,9 @@ const (
 	maxSeedOrders = 5_000_000
 )
 
-// orderRecord is an imported order as the dataset holds it. The marketplace token and the
-// raw marketplace payload are stored, as imported orders carry them, and are never shown.
+// orderRecord is an imported order as the dataset holds it. A dataset may give the
+// marketplace token and the raw marketplace payload, as imported orders carry them; the
+// API never shows them, so the sandbox does not keep them.
 type orderRecord struct {
 	ID                 string          `json:"id"`
 	Account            string          `json:"account"`
@@ -44,15 +45,13 @@ type orderRecord struct {
 // merchant_reference, platform, status, shipment_id, created_at) is encoded once, when the
 // dataset is loaded and its links are made.
 type importedOrder struct {
-	id                 string
-	createdAt          time.Time
-	status             int // index into orderStatuses
-	merchantReference  string
-	platform           string
-	shipmentID         *string
-	marketplaceToken   string
-	rawMarketplaceData json.RawMessage
-	resource           preparedJSON
+	id                string
+	createdAt         time.Time
+	status            int // index into orderStatuses
+	merchantReference string
+	platform          string
+	shipmentID        *string
+	resource          preparedJSON
 }
 
 // appendResource appends the order as the API shows it. It is written by hand rather than
@@ -104,13 +103,11 @@ func loadOrder(path string, rec orderRecord) (*importedOrder, error) {
 		return nil, err
 	}
 	return &importedOrder{
-		id:                 rec.ID,
-		createdAt:          at,
-		status:             slices.Index(orderStatuses, rec.Status),
-		merchantReference:  rec.MerchantReference,
-		platform:           rec.Platform,
-		marketplaceToken:   rec.MarketplaceToken,
-		rawMarketplaceData: rec.RawMarketplaceData,
+		id:                rec.ID,
+		createdAt:         at,
+		status:            slices.Index(orderStatuses, rec.Status),
+		merchantReference: rec.MerchantReference,
+		platform:          rec.Platform,
 	}, nil
 }
 
@@ -162,32 +159,91 @@ func appendPadded(b []byte, n, width int) []byte {
 // once in all and once per status, so that any page is found by binary search.
 type orderIndex struct {
 	byID     map[string]*importedOrder
-	all      []*importedOrder
-	byStatus [][]*importedOrder // indexed like orderStatuses
+	all      orderList
+	byStatus []orderList // indexed like orderStatuses
+}
+
+// orderList is orders in list order with their resources joined in one block, each
+// followed by a comma, so that the data of any page is one slice of the block.
+type orderList struct {
+	orders []*importedOrder
+	joined []byte
+	starts []int // where each order's resource starts in joined, then len(joined)
+}
+
+// data is the JSON of orders[i:j], comma-separated.
+func (l *orderList) data(i, j int) []byte {
+	if i == j {
+		return nil
+	}
+	return l.joined[l.starts[i] : l.starts[j]-1]
+}
+
+// join makes the list of orders, each of which has its resource already.
+func join(orders []*importedOrder) orderList {
+	size := 0
+	for _, o := range orders {
+		size += len(o.resource.body) + 1
+	}
+	l := orderList{orders: orders, joined: make([]byte, 0, size), starts: make([]int, 0, len(orders)+1)}
+	for _, o := range orders {
+		l.starts = append(l.starts, len(l.joined))
+		l.joined = append(append(l.joined, o.resource.body...), ',')
+	}
+	l.starts = append(l.starts, len(l.joined))
+	return l
 }
 
 // add files an order under the index; build puts the index in order.
-func (ix *orderIndex) add(o *importedOrder) { ix.byID[o.id] = o; ix.all = append(ix.all, o) }
+func (ix *orderIndex) add(o *importedOrder) {
+	ix.byID[o.id] = o
+	ix.all.orders = append(ix.all.orders, o)
+}
 
-// build sorts the orders added to all into list order and makes the per-status lists.
-// Seeded orders arrive in list order already, which the sort takes in its stride.
+// build sorts the orders added into list order, encodes each order's resource once, into
+// the list of all orders (where GET /v1/orders/{id} finds it too), and makes the lists
+// per status from those bytes. Seeded orders arrive in list order already, which the sort
+// takes in its stride.
 func (ix *orderIndex) build() {
-	slices.SortFunc(ix.all, func(a, b *importedOrder) int {
+	all := ix.all.orders
+	slices.SortFunc(all, func(a, b *importedOrder) int {
 		if newer(a, b) {
 			return -1
 		}
 		return 1 // ids are unique in a tenant: no two orders are equal
 	})
-	counts := make([]int, len(orderStatuses))
-	for _, o := range ix.all {
-		counts[o.status]++
+	// Sized first, so that a million orders are not copied over and over by a growing slice.
+	size := 0
+	var scratch []byte
+	for _, o := range all {
+		scratch = o.appendResource(scratch[:0])
+		size += len(scratch) + 1
 	}
-	ix.byStatus = make([][]*importedOrder, len(orderStatuses))
-	for s := range ix.byStatus {
-		ix.byStatus[s] = make([]*importedOrder, 0, counts[s])
+	starts := make([]int, 0, len(all)+1)
+	joined := make([]byte, 0, size)
+	for _, o := range all {
+		starts = append(starts, len(joined))
+		joined = append(o.appendResource(joined), ',')
 	}
-	for _, o := range ix.all {
-		ix.byStatus[o.status] = append(ix.byStatus[o.status], o)
+	starts = append(starts, len(joined))
+	ix.all = orderList{orders: all, joined: joined, starts: starts}
+	lengths := map[int][]string{} // one Content-Length value for each length
+	for i, o := range all {
+		body := ix.all.data(i, i+1)
+		length := lengths[len(body)]
+		if length == nil {
+			length = []string{strconv.Itoa(len(body))}
+			lengths[len(body)] = length
+		}
+		o.resource = preparedJSON{body: body[:len(body):len(body)], length: length}
+	}
+	perStatus := make([][]*importedOrder, len(orderStatuses))
+	for _, o := range all {
+		perStatus[o.status] = append(perStatus[o.status], o)
+	}
+	ix.byStatus = make([]orderList, len(orderStatuses))
+	for s, orders := range perStatus {
+		ix.byStatus[s] = join(slices.Clip(orders))
 	}
 }
 
@@ -324,31 +380,32 @@ func (q *orderQuery) filterTag() tag {
 	return tagOf("orders", string(b))
 }
 
-// page finds the orders of one page: a binary search to its start and end, then at most
-// limit orders. It reports whether more follow.
-func (ix *orderIndex) page(q *orderQuery, after *cursorPosition) ([]*importedOrder, bool) {
-	list := ix.all
+// page finds one page: the list it is taken from, and its orders list.orders[i:j], found
+// by a binary search to its start and end. It reports whether more follow.
+func (ix *orderIndex) page(q *orderQuery, after *cursorPosition) (list *orderList, i, j int, more bool) {
+	list = &ix.all
 	if q.status >= 0 {
-		list = ix.byStatus[q.status]
+		list = &ix.byStatus[q.status]
 	}
-	start, end := 0, len(list)
+	orders := list.orders
+	start, end := 0, len(orders)
 	if q.hasTo {
-		start = sort.Search(len(list), func(i int) bool { return !list[i].createdAt.After(q.to) })
+		start = sort.Search(len(orders), func(i int) bool { return !orders[i].createdAt.After(q.to) })
 	}
 	if after != nil {
-		start = max(start, sort.Search(len(list), func(i int) bool {
-			c := list[i].createdAt.Compare(after.createdAt)
-			return c < 0 || (c == 0 && list[i].id < after.id)
+		start = max(start, sort.Search(len(orders), func(i int) bool {
+			c := orders[i].createdAt.Compare(after.createdAt)
+			return c < 0 || (c == 0 && orders[i].id < after.id)
 		}))
 	}
 	if q.hasFrom {
-		end = sort.Search(len(list), func(i int) bool { return list[i].createdAt.Before(q.from) })
+		end = sort.Search(len(orders), func(i int) bool { return orders[i].createdAt.Before(q.from) })
 	}
 	if start >= end {
-		return nil, false
+		return list, 0, 0, false
 	}
 	n := min(q.limit, end-start)
-	return list[start : start+n], end-start > n
+	return list, start, start + n, end-start > n
 }
 
 var errOrderNotFound = &apiError{code: codeNotFound, detail: "No imported order with this ID exists in this account and environment."}
@@ -374,33 +431,28 @@ func (s *server) handleListOrders() http.Handler {
 			}
 			after = &pos
 		}
-		items, more := t.orders.page(&q, after)
+		list, i, j, more := t.orders.page(&q, after)
 		bp := problemBufs.Get().(*[]byte)
-		b := append((*bp)[:0], `{"data":[`...)
-		for i, o := range items {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, o.resource.body...)
-		}
-		b = append(b, `],"pagination":{"limit":`...)
+		b := append((*bp)[:0], `],"pagination":{"limit":`...)
 		b = strconv.AppendInt(b, int64(q.limit), 10)
 		if more {
 			if !q.hasCursor {
 				filters = q.filterTag()
 			}
-			last := items[len(items)-1]
+			last := list.orders[j-1]
 			b = append(b, `,"next_cursor":"`...)
 			b = s.cursors.appendSigned(b, t.tag, filters, cursorPosition{last.createdAt, last.id})
 			b = append(b, `","has_more":true}}`...)
 		} else {
 			b = append(b, `,"next_cursor":null,"has_more":false}}`...)
 		}
-		writeBody(w, http.StatusOK, jsonContentType, b)
+		writeBody(w, http.StatusOK, jsonContentType, pageHead, list.data(i, j), b)
 		*bp = b
 		problemBufs.Put(bp)
 	})
 }
+
+var pageHead = []byte(`{"data":[`)
 
 // handleGetOrder answers GET /v1/orders/{id}.
 func handleGetOrder() http.Handler {
