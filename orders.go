@@ -260,11 +260,10 @@ type orderQuery struct {
 // queryParam is one name=value pair of a query string, in the order sent.
 type queryParam struct{ name, value string }
 
-// splitQuery splits a raw query string into its parameters. Names and values are
-// percent-decoded, but a literal "+" stays "+": no valid value has a space, while an
+// splitQuery appends the parameters of a raw query string to params. Names and values
+// are percent-decoded, but a literal "+" stays "+": no valid value has a space, while an
 // RFC 3339 offset such as +01:00 then needs no escaping.
-func splitQuery(raw string) ([]queryParam, *apiError) {
-	var params []queryParam
+func splitQuery(params []queryParam, raw string) ([]queryParam, *apiError) {
 	for raw != "" {
 		var pair string
 		pair, raw, _ = strings.Cut(raw, "&")
@@ -289,7 +288,7 @@ func splitQuery(raw string) ([]queryParam, *apiError) {
 func noParams(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.RawQuery != "" {
-			params, err := splitQuery(r.URL.RawQuery)
+			params, err := splitQuery(nil, r.URL.RawQuery)
 			if err == nil && len(params) > 0 {
 				err = unknownParam(params[0].name, "This operation takes no query parameters.")
 			}
@@ -313,7 +312,8 @@ var listParams = []string{"limit", "cursor", "status", "created_from", "created_
 // parameters were sent; the cursor itself is verified later, against the filters.
 func parseOrderQuery(raw string) (orderQuery, *apiError) {
 	q := orderQuery{limit: defaultPageSize, status: -1}
-	params, perr := splitQuery(raw)
+	var room [8]queryParam // more than a valid query has (one of each of listParams)
+	params, perr := splitQuery(room[:0], raw)
 	if perr != nil {
 		return q, perr
 	}
