@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -180,6 +181,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// Loading leaves garbage behind (a million seeded orders' worth): collect it now and
 	// return it to the OS, rather than in the middle of the first requests.
 	debug.FreeOSMemory()
+	if getenv("GOGC") == "" {
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		defer debug.SetGCPercent(debug.SetGCPercent(gcPercent(m.HeapAlloc)))
+	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("-addr %s: %w", cfg.addr, err)
@@ -259,6 +265,18 @@ func baseURL(addr net.Addr) string {
 // kept after loading, and it is dropped once printed.
 type keyLine struct {
 	key, tenant, scopes, state string
+}
+
+// heapHeadroom is how much the heap may grow past the dataset between collections.
+const heapHeadroom = 64 << 20
+
+// gcPercent is the GC percentage for a heap of live bytes that never change: about
+// heapHeadroom of growth, between 10% and Go's default 100%. With the default, the heap of
+// a million orders (some 550 MiB) would grow to 1.1 GiB under load, and until the first
+// collection every request would be served from memory never touched before, which costs
+// a quarter of the throughput.
+func gcPercent(live uint64) int {
+	return int(min(100, max(10, 100*heapHeadroom/max(live, 1))))
 }
 
 // printBanner writes the start-up banner in one write, so that a reader of stdout sees it

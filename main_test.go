@@ -3199,3 +3199,18 @@ func TestShutdownGraceRunsOut(t *testing.T) {
 		t.Error("the cut-off connection is still open")
 	}
 }
+
+// TestGCPercent: the heap grows by about 64 MiB past a large dataset between collections,
+// and by Go's default 100% past a small one; never by less than 10%.
+func TestGCPercent(t *testing.T) {
+	for _, c := range []struct {
+		live uint64
+		want int
+	}{
+		{0, 100}, {1 << 20, 100}, {64 << 20, 100}, {128 << 20, 50}, {550 << 20, 11}, {640 << 20, 10}, {5 << 30, 10},
+	} {
+		if got := gcPercent(c.live); got != c.want {
+			t.Errorf("gcPercent(%d MiB) = %d, want %d", c.live>>20, got, c.want)
+		}
+	}
+}
