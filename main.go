@@ -986,23 +986,17 @@ func (p preparedJSON) write(w http.ResponseWriter) {
 	send(w, http.StatusOK, jsonContentType, p.length, p.body)
 }
 
-// writeBody writes an answer assembled for this request, whose body is the parts given.
-func writeBody(w http.ResponseWriter, status int, contentType []string, parts ...[]byte) {
-	n := 0
-	for _, p := range parts {
-		n += len(p)
-	}
-	send(w, status, contentType, []string{strconv.Itoa(n)}, parts...)
+// writeBody writes an answer assembled for this request.
+func writeBody(w http.ResponseWriter, status int, contentType []string, b []byte) {
+	send(w, status, contentType, []string{strconv.Itoa(len(b))}, b)
 }
 
-func send(w http.ResponseWriter, status int, contentType, length []string, parts ...[]byte) {
+func send(w http.ResponseWriter, status int, contentType, length []string, body []byte) {
 	h := w.Header()
 	h["Content-Type"] = contentType
 	h["Content-Length"] = length
 	w.WriteHeader(status)
-	for _, p := range parts {
-		w.Write(p)
-	}
+	w.Write(body)
 }
 
 // logBuffer batches log lines, flushing them every interval and at Close: a write per
