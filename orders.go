@@ -21,7 +21,7 @@ var (
 const (
 	defaultPageSize = 20
 	maxPageSize     = 100
-	// maxSeedOrders bounds -seed-orders to what fits comfortably in memory (about 350 MiB
+	// maxSeedOrders bounds -seed-orders to what fits comfortably in memory (about 550 MiB
 	// a million orders).
 	maxSeedOrders = 5_000_000
 )
