@@ -4,7 +4,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -999,48 +998,94 @@ func send(w http.ResponseWriter, status int, contentType, length []string, body 
 	w.Write(body)
 }
 
-// logBuffer batches log lines, flushing them every interval and at Close: a write per
-// request would cost a system call each.
+// logBuffer batches log lines for out. A request only appends its line to a buffer under
+// a lock; the system calls that write the lines out are made by a goroutine of its own,
+// every interval, as soon as logFlushSize bytes wait, and at Close. Should out fall behind
+// by logMaxBacklog, writers wait for it rather than let the backlog grow without bound.
 type logBuffer struct {
-	mu   sync.Mutex
-	w    *bufio.Writer
-	stop chan struct{}
-	done chan struct{}
+	out    io.Writer
+	mu     sync.Mutex
+	room   sync.Cond // signalled when the flusher takes the backlog, and at Close
+	buf    []byte    // lines not yet taken by the flusher
+	closed bool      // after Close, lines are written straight to out
+	kick   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
 }
 
+const (
+	logFlushSize  = 64 << 10
+	logMaxBacklog = 4 << 20
+)
+
 func newLogBuffer(out io.Writer, every time.Duration) *logBuffer {
-	l := &logBuffer{w: bufio.NewWriterSize(out, 64<<10), stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(l.done)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				l.mu.Lock()
-				l.w.Flush()
-				l.mu.Unlock()
-			case <-l.stop:
-				return
-			}
-		}
-	}()
+	l := &logBuffer{out: out, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	l.room.L = &l.mu
+	go l.flushEvery(every)
 	return l
+}
+
+func (l *logBuffer) flushEvery(every time.Duration) {
+	defer close(l.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var spare []byte
+	for {
+		select {
+		case <-t.C:
+		case <-l.kick:
+		case <-l.stop:
+			return
+		}
+		// Swap buffers under the lock; write outside it.
+		l.mu.Lock()
+		b := l.buf
+		l.buf = spare[:0]
+		l.room.Broadcast()
+		l.mu.Unlock()
+		if len(b) > 0 {
+			l.out.Write(b)
+		}
+		spare = b
+	}
 }
 
 func (l *logBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
+	for len(l.buf) >= logMaxBacklog && !l.closed {
+		l.room.Wait()
+	}
+	if l.closed {
+		defer l.mu.Unlock()
+		return l.out.Write(p)
+	}
+	l.buf = append(l.buf, p...)
+	full := len(l.buf) >= logFlushSize
+	l.mu.Unlock()
+	if full {
+		select {
+		case l.kick <- struct{}{}:
+		default: // the flusher is told already
+		}
+	}
+	return len(p), nil
 }
 
-// Close stops the flusher and writes out what is buffered.
+// Close stops the flusher and writes out what is buffered; later lines are written at once.
 func (l *logBuffer) Close() error {
 	close(l.stop)
 	<-l.done
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Flush()
+	l.closed = true
+	l.room.Broadcast()
+	b := l.buf
+	l.buf = nil
+	if len(b) == 0 {
+		return nil
+	}
+	_, err := l.out.Write(b)
+	return err
 }
 
 // lineHandler is the service's slog.Handler: a JSONHandler whose Handle writes the flat

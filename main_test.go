@@ -3214,3 +3214,134 @@ func TestGCPercent(t *testing.T) {
 		}
 	}
 }
+
+// gatedSink is a log destination whose writes wait at a gate until it is opened.
+type gatedSink struct {
+	gate    chan struct{} // closed: writes pass
+	waiting atomic.Int32  // writes waiting at the gate
+	lockedBuffer
+}
+
+func (s *gatedSink) Write(p []byte) (int, error) {
+	s.waiting.Add(1)
+	<-s.gate
+	s.waiting.Add(-1)
+	return s.lockedBuffer.Write(p)
+}
+
+func openSink() *gatedSink {
+	s := &gatedSink{gate: make(chan struct{})}
+	close(s.gate)
+	return s
+}
+
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting after 5s for %s", what)
+		}
+	}
+}
+
+// TestLogBufferKeepsEveryLine: lines from many writers all arrive, whole and in each
+// writer's order, whether flushed by the timer, by size or at Close.
+func TestLogBufferKeepsEveryLine(t *testing.T) {
+	sink := openSink()
+	l := newLogBuffer(sink, time.Millisecond)
+	const writers, lines = 8, 3000
+	var wg sync.WaitGroup
+	for g := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range lines {
+				fmt.Fprintf(l, "{\"writer\":%d,\"n\":%d,\"pad\":%q}\n", g, n, strings.Repeat("x", n%50))
+			}
+		}()
+	}
+	wg.Wait()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	next := make([]int, writers)
+	for i, line := range strings.Split(strings.TrimSuffix(sink.String(), "\n"), "\n") {
+		var v struct{ Writer, N int }
+		if err := json.Unmarshal([]byte(line), &v); err != nil {
+			t.Fatalf("line %d is not whole: %q", i, line)
+		}
+		if v.N != next[v.Writer] {
+			t.Fatalf("writer %d: line %d arrived where %d was due", v.Writer, v.N, next[v.Writer])
+		}
+		next[v.Writer]++
+	}
+	for g, n := range next {
+		if n != lines {
+			t.Errorf("writer %d: %d lines arrived, want %d", g, n, lines)
+		}
+	}
+	fmt.Fprintf(l, "after close\n")
+	if !strings.HasSuffix(sink.String(), "\nafter close\n") {
+		t.Error("a line written after Close did not go straight out")
+	}
+}
+
+// TestLogBufferFlushes: lines go out on the timer, and at once when a batch is full,
+// without waiting for Close.
+func TestLogBufferFlushes(t *testing.T) {
+	sink := openSink()
+	l := newLogBuffer(sink, 10*time.Millisecond)
+	l.Write([]byte("one line\n"))
+	waitFor(t, "the timer's flush", func() bool { return sink.String() == "one line\n" })
+	l.Close()
+
+	sink = openSink()
+	l = newLogBuffer(sink, time.Hour)
+	defer l.Close()
+	batch := strings.Repeat("x", logFlushSize-1) + "\n"
+	l.Write([]byte(batch))
+	waitFor(t, "a full batch to go out", func() bool { return sink.String() == batch })
+}
+
+// TestLogBufferSlowSink: while the destination is stuck, requests still only append
+// their lines (no request waits on the system call), up to logMaxBacklog; past it they
+// wait for the destination rather than let the backlog grow. Nothing is lost.
+func TestLogBufferSlowSink(t *testing.T) {
+	sink := &gatedSink{gate: make(chan struct{})}
+	l := newLogBuffer(sink, time.Hour)
+	line := []byte(strings.Repeat("y", 1023) + "\n")
+	for range logFlushSize / len(line) {
+		l.Write(line) // the last one hands a full batch to the flusher
+	}
+	waitFor(t, "the flusher to be stuck in the destination", func() bool { return sink.waiting.Load() == 1 })
+	var wrote atomic.Int64
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		for range logMaxBacklog / len(line) {
+			l.Write(line)
+			wrote.Add(1)
+		}
+	}()
+	select {
+	case <-written:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("writers waited on a stuck destination after %d lines", wrote.Load())
+	}
+	over := make(chan struct{})
+	go func() { l.Write(line); close(over) }()
+	select {
+	case <-over:
+		t.Fatal("the backlog grew past logMaxBacklog")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(sink.gate)
+	<-over
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if want := (logFlushSize/len(line) + logMaxBacklog/len(line) + 1) * len(line); len(sink.String()) != want {
+		t.Errorf("%d bytes arrived, want %d", len(sink.String()), want)
+	}
+}
