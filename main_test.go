@@ -3083,6 +3083,12 @@ func BenchmarkListOrders(b *testing.B) {
 
 func sha256Sum(s string) [32]byte { return sha256.Sum256([]byte(s)) }
 
+// BenchmarkHealthz is the cheapest answer the service gives (no key, a prepared 15-byte
+// body): what the fixed chain (request id, headers, router, log line) costs by itself.
+func BenchmarkHealthz(b *testing.B) {
+	benchServe(b, benchEnv(b, 0).h, newRequest("GET", "/healthz", ""), 200)
+}
+
 // BenchmarkBare is the floor: a handler that only writes a precomputed body, of the sizes
 // of the answers above (an order, a tracking view, a page of 100 seeded orders).
 func BenchmarkBare(b *testing.B) {
