@@ -21,6 +21,7 @@ import (
 	"path"
 	"regexp"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -1711,11 +1712,17 @@ func TestRunRefusesABadStart(t *testing.T) {
 // function that stops it and returns run's error.
 func startRun(t *testing.T, args ...string) (base string, stdout, stderr *lockedBuffer, stop func() error) {
 	t.Helper()
+	return startRunWithEnv(t, nil, args...)
+}
+
+// startRunWithEnv is startRun with environment variables.
+func startRunWithEnv(t *testing.T, env map[string]string, args ...string) (base string, stdout, stderr *lockedBuffer, stop func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout, stderr = &lockedBuffer{}, &lockedBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, append([]string{"-addr", "127.0.0.1:0"}, args...), func(string) string { return "" }, stdout, stderr)
+		done <- run(ctx, append([]string{"-addr", "127.0.0.1:0"}, args...), func(k string) string { return env[k] }, stdout, stderr)
 	}()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -3203,6 +3210,33 @@ func TestShutdownGraceRunsOut(t *testing.T) {
 	conn.SetReadDeadline(time.Now().Add(2 * time.Second))
 	if _, err := conn.Read(make([]byte, 1)); err == nil {
 		t.Error("the cut-off connection is still open")
+	}
+}
+
+// TestRunBoundsHeapGrowth: with a large dataset, run lets the heap grow by a bounded
+// amount past it rather than double it; a GOGC variable, when set, wins; the setting is
+// restored when run returns.
+func TestRunBoundsHeapGrowth(t *testing.T) {
+	current := func() int { p := debug.SetGCPercent(100); debug.SetGCPercent(p); return p }
+	before := current()
+	_, _, _, stop := startRunWithEnv(t, nil, "-seed-orders", "200000")
+	during := current()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if during < 10 || during >= 100 {
+		t.Errorf("GC percentage %d while serving 200,000 orders, want 10 to 99", during)
+	}
+	if after := current(); after != before {
+		t.Errorf("GC percentage %d after run returned, want %d as before", after, before)
+	}
+	_, _, _, stop = startRunWithEnv(t, map[string]string{"GOGC": "100"}, "-seed-orders", "200000")
+	during = current()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if during != before {
+		t.Errorf("GC percentage %d with GOGC set, want %d: the variable wins", during, before)
 	}
 }
 
