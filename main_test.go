@@ -2946,8 +2946,48 @@ func FuzzLoadDataset(f *testing.F) {
 					t.Fatalf("order %q is prepared as invalid JSON: %s", o.id, o.resource.body)
 				}
 			}
+			checkOrderIndex(t, &tn.orders)
 		}
 	})
+}
+
+// checkOrderIndex: the list of all orders and each status list hold their orders in list
+// order, each status list only its status and together all orders, and each block is
+// exactly its orders' resources joined by commas, allocated to its size.
+func checkOrderIndex(t testing.TB, ix *orderIndex) {
+	t.Helper()
+	total := 0
+	for n, l := range append([]orderList{ix.all}, ix.byStatus...) {
+		var want []byte
+		for k, o := range l.orders {
+			if n > 0 && o.status != n-1 {
+				t.Fatalf("order %q (%s) is in the %s list", o.id, orderStatuses[o.status], orderStatuses[n-1])
+			}
+			if k > 0 && !newer(l.orders[k-1], o) {
+				t.Fatalf("list %d: order %q comes after %q", n, o.id, l.orders[k-1].id)
+			}
+			want = append(append(want, o.resource.body...), ',')
+		}
+		if !bytes.Equal(l.joined, want) || cap(l.joined) != len(l.joined) || len(l.starts) != len(l.orders)+1 {
+			t.Fatalf("list %d: block of %d bytes (capacity %d, %d starts) is not its %d orders joined", n, len(l.joined), cap(l.joined), len(l.starts), len(l.orders))
+		}
+		if n > 0 {
+			total += len(l.orders)
+		}
+	}
+	if total != len(ix.all.orders) {
+		t.Fatalf("the status lists hold %d orders, the list of all %d", total, len(ix.all.orders))
+	}
+}
+
+func TestOrderIndexOfSeededOrders(t *testing.T) {
+	sb, _, err := loadDataset("test", defaultDataset, 1000, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tn := range sb.tenants {
+		checkOrderIndex(t, &tn.orders)
+	}
 }
 
 // FuzzHandlerChain sends arbitrary methods, paths, queries, Authorization values and

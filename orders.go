@@ -179,16 +179,13 @@ func (l *orderList) data(i, j int) []byte {
 	return l.joined[l.starts[i] : l.starts[j]-1]
 }
 
-// join makes the list of orders, each of which has its resource already.
-func join(orders []*importedOrder) orderList {
-	size := 0
-	for _, o := range orders {
-		size += len(o.resource.body) + 1
-	}
+// join makes the list of orders, whose block is size bytes: each order's bytes as put
+// by appendOrder, and a comma.
+func join(orders []*importedOrder, size int, appendOrder func([]byte, *importedOrder) []byte) orderList {
 	l := orderList{orders: orders, joined: make([]byte, 0, size), starts: make([]int, 0, len(orders)+1)}
 	for _, o := range orders {
 		l.starts = append(l.starts, len(l.joined))
-		l.joined = append(append(l.joined, o.resource.body...), ',')
+		l.joined = append(appendOrder(l.joined, o), ',')
 	}
 	l.starts = append(l.starts, len(l.joined))
 	return l
@@ -213,20 +210,18 @@ func (ix *orderIndex) build() {
 		return 1 // ids are unique in a tenant: no two orders are equal
 	})
 	// Sized first, so that a million orders are not copied over and over by a growing slice.
+	// Each order is encoded into scratch and copied: time's AppendFormat writes all nine
+	// fraction digits before it trims the zeros, which could outgrow an exact block.
 	size := 0
 	var scratch []byte
 	for _, o := range all {
 		scratch = o.appendResource(scratch[:0])
 		size += len(scratch) + 1
 	}
-	starts := make([]int, 0, len(all)+1)
-	joined := make([]byte, 0, size)
-	for _, o := range all {
-		starts = append(starts, len(joined))
-		joined = append(o.appendResource(joined), ',')
-	}
-	starts = append(starts, len(joined))
-	ix.all = orderList{orders: all, joined: joined, starts: starts}
+	ix.all = join(all, size, func(b []byte, o *importedOrder) []byte {
+		scratch = o.appendResource(scratch[:0])
+		return append(b, scratch...)
+	})
 	lengths := map[int][]string{} // one Content-Length value for each length
 	for i, o := range all {
 		body := ix.all.data(i, i+1)
@@ -238,12 +233,14 @@ func (ix *orderIndex) build() {
 		o.resource = preparedJSON{body: body[:len(body):len(body)], length: length}
 	}
 	perStatus := make([][]*importedOrder, len(orderStatuses))
+	sizes := make([]int, len(orderStatuses))
 	for _, o := range all {
 		perStatus[o.status] = append(perStatus[o.status], o)
+		sizes[o.status] += len(o.resource.body) + 1
 	}
 	ix.byStatus = make([]orderList, len(orderStatuses))
 	for s, orders := range perStatus {
-		ix.byStatus[s] = join(slices.Clip(orders))
+		ix.byStatus[s] = join(slices.Clip(orders), sizes[s], func(b []byte, o *importedOrder) []byte { return append(b, o.resource.body...) })
 	}
 }
 
