@@ -1,14 +1,80 @@
+// auth.go is who may call: accounts and their environments (tenants), API keys and their
+// scopes, the wrappers that check a key, and the per-key rate limit.
 package main
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 )
+
+// tenantID is an account and one of its environments: resources and keys belong to one.
+type tenantID struct{ account, environment string }
+
+func (id tenantID) String() string { return id.account + "/" + id.environment }
+
+// tenant holds one account's resources in one environment, read-only after load.
+type tenant struct {
+	id        tenantID
+	live      bool
+	shipments shipmentIndex
+	orders    orderIndex
+}
+
+// tenants are a dataset's declared accounts and environments.
+type tenants map[tenantID]*tenant
+
+var environments = []string{"test", "live"}
+
+type accountRecord struct {
+	ID           string   `json:"id"`
+	Environments []string `json:"environments"`
+}
+
+// addAccount declares an account's environments as tenants.
+func (ts tenants) addAccount(path string, rec accountRecord) error {
+	if err := checkID(path+".id", rec.ID); err != nil {
+		return err
+	}
+	if len(rec.Environments) == 0 {
+		return &datasetError{path: path + ".environments", reason: "at least one environment (test or live) is required"}
+	}
+	for j, env := range rec.Environments {
+		epath := fmt.Sprintf("%s.environments[%d]", path, j)
+		if err := oneOf(epath, "environment", env, environments); err != nil {
+			return err
+		}
+		id := tenantID{rec.ID, env}
+		if ts[id] != nil {
+			return &datasetError{path: epath, reason: fmt.Sprintf("duplicate: %s is declared more than once", id)}
+		}
+		ts[id] = &tenant{id: id, live: env == "live", shipments: newShipmentIndex(), orders: newOrderIndex(tagOf("tenant", rec.ID, env))}
+	}
+	return nil
+}
+
+// find is the declared tenant a resource or key at path names.
+func (ts tenants) find(path, account, environment string) (*tenant, error) {
+	if err := required(path+".account", account); err != nil {
+		return nil, err
+	}
+	if err := required(path+".environment", environment); err != nil {
+		return nil, err
+	}
+	if t := ts[tenantID{account, environment}]; t != nil {
+		return t, nil
+	}
+	for id := range ts {
+		if id.account == account {
+			return nil, &datasetError{path: path + ".environment", reason: fmt.Sprintf("account %q declares no environment %q in $.accounts", account, environment)}
+		}
+	}
+	return nil, &datasetError{path: path + ".account", reason: fmt.Sprintf("account %q is not declared in $.accounts", account)}
+}
 
 // scope is a permission a key may hold; each operation requires one.
 type scope uint8
@@ -36,7 +102,6 @@ func (s scope) String() string {
 
 // apiKey is a key as the server holds it: only the SHA-256 digest of the secret is kept.
 type apiKey struct {
-	digest    [sha256.Size]byte
 	tenant    *tenant // the account and environment the key is tied to
 	scopes    scope
 	expiresAt time.Time // zero: never expires
@@ -49,6 +114,94 @@ type apiKey struct {
 // client cannot steer towards a real key's digest without knowing the key, so it reveals
 // nothing about any key (the same reasoning as for stored password hashes).
 type keyring map[[sha256.Size]byte]*apiKey
+
+// keyLine is what the start-up banner says of a key: the one place its text is kept.
+type keyLine struct {
+	key, tenant, scopes, state string
+}
+
+// keyRecord is a key as the dataset holds it.
+type keyRecord struct {
+	Key         string   `json:"key"`
+	Account     string   `json:"account"`
+	Environment string   `json:"environment"`
+	Scopes      []string `json:"scopes"`
+	ExpiresAt   *string  `json:"expires_at"`
+	Revoked     bool     `json:"revoked"`
+}
+
+// addKey checks one dataset key and keeps only its digest; the banner line it returns is the
+// one place its text goes.
+// firstUse holds the path of each key's digest seen so far.
+func (kr keyring) addKey(path string, rec keyRecord, t *tenant, firstUse map[[sha256.Size]byte]string) (keyLine, error) {
+	if err := required(path+".key", rec.Key); err != nil {
+		return keyLine{}, err
+	}
+	if !isBearerToken(rec.Key) {
+		return keyLine{}, &datasetError{path: path + ".key", reason: "not sendable as a Bearer credential: use letters, digits and - . _ ~ + / (then = padding only)"}
+	}
+	digest := sha256.Sum256([]byte(rec.Key))
+	if first, dup := firstUse[digest]; dup {
+		return keyLine{}, &datasetError{path: path + ".key", reason: "duplicate: the same key as " + first}
+	}
+	firstUse[digest] = path
+	k := &apiKey{tenant: t, revoked: rec.Revoked}
+	for i, name := range rec.Scopes {
+		if err := oneOf(path+".scopes["+strconv.Itoa(i)+"]", "scope", name, scopeNames); err != nil {
+			return keyLine{}, err
+		}
+		for bit, n := range scopeNames {
+			if n == name {
+				k.scopes |= 1 << bit
+			}
+		}
+	}
+	line := keyLine{key: rec.Key, tenant: t.id.String(), scopes: k.scopes.String(), state: "active"}
+	if rec.ExpiresAt != nil {
+		at, err := timestampField(path+".expires_at", *rec.ExpiresAt)
+		if err != nil {
+			return keyLine{}, err
+		}
+		k.expiresAt = at
+		line.state = "expires " + formatTimestamp(at)
+	}
+	switch {
+	case rec.Revoked:
+		line.state = "revoked"
+	case t.live:
+		line.state = "live: every call answers 503 (live requests are not released)"
+	}
+	kr[digest] = k
+	return line, nil
+}
+
+// isBearerToken reports whether s is an RFC 6750 b64token:
+// 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=".
+func isBearerToken(s string) bool {
+	body := strings.TrimRight(s, "=")
+	if body == "" {
+		return false
+	}
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-._~+/", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// call is one request to the service as its wrappers see it, handed from one to the next:
+// its id (in the answer and the log), the key that made it once requireKey has found one,
+// and the status it was answered with.
+type call struct {
+	id     string
+	key    *apiKey
+	status int
+}
+
+// callHandler is a handler that is handed the request's call.
+type callHandler func(w http.ResponseWriter, r *http.Request, c *call)
 
 var (
 	errMissingKey = &apiError{code: codeMissingAPIKey, detail: "Send an API key as Authorization: Bearer <API_KEY>."}
@@ -63,7 +216,7 @@ var (
 
 // bearerToken reads the API key from the Authorization header (RFC 6750, section 2.1; the
 // scheme name is case-insensitive, RFC 9110 section 11.1).
-func bearerToken(h http.Header) (string, *apiError) {
+func bearerToken(h http.Header) (string, error) {
 	fields := h["Authorization"]
 	if len(fields) == 0 {
 		return "", errMissingKey
@@ -82,99 +235,95 @@ func bearerToken(h http.Header) (string, *apiError) {
 	return token, nil
 }
 
-// requireKey answers 401 unless the request carries an active key, and remembers the key
-// for the wrappers and handler after it.
-func (s *server) requireKey(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, err := bearerToken(r.Header)
-		var k *apiKey
-		if err == nil {
-			k = s.keys[sha256.Sum256([]byte(token))]
-			switch {
-			case k == nil:
-				err = errUnknownKey
-			case k.revoked:
-				err = errRevokedKey
-			case !k.expiresAt.IsZero() && !s.now().Before(k.expiresAt):
-				err = errExpiredKey
-			}
-		}
+// authenticate finds the active key a request carries.
+func (kr keyring) authenticate(h http.Header, now time.Time) (*apiKey, error) {
+	token, err := bearerToken(h)
+	if err != nil {
+		return nil, err
+	}
+	k := kr[sha256.Sum256([]byte(token))]
+	switch {
+	case k == nil:
+		return nil, errUnknownKey
+	case k.revoked:
+		return nil, errRevokedKey
+	case !k.expiresAt.IsZero() && !now.Before(k.expiresAt):
+		return nil, errExpiredKey
+	}
+	return k, nil
+}
+
+// requireKey answers 401 unless the request carries an active key, which it hands on.
+func requireKey(keys keyring, now func() time.Time, next callHandler) callHandler {
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		k, err := keys.authenticate(r.Header, now())
 		if err != nil {
-			w.Header()["Www-Authenticate"] = bearerRealm
-			writeError(w, err)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sandbox"`)
+			writeProblem(w, c.id, err)
 			return
 		}
-		exchangeOf(w).key = k
-		next.ServeHTTP(w, r)
-	})
+		c.key = k
+		next(w, r, c)
+	}
 }
 
 // refuseLive answers 503 to a live-environment key: live requests are not released.
-func refuseLive(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if exchangeOf(w).key.tenant.live {
-			writeError(w, errLive)
+func refuseLive(next callHandler) callHandler {
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		if c.key.tenant.live {
+			writeProblem(w, c.id, errLive)
 			return
 		}
-		next.ServeHTTP(w, r)
-	})
+		next(w, r, c)
+	}
 }
 
 // requireScope answers 403 unless the key holds the operation's scope.
-func requireScope(need scope, next http.Handler) http.Handler {
-	challenge := []string{`Bearer error="insufficient_scope", scope="` + need.String() + `"`}
+func requireScope(need scope, next callHandler) callHandler {
+	challenge := `Bearer error="insufficient_scope", scope="` + need.String() + `"`
 	err := &apiError{code: codeInsufficientScope, detail: "The API key lacks the " + need.String() + " scope this operation requires."}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if exchangeOf(w).key.scopes&need == 0 {
-			w.Header()["Www-Authenticate"] = challenge
-			writeError(w, err)
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		if c.key.scopes&need == 0 {
+			w.Header().Set("WWW-Authenticate", challenge)
+			writeProblem(w, c.id, err)
 			return
 		}
-		next.ServeHTTP(w, r)
-	})
+		next(w, r, c)
+	}
 }
 
-// rateLimit is the sandbox's per-key limit: a token bucket of perSecond tokens a second with
-// a burst of one second's worth, run as the generic cell rate algorithm so that a bucket
-// is a single atomic word and no request waits on a lock.
+// rateLimit is the sandbox's per-key limit: perSecond requests a second with a burst of one
+// second's worth. It is run as the generic cell rate algorithm, so that a key's bucket is a
+// single atomic word and no request waits on a lock.
 type rateLimit struct {
-	perSecond int
-	interval  int64 // nanoseconds per token
-	burst     int64 // nanoseconds of credit a full bucket holds: one second's worth
-	epoch     time.Time
-	policy    []string   // RateLimit-Policy value
-	remaining [][]string // RateLimit value for each remaining count
+	interval int64 // nanoseconds per request
+	burst    int64 // nanoseconds of credit a full bucket holds: one second's worth
+	epoch    time.Time
+	policy   string // the RateLimit-Policy value
 }
 
-// maxRate bounds -rate so that every RateLimit value can be prepared at start-up.
-const maxRate = 10000
+// maxRate bounds -rate so that a request's interval is at least a nanosecond.
+const maxRate = int(time.Second)
 
 func newRateLimit(perSecond int, epoch time.Time) *rateLimit {
 	if perSecond <= 0 {
 		return nil
 	}
-	l := &rateLimit{
-		perSecond: perSecond,
-		interval:  int64(time.Second) / int64(perSecond),
-		epoch:     epoch,
-		policy:    []string{`"default";q=` + strconv.Itoa(perSecond) + `;w=1`},
-		remaining: make([][]string, perSecond+1),
+	interval := int64(time.Second) / int64(perSecond)
+	return &rateLimit{
+		interval: interval,
+		burst:    interval * int64(perSecond),
+		epoch:    epoch,
+		policy:   `"default";q=` + strconv.Itoa(perSecond) + `;w=1`,
 	}
-	l.burst = l.interval * int64(perSecond)
-	// A full bucket is one second's worth, so the time until it is full again is always
-	// more than zero and at most one second: the reset (t) is always 1 whole second.
-	for r := range l.remaining {
-		l.remaining[r] = []string{`"default";r=` + strconv.Itoa(r) + `;t=1`}
-	}
-	return l
 }
 
 // bucket holds the theoretical arrival time of the next request, in nanoseconds since the
 // limiter's epoch.
 type bucket struct{ tat atomic.Int64 }
 
-// take spends one token from b at now. It reports the tokens left, or, when none is left,
-// false and how long until one is.
+// take spends one request from b at now. It reports the requests left, or, when none is
+// left, false and how long until one is.
 func (l *rateLimit) take(b *bucket, now time.Time) (remaining int, ok bool, wait time.Duration) {
 	t := now.Sub(l.epoch).Nanoseconds()
 	for {
@@ -190,82 +339,22 @@ func (l *rateLimit) take(b *bucket, now time.Time) (remaining int, ok bool, wait
 }
 
 // limitRate answers 429 when the key's bucket is empty, and states the limit on every
-// answer to a keyed call from here on (IETF draft RateLimit header fields).
-func (s *server) limitRate(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.rate == nil {
-			next.ServeHTTP(w, r)
-			return
-		}
-		remaining, ok, wait := s.rate.take(&exchangeOf(w).key.bucket, s.now())
+// answer to a keyed call from here on (IETF draft RateLimit header fields). A full bucket
+// is one second's worth, so the time until it is full again (t) is always 1 second.
+func limitRate(l *rateLimit, now func() time.Time, next callHandler) callHandler {
+	if l == nil {
+		return next
+	}
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		remaining, ok, wait := l.take(&c.key.bucket, now())
 		h := w.Header()
-		h["Ratelimit-Policy"] = s.rate.policy
-		h["Ratelimit"] = s.rate.remaining[remaining]
+		h.Set("RateLimit-Policy", l.policy)
+		h.Set("RateLimit", `"default";r=`+strconv.Itoa(remaining)+`;t=1`)
 		if !ok {
-			h["Retry-After"] = []string{strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10)}
-			writeError(w, errRateLimit)
+			h.Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
+			writeProblem(w, c.id, errRateLimit)
 			return
 		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// keyRecord is a key as the dataset holds it.
-type keyRecord struct {
-	Key         string   `json:"key"`
-	Account     string   `json:"account"`
-	Environment string   `json:"environment"`
-	Scopes      []string `json:"scopes"`
-	ExpiresAt   *string  `json:"expires_at"`
-	Revoked     bool     `json:"revoked"`
-}
-
-// loadKey checks one dataset key and keeps only its digest; the banner line is the one
-// place its text goes.
-func loadKey(path string, rec keyRecord, t *tenant) (*apiKey, keyLine, error) {
-	if err := required(path, "key", rec.Key); err != nil {
-		return nil, keyLine{}, err
+		next(w, r, c)
 	}
-	if !isBearerToken(rec.Key) {
-		return nil, keyLine{}, &datasetError{path: path + ".key", reason: "not sendable as a Bearer credential: use letters, digits and - . _ ~ + / (then = padding only)"}
-	}
-	k := &apiKey{digest: sha256.Sum256([]byte(rec.Key)), tenant: t, revoked: rec.Revoked}
-	for i, name := range rec.Scopes {
-		if err := oneOf(path+".scopes["+strconv.Itoa(i)+"]", "scope", name, scopeNames); err != nil {
-			return nil, keyLine{}, err
-		}
-		k.scopes |= 1 << slices.Index(scopeNames, name)
-	}
-	line := keyLine{key: rec.Key, tenant: t.id.String(), scopes: k.scopes.String(), state: "active"}
-	if rec.ExpiresAt != nil {
-		at, err := timestampField(path+".expires_at", *rec.ExpiresAt)
-		if err != nil {
-			return nil, keyLine{}, err
-		}
-		k.expiresAt = at
-		line.state = "expires " + formatTimestamp(at)
-	}
-	switch {
-	case rec.Revoked:
-		line.state = "revoked"
-	case t.live:
-		line.state = "live: every call answers 503 (live requests are not released)"
-	}
-	return k, line, nil
-}
-
-// isBearerToken reports whether s is an RFC 6750 b64token:
-// 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=".
-func isBearerToken(s string) bool {
-	body := strings.TrimRight(s, "=")
-	if body == "" {
-		return false
-	}
-	for i := 0; i < len(body); i++ {
-		c := body[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-._~+/", c) >= 0) {
-			return false
-		}
-	}
-	return true
 }

@@ -1,3 +1,5 @@
+// cursor.go is the signed next_cursor of order lists: what it binds (tenant, filters,
+// position), how it is signed and how a cursor sent back is verified.
 package main
 
 import (
@@ -22,8 +24,10 @@ import (
 const (
 	cursorVersion   = 1
 	cursorHeaderLen = 1 + 8 + 8 + 8 + 4
-	// maxCursorLen bounds the work a cursor can cost: a real one is far shorter.
-	maxCursorLen = 1024
+	// maxIDBytes bounds every id a dataset may hold, so that every cursor fits maxCursorLen.
+	maxIDBytes = 255
+	// maxCursorLen is the longest cursor accepted: that of the longest id.
+	maxCursorLen = (cursorHeaderLen + maxIDBytes + sha256.Size + 2) / 3 * 4
 )
 
 // strictBase64 refuses padding and non-zero trailing bits, so that each cursor has exactly
@@ -35,13 +39,12 @@ type tag [8]byte
 
 // tagOf digests its parts, each followed by a zero byte, into a tag.
 func tagOf(parts ...string) tag {
-	var buf [256]byte
-	b := buf[:0]
+	h := sha256.New()
 	for _, p := range parts {
-		b = append(append(b, p...), 0)
+		h.Write([]byte(p))
+		h.Write([]byte{0})
 	}
-	sum := sha256.Sum256(b)
-	return tag(sum[:8])
+	return tag(h.Sum(nil)[:8])
 }
 
 // cursorPosition is where a page ended: the (created_at, id) of its last order.
@@ -50,46 +53,37 @@ type cursorPosition struct {
 	id        string
 }
 
-// cursorSigner issues and verifies cursors with one secret.
+// cursorSigner issues and verifies cursors with one secret. Its HMACs are pooled: a keyed
+// HMAC costs four allocations to make, and every page with more after it signs a cursor.
 type cursorSigner struct {
-	macs sync.Pool // of *macScratch
-}
-
-// macScratch is an HMAC-SHA256 keyed with the secret and the space a cursor is built or
-// decoded in, pooled together so that signing and verifying allocate nothing.
-type macScratch struct {
-	h   hash.Hash
-	buf []byte
+	macs sync.Pool // of hash.Hash, keyed with the secret
 }
 
 func newCursorSigner(secret []byte) *cursorSigner {
 	key := append([]byte(nil), secret...)
-	return &cursorSigner{macs: sync.Pool{New: func() any {
-		return &macScratch{h: hmac.New(sha256.New, key), buf: make([]byte, 0, maxCursorLen+sha256.Size)}
-	}}}
+	return &cursorSigner{macs: sync.Pool{New: func() any { return hmac.New(sha256.New, key) }}}
 }
 
-// appendMAC appends the HMAC of body to dst.
-func (m *macScratch) appendMAC(dst, body []byte) []byte {
-	m.h.Reset()
-	m.h.Write(body)
-	return m.h.Sum(dst)
+// mac appends the HMAC of body to dst.
+func (c *cursorSigner) mac(dst, body []byte) []byte {
+	h := c.macs.Get().(hash.Hash)
+	defer c.macs.Put(h)
+	h.Reset()
+	h.Write(body)
+	return h.Sum(dst)
 }
 
 // appendSigned appends the cursor for the page that ends at pos to dst.
-func (c *cursorSigner) appendSigned(dst []byte, tenant, filters tag, pos cursorPosition) []byte {
-	m := c.macs.Get().(*macScratch)
-	b := append(m.buf[:0], cursorVersion)
-	b = append(b, tenant[:]...)
+func (c *cursorSigner) appendSigned(dst []byte, owner, filters tag, pos cursorPosition) []byte {
+	var buf [cursorHeaderLen + maxIDBytes + sha256.Size]byte
+	b := append(buf[:0], cursorVersion)
+	b = append(b, owner[:]...)
 	b = append(b, filters[:]...)
 	b = binary.BigEndian.AppendUint64(b, uint64(pos.createdAt.Unix()))
 	b = binary.BigEndian.AppendUint32(b, uint32(pos.createdAt.Nanosecond()))
 	b = append(b, pos.id...)
-	b = m.appendMAC(b, b)
-	dst = strictBase64.AppendEncode(dst, b)
-	m.buf = b
-	c.macs.Put(m)
-	return dst
+	b = c.mac(b, b)
+	return strictBase64.AppendEncode(dst, b)
 }
 
 var (
@@ -100,22 +94,22 @@ var (
 )
 
 // verify returns the position a cursor holds if this signer issued it for the tenant and
-// filters given.
-func (c *cursorSigner) verify(s string, tenant, filters tag) (cursorPosition, *apiError) {
+// filters given; owner is the tag of the tenant.
+func (c *cursorSigner) verify(s string, owner, filters tag) (cursorPosition, error) {
 	if len(s) > maxCursorLen || !isBase64URL(s) {
 		return cursorPosition{}, errCursorMalformed
 	}
-	m := c.macs.Get().(*macScratch)
-	defer c.macs.Put(m)
-	b, err := strictBase64.AppendDecode(m.buf[:0], []byte(s))
+	var buf [maxCursorLen]byte
+	var sum [sha256.Size]byte
+	b, err := strictBase64.AppendDecode(buf[:0], []byte(s))
 	if err != nil || len(b) < cursorHeaderLen+1+sha256.Size || b[0] != cursorVersion {
 		return cursorPosition{}, errCursorMalformed
 	}
-	body, sum := b[:len(b)-sha256.Size], b[len(b)-sha256.Size:]
-	if !hmac.Equal(sum, m.appendMAC(b[len(b):], body)) {
+	body, mac := b[:len(b)-sha256.Size], b[len(b)-sha256.Size:]
+	if !hmac.Equal(mac, c.mac(sum[:0], body)) {
 		return cursorPosition{}, errCursorForged
 	}
-	if tag(body[1:9]) != tenant {
+	if tag(body[1:9]) != owner {
 		return cursorPosition{}, errCursorTenant
 	}
 	if tag(body[9:17]) != filters {

@@ -1,167 +1,298 @@
+// errors.go is the ground every other file stands on: the problem type with its codes and
+// the one function that writes a body, dataset faults, strict timestamps, and Prefer.
 package main
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 )
 
-// Error codes of the contract. Every error response carries exactly one of them.
+// code is an error code of the contract: every error answer carries exactly one.
+type code string
+
 const (
-	codeInvalidCursor        = "invalid_cursor"
-	codeMissingAPIKey        = "missing_api_key"
-	codeInvalidAPIKey        = "invalid_api_key"
-	codeExpiredAPIKey        = "expired_api_key"
-	codeRevokedAPIKey        = "revoked_api_key"
-	codeInsufficientScope    = "insufficient_scope"
-	codeNotFound             = "not_found"
-	codeRouteNotFound        = "route_not_found"
-	codeMethodNotAllowed     = "method_not_allowed"
-	codeBodyTooLarge         = "body_too_large"
-	codeUnknownParameter     = "unknown_parameter"
-	codeInvalidParameter     = "invalid_parameter"
-	codeRateLimited          = "rate_limited"
-	codeInternalError        = "internal_error"
-	codeProviderNotConfirmed = "provider_not_confirmed"
-	codeLiveNotReleased      = "live_not_released"
-	codeProviderUnavailable  = "provider_unavailable"
+	codeInvalidCursor        code = "invalid_cursor"
+	codeMissingAPIKey        code = "missing_api_key"
+	codeInvalidAPIKey        code = "invalid_api_key"
+	codeExpiredAPIKey        code = "expired_api_key"
+	codeRevokedAPIKey        code = "revoked_api_key"
+	codeInsufficientScope    code = "insufficient_scope"
+	codeNotFound             code = "not_found"
+	codeRouteNotFound        code = "route_not_found"
+	codeMethodNotAllowed     code = "method_not_allowed"
+	codeBodyTooLarge         code = "body_too_large"
+	codeUnknownParameter     code = "unknown_parameter"
+	codeInvalidParameter     code = "invalid_parameter"
+	codeRateLimited          code = "rate_limited"
+	codeInternalError        code = "internal_error"
+	codeProviderNotConfirmed code = "provider_not_confirmed"
+	codeLiveNotReleased      code = "live_not_released"
+	codeProviderUnavailable  code = "provider_unavailable"
 )
 
-// statusOf is the one mapping from an error code to its HTTP status. A code it does not
-// know is a programming error and answers as an internal error.
-func statusOf(code string) int {
-	switch code {
-	case codeInvalidCursor:
-		return http.StatusBadRequest
-	case codeMissingAPIKey, codeInvalidAPIKey, codeExpiredAPIKey, codeRevokedAPIKey:
-		return http.StatusUnauthorized
-	case codeInsufficientScope:
-		return http.StatusForbidden
-	case codeNotFound, codeRouteNotFound:
-		return http.StatusNotFound
-	case codeMethodNotAllowed:
-		return http.StatusMethodNotAllowed
-	case codeBodyTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case codeUnknownParameter, codeInvalidParameter:
-		return http.StatusUnprocessableEntity
-	case codeRateLimited:
-		return http.StatusTooManyRequests
-	case codeProviderNotConfirmed:
-		return http.StatusBadGateway
-	case codeLiveNotReleased, codeProviderUnavailable:
-		return http.StatusServiceUnavailable
-	default:
-		return http.StatusInternalServerError
-	}
+// codeStatus is the one table from an error code to its HTTP status.
+var codeStatus = map[code]int{
+	codeInvalidCursor:        http.StatusBadRequest,
+	codeMissingAPIKey:        http.StatusUnauthorized,
+	codeInvalidAPIKey:        http.StatusUnauthorized,
+	codeExpiredAPIKey:        http.StatusUnauthorized,
+	codeRevokedAPIKey:        http.StatusUnauthorized,
+	codeInsufficientScope:    http.StatusForbidden,
+	codeNotFound:             http.StatusNotFound,
+	codeRouteNotFound:        http.StatusNotFound,
+	codeMethodNotAllowed:     http.StatusMethodNotAllowed,
+	codeBodyTooLarge:         http.StatusRequestEntityTooLarge,
+	codeUnknownParameter:     http.StatusUnprocessableEntity,
+	codeInvalidParameter:     http.StatusUnprocessableEntity,
+	codeRateLimited:          http.StatusTooManyRequests,
+	codeInternalError:        http.StatusInternalServerError,
+	codeProviderNotConfirmed: http.StatusBadGateway,
+	codeLiveNotReleased:      http.StatusServiceUnavailable,
+	codeProviderUnavailable:  http.StatusServiceUnavailable,
 }
 
 // apiError is an error a client is told about: its code decides the status, detail says
-// what to do about it, and param names the query parameter or header at fault.
+// what to do about it, and param, when set, names the parameter or header at fault.
 type apiError struct {
-	code     string
-	detail   string
-	param    string
-	hasParam bool // param is named in the body, even when empty (a query "?=1")
+	code   code
+	detail string
+	param  *string
 }
 
-func (e *apiError) Error() string { return e.code + ": " + e.detail }
+func (e *apiError) Error() string { return string(e.code) + ": " + e.detail }
 
-func paramError(code, param, detail string) *apiError {
-	return &apiError{code: code, detail: detail, param: param, hasParam: true}
+func (e *apiError) status() int { return codeStatus[e.code] }
+
+func paramError(c code, param, detail string) *apiError {
+	return &apiError{code: c, detail: detail, param: &param}
 }
 
 // The errors that do not depend on the request are made once.
 var (
-	errRouteNotFound    = &apiError{code: codeRouteNotFound, detail: "No operation is served at this path. The operations are under /v1; see /v1/openapi.json."}
-	errMethodNotAllowed = &apiError{code: codeMethodNotAllowed, detail: "This path answers GET and HEAD only."}
-	errBodyTooLarge     = &apiError{code: codeBodyTooLarge, detail: "The request body exceeds 262144 bytes (256 KiB)."}
-	errInternal         = &apiError{code: codeInternalError, detail: "The sandbox failed unexpectedly. The failure is logged with this request_id."}
+	errRouteNotFound = &apiError{code: codeRouteNotFound, detail: "No operation is served at this path. The operations are under /v1; see /v1/openapi.json."}
+	errBodyTooLarge  = &apiError{code: codeBodyTooLarge, detail: "The request body exceeds 262144 bytes (256 KiB)."}
+	errInternal      = &apiError{code: codeInternalError, detail: "The sandbox failed unexpectedly. The failure is logged with this request_id."}
 )
 
-// problemBufs holds the buffers error bodies and list pages are assembled in.
-var problemBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+// problem is the body of every error answer: RFC 9457 problem details with the code and
+// the request id.
+type problem struct {
+	Type      string  `json:"type"`
+	Title     string  `json:"title"`
+	Status    int     `json:"status"`
+	Detail    string  `json:"detail"`
+	Code      code    `json:"code"`
+	Param     *string `json:"param,omitempty"`
+	RequestID string  `json:"request_id"`
+}
 
-// writeError writes every error response of the service: RFC 9457 problem details with the
-// contract's code and the request id. Headers an error needs besides (Allow,
-// WWW-Authenticate, Retry-After) are set by the caller before.
-func writeError(w http.ResponseWriter, e *apiError) {
-	status := statusOf(e.code)
-	bp := problemBufs.Get().(*[]byte)
-	b := append((*bp)[:0], `{"type":"about:blank","title":`...)
-	b = appendJSONString(b, http.StatusText(status))
-	b = append(b, `,"status":`...)
-	b = strconv.AppendInt(b, int64(status), 10)
-	b = append(b, `,"detail":`...)
-	b = appendJSONString(b, e.detail)
-	b = append(b, `,"code":`...)
-	b = appendJSONString(b, e.code)
-	if e.hasParam {
-		b = append(b, `,"param":`...)
-		b = appendJSONString(b, e.param)
+// writeProblem writes every error answer of the service. err is an *apiError, or is logged
+// by the caller and answered as an internal error. Headers an error needs besides (Allow,
+// WWW-Authenticate, Retry-After) are set before.
+func writeProblem(w http.ResponseWriter, requestID string, err error) {
+	var e *apiError
+	if !errors.As(err, &e) {
+		e = errInternal
 	}
-	b = append(b, `,"request_id":`...)
-	b = appendJSONString(b, exchangeOf(w).id)
-	b = append(b, '}')
-	writeBody(w, status, problemContentType, b)
-	*bp = b
-	problemBufs.Put(bp)
+	status := e.status()
+	body, _ := marshalJSON(problem{"about:blank", http.StatusText(status), status, e.detail, e.code, e.param, requestID})
+	writeJSON(w, status, "application/problem+json", body)
+}
+
+// marshalJSON is the one way JSON is encoded: compact, with <, > and & left as they are.
+func marshalJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// writeJSON writes every answer that has a body: its type, its exact length, the status,
+// then the bytes in one write.
+func writeJSON(w http.ResponseWriter, status int, contentType string, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	w.Write(body)
 }
 
 // appendJSONString appends s as a JSON string exactly as encoding/json writes it with HTML
 // escaping off (and as slog's JSONHandler does): bytes that are not UTF-8 become U+FFFD,
-// U+2028 and U+2029 are escaped, so that odd input echoed in a body or log line never
-// breaks it.
+// U+2028 and U+2029 are escaped. Orders (a million at start-up) and the access log's line
+// are written with it; a test holds it to encoding/json.
 func appendJSONString(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
-		if c < 0x80 {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
+		if c >= 0x20 && c < 0x80 && c != '"' && c != '\\' {
 			i++
-			start = i
 			continue
 		}
 		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			switch r {
-			case '\u2028':
-				dst = append(dst, `\u2028`...)
-			case '\u2029':
-				dst = append(dst, `\u2029`...)
-			default:
-				dst = append(dst, `\ufffd`...)
-			}
+		if c >= 0x80 && !(r == utf8.RuneError && size == 1) && r != '\u2028' && r != '\u2029' {
 			i += size
-			start = i
 			continue
 		}
+		dst = append(dst, s[start:i]...)
+		switch {
+		case c == '"' || c == '\\':
+			dst = append(dst, '\\', c)
+		case c == '\n':
+			dst = append(dst, `\n`...)
+		case c == '\r':
+			dst = append(dst, `\r`...)
+		case c == '\t':
+			dst = append(dst, `\t`...)
+		case c < 0x20:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		case r == '\u2028':
+			dst = append(dst, `\u2028`...)
+		case r == '\u2029':
+			dst = append(dst, `\u2029`...)
+		default:
+			dst = append(dst, `\ufffd`...)
+		}
 		i += size
+		start = i
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// parseWhole reads a whole number written in ASCII decimal digits only (no sign, space or
+// fraction; leading zeros allowed) that is at most max.
+func parseWhole(s string, max int) (int, bool) {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(s[i]-'0')
+		if n > max {
+			return 0, false
+		}
+	}
+	return n, s != ""
+}
+
+// rfc3339 is the strict shape of an RFC 3339 date-time with an offset: two-digit fields in
+// range (time.Parse takes a one-digit hour and offsets of 24 hours or more), T or t, Z or z.
+var rfc3339 = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}[Tt](?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d+)?(?:[Zz]|[+-](?:[01]\d|2[0-3]):[0-5]\d)$`)
+
+// parseTimestamp reads a strict RFC 3339 date-time with an explicit offset and returns the
+// same instant in UTC. Instants whose UTC year is outside 0000..9999 are refused: they could
+// not be written back as RFC 3339.
+func parseTimestamp(s string) (time.Time, bool) {
+	if !rfc3339.MatchString(s) {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(s))
+	if err != nil {
+		return time.Time{}, false
+	}
+	t = t.UTC()
+	return t, t.Year() >= 0 && t.Year() <= 9999
+}
+
+// formatTimestamp writes an instant as responses do: UTC, suffix Z, fractional seconds
+// only when non-zero.
+func formatTimestamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// Dataset faults. A dataset that cannot be served is refused at start with the file, the
+// JSON path of the fault and the reason.
+
+// datasetError is a fault in a dataset.
+type datasetError struct {
+	file   string
+	path   string
+	reason string
+}
+
+func (e *datasetError) Error() string {
+	return fmt.Sprintf("dataset %s: %s: %s", e.file, e.path, e.reason)
+}
+
+// decodeStrict decodes one JSON object into v, refusing members v does not have; the error
+// names the JSON path.
+func decodeStrict(raw json.RawMessage, path string, v any) error {
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		return nil
+	}
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		if typeErr.Field != "" {
+			path += "." + typeErr.Field
+		}
+		return &datasetError{path: path, reason: fmt.Sprintf("must be %s, not %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value)}
+	}
+	if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return &datasetError{path: path + "." + strings.Trim(field, `"`), reason: "unknown field"}
+	}
+	return &datasetError{path: path, reason: err.Error()}
+}
+
+// jsonKind names a Go kind as the JSON type a dataset author wrote.
+func jsonKind(kind string) string {
+	switch kind {
+	case "string":
+		return "a string"
+	case "bool":
+		return "true or false"
+	case "slice", "array":
+		return "an array"
+	case "struct", "map", "ptr":
+		return "an object"
+	default:
+		return "a number"
+	}
+}
+
+// required refuses an empty value of a required field.
+func required(path, value string) error {
+	if value == "" {
+		return &datasetError{path: path, reason: "required, and must not be empty"}
+	}
+	return nil
+}
+
+// oneOf refuses a value outside its vocabulary.
+func oneOf(path, what, value string, allowed []string) error {
+	if err := required(path, value); err != nil {
+		return err
+	}
+	for _, a := range allowed {
+		if a == value {
+			return nil
+		}
+	}
+	return &datasetError{path: path, reason: fmt.Sprintf("unknown %s %q; want one of %s", what, value, strings.Join(allowed, ", "))}
+}
+
+// timestampField reads a dataset timestamp (not a raw event's): it must be strict RFC 3339
+// with an offset, or the dataset is refused.
+func timestampField(path, value string) (time.Time, error) {
+	t, ok := parseTimestamp(value)
+	if !ok {
+		return time.Time{}, &datasetError{path: path, reason: strconv.Quote(value) + " is not an RFC 3339 timestamp with an offset"}
+	}
+	return t, nil
 }
 
 // Simulated answers: a test-environment client may ask, with the RFC 7240 Prefer header,
@@ -180,7 +311,7 @@ var simulatedCodes = map[string]*apiError{
 
 // preference is what a request's Prefer header asks of the sandbox.
 type preference struct {
-	code    string // "" or a key of simulatedCodes
+	answer  *apiError // nil, or one of simulatedCodes
 	delay   time.Duration
 	applied string // the Preference-Applied value, "" when nothing is applied
 }
@@ -189,7 +320,7 @@ type preference struct {
 // preferences, each a token with an optional value (token or quoted string) and optional
 // parameters after ";". Names are case-insensitive; the first instance of a preference
 // counts; preferences other than code and delay are ignored, as the RFC says.
-func parsePrefer(fields []string) (preference, *apiError) {
+func parsePrefer(fields []string) (preference, error) {
 	var p preference
 	var seenCode, seenDelay bool
 	var applied []string
@@ -200,15 +331,14 @@ func parsePrefer(fields []string) (preference, *apiError) {
 			switch {
 			case strings.EqualFold(name, "code") && !seenCode:
 				seenCode = true
-				if simulatedCodes[value] == nil {
+				if p.answer = simulatedCodes[value]; p.answer == nil {
 					return p, paramError(codeInvalidParameter, "Prefer", "Prefer code must be one of 429, 500, 502, 503.")
 				}
-				p.code = value
 				applied = append(applied, "code="+value)
 			case strings.EqualFold(name, "delay") && !seenDelay:
 				seenDelay = true
-				ms, ok := parseDigits(value, 5)
-				if !ok || ms > int(maxPreferDelay/time.Millisecond) {
+				ms, ok := parseWhole(value, int(maxPreferDelay/time.Millisecond))
+				if !ok {
 					return p, paramError(codeInvalidParameter, "Prefer", "Prefer delay must be a whole number of milliseconds from 0 to 10000.")
 				}
 				p.delay = time.Duration(ms) * time.Millisecond
@@ -253,44 +383,7 @@ func unquote(s string) string {
 	return b.String()
 }
 
-// simulate applies a test client's Prefer header. It runs right after the scope check, so
-// a live key, a missing or bad key, a rate-limited key and a key without the scope get
-// exactly what they would get without the header, and a simulated answer shows no data.
-func (s *server) simulate(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fields := r.Header["Prefer"]
-		if len(fields) == 0 {
-			next.ServeHTTP(w, r)
-			return
-		}
-		p, perr := parsePrefer(fields)
-		if perr != nil {
-			writeError(w, perr)
-			return
-		}
-		if p.applied != "" {
-			w.Header()["Preference-Applied"] = []string{p.applied}
-		}
-		if p.delay > 0 {
-			t := time.NewTimer(p.delay)
-			select {
-			case <-t.C:
-			case <-s.stopping:
-				// The server is shutting down: answer now, so that draining is not held up.
-				t.Stop()
-			case <-r.Context().Done():
-				t.Stop()
-				exchangeOf(w).status = statusClientClosedRequest
-				return
-			}
-		}
-		if e := simulatedCodes[p.code]; e != nil {
-			if e.code == codeRateLimited || e.code == codeProviderUnavailable {
-				w.Header()["Retry-After"] = retryAfterOneSecond
-			}
-			writeError(w, e)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+// checkID refuses an id, reference, key or tracking number that is empty.
+func checkID(path, value string) error {
+	return required(path, value)
 }

@@ -1,6 +1,6 @@
-// Command sandbox serves the local sandbox of the Shipment Tracking and Imported Orders API
-// (v1, developer preview): tracking views and imported orders of an embedded (or given)
-// dataset, with the API's authentication, scopes, pagination, limits and errors.
+// Command sandbox serves the local sandbox of the Shipment Tracking and Imported Orders API.
+// main.go composes it: flags, run, loading in order, the server, its route table, the
+// wrappers every request passes through, and the access log.
 package main
 
 import (
@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
@@ -23,7 +22,6 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,12 +90,8 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs := flag.NewFlagSet("sandbox", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.addr, "addr", cfg.addr, "listen `address`")
-	fs.Func("rate", "requests per second per key, burst of one second's worth; 0 disables (default 25)", func(s string) error {
-		return wholeNumber(s, 0, maxRate, &cfg.rate)
-	})
-	fs.Func("seed-orders", "add `N` generated orders to acct_sandbox/test (default 0)", func(s string) error {
-		return wholeNumber(s, 0, maxSeedOrders, &cfg.seedOrders)
-	})
+	fs.Func("rate", "requests per second per key, burst of one second's worth; 0 disables (default 25)", wholeNumber(&cfg.rate, maxRate))
+	fs.Func("seed-orders", "add `N` generated orders to acct_sandbox/test (default 0)", wholeNumber(&cfg.seedOrders, maxSeedOrders))
 	fs.StringVar(&cfg.dataFile, "data", "", "JSON dataset `file` replacing the embedded default")
 	fs.StringVar(&cfg.cursorSecret, "cursor-secret", "", "HMAC `key` for pagination cursors (default random at each start)")
 	if err := fs.Parse(args); err != nil {
@@ -127,29 +121,16 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	return cfg, err
 }
 
-// parseDigits reads a non-negative decimal of at most maxLen ASCII digits: no sign, no
-// spaces, no exponent.
-func parseDigits(s string, maxLen int) (int, bool) {
-	if s == "" || len(s) > maxLen {
-		return 0, false
-	}
-	n := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return 0, false
+// wholeNumber is a flag's parser of a whole number from 0 to max.
+func wholeNumber(dst *int, max int) func(string) error {
+	return func(s string) error {
+		n, ok := parseWhole(s, max)
+		if !ok {
+			return fmt.Errorf("want a whole number from 0 to %d", max)
 		}
-		n = n*10 + int(s[i]-'0')
+		*dst = n
+		return nil
 	}
-	return n, true
-}
-
-func wholeNumber(s string, lo, hi int, dst *int) error {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < lo || n > hi {
-		return fmt.Errorf("want a whole number from %d to %d", lo, hi)
-	}
-	*dst = n
-	return nil
 }
 
 // run is the whole program: it returns when ctx is cancelled and in-flight requests have
@@ -164,7 +145,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	logs := newLogBuffer(stderr, cfg.logFlushInterval)
 	defer logs.Close()
-	logger := slog.New(newLineHandler(logs))
+	logger := slog.New(slog.NewJSONHandler(logs, nil))
 
 	data, name := defaultDataset, "embedded default dataset"
 	if cfg.dataFile != "" {
@@ -173,38 +154,50 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		name = cfg.dataFile
 	}
-	sb, keys, err := loadDataset(name, data, cfg.seedOrders, logger)
+	sb, err := loadDataset(name, data, cfg.seedOrders, logger)
 	if err != nil {
 		return err
 	}
-	// Loading leaves garbage behind (a million seeded orders' worth): collect it now and
-	// return it to the OS, rather than in the middle of the first requests.
-	debug.FreeOSMemory()
-	if getenv("GOGC") == "" {
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		defer debug.SetGCPercent(debug.SetGCPercent(gcPercent(m.HeapAlloc)))
-	}
+	defer boundHeapGrowth(getenv)()
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("-addr %s: %w", cfg.addr, err)
 	}
 	base := baseURL(ln.Addr())
 	stopping := make(chan struct{})
-	srv, err := newServer(sb, serverOptions{
-		rate:         cfg.rate,
-		cursorSecret: cfg.cursorSecret,
-		baseURL:      base,
-		log:          logger,
-		stopping:     stopping,
-	})
+	srv, err := newServer(sb, serverOptions{rate: cfg.rate, cursorSecret: cfg.cursorSecret, baseURL: base, log: logger, access: logs, stopping: stopping})
 	if err != nil {
 		ln.Close()
 		return err
 	}
-	printBanner(stdout, base, keys)
+	printBanner(stdout, base, sb.keyLines)
 	logger.Info("serving", "base_url", base, "orders", sb.orderCount, "shipments", sb.shipmentCount)
 	return serve(ctx, newHTTPServer(cfg, srv.handler(), logger), ln, func() { close(stopping) }, cfg.shutdownTimeout)
+}
+
+// heapHeadroom is how much the heap may grow past the dataset between collections.
+const heapHeadroom = 64 << 20
+
+// boundHeapGrowth collects what loading left behind, then sets the process's GC percentage
+// so that the heap grows by about heapHeadroom past the live data between collections,
+// unless GOGC is set. It returns the function that restores the setting. With Go's default
+// the heap of a million orders would double under load, and until the first collection
+// every request would be served from memory never touched before.
+func boundHeapGrowth(getenv func(string) string) (restore func()) {
+	debug.FreeOSMemory()
+	if getenv("GOGC") != "" {
+		return func() {}
+	}
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	old := debug.SetGCPercent(gcPercent(m.HeapAlloc))
+	return func() { debug.SetGCPercent(old) }
+}
+
+// gcPercent is the GC percentage that lets a heap of live bytes grow by about
+// heapHeadroom, between 10% and Go's default 100%.
+func gcPercent(live uint64) int {
+	return int(min(100, max(10, 100*heapHeadroom/max(live, 1))))
 }
 
 // newHTTPServer sets the connection limits: a client that is slow to send its headers is
@@ -260,24 +253,6 @@ func baseURL(addr net.Addr) string {
 	return "http://" + net.JoinHostPort(host, port) + "/v1"
 }
 
-// keyLine is what the start-up banner says of a key. It is the only place a key's text is
-// kept after loading, and it is dropped once printed.
-type keyLine struct {
-	key, tenant, scopes, state string
-}
-
-// heapHeadroom is how much the heap may grow past the dataset between collections.
-const heapHeadroom = 64 << 20
-
-// gcPercent is the GC percentage for a heap of live bytes that never change: about
-// heapHeadroom of growth, between 10% and Go's default 100%. With the default, the heap of
-// a million orders (some 550 MiB) would grow to 1.1 GiB under load, and until the first
-// collection every request would be served from memory never touched before, which costs
-// a quarter of the throughput.
-func gcPercent(live uint64) int {
-	return int(min(100, max(10, 100*heapHeadroom/max(live, 1))))
-}
-
 // printBanner writes the start-up banner in one write, so that a reader of stdout sees it
 // whole or not at all.
 func printBanner(w io.Writer, base string, keys []keyLine) {
@@ -296,303 +271,108 @@ func printBanner(w io.Writer, base string, keys []keyLine) {
 	w.Write(b.Bytes())
 }
 
-// Dataset loading. A dataset that cannot be served is refused at start with the file, the
-// JSON path of the fault and the reason.
-
-// datasetError is a fault in a dataset.
-type datasetError struct {
-	file   string
-	path   string
-	reason string
-}
-
-func (e *datasetError) Error() string {
-	return fmt.Sprintf("dataset %s: %s: %s", e.file, e.path, e.reason)
-}
-
-// decodeStrict decodes one JSON value into v, refusing fields v does not have; the error
-// names the JSON path.
-func decodeStrict(raw json.RawMessage, path string, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil {
-		return nil
-	}
-	var typeErr *json.UnmarshalTypeError
-	if errors.As(err, &typeErr) {
-		if typeErr.Field != "" {
-			path += "." + typeErr.Field
-		}
-		return &datasetError{path: path, reason: fmt.Sprintf("must be %s, not %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value)}
-	}
-	if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return &datasetError{path: path + "." + strings.Trim(field, `"`), reason: "unknown field"}
-	}
-	return &datasetError{path: path, reason: err.Error()}
-}
-
-// jsonKind names a Go kind as the JSON type a dataset author wrote.
-func jsonKind(kind string) string {
-	switch kind {
-	case "string":
-		return "a string"
-	case "bool":
-		return "true or false"
-	case "slice", "array":
-		return "an array"
-	case "struct", "map", "ptr":
-		return "an object"
-	default:
-		return "a number"
-	}
-}
-
-func required(path, field, value string) error {
-	if value == "" {
-		return &datasetError{path: path + "." + field, reason: "required, and must not be empty"}
-	}
-	return nil
-}
-
-func oneOf(path, what, value string, allowed []string) error {
-	if value == "" {
-		return &datasetError{path: path, reason: "required, and must not be empty"}
-	}
-	if !slices.Contains(allowed, value) {
-		return &datasetError{path: path, reason: fmt.Sprintf("unknown %s %q; want one of %s", what, value, strings.Join(allowed, ", "))}
-	}
-	return nil
-}
-
-// timestampField reads a dataset timestamp (not a raw event's): it must be strict RFC 3339
-// with an offset, or the dataset is refused.
-func timestampField(path, value string) (time.Time, error) {
-	t, ok := parseTimestamp(value)
-	if !ok {
-		return time.Time{}, &datasetError{path: path, reason: strconv.Quote(value) + " is not an RFC 3339 timestamp with an offset"}
-	}
-	return t, nil
-}
-
-// tenantID is an account and one of its environments: resources and keys belong to one.
-type tenantID struct{ account, environment string }
-
-func (id tenantID) String() string { return id.account + "/" + id.environment }
-
-// tenant holds one account's resources in one environment, read-only after load.
-type tenant struct {
-	id               tenantID
-	live             bool
-	tag              tag // binds cursors to the tenant
-	shipments        map[string]*shipment
-	byTrackingNumber map[string]*shipment // nil value: the number is ambiguous
-	orders           orderIndex
-}
-
 // sandbox is a loaded dataset.
 type sandbox struct {
-	tenants       map[tenantID]*tenant
+	tenants       tenants
 	keys          keyring
+	keyLines      []keyLine // for the banner
 	orderCount    int
 	shipmentCount int
 }
 
-type accountRecord struct {
-	ID           string   `json:"id"`
-	Environments []string `json:"environments"`
-}
-
-var environments = []string{"test", "live"}
-
 // seedTenant receives the -seed-orders orders.
 var seedTenant = tenantID{"acct_sandbox", "test"}
 
-// loadDataset checks and loads a dataset, adds seed generated orders, normalizes events,
-// makes the order links and prepares every resource's bytes. It logs, per shipment, the
-// raw events it dropped.
-func loadDataset(file string, data []byte, seed int, log *slog.Logger) (*sandbox, []keyLine, error) {
-	sb, keys, err := decodeDataset(data, seed, log)
-	if err != nil {
-		var de *datasetError
-		if errors.As(err, &de) {
-			de.file = file
-		}
-		return nil, nil, err
-	}
-	return sb, keys, nil
+// datasetFile is a dataset's top level: its four lists, each record decoded by its owner.
+type datasetFile struct {
+	Accounts  []json.RawMessage `json:"accounts"`
+	Keys      []json.RawMessage `json:"keys"`
+	Shipments []json.RawMessage `json:"shipments"`
+	Orders    []json.RawMessage `json:"orders"`
 }
 
-func decodeDataset(data []byte, seed int, log *slog.Logger) (*sandbox, []keyLine, error) {
-	var file struct {
-		Accounts  []json.RawMessage `json:"accounts"`
-		Keys      []json.RawMessage `json:"keys"`
-		Shipments []json.RawMessage `json:"shipments"`
-		Orders    []json.RawMessage `json:"orders"`
+// loadDataset checks and loads a dataset in the order its parts depend on each other:
+// accounts (auth.go), keys (auth.go), orders (orders.go), shipments (tracking.go) with the
+// links they make to orders, then seed generated orders; last, each tenant's orders are
+// put in list order and encoded. It logs, per shipment, the raw events it dropped. A
+// refusal names file and the JSON path.
+func loadDataset(file string, data []byte, seed int, log *slog.Logger) (*sandbox, error) {
+	sb, err := decodeDataset(data, seed, log)
+	var de *datasetError
+	if errors.As(err, &de) {
+		de.file = file
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&file); err != nil {
-		var syntaxErr *json.SyntaxError
-		if errors.As(err, &syntaxErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return nil, nil, &datasetError{path: "$", reason: "invalid JSON" + jsonPosition(data, err)}
-		}
-		return nil, nil, decodeStrict(data, "$", &file)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, nil, &datasetError{path: "$", reason: "unexpected data after the dataset object"}
-	}
+	return sb, err
+}
 
-	sb := &sandbox{tenants: map[tenantID]*tenant{}, keys: keyring{}}
-	if len(file.Accounts) == 0 {
-		return nil, nil, &datasetError{path: "$.accounts", reason: "at least one account is required"}
+func decodeDataset(data []byte, seed int, log *slog.Logger) (*sandbox, error) {
+	var ds datasetFile
+	if err := decodeDatasetFile(data, &ds); err != nil {
+		return nil, err
 	}
-	for i, raw := range file.Accounts {
+	if len(ds.Accounts) == 0 {
+		return nil, &datasetError{path: "$.accounts", reason: "at least one account is required"}
+	}
+	sb := &sandbox{tenants: tenants{}, keys: keyring{}}
+	for i, raw := range ds.Accounts {
 		path := fmt.Sprintf("$.accounts[%d]", i)
 		var rec accountRecord
 		if err := decodeStrict(raw, path, &rec); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		if err := required(path, "id", rec.ID); err != nil {
-			return nil, nil, err
-		}
-		if len(rec.Environments) == 0 {
-			return nil, nil, &datasetError{path: path + ".environments", reason: "at least one environment (test or live) is required"}
-		}
-		for j, env := range rec.Environments {
-			epath := fmt.Sprintf("%s.environments[%d]", path, j)
-			if err := oneOf(epath, "environment", env, environments); err != nil {
-				return nil, nil, err
-			}
-			id := tenantID{rec.ID, env}
-			if sb.tenants[id] != nil {
-				return nil, nil, &datasetError{path: epath, reason: fmt.Sprintf("duplicate: %s is declared more than once", id)}
-			}
-			sb.tenants[id] = &tenant{
-				id:               id,
-				live:             env == "live",
-				tag:              tagOf("tenant", rec.ID, env),
-				shipments:        map[string]*shipment{},
-				byTrackingNumber: map[string]*shipment{},
-				orders:           orderIndex{byID: map[string]*importedOrder{}},
-			}
+		if err := sb.tenants.addAccount(path, rec); err != nil {
+			return nil, err
 		}
 	}
-
-	var lines []keyLine
 	firstUse := map[[sha256.Size]byte]string{}
-	err := decodeRecords(sb, "keys", file.Keys, func(path string, rec keyRecord, t *tenant) error {
-		k, line, err := loadKey(path, rec, t)
-		if err != nil {
-			return err
-		}
-		if other, dup := firstUse[k.digest]; dup {
-			return &datasetError{path: path + ".key", reason: "duplicate: the same key as " + other}
-		}
-		firstUse[k.digest] = path
-		sb.keys[k.digest] = k
-		lines = append(lines, line)
-		return nil
+	err := eachRecord(sb.tenants, "keys", ds.Keys, func(path string, rec keyRecord, t *tenant) error {
+		line, err := sb.keys.addKey(path, rec, t, firstUse)
+		sb.keyLines = append(sb.keyLines, line)
+		return err
 	})
-	if err != nil {
-		return nil, nil, err
+	if err == nil {
+		err = eachRecord(sb.tenants, "orders", ds.Orders, func(path string, rec orderRecord, t *tenant) error {
+			return t.orders.addOrder(path, t.id.String(), rec)
+		})
 	}
-	err = decodeRecords(sb, "orders", file.Orders, func(path string, rec orderRecord, t *tenant) error {
-		o, err := loadOrder(path, rec)
-		if err != nil {
-			return err
-		}
-		if t.orders.byID[o.id] != nil {
-			return &datasetError{path: path + ".id", reason: fmt.Sprintf("duplicate order id %q in %s", o.id, t.id)}
-		}
-		t.orders.add(o)
-		return nil
-	})
-	if err != nil {
-		return nil, nil, err
+	if err == nil {
+		err = eachRecord(sb.tenants, "shipments", ds.Shipments, func(path string, rec shipmentRecord, t *tenant) error {
+			return sb.fileShipment(path, rec, t, log)
+		})
 	}
-	linkedBy := map[*importedOrder]string{}
-	err = decodeRecords(sb, "shipments", file.Shipments, func(path string, rec shipmentRecord, t *tenant) error {
-		s, n, err := loadShipment(path, rec)
-		if err != nil {
-			return err
-		}
-		if t.shipments[s.id] != nil {
-			return &datasetError{path: path + ".id", reason: fmt.Sprintf("duplicate shipment id %q in %s", s.id, t.id)}
-		}
-		if s.orderID != "" {
-			if err := sb.link(path, t, s, linkedBy); err != nil {
-				return err
-			}
-		}
-		t.addShipment(s, rec.TrackingNumber)
-		sb.shipmentCount++
-		if n.dropped > 0 {
-			log.Warn("dataset: raw events dropped: timestamp not RFC 3339 with an offset", "shipment", s.id, "tenant", t.id.String(), "dropped", n.dropped)
-		}
-		if n.duplicates > 0 {
-			log.Info("dataset: duplicate events suppressed", "shipment", s.id, "tenant", t.id.String(), "duplicates", n.duplicates)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, nil, err
+	if err == nil && seed > 0 {
+		err = sb.addSeedOrders(seed)
 	}
-
-	if seed > 0 {
-		t := sb.tenants[seedTenant]
-		if t == nil {
-			return nil, nil, fmt.Errorf("-seed-orders: the dataset has no account %s with environment %s to seed", seedTenant.account, seedTenant.environment)
-		}
-		byID := make(map[string]*importedOrder, len(t.orders.byID)+seed)
-		maps.Copy(byID, t.orders.byID)
-		t.orders.byID = byID
-		t.orders.all.orders = slices.Grow(t.orders.all.orders, seed)
-		for _, o := range seedOrders(seed) {
-			if t.orders.byID[o.id] != nil {
-				return nil, nil, fmt.Errorf("-seed-orders: order id %q is already in the dataset", o.id)
-			}
-			t.orders.add(o)
-		}
+	if err != nil {
+		return nil, err
 	}
 	for _, t := range sb.tenants {
 		t.orders.build()
 		sb.orderCount += len(t.orders.all.orders)
 	}
-	return sb, lines, nil
+	return sb, nil
 }
 
-// jsonPosition says where in data a syntax error is, as line and column of the offending
-// byte (or of the end, for a file cut short).
-func jsonPosition(data []byte, err error) string {
+// decodeDatasetFile reads the dataset's top level; a syntax error is reported by line
+// and column, which is all a JSON path could say of it.
+func decodeDatasetFile(data []byte, ds *datasetFile) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	err := dec.Decode(&json.RawMessage{})
+	if err == nil {
+		if _, err := dec.Token(); err != io.EOF {
+			return &datasetError{path: "$", reason: "unexpected data after the dataset object"}
+		}
+		return decodeStrict(data, "$", ds)
+	}
 	at, msg := len(data), "unexpected end of file"
 	var syntaxErr *json.SyntaxError
-	if errors.As(err, &syntaxErr) && !errors.Is(err, io.ErrUnexpectedEOF) {
+	if errors.As(err, &syntaxErr) {
 		at, msg = int(syntaxErr.Offset)-1, strings.TrimPrefix(err.Error(), "json: ")
 	}
 	at = max(0, min(at, len(data)))
-	lineStart := bytes.LastIndexByte(data[:at], '\n') + 1
-	return fmt.Sprintf(" at line %d, column %d: %s", bytes.Count(data[:at], []byte("\n"))+1, at-lineStart+1, msg)
-}
-
-// declaredTenant finds the declared tenant a resource or key at path names.
-func (sb *sandbox) declaredTenant(path, account, environment string) (*tenant, error) {
-	if err := required(path, "account", account); err != nil {
-		return nil, err
-	}
-	if err := required(path, "environment", environment); err != nil {
-		return nil, err
-	}
-	t := sb.tenants[tenantID{account, environment}]
-	if t != nil {
-		return t, nil
-	}
-	for id := range sb.tenants {
-		if id.account == account {
-			return nil, &datasetError{path: path + ".environment", reason: fmt.Sprintf("account %q declares no environment %q in $.accounts", account, environment)}
-		}
-	}
-	return nil, &datasetError{path: path + ".account", reason: fmt.Sprintf("account %q is not declared in $.accounts", account)}
+	line := bytes.Count(data[:at], []byte("\n")) + 1
+	column := at - (bytes.LastIndexByte(data[:at], '\n') + 1) + 1
+	return &datasetError{path: "$", reason: fmt.Sprintf("invalid JSON at line %d, column %d: %s", line, column, msg)}
 }
 
 // record is a dataset record that belongs to an account and environment.
@@ -605,9 +385,9 @@ func (r keyRecord) owner() (string, string)      { return r.Account, r.Environme
 func (r orderRecord) owner() (string, string)    { return r.Account, r.Environment }
 func (r shipmentRecord) owner() (string, string) { return r.Account, r.Environment }
 
-// decodeRecords decodes each element of the dataset's list name, finds the tenant it
-// belongs to, and hands both to load.
-func decodeRecords[T record](sb *sandbox, name string, list []json.RawMessage, load func(path string, rec T, t *tenant) error) error {
+// eachRecord decodes each element of the dataset's list name, finds the tenant it belongs
+// to, and hands both to add.
+func eachRecord[T record](ts tenants, name string, list []json.RawMessage, add func(path string, rec T, t *tenant) error) error {
 	for i, raw := range list {
 		path := fmt.Sprintf("$.%s[%d]", name, i)
 		var rec T
@@ -615,59 +395,76 @@ func decodeRecords[T record](sb *sandbox, name string, list []json.RawMessage, l
 			return err
 		}
 		account, environment := rec.owner()
-		t, err := sb.declaredTenant(path, account, environment)
+		t, err := ts.find(path, account, environment)
 		if err != nil {
 			return err
 		}
-		if err := load(path, rec, t); err != nil {
+		if err := add(path, rec, t); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// link records that shipment s was created with order_id: the order's shipment_id is s.
-// One order can be linked once (a second link is the API's 409 conflict), and only within
-// the shipment's own account and environment.
-func (sb *sandbox) link(path string, t *tenant, s *shipment, linkedBy map[*importedOrder]string) error {
-	o := t.orders.byID[s.orderID]
-	if o == nil {
+// fileShipment files a shipment under its tenant and makes the link to the order it was
+// created with, which must be of the same account and environment.
+func (sb *sandbox) fileShipment(path string, rec shipmentRecord, t *tenant, log *slog.Logger) error {
+	n, err := t.shipments.addShipment(path, t.id.String(), rec)
+	if err != nil {
+		return err
+	}
+	if rec.OrderID != nil {
+		orderID := *rec.OrderID
 		for id, other := range sb.tenants {
-			if other.orders.byID[s.orderID] != nil {
-				return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("order %q belongs to %s, not to %s: shipment %q cannot be linked across accounts or environments", s.orderID, id, t.id, s.id)}
+			if other != t && other.orders.byID[orderID] != nil && t.orders.byID[orderID] == nil {
+				return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("order %q belongs to %s, not to %s: shipment %q cannot be linked across accounts or environments", orderID, id, t.id, rec.ID)}
 			}
 		}
-		return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("no order %q in %s to link shipment %q to", s.orderID, t.id, s.id)}
+		if err := t.orders.link(path+".order_id", t.id.String(), orderID, rec.ID); err != nil {
+			return err
+		}
 	}
-	if first, linked := linkedBy[o]; linked {
-		return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("order %q is already linked to shipment %q; linking it to shipment %q too is a conflict (409)", o.id, first, s.id)}
+	sb.shipmentCount++
+	if n.dropped > 0 {
+		log.Warn("dataset: raw events dropped: timestamp not RFC 3339 with an offset", "shipment", rec.ID, "tenant", t.id.String(), "dropped", n.dropped)
 	}
-	linkedBy[o] = s.id
-	o.shipmentID = &s.id
+	if n.duplicates > 0 {
+		log.Info("dataset: duplicate events suppressed", "shipment", rec.ID, "tenant", t.id.String(), "duplicates", n.duplicates)
+	}
 	return nil
 }
 
-// The server.
+// addSeedOrders adds n generated orders to acct_sandbox/test.
+func (sb *sandbox) addSeedOrders(n int) error {
+	t := sb.tenants[seedTenant]
+	if t == nil {
+		return fmt.Errorf("-seed-orders: the dataset has no account %s with environment %s to seed", seedTenant.account, seedTenant.environment)
+	}
+	return t.orders.seedOrders(n)
+}
 
 // serverOptions are the server's settings besides its data.
 type serverOptions struct {
 	rate         int
 	cursorSecret string
 	baseURL      string
-	log          *slog.Logger
+	log          *slog.Logger     // start-up notes, panics, net/http's own reports
+	access       *logBuffer       // the access log: one line per request; nil for none
 	stopping     <-chan struct{}  // closed when the server starts shutting down
 	now          func() time.Time // the clock for key expiry and the rate limit
 }
 
+// server is the service over one loaded dataset.
 type server struct {
 	keys     keyring
 	rate     *rateLimit // nil: no rate limit
-	cursors  *cursorSigner
+	lister   *orderLister
 	now      func() time.Time
 	log      *slog.Logger
+	access   *logBuffer
 	stopping <-chan struct{}
-	openAPI  preparedJSON
-	health   preparedJSON
+	openAPI  []byte
+	health   []byte
 }
 
 func newServer(sb *sandbox, o serverOptions) (*server, error) {
@@ -692,12 +489,13 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 	return &server{
 		keys:     sb.keys,
 		rate:     newRateLimit(o.rate, o.now()),
-		cursors:  newCursorSigner(secret),
+		lister:   newOrderLister(newCursorSigner(secret)),
 		now:      o.now,
 		log:      o.log,
+		access:   o.access,
 		stopping: o.stopping,
-		openAPI:  preparedJSON{body: doc, length: []string{strconv.Itoa(len(doc))}},
-		health:   prepareJSON(map[string]string{"status": "ok"}),
+		openAPI:  doc,
+		health:   []byte(`{"status":"ok"}`),
 	}, nil
 }
 
@@ -712,164 +510,256 @@ func openAPIFor(base string) ([]byte, error) {
 	return json.Marshal(doc)
 }
 
-// route is one path the server answers; routes lists them all.
+// route is one method and path the server answers, as a ServeMux pattern.
 type route struct {
 	pattern string
-	handler http.Handler
+	handler callHandler
 }
 
+// routes lists every operation the server answers. A GET pattern serves HEAD too.
 func (s *server) routes() []route {
 	return []route{
-		{"/v1/shipments/{id}/tracking", s.operation(scopeTrackingRead, noParams(handleTrackingByID()))},
-		{"/v1/tracking/{tracking_number}", s.operation(scopeTrackingRead, noParams(handleTrackingByNumber()))},
-		{"/v1/orders", s.operation(scopeOrdersRead, s.handleListOrders())},
-		{"/v1/orders/{id}", s.operation(scopeOrdersRead, noParams(handleGetOrder()))},
-		{"/v1/openapi.json", helper(s.openAPI)},
-		{"/healthz", helper(s.health)},
+		{"GET /v1/shipments/{id}/tracking", s.operation(scopeTrackingRead, noParams(trackingByID))},
+		{"GET /v1/tracking/{tracking_number}", s.operation(scopeTrackingRead, noParams(trackingByNumber))},
+		{"GET /v1/orders", s.operation(scopeOrdersRead, s.listOrders)},
+		{"GET /v1/orders/{id}", s.operation(scopeOrdersRead, noParams(getOrder))},
+		{"GET /v1/openapi.json", s.helper(s.openAPI)},
+		{"GET /healthz", s.helper(s.health)},
 	}
 }
 
-// handler is the whole service. extra routes are for tests.
+// tenantHandler is an operation's own work, for the tenant of the key that called it: it
+// writes the answer, or returns the error to answer with.
+type tenantHandler func(w http.ResponseWriter, r *http.Request, t *tenant) error
+
+func trackingByID(w http.ResponseWriter, r *http.Request, t *tenant) error {
+	return t.shipments.serveByID(w, r)
+}
+
+func trackingByNumber(w http.ResponseWriter, r *http.Request, t *tenant) error {
+	return t.shipments.serveByNumber(w, r)
+}
+
+func getOrder(w http.ResponseWriter, r *http.Request, t *tenant) error {
+	return t.orders.serveGet(w, r)
+}
+
+func (s *server) listOrders(w http.ResponseWriter, r *http.Request, t *tenant) error {
+	return s.lister.serveList(w, r, &t.orders)
+}
+
+// handler is the whole service: each route of the table with its wrappers, a 405 with the
+// path's Allow for any other method on a known path, and a 404 for any other path. extra
+// routes are for tests.
 func (s *server) handler(extra ...route) http.Handler {
 	mux := http.NewServeMux()
+	allow := map[string][]string{} // path -> its methods, in the order of the table
+	var paths []string
 	for _, rt := range append(s.routes(), extra...) {
-		mux.Handle(rt.pattern, rt.handler)
+		method, path, _ := strings.Cut(rt.pattern, " ")
+		mux.Handle(rt.pattern, s.observe(path, rt.handler))
+		if allow[path] == nil {
+			paths = append(paths, path)
+		}
+		allow[path] = append(allow[path], method)
+		if method == http.MethodGet {
+			allow[path] = append(allow[path], http.MethodHead)
+		}
 	}
-	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, errRouteNotFound)
-	}))
-	return s.observe(cleanPaths(mux))
-}
-
-// operation wraps a v1 operation in its checks, in the contract's order: method (405),
-// body size (413), key (401), live environment (503), rate limit (429), scope (403),
-// simulated answer (Prefer); the handler then checks parameters and the resource.
-func (s *server) operation(need scope, h http.Handler) http.Handler {
-	return allowGET(capBody(s.requireKey(refuseLive(s.limitRate(requireScope(need, s.simulate(h)))))))
-}
-
-// helper wraps an unauthenticated helper (health, OpenAPI document).
-func helper(p preparedJSON) http.Handler {
-	return allowGET(capBody(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { p.write(w) })))
-}
-
-// exchange is one request's state as the wrappers share it. It travels as the
-// ResponseWriter they hand on, so that sharing it costs no copy of the request (as
-// r.WithContext would at every step).
-type exchange struct {
-	http.ResponseWriter
-	id       string
-	idHeader [1]string // the Request-Id header's value: id, with no allocation of its own
-	key      *apiKey   // the authenticated key, once requireKey has passed
-	status   int
-}
-
-func (x *exchange) WriteHeader(status int) {
-	if x.status == 0 {
-		x.status = status
+	for _, path := range paths {
+		mux.Handle(path, s.observe(path, methodNotAllowed(allow[path])))
 	}
-	x.ResponseWriter.WriteHeader(status)
+	mux.Handle("/", s.observe("/", routeNotFound))
+	return cleanPaths(s.observe("", routeNotFound), mux)
 }
 
-func (x *exchange) Write(b []byte) (int, error) {
-	if x.status == 0 {
-		x.status = http.StatusOK
+// operation wraps a v1 operation in its checks, in the contract's order: (route and method
+// by the mux), body size (413), key (401), live environment (503), rate limit (429), scope
+// (403), simulated answer (Prefer); h then checks parameters and the resource.
+func (s *server) operation(need scope, h tenantHandler) callHandler {
+	answer := func(w http.ResponseWriter, r *http.Request, c *call) {
+		if err := h(w, r, c.key.tenant); err != nil {
+			s.writeError(w, c, err)
+		}
 	}
-	return x.ResponseWriter.Write(b)
+	return capBody(requireKey(s.keys, s.now, refuseLive(limitRate(s.rate, s.now, requireScope(need, s.simulate(answer))))))
 }
 
-// Unwrap lets http.ResponseController reach the connection's own writer.
-func (x *exchange) Unwrap() http.ResponseWriter { return x.ResponseWriter }
+// helper wraps an unauthenticated helper (health, OpenAPI document) that writes prepared bytes.
+func (s *server) helper(body []byte) callHandler {
+	return capBody(func(w http.ResponseWriter, r *http.Request, c *call) {
+		writeJSON(w, http.StatusOK, "application/json", body)
+	})
+}
 
-func exchangeOf(w http.ResponseWriter) *exchange { return w.(*exchange) }
+// noParams wraps an operation that takes no query parameters: any is unknown (422).
+func noParams(h tenantHandler) tenantHandler {
+	return func(w http.ResponseWriter, r *http.Request, t *tenant) error {
+		if err := refuseParams(r.URL.RawQuery); err != nil {
+			return err
+		}
+		return h(w, r, t)
+	}
+}
 
-func tenantOf(w http.ResponseWriter) *tenant { return exchangeOf(w).key.tenant }
+// writeError answers with err; an error that is not one of the API's is logged with the
+// request id and answered as an internal error that shows nothing of it.
+func (s *server) writeError(w http.ResponseWriter, c *call, err error) {
+	var e *apiError
+	if !errors.As(err, &e) {
+		s.log.Error("internal error", "request_id", c.id, "error", err.Error())
+	}
+	writeProblem(w, c.id, err)
+}
+
+func routeNotFound(w http.ResponseWriter, r *http.Request, c *call) {
+	writeProblem(w, c.id, errRouteNotFound)
+}
+
+// methodNotAllowed answers 405 with the path's methods in Allow.
+func methodNotAllowed(methods []string) callHandler {
+	allow := strings.Join(methods, ", ")
+	last := len(methods) - 1
+	detail := "This path answers " + strings.Join(methods[:last], ", ") + " and " + methods[last] + " only."
+	err := &apiError{code: codeMethodNotAllowed, detail: detail}
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		w.Header().Set("Allow", allow)
+		writeProblem(w, c.id, err)
+	}
+}
+
+// maxBodyBytes is the request body limit: 256 KiB.
+const maxBodyBytes = 256 << 10
 
 // statusClientClosedRequest is logged for a request whose client went away before the
 // answer (nginx's 499); nothing is sent.
 const statusClientClosedRequest = 499
 
-// Header values shared by every response that sends them; never modified.
-var (
-	jsonContentType     = []string{"application/json"}
-	problemContentType  = []string{"application/problem+json"}
-	noStore             = []string{"no-store"}
-	noSniff             = []string{"nosniff"}
-	allowGetHead        = []string{"GET, HEAD"}
-	bearerRealm         = []string{`Bearer realm="sandbox"`}
-	retryAfterOneSecond = []string{"1"}
-)
+// capBody answers 413 to a body over 256 KiB, whether its length is declared or it is
+// streamed, and closes the connection after it. The operations take no body, so a body
+// within the limit is read and ignored.
+func capBody(next callHandler) callHandler {
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		if r.ContentLength > maxBodyBytes {
+			w.Header().Set("Connection", "close")
+			writeProblem(w, c.id, errBodyTooLarge)
+			return
+		}
+		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+			_, err := io.Copy(io.Discard, http.MaxBytesReader(nil, r.Body, maxBodyBytes))
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				w.Header().Set("Connection", "close")
+				writeProblem(w, c.id, errBodyTooLarge)
+				return
+			}
+			if err != nil {
+				// The client broke the body's framing or went away: no answer can be
+				// delivered as a whole, so the connection is cut.
+				c.status = statusClientClosedRequest
+				panic(http.ErrAbortHandler)
+			}
+		}
+		next(w, r, c)
+	}
+}
 
-// observe gives every response its request id and common headers, turns a panic into a
-// 500 that shows no internals, and logs one line per request.
-func (s *server) observe(next http.Handler) http.Handler {
+// simulate applies a test client's Prefer header. It runs right after the scope check, so
+// a live key, a missing or bad key, a rate-limited key and a key without the scope get
+// exactly what they would get without the header, and a simulated answer shows no data.
+func (s *server) simulate(next callHandler) callHandler {
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		fields := r.Header["Prefer"]
+		if len(fields) == 0 {
+			next(w, r, c)
+			return
+		}
+		p, err := parsePrefer(fields)
+		if err != nil {
+			writeProblem(w, c.id, err)
+			return
+		}
+		if p.applied != "" {
+			w.Header().Set("Preference-Applied", p.applied)
+		}
+		if p.delay > 0 {
+			t := time.NewTimer(p.delay)
+			select {
+			case <-t.C:
+			case <-s.stopping:
+				// The server is shutting down: answer now, so that draining is not held up.
+				t.Stop()
+			case <-r.Context().Done():
+				t.Stop()
+				c.status = statusClientClosedRequest
+				return
+			}
+		}
+		if p.answer != nil {
+			if p.answer.code == codeRateLimited || p.answer.code == codeProviderUnavailable {
+				w.Header().Set("Retry-After", "1")
+			}
+			writeProblem(w, c.id, p.answer)
+			return
+		}
+		next(w, r, c)
+	}
+}
+
+// statusWriter is the ResponseWriter a route's handlers write to: it notes the status
+// answered in the request's call, for the log.
+type statusWriter struct {
+	http.ResponseWriter
+	c call
+}
+
+func (sw *statusWriter) WriteHeader(status int) {
+	if sw.c.status == 0 {
+		sw.c.status = status
+	}
+	sw.ResponseWriter.WriteHeader(status)
+}
+
+func (sw *statusWriter) Write(b []byte) (int, error) {
+	if sw.c.status == 0 {
+		sw.c.status = http.StatusOK
+	}
+	return sw.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's own writer.
+func (sw *statusWriter) Unwrap() http.ResponseWriter { return sw.ResponseWriter }
+
+// observe adapts a route's handler to net/http: it gives the request its call and every
+// answer its request id and common headers, turns a panic into a 500 that shows no
+// internals, and logs one line per request with route, the pattern's path.
+func (s *server) observe(route string, next callHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		x := &exchange{ResponseWriter: w, id: newRequestID()}
-		x.idHeader[0] = x.id
+		sw := &statusWriter{ResponseWriter: w, c: call{id: newRequestID()}}
 		h := w.Header()
-		h["Request-Id"] = x.idHeader[:]
-		h["Cache-Control"] = noStore
-		h["X-Content-Type-Options"] = noSniff
+		h.Set("Request-Id", sw.c.id)
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Content-Type-Options", "nosniff")
 		// Runs last, also while an aborted request unwinds: one line for every request.
-		defer func() { s.logRequest(r, x, time.Since(start)) }()
+		defer func() { s.logRequest(r.Method, route, &sw.c, time.Since(start)) }()
 		defer func() {
 			v := recover()
 			if v == nil {
 				return
 			}
 			if v != http.ErrAbortHandler {
-				s.log.Error("panic", "request_id", x.id, "route", r.Pattern, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				s.log.Error("panic", "request_id", sw.c.id, "route", route, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 			}
-			if x.status != 0 || v == http.ErrAbortHandler {
+			if sw.c.status != 0 || v == http.ErrAbortHandler {
 				// Part of the answer is sent: cut the connection rather than let a
 				// truncated answer pass for a whole one.
 				panic(http.ErrAbortHandler)
 			}
-			writeError(x, errInternal)
+			writeProblem(sw, sw.c.id, errInternal)
 		}()
-		next.ServeHTTP(x, r)
+		next(sw, r, &sw.c)
 	})
-}
-
-func (s *server) logRequest(r *http.Request, x *exchange, d time.Duration) {
-	h := s.log.Handler()
-	if !h.Enabled(r.Context(), slog.LevelInfo) {
-		return
-	}
-	l := requestLine{method: r.Method, route: r.Pattern, status: x.status, duration: d, id: x.id}
-	if x.key != nil {
-		l.account, l.environment = x.key.tenant.id.account, x.key.tenant.id.environment
-	}
-	if lh, ok := h.(*lineHandler); ok {
-		lh.writeRequest(time.Now(), l)
-		return
-	}
-	// A record made here, with no caller (pc 0), spares the Logger a stack walk per request.
-	rec := slog.NewRecord(time.Now(), slog.LevelInfo, "request", 0)
-	rec.AddAttrs(l.attrs()...)
-	h.Handle(r.Context(), rec)
-}
-
-// requestLine is what the access log says of one request.
-type requestLine struct {
-	method, route            string
-	status                   int
-	duration                 time.Duration
-	id, account, environment string
-}
-
-// attrs are the line's attributes, in the order the log shows them.
-func (l requestLine) attrs() []slog.Attr {
-	return []slog.Attr{
-		slog.String("method", l.method),
-		slog.String("route", l.route),
-		slog.Int("status", l.status),
-		slog.Duration("duration", l.duration),
-		slog.String("request_id", l.id),
-		slog.String("account", l.account),
-		slog.String("environment", l.environment),
-	}
 }
 
 // newRequestID returns "req_" and 20 random base-32 characters (100 bits). The ids
@@ -887,12 +777,12 @@ func newRequestID() string {
 	return string(b[:])
 }
 
-// cleanPaths answers 404 for a path that is not in canonical form (//, /./, /../, and
-// their escaped spellings), where ServeMux would answer with a redirect.
-func cleanPaths(next http.Handler) http.Handler {
+// cleanPaths answers a path that is not in canonical form (//, /./, /../, and their
+// escaped spellings) with unclean, where ServeMux would answer with a redirect.
+func cleanPaths(unclean, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !isCleanPath(r.URL.EscapedPath()) {
-			writeError(w, errRouteNotFound)
+			unclean.ServeHTTP(w, r)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -919,95 +809,56 @@ func isCleanPath(p string) bool {
 	return true
 }
 
-// allowGET answers 405 to any method but GET and HEAD.
-func allowGET(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header()["Allow"] = allowGetHead
-			writeError(w, errMethodNotAllowed)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
+// The access log: one JSON line per request, byte for byte what slog's JSONHandler writes
+// for the record {msg: "request", method, route, status, duration, request_id, account,
+// environment} (a test holds the two together), written without making a record: it is
+// the one log line every request pays for.
 
-// maxBodyBytes is the request body limit: 256 KiB.
-const maxBodyBytes = 256 << 10
-
-// capBody answers 413 to a body over 256 KiB, whether its length is declared or it is
-// streamed. The operations take no body, so a body within the limit is read and ignored.
-func capBody(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > maxBodyBytes {
-			writeError(w, errBodyTooLarge)
-			return
-		}
-		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
-			// MaxBytesReader is handed the connection's own writer, so that past the
-			// limit net/http also closes the connection after the answer.
-			_, err := io.Copy(io.Discard, http.MaxBytesReader(exchangeOf(w).ResponseWriter, r.Body, maxBodyBytes))
-			var tooLarge *http.MaxBytesError
-			if errors.As(err, &tooLarge) {
-				writeError(w, errBodyTooLarge)
-				return
-			}
-			if err != nil {
-				// The client broke the body's framing or went away: no answer can be
-				// delivered as a whole, so the connection is cut.
-				exchangeOf(w).status = statusClientClosedRequest
-				panic(http.ErrAbortHandler)
-			}
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// preparedJSON is a JSON body encoded once, with its Content-Length.
-type preparedJSON struct {
-	body   []byte
-	length []string
-}
-
-// prepareJSON encodes v compactly, leaving <, > and & as they are.
-func prepareJSON(v any) preparedJSON {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		// v is one of this package's resource types, which always encode.
-		panic(fmt.Sprintf("prepareJSON: %v", err))
+// logRequest writes the access log's line for a request.
+func (s *server) logRequest(method, route string, c *call, d time.Duration) {
+	if s.access == nil {
+		return
 	}
-	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	return preparedJSON{body: b, length: []string{strconv.Itoa(len(b))}}
+	var account, environment string
+	if c.key != nil {
+		account, environment = c.key.tenant.id.account, c.key.tenant.id.environment
+	}
+	var buf [512]byte
+	b := appendRequestLine(buf[:0], time.Now(), method, route, c.status, d, c.id, account, environment)
+	s.access.Write(b)
 }
 
-func (p preparedJSON) write(w http.ResponseWriter) {
-	send(w, http.StatusOK, jsonContentType, p.length, p.body)
-}
-
-// writeBody writes an answer assembled for this request.
-func writeBody(w http.ResponseWriter, status int, contentType []string, b []byte) {
-	send(w, status, contentType, []string{strconv.Itoa(len(b))}, b)
-}
-
-func send(w http.ResponseWriter, status int, contentType, length []string, body []byte) {
-	h := w.Header()
-	h["Content-Type"] = contentType
-	h["Content-Length"] = length
-	w.WriteHeader(status)
-	w.Write(body)
+func appendRequestLine(b []byte, at time.Time, method, route string, status int, d time.Duration, id, account, environment string) []byte {
+	b = append(b, `{"time":"`...)
+	b = at.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","level":"INFO","msg":"request","method":`...)
+	b = appendJSONString(b, method)
+	b = append(b, `,"route":`...)
+	b = appendJSONString(b, route)
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, `,"duration":`...)
+	b = strconv.AppendInt(b, int64(d), 10)
+	b = append(b, `,"request_id":`...)
+	b = appendJSONString(b, id)
+	b = append(b, `,"account":`...)
+	b = appendJSONString(b, account)
+	b = append(b, `,"environment":`...)
+	b = appendJSONString(b, environment)
+	return append(b, '}', '\n')
 }
 
 // logBuffer batches log lines for out. A request only appends its line to a buffer under
 // a lock; the system calls that write the lines out are made by a goroutine of its own,
 // every interval, as soon as logFlushSize bytes wait, and at Close. Should out fall behind
 // by logMaxBacklog, writers wait for it rather than let the backlog grow without bound.
+// An interval of 0 writes each line straight out.
 type logBuffer struct {
 	out    io.Writer
 	mu     sync.Mutex
 	room   sync.Cond // signalled when the flusher takes the backlog, and at Close
 	buf    []byte    // lines not yet taken by the flusher
-	closed bool      // after Close, lines are written straight to out
+	closed bool      // after Close (or with no interval), lines are written straight to out
 	kick   chan struct{}
 	stop   chan struct{}
 	done   chan struct{}
@@ -1021,6 +872,11 @@ const (
 func newLogBuffer(out io.Writer, every time.Duration) *logBuffer {
 	l := &logBuffer{out: out, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	l.room.L = &l.mu
+	if every <= 0 {
+		l.closed = true
+		close(l.done)
+		return l
+	}
 	go l.flushEvery(every)
 	return l
 }
@@ -1073,7 +929,12 @@ func (l *logBuffer) Write(p []byte) (int, error) {
 
 // Close stops the flusher and writes out what is buffered; later lines are written at once.
 func (l *logBuffer) Close() error {
-	close(l.stop)
+	l.mu.Lock()
+	wasClosed := l.closed
+	l.mu.Unlock()
+	if !wasClosed {
+		close(l.stop)
+	}
 	<-l.done
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -1086,94 +947,4 @@ func (l *logBuffer) Close() error {
 	}
 	_, err := l.out.Write(b)
 	return err
-}
-
-// lineHandler is the service's slog.Handler: a JSONHandler whose Handle writes the flat
-// records the request log makes (string, integer and duration attributes) itself, byte
-// for byte as the JSONHandler would, at a fraction of its generic cost. Any other record,
-// and any handler derived with WithAttrs or WithGroup, is the JSONHandler's own.
-type lineHandler struct {
-	*slog.JSONHandler
-	out io.Writer
-}
-
-func newLineHandler(out io.Writer) *lineHandler {
-	return &lineHandler{JSONHandler: slog.NewJSONHandler(out, nil), out: out}
-}
-
-func (h *lineHandler) Handle(ctx context.Context, r slog.Record) error {
-	if !inFourDigitYears(r.Time) {
-		return h.JSONHandler.Handle(ctx, r)
-	}
-	bp := problemBufs.Get().(*[]byte)
-	defer problemBufs.Put(bp)
-	b := appendLineStart((*bp)[:0], r.Time, r.Level, r.Message)
-	flat := true
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "" { // the JSONHandler drops such an attribute; leave it to it
-			flat = false
-			return false
-		}
-		switch a.Value.Kind() {
-		case slog.KindString:
-			b = appendStringAttr(b, a.Key, a.Value.String())
-		case slog.KindInt64:
-			b = appendIntAttr(b, a.Key, a.Value.Int64())
-		case slog.KindDuration:
-			b = appendIntAttr(b, a.Key, int64(a.Value.Duration()))
-		default:
-			flat = false
-		}
-		return flat
-	})
-	b = append(b, '}', '\n')
-	*bp = b
-	if !flat {
-		return h.JSONHandler.Handle(ctx, r)
-	}
-	_, err := h.out.Write(b)
-	return err
-}
-
-// writeRequest writes the access log's line for a request: the bytes Handle writes for a
-// record of l.attrs(), without making the record. at is the wall clock's time, whose year
-// has four digits.
-func (h *lineHandler) writeRequest(at time.Time, l requestLine) {
-	bp := problemBufs.Get().(*[]byte)
-	defer problemBufs.Put(bp)
-	b := appendLineStart((*bp)[:0], at, slog.LevelInfo, "request")
-	b = appendStringAttr(b, "method", l.method)
-	b = appendStringAttr(b, "route", l.route)
-	b = appendIntAttr(b, "status", int64(l.status))
-	b = appendIntAttr(b, "duration", int64(l.duration))
-	b = appendStringAttr(b, "request_id", l.id)
-	b = appendStringAttr(b, "account", l.account)
-	b = appendStringAttr(b, "environment", l.environment)
-	b = append(b, '}', '\n')
-	*bp = b
-	h.out.Write(b)
-}
-
-// inFourDigitYears reports whether t is written as RFC 3339 by AppendFormat: the
-// JSONHandler writes other times its own way.
-func inFourDigitYears(t time.Time) bool {
-	y := t.Year()
-	return !t.IsZero() && y >= 0 && y <= 9999
-}
-
-func appendLineStart(b []byte, at time.Time, level slog.Level, msg string) []byte {
-	b = append(b, `{"time":"`...)
-	b = at.AppendFormat(b, time.RFC3339Nano)
-	b = append(b, `","level":`...)
-	b = appendJSONString(b, level.String())
-	b = append(b, `,"msg":`...)
-	return appendJSONString(b, msg)
-}
-
-func appendStringAttr(b []byte, key, value string) []byte {
-	return appendJSONString(append(appendJSONString(append(b, ','), key), ':'), value)
-}
-
-func appendIntAttr(b []byte, key string, n int64) []byte {
-	return strconv.AppendInt(append(appendJSONString(append(b, ','), key), ':'), n, 10)
 }

@@ -88,14 +88,15 @@ type envOptions struct {
 	quiet  bool // log to io.Discard rather than keep the log
 }
 
-// env is one sandbox under test.
+// env is one sandbox under test. Its methods take the caller's own t, so that a failure
+// is reported, and stops, where it happens.
 type env struct {
-	t        testing.TB
 	h        http.Handler
 	logs     *lockedBuffer
 	clock    *fakeClock
 	stopping chan struct{} // close it to start the server's shutdown
 	srv      *server
+	sb       *sandbox
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -105,11 +106,13 @@ func newEnv(t testing.TB, o envOptions) *env {
 		data = defaultDataset
 	}
 	logs := &lockedBuffer{}
-	log := slog.New(newLineHandler(logs))
+	var out io.Writer = logs
 	if o.quiet {
-		log = slog.New(newLineHandler(io.Discard))
+		out = io.Discard
 	}
-	sb, _, err := loadDataset("test", data, o.seed, log)
+	access := newLogBuffer(out, 0) // each line straight out
+	log := slog.New(slog.NewJSONHandler(access, nil))
+	sb, err := loadDataset("test", data, o.seed, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,11 +132,11 @@ func newEnv(t testing.TB, o envOptions) *env {
 		clock.step = 0
 	}
 	stopping := make(chan struct{})
-	s, err := newServer(sb, serverOptions{rate: rate, cursorSecret: o.secret, log: log, now: clock.now, stopping: stopping})
+	s, err := newServer(sb, serverOptions{rate: rate, cursorSecret: o.secret, log: log, access: access, now: clock.now, stopping: stopping})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, h: s.handler(o.extra...), logs: logs, clock: clock, stopping: stopping, srv: s}
+	return &env{h: s.handler(o.extra...), logs: logs, clock: clock, stopping: stopping, srv: s, sb: sb}
 }
 
 // reply is a response as the tests look at it.
@@ -145,22 +148,28 @@ type reply struct {
 
 func (r reply) String() string { return fmt.Sprintf("%d %s", r.status, r.body) }
 
-// problem is an error body.
-type problem struct {
-	Type      string `json:"type"`
-	Title     string `json:"title"`
-	Status    int    `json:"status"`
-	Detail    string `json:"detail"`
-	Code      string `json:"code"`
-	Param     string `json:"param"`
-	RequestID string `json:"request_id"`
+// paramName is the problem's param, "" when there is none.
+func (p problem) paramName() string {
+	if p.Param == nil {
+		return ""
+	}
+	return *p.Param
+}
+
+// asAPIError is err as the API's error, or nil.
+func asAPIError(err error) *apiError {
+	var e *apiError
+	if errors.As(err, &e) {
+		return e
+	}
+	return nil
 }
 
 func (r reply) problem(t testing.TB) problem {
 	t.Helper()
 	var p problem
-	if bytes.Contains(r.body, []byte(`"param":`)) != (r.status == 422 || r.status == 400) {
-		t.Errorf("a %d problem with param present = %v: param is there exactly for parameter faults: %s", r.status, !(r.status == 422 || r.status == 400), r.body)
+	if hasParam := bytes.Contains(r.body, []byte(`"param":`)); hasParam != (r.status == 422 || r.status == 400) {
+		t.Errorf("a %d problem with param present = %v: param is there exactly for parameter faults: %s", r.status, hasParam, r.body)
 	}
 	dec := json.NewDecoder(bytes.NewReader(r.body))
 	dec.DisallowUnknownFields()
@@ -171,20 +180,20 @@ func (r reply) problem(t testing.TB) problem {
 }
 
 // do sends r through the handler chain and checks the response.
-func (e *env) do(r *http.Request) reply {
-	e.t.Helper()
+func (e *env) do(t testing.TB, r *http.Request) reply {
+	t.Helper()
 	rec := httptest.NewRecorder()
 	e.h.ServeHTTP(rec, r)
 	res := rec.Result()
 	rep := reply{status: res.StatusCode, header: res.Header, body: rec.Body.Bytes()}
-	checkResponse(e.t, r, rep)
+	checkResponse(t, r, rep)
 	return rep
 }
 
 // get sends GET target with key as a Bearer credential ("" for none) and header pairs.
-func (e *env) get(target, key string, headerPairs ...string) reply {
-	e.t.Helper()
-	return e.do(newRequest(http.MethodGet, target, key, headerPairs...))
+func (e *env) get(t testing.TB, target, key string, headerPairs ...string) reply {
+	t.Helper()
+	return e.do(t, newRequest(http.MethodGet, target, key, headerPairs...))
 }
 
 func newRequest(method, target, key string, headerPairs ...string) *http.Request {
@@ -237,8 +246,8 @@ func wantProblem(t testing.TB, rep reply, status int, code, param string) proble
 		t.Fatalf("status = %d, want %d; body %s", rep.status, status, rep.body)
 	}
 	p := rep.problem(t)
-	if p.Code != code || p.Param != param {
-		t.Errorf("code, param = %q, %q; want %q, %q (body %s)", p.Code, p.Param, code, param, rep.body)
+	if string(p.Code) != code || p.paramName() != param {
+		t.Errorf("code, param = %q, %q; want %q, %q (body %s)", p.Code, p.paramName(), code, param, rep.body)
 	}
 	return p
 }
@@ -390,7 +399,7 @@ func (d *openAPI) checkResponse(r *http.Request, rep reply) error {
 	}
 	for name, values := range rep.header {
 		switch name {
-		case "Content-Type", "Content-Length", "Date":
+		case "Content-Type", "Content-Length", "Date", "Connection":
 			continue
 		}
 		h := documented[name]
@@ -595,7 +604,7 @@ func TestTrackingViewsOfEveryFixture(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rep := e.get(tt.target, tt.key)
+			rep := e.get(t, tt.target, tt.key)
 			if rep.status != 200 || string(rep.body) != tt.want {
 				t.Errorf("GET %s = %s\nwant 200 %s", tt.target, rep, tt.want)
 			}
@@ -626,12 +635,12 @@ func TestTrackingByNumber(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rep := e.get("/v1/tracking/"+tt.number, tt.key)
+			rep := e.get(t, "/v1/tracking/"+tt.number, tt.key)
 			if tt.wantStatus == 404 {
 				wantProblem(t, rep, 404, "not_found", "")
 				return
 			}
-			byID := e.get("/v1/shipments/"+tt.wantShipment+"/tracking", tt.key)
+			byID := e.get(t, "/v1/shipments/"+tt.wantShipment+"/tracking", tt.key)
 			if rep.status != 200 || !bytes.Equal(rep.body, byID.body) {
 				t.Errorf("GET /v1/tracking/%s = %s\nwant the view of %s: %s", tt.number, rep, tt.wantShipment, byID.body)
 			}
@@ -664,7 +673,7 @@ func TestOrdersOfTheDefaultDataset(t *testing.T) {
 		{"/v1/orders?created_to=2026-11-01T09:29:59.999Z", "sk_test_sandbox_all", `{"data":[],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
 	}
 	for _, tt := range tests {
-		rep := e.get(tt.target, tt.key)
+		rep := e.get(t, tt.target, tt.key)
 		if rep.status != 200 || string(rep.body) != tt.want {
 			t.Errorf("GET %s (%s) = %s\nwant 200 %s", tt.target, tt.key, rep, tt.want)
 		}
@@ -691,7 +700,7 @@ func TestNoMarketplaceSecretsInResponses(t *testing.T) {
 	targets := []string{"/v1/orders", "/v1/orders?limit=100", "/v1/orders/ord_sbx_0001", "/v1/orders/ord_other_0001", "/v1/shipments/shp_other_1/tracking"}
 	for _, key := range []string{"sk_test_sandbox_all", "sk_test_other_all", "sk_live_sandbox_all"} {
 		for _, target := range targets {
-			rep := e.get(target, key)
+			rep := e.get(t, target, key)
 			for _, s := range secrets {
 				if bytes.Contains(bytes.ToLower(rep.body), bytes.ToLower([]byte(s))) {
 					t.Errorf("GET %s (%s) shows %q: %s", target, key, s, rep.body)
@@ -700,7 +709,7 @@ func TestNoMarketplaceSecretsInResponses(t *testing.T) {
 		}
 	}
 	var order map[string]any
-	if err := json.Unmarshal(e.get("/v1/orders/ord_sbx_0001", "sk_test_sandbox_all").body, &order); err != nil {
+	if err := json.Unmarshal(e.get(t, "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all").body, &order); err != nil {
 		t.Fatal(err)
 	}
 	var fields []string
@@ -751,7 +760,7 @@ func TestEveryKeyOnEveryOperation(t *testing.T) {
 				if op.scope == "orders:read" {
 					want = tt.orders
 				}
-				rep := e.get(op.target, tt.key)
+				rep := e.get(t, op.target, tt.key)
 				if want.status == 200 {
 					if rep.status != 200 {
 						t.Fatalf("GET %s = %s, want 200", op.target, rep)
@@ -782,7 +791,7 @@ func TestEveryKeyOnEveryOperation(t *testing.T) {
 	}
 	// sk_test_other_all: its own resources, never acct_sandbox's.
 	for _, op := range operations {
-		rep := e.get(op.target, "sk_test_other_all")
+		rep := e.get(t, op.target, "sk_test_other_all")
 		switch op.name {
 		case "tracking by number": // acct_other's own shipment has the same number
 			if rep.status != 200 || !strings.Contains(string(rep.body), `"shipment_id":"shp_other_1"`) {
@@ -826,7 +835,7 @@ func TestAuthorizationHeaderVariants(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rep := e.get("/v1/orders", "", tt.headers...)
+			rep := e.get(t, "/v1/orders", "", tt.headers...)
 			if tt.status == 200 {
 				if rep.status != 200 {
 					t.Fatalf("status = %s, want 200", rep)
@@ -858,7 +867,7 @@ func TestOtherTenantsLookExactlyMissing(t *testing.T) {
 		{"/v1/tracking/SBX9000000001", "/v1/tracking/SBX0000000000", "sk_test_sandbox_all"},
 	}
 	for _, p := range pairs {
-		foreign, missing := e.get(p.foreign, p.key), e.get(p.missing, p.key)
+		foreign, missing := e.get(t, p.foreign, p.key), e.get(t, p.missing, p.key)
 		wantProblem(t, foreign, 404, "not_found", "")
 		if a, b := withoutRequestID(t, foreign.body), withoutRequestID(t, missing.body); a != b {
 			t.Errorf("GET %s (%s) = %s\nbut a missing resource answers %s", p.foreign, p.key, a, b)
@@ -910,7 +919,7 @@ func TestRoutesMethodsAndPaths(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.method+" "+tt.target, func(t *testing.T) {
-			rep := e.do(newRequest(tt.method, tt.target, "sk_test_sandbox_all"))
+			rep := e.do(t, newRequest(tt.method, tt.target, "sk_test_sandbox_all"))
 			if tt.status == 200 {
 				if rep.status != 200 {
 					t.Fatalf("= %s, want 200", rep)
@@ -926,7 +935,7 @@ func TestRoutesMethodsAndPaths(t *testing.T) {
 			}
 		})
 	}
-	if rep := e.get("/healthz", ""); string(rep.body) != `{"status":"ok"}` {
+	if rep := e.get(t, "/healthz", ""); string(rep.body) != `{"status":"ok"}` {
 		t.Errorf("GET /healthz = %s, want {\"status\":\"ok\"}", rep)
 	}
 }
@@ -1014,7 +1023,7 @@ func TestCheckOrder(t *testing.T) {
 			if tt.code == "invalid_parameter" || tt.code == "unknown_parameter" {
 				param = map[string]string{"bad Prefer before parameters": "Prefer", "422 before 400": "limit", "parameters before resource": "x"}[tt.name]
 			}
-			wantProblem(t, e.do(r), tt.status, tt.code, param)
+			wantProblem(t, e.do(t, r), tt.status, tt.code, param)
 		})
 	}
 }
@@ -1074,7 +1083,7 @@ func TestOrderQueryValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.query, func(t *testing.T) {
-			rep := e.get("/v1/orders?"+tt.query, "sk_test_sandbox_all")
+			rep := e.get(t, "/v1/orders?"+tt.query, "sk_test_sandbox_all")
 			if tt.status == 200 {
 				if rep.status != 200 {
 					t.Fatalf("= %s, want 200", rep)
@@ -1086,7 +1095,7 @@ func TestOrderQueryValidation(t *testing.T) {
 	}
 	// The operations that take no parameters refuse any.
 	for _, target := range []string{"/v1/orders/ord_sbx_0001?expand=shipment", "/v1/shipments/shp_sbx_spring/tracking?limit=1", "/v1/tracking/SBX1000000001?carrier=x"} {
-		rep := e.get(target, "sk_test_sandbox_all")
+		rep := e.get(t, target, "sk_test_sandbox_all")
 		name := target[strings.Index(target, "?")+1 : strings.Index(target, "=")]
 		wantProblem(t, rep, 422, "unknown_parameter", name)
 	}
@@ -1139,7 +1148,7 @@ func (e *env) walk(t testing.TB, key, query string, limit int) []orderJSON {
 		if cursor != "" {
 			q += "&cursor=" + url.QueryEscape(cursor)
 		}
-		p := decodePage(t, e.get("/v1/orders?"+q, key))
+		p := decodePage(t, e.get(t, "/v1/orders?"+q, key))
 		if p.Pagination.Limit != limit {
 			t.Fatalf("pagination.limit = %d, want the applied %d", p.Pagination.Limit, limit)
 		}
@@ -1206,7 +1215,7 @@ func TestPaginationWalks(t *testing.T) {
 	// Every listed order is the order GET /v1/orders/{id} shows, byte for byte.
 	for _, o := range all[:50] {
 		want, _ := json.Marshal(o)
-		if got := e.get("/v1/orders/"+o.ID, key); got.status != 200 || string(got.body) != string(want) {
+		if got := e.get(t, "/v1/orders/"+o.ID, key); got.status != 200 || string(got.body) != string(want) {
 			t.Fatalf("GET /v1/orders/%s = %s, want %s", o.ID, got, want)
 		}
 	}
@@ -1260,12 +1269,12 @@ func TestPaginationWalks(t *testing.T) {
 	if full := ids(small.walk(t, key, "", 100)); !slices.Equal(one, full) || len(full) != 31 {
 		t.Errorf("limit=1 walk = %v, want %v (31 orders)", one, full)
 	}
-	p1 := decodePage(t, small.get("/v1/orders?limit=3", key))
-	p2 := decodePage(t, small.get("/v1/orders?limit=10&cursor="+*p1.Pagination.NextCursor, key))
+	p1 := decodePage(t, small.get(t, "/v1/orders?limit=3", key))
+	p2 := decodePage(t, small.get(t, "/v1/orders?limit=10&cursor="+*p1.Pagination.NextCursor, key))
 	if got, want := ids(append(p1.Data, p2.Data...)), one[:13]; !slices.Equal(got, want) {
 		t.Errorf("pages of 3 then 10 = %v, want %v", got, want)
 	}
-	if p := decodePage(t, small.get("/v1/orders", key)); len(p.Data) != 20 || p.Pagination.Limit != 20 || !p.Pagination.HasMore {
+	if p := decodePage(t, small.get(t, "/v1/orders", key)); len(p.Data) != 20 || p.Pagination.Limit != 20 || !p.Pagination.HasMore {
 		t.Errorf("default page: %d orders, limit %d, has_more %v; want 20, 20, true", len(p.Data), p.Pagination.Limit, p.Pagination.HasMore)
 	}
 }
@@ -1282,14 +1291,14 @@ func firstDifference(a, b []string) int {
 func TestCursorBinding(t *testing.T) {
 	const key = "sk_test_sandbox_all"
 	e := newEnv(t, envOptions{seed: 40, secret: "secret-one"})
-	first := decodePage(t, e.get("/v1/orders?limit=5&status=fulfilled&created_to=2026-11-01T00:00:00Z", key))
+	first := decodePage(t, e.get(t, "/v1/orders?limit=5&status=fulfilled&created_to=2026-11-01T00:00:00Z", key))
 	cursor := *first.Pagination.NextCursor
 	next := "/v1/orders?status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor="
-	if rep := e.get(next+cursor, key); rep.status != 200 {
+	if rep := e.get(t, next+cursor, key); rep.status != 200 {
 		t.Fatalf("the cursor with its own filters = %s, want 200", rep)
 	}
 	// The same instant written with another offset is the same filter.
-	if rep := e.get("/v1/orders?status=fulfilled&created_to=2026-11-01T01:00:00%2B01:00&cursor="+cursor, key); rep.status != 200 {
+	if rep := e.get(t, "/v1/orders?status=fulfilled&created_to=2026-11-01T01:00:00%2B01:00&cursor="+cursor, key); rep.status != 200 {
 		t.Errorf("same filters, other spelling of the instant = %s, want 200", rep)
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(cursor)
@@ -1331,17 +1340,17 @@ func TestCursorBinding(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			wantProblem(t, e.get("/v1/orders?"+tt.query, tt.key), 400, "invalid_cursor", "cursor")
+			wantProblem(t, e.get(t, "/v1/orders?"+tt.query, tt.key), 400, "invalid_cursor", "cursor")
 		})
 	}
 	// Another sandbox's cursor (another secret), and a restarted sandbox without one.
 	other := newEnv(t, envOptions{seed: 40, secret: "secret-two"})
-	wantProblem(t, other.get(next+cursor, key), 400, "invalid_cursor", "cursor")
+	wantProblem(t, other.get(t, next+cursor, key), 400, "invalid_cursor", "cursor")
 	random := newEnv(t, envOptions{seed: 40})
-	wantProblem(t, random.get(next+cursor, key), 400, "invalid_cursor", "cursor")
+	wantProblem(t, random.get(t, next+cursor, key), 400, "invalid_cursor", "cursor")
 	// The same secret (-cursor-secret) keeps cursors valid across a restart.
 	same := newEnv(t, envOptions{seed: 40, secret: "secret-one"})
-	if rep := same.get(next+cursor, key); rep.status != 200 {
+	if rep := same.get(t, next+cursor, key); rep.status != 200 {
 		t.Errorf("a restart with the same -cursor-secret = %s, want 200", rep)
 	}
 }
@@ -1387,12 +1396,12 @@ func TestBodyLimit(t *testing.T) {
 		return r
 	}
 	for _, declared := range []bool{true, false} {
-		if rep := e.do(body(maxBodyBytes, declared, "sk_test_sandbox_all")); rep.status != 200 {
+		if rep := e.do(t, body(maxBodyBytes, declared, "sk_test_sandbox_all")); rep.status != 200 {
 			t.Errorf("a body of exactly 262144 bytes (declared %v) = %s, want 200", declared, rep)
 		}
-		wantProblem(t, e.do(body(maxBodyBytes+1, declared, "sk_test_sandbox_all")), 413, "body_too_large", "")
-		wantProblem(t, e.do(body(10<<20, declared, "")), 413, "body_too_large", "")
-		if rep := e.do(body(1, declared, "sk_test_sandbox_all")); rep.status != 200 {
+		wantProblem(t, e.do(t, body(maxBodyBytes+1, declared, "sk_test_sandbox_all")), 413, "body_too_large", "")
+		wantProblem(t, e.do(t, body(10<<20, declared, "")), 413, "body_too_large", "")
+		if rep := e.do(t, body(1, declared, "sk_test_sandbox_all")); rep.status != 200 {
 			t.Errorf("a small body (declared %v) = %s, want 200: a GET's body is ignored", declared, rep)
 		}
 	}
@@ -1429,49 +1438,49 @@ func TestRateLimit(t *testing.T) {
 	e := newEnv(t, envOptions{step: -1}) // the clock stands still unless advanced
 	const key = "sk_test_sandbox_all"
 	for i := 0; i < 25; i++ {
-		rep := e.get("/v1/orders/ord_sbx_0001", key)
+		rep := e.get(t, "/v1/orders/ord_sbx_0001", key)
 		want := fmt.Sprintf(`"default";r=%d;t=1`, 24-i)
 		if rep.status != 200 || rep.header.Get("RateLimit") != want || rep.header.Get("RateLimit-Policy") != `"default";q=25;w=1` {
 			t.Fatalf("request %d = %d, RateLimit %q, RateLimit-Policy %q; want 200, %s, \"default\";q=25;w=1", i+1, rep.status, rep.header.Get("RateLimit"), rep.header.Get("RateLimit-Policy"), want)
 		}
 	}
-	rep := e.get("/v1/orders/ord_sbx_0001", key)
+	rep := e.get(t, "/v1/orders/ord_sbx_0001", key)
 	wantProblem(t, rep, 429, "rate_limited", "")
 	if rep.header.Get("Retry-After") != "1" || rep.header.Get("RateLimit") != `"default";r=0;t=1` {
 		t.Errorf("429 Retry-After %q, RateLimit %q; want 1 and r=0", rep.header.Get("Retry-After"), rep.header.Get("RateLimit"))
 	}
 	// Another key of the same account has its own bucket.
-	if rep := e.get("/v1/orders", "sk_test_sandbox_orders"); rep.status != 200 || rep.header.Get("RateLimit") != `"default";r=24;t=1` {
+	if rep := e.get(t, "/v1/orders", "sk_test_sandbox_orders"); rep.status != 200 || rep.header.Get("RateLimit") != `"default";r=24;t=1` {
 		t.Errorf("another key = %d with RateLimit %q, want 200 and a full bucket", rep.status, rep.header.Get("RateLimit"))
 	}
 	// One token comes back every 40 ms; a second later the bucket is full.
 	e.clock.advance(40 * time.Millisecond)
-	if rep := e.get("/v1/orders", key); rep.status != 200 || rep.header.Get("RateLimit") != `"default";r=0;t=1` {
+	if rep := e.get(t, "/v1/orders", key); rep.status != 200 || rep.header.Get("RateLimit") != `"default";r=0;t=1` {
 		t.Errorf("after 40 ms = %d with RateLimit %q, want 200 and r=0", rep.status, rep.header.Get("RateLimit"))
 	}
-	wantProblem(t, e.get("/v1/orders", key), 429, "rate_limited", "")
+	wantProblem(t, e.get(t, "/v1/orders", key), 429, "rate_limited", "")
 	e.clock.advance(time.Second)
-	if rep := e.get("/v1/orders", key); rep.status != 200 || rep.header.Get("RateLimit") != `"default";r=24;t=1` {
+	if rep := e.get(t, "/v1/orders", key); rep.status != 200 || rep.header.Get("RateLimit") != `"default";r=24;t=1` {
 		t.Errorf("after a second = %d with RateLimit %q, want 200 and r=24", rep.status, rep.header.Get("RateLimit"))
 	}
 	// The rate limit comes before the scope: a key without the scope spends tokens too.
 	for i := 0; i < 25; i++ {
-		wantProblem(t, e.get("/v1/orders", "sk_test_sandbox_none"), 403, "insufficient_scope", "")
+		wantProblem(t, e.get(t, "/v1/orders", "sk_test_sandbox_none"), 403, "insufficient_scope", "")
 	}
-	wantProblem(t, e.get("/v1/orders", "sk_test_sandbox_none"), 429, "rate_limited", "")
+	wantProblem(t, e.get(t, "/v1/orders", "sk_test_sandbox_none"), 429, "rate_limited", "")
 	// Answers after the limiter carry its state; answers before it do not.
-	if rep := e.get("/v1/orders?limit=0", "sk_test_sandbox_tracking"); rep.header.Get("RateLimit") == "" {
+	if rep := e.get(t, "/v1/orders?limit=0", "sk_test_sandbox_tracking"); rep.header.Get("RateLimit") == "" {
 		t.Errorf("a 403 of a known key has no RateLimit field")
 	}
 	for _, k := range []string{"", "sk_test_nope", "sk_test_sandbox_expired", "sk_live_sandbox_all"} {
-		if rep := e.get("/v1/orders", k); rep.header.Get("RateLimit") != "" || rep.header.Get("RateLimit-Policy") != "" {
+		if rep := e.get(t, "/v1/orders", k); rep.header.Get("RateLimit") != "" || rep.header.Get("RateLimit-Policy") != "" {
 			t.Errorf("key %q: %d carries RateLimit fields", k, rep.status)
 		}
 	}
 
 	off := newEnv(t, envOptions{rate: -1, step: -1})
 	for i := 0; i < 500; i++ {
-		rep := off.get("/v1/orders", key)
+		rep := off.get(t, "/v1/orders", key)
 		if rep.status != 200 || rep.header.Get("RateLimit") != "" || rep.header.Get("RateLimit-Policy") != "" {
 			t.Fatalf("with -rate 0, request %d = %d with RateLimit %q", i, rep.status, rep.header.Get("RateLimit"))
 		}
@@ -1525,7 +1534,7 @@ func TestAccessLog(t *testing.T) {
 	}
 	var ids []string
 	for _, r := range requests {
-		ids = append(ids, e.do(newRequest(r.method, r.target, r.key)).header.Get("Request-Id"))
+		ids = append(ids, e.do(t, newRequest(r.method, r.target, r.key)).header.Get("Request-Id"))
 	}
 	var lines []line
 	sc := bufio.NewScanner(strings.NewReader(e.logs.String()))
@@ -1553,50 +1562,35 @@ func TestAccessLog(t *testing.T) {
 	}
 }
 
-// TestLineHandlerWritesWhatJSONHandlerWrites: the fast path of the service's log handler
-// writes exactly the JSONHandler's bytes, for every record it takes.
-func TestLineHandlerWritesWhatJSONHandlerWrites(t *testing.T) {
+// TestRequestLineIsWhatJSONHandlerWrites: the access log's line, written without a slog
+// record, is byte for byte what slog's JSONHandler writes for the same record.
+func TestRequestLineIsWhatJSONHandlerWrites(t *testing.T) {
 	at := time.Date(2026, 11, 22, 4, 5, 6, 789000000, time.UTC)
-	records := []struct {
-		msg   string
-		attrs []slog.Attr
+	tests := []struct {
+		name                     string
+		method, route            string
+		status                   int
+		d                        time.Duration
+		id, account, environment string
 	}{
-		{"request", []slog.Attr{slog.String("method", "GET"), slog.String("route", "/v1/orders/{id}"), slog.Int("status", 200), slog.Duration("duration", 1234567), slog.String("request_id", "req_x"), slog.String("account", "acct_sandbox"), slog.String("environment", "test")}},
-		{"odd \"text\" <&>\n\t\x01 \u2028\u2029 \xff é", []slog.Attr{slog.String("k\"ey", "v\\a\x7f\x00lue"), slog.Int64("n", -42)}},
-		{"", nil},
-		{"group and any go to the JSONHandler", []slog.Attr{slog.Group("g", slog.Int("a", 1)), slog.Any("e", errors.New("boom")), slog.Bool("b", true), slog.Float64("f", 1.5)}},
-		{"empty key", []slog.Attr{slog.String("", "dropped"), slog.String("kept", "x")}},
+		{"an operation", "GET", "/v1/orders/{id}", 200, 1234567, "req_x", "acct_sandbox", "test"},
+		{"no key, client gone", "DELETE", "", statusClientClosedRequest, 0, "req_y", "", ""},
+		{"odd bytes", "G\"E\\T\x00", "/v1/\u2028<&>\xff", -1, -5, "", "é", "\n"},
 	}
-	for _, rec := range records {
-		var fast, slow bytes.Buffer
-		r := slog.NewRecord(at, slog.LevelWarn, rec.msg, 0)
-		r.AddAttrs(rec.attrs...)
-		if err := newLineHandler(&fast).Handle(context.Background(), r); err != nil {
-			t.Fatal(err)
-		}
-		if err := slog.NewJSONHandler(&slow, nil).Handle(context.Background(), r); err != nil {
-			t.Fatal(err)
-		}
-		if fast.String() != slow.String() {
-			t.Errorf("lineHandler wrote %q\nJSONHandler writes %q", fast.String(), slow.String())
-		}
-	}
-	// The access log's lines are written without a record: the same bytes again.
-	for _, l := range []requestLine{
-		{method: "GET", route: "/v1/orders/{id}", status: 200, duration: 1234567, id: "req_x", account: "acct_sandbox", environment: "test"},
-		{method: "DELETE", status: statusClientClosedRequest, id: "req_y"},
-		{method: "G\"E\\T\x00", route: "/v1/\u2028<&>\xff", status: -1, duration: -5, account: "é", environment: "\n"},
-	} {
-		var fast, slow bytes.Buffer
-		newLineHandler(&fast).writeRequest(at, l)
-		r := slog.NewRecord(at, slog.LevelInfo, "request", 0)
-		r.AddAttrs(l.attrs()...)
-		if err := slog.NewJSONHandler(&slow, nil).Handle(context.Background(), r); err != nil {
-			t.Fatal(err)
-		}
-		if fast.String() != slow.String() {
-			t.Errorf("writeRequest wrote %q\nJSONHandler writes %q", fast.String(), slow.String())
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := appendRequestLine(nil, at, tt.method, tt.route, tt.status, tt.d, tt.id, tt.account, tt.environment)
+			var want bytes.Buffer
+			r := slog.NewRecord(at, slog.LevelInfo, "request", 0)
+			r.AddAttrs(slog.String("method", tt.method), slog.String("route", tt.route), slog.Int("status", tt.status),
+				slog.Duration("duration", tt.d), slog.String("request_id", tt.id), slog.String("account", tt.account), slog.String("environment", tt.environment))
+			if err := slog.NewJSONHandler(&want, nil).Handle(context.Background(), r); err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != want.String() {
+				t.Errorf("appendRequestLine = %q\nJSONHandler writes %q", got, want.String())
+			}
+		})
 	}
 }
 
@@ -1619,7 +1613,7 @@ func TestRequestIDsAreUnique(t *testing.T) {
 	e := newEnv(t, envOptions{rate: -1})
 	seen := map[string]bool{}
 	for i := 0; i < 2000; i++ {
-		id := e.get("/healthz", "").header.Get("Request-Id")
+		id := e.get(t, "/healthz", "").header.Get("Request-Id")
 		if seen[id] {
 			t.Fatalf("request id %s repeats after %d requests", id, i)
 		}
@@ -1663,14 +1657,14 @@ func TestParseConfig(t *testing.T) {
 		getenv func(string) string
 		want   string
 	}{
-		{[]string{"-rate", "fast"}, env(), `invalid value "fast" for flag -rate: want a whole number from 0 to 10000`},
-		{[]string{"-rate", "-1"}, env(), `invalid value "-1" for flag -rate: want a whole number from 0 to 10000`},
-		{[]string{"-rate", "2.5"}, env(), `invalid value "2.5" for flag -rate: want a whole number from 0 to 10000`},
+		{[]string{"-rate", "fast"}, env(), `invalid value "fast" for flag -rate: want a whole number from 0 to 1000000000`},
+		{[]string{"-rate", "-1"}, env(), `invalid value "-1" for flag -rate: want a whole number from 0 to 1000000000`},
+		{[]string{"-rate", "2.5"}, env(), `invalid value "2.5" for flag -rate: want a whole number from 0 to 1000000000`},
 		{[]string{"-seed-orders", "-5"}, env(), `invalid value "-5" for flag -seed-orders: want a whole number from 0 to 5000000`},
 		{[]string{"-seed-orders", "5000001"}, env(), `invalid value "5000001" for flag -seed-orders: want a whole number from 0 to 5000000`},
 		{[]string{"-port", "1"}, env(), `flag provided but not defined: -port`},
 		{[]string{"serve"}, env(), `unexpected argument "serve": the sandbox takes flags only (see -h)`},
-		{nil, env("SANDBOX_RATE", "fast"), `invalid value "fast" for SANDBOX_RATE (the fallback of -rate): want a whole number from 0 to 10000`},
+		{nil, env("SANDBOX_RATE", "fast"), `invalid value "fast" for SANDBOX_RATE (the fallback of -rate): want a whole number from 0 to 1000000000`},
 		{nil, env("SANDBOX_SEED_ORDERS", "many"), `invalid value "many" for SANDBOX_SEED_ORDERS (the fallback of -seed-orders): want a whole number from 0 to 5000000`},
 	}
 	for _, tt := range bad {
@@ -1878,19 +1872,26 @@ func TestNormalizeEvents(t *testing.T) {
 }
 
 func TestSeedOrders(t *testing.T) {
-	a, b := seedOrders(1000), seedOrders(1000)
+	seeded := func() []*importedOrder {
+		ix := newOrderIndex(tag{})
+		if err := ix.seedOrders(1000); err != nil {
+			t.Fatal(err)
+		}
+		return ix.all.orders
+	}
+	a, b := seeded(), seeded()
 	for i := range a {
 		if a[i].id != b[i].id || !a[i].createdAt.Equal(b[i].createdAt) || a[i].status != b[i].status || a[i].platform != b[i].platform {
-			t.Fatalf("seedOrders is not deterministic at %d", i)
+			t.Fatalf("seeding is not deterministic at %d", i)
 		}
 		if i > 0 && !newer(a[i-1], a[i]) {
-			t.Fatalf("seedOrders not in list order at %d: %s then %s", i, a[i-1].id, a[i].id)
+			t.Fatalf("seeded orders not in list order at %d: %s then %s", i, a[i-1].id, a[i].id)
 		}
 	}
 	if a[0].id != "ord_seed_0000999" || a[999].id != "ord_seed_0000000" {
 		t.Errorf("seeded ids run %s..%s, want ord_seed_0000999 (newest)..ord_seed_0000000", a[0].id, a[999].id)
 	}
-	if _, _, err := loadDataset("test", defaultDataset, 10, slog.New(slog.DiscardHandler)); err != nil {
+	if _, err := loadDataset("test", defaultDataset, 10, slog.New(slog.DiscardHandler)); err != nil {
 		t.Errorf("seeding the default dataset: %v", err)
 	}
 }
@@ -1957,14 +1958,14 @@ func TestDatasetRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, err := loadDataset("bad.json", []byte(tt.data), 0, slog.New(slog.DiscardHandler))
+			_, err := loadDataset("bad.json", []byte(tt.data), 0, slog.New(slog.DiscardHandler))
 			if want := "dataset bad.json: " + tt.want; err == nil || err.Error() != want {
 				t.Errorf("loadDataset = %v\nwant %s", err, want)
 			}
 		})
 	}
 	// -seed-orders needs acct_sandbox/test.
-	_, _, err := loadDataset("small.json", []byte(dataset(dsAccounts, "", "", "")), 5, slog.New(slog.DiscardHandler))
+	_, err := loadDataset("small.json", []byte(dataset(dsAccounts, "", "", "")), 5, slog.New(slog.DiscardHandler))
 	if want := "-seed-orders: the dataset has no account acct_sandbox with environment test to seed"; err == nil || err.Error() != want {
 		t.Errorf("seeding a dataset without acct_sandbox/test = %v, want %s", err, want)
 	}
@@ -1981,7 +1982,7 @@ func TestRawEventsAreDroppedNotRefused(t *testing.T) {
 			`{"timestamp":"2026-11-01T09:00:00+09:00","status":"delivered","description":"kept"}]}`, "")
 	e := newEnv(t, envOptions{data: []byte(data)})
 	want := `{"shipment_id":"shp_1","reference":"S1","tracking_number":"T1","status":"delivered","events":[{"status":"delivered","description":"kept","timestamp":"2026-11-01T00:00:00Z","location":""}]}`
-	if rep := e.get("/v1/shipments/shp_1/tracking", "sk_test_a"); string(rep.body) != want {
+	if rep := e.get(t, "/v1/shipments/shp_1/tracking", "sk_test_a"); string(rep.body) != want {
 		t.Errorf("tracking view = %s, want %s", rep, want)
 	}
 	if !strings.Contains(e.logs.String(), `"msg":"dataset: raw events dropped: timestamp not RFC 3339 with an offset","shipment":"shp_1","tenant":"acct_a/test","dropped":3`) {
@@ -2025,7 +2026,7 @@ func TestMainExitsNonZero(t *testing.T) {
 		return
 	}
 	for args, want := range map[string]string{
-		"-rate fast":         `sandbox: invalid value "fast" for flag -rate: want a whole number from 0 to 10000`,
+		"-rate fast":         `sandbox: invalid value "fast" for flag -rate: want a whole number from 0 to 1000000000`,
 		"-seed-orders -5":    `sandbox: invalid value "-5" for flag -seed-orders: want a whole number from 0 to 5000000`,
 		"-data nowhere.json": `sandbox: -data: open nowhere.json: no such file or directory`,
 	} {
@@ -2060,7 +2061,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 	}
 	var routed []string
 	for _, rt := range s.routes() {
-		routed = append(routed, "GET "+rt.pattern)
+		routed = append(routed, rt.pattern)
 	}
 	slices.Sort(documented)
 	slices.Sort(routed)
@@ -2153,7 +2154,7 @@ func TestOpenAPIExamplesMatchTheServer(t *testing.T) {
 		for k, v := range ex.request.Headers {
 			r.Header.Set(k, v)
 		}
-		rep := e.do(r)
+		rep := e.do(t, r)
 		dec := json.NewDecoder(bytes.NewReader(rep.body))
 		dec.UseNumber()
 		var got any
@@ -2194,7 +2195,7 @@ func TestOpenAPIExamplesCoverTheSchemas(t *testing.T) {
 
 func TestOpenAPIServedDocument(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	rep := e.get("/v1/openapi.json", "")
+	rep := e.get(t, "/v1/openapi.json", "")
 	var served, file map[string]any
 	if err := json.Unmarshal(rep.body, &served); err != nil {
 		t.Fatal(err)
@@ -2218,23 +2219,27 @@ func TestOpenAPIServedDocument(t *testing.T) {
 // TestErrorCodes: the contract's table of codes and statuses, in the server and in the
 // document.
 func TestErrorCodes(t *testing.T) {
-	contract := map[string]int{
+	contract := map[code]int{
 		"invalid_cursor": 400, "missing_api_key": 401, "invalid_api_key": 401, "expired_api_key": 401, "revoked_api_key": 401,
 		"insufficient_scope": 403, "not_found": 404, "route_not_found": 404, "method_not_allowed": 405, "body_too_large": 413,
 		"unknown_parameter": 422, "invalid_parameter": 422, "rate_limited": 429, "internal_error": 500,
 		"provider_not_confirmed": 502, "live_not_released": 503, "provider_unavailable": 503,
 	}
 	for code, status := range contract {
-		if got := statusOf(code); got != status {
-			t.Errorf("statusOf(%s) = %d, want %d", code, got, status)
+		if got := codeStatus[code]; got != status {
+			t.Errorf("codeStatus[%s] = %d, want %d", code, got, status)
 		}
 	}
-	var documented []string
-	for _, c := range asSlice(asMap(asMap(asMap(asMap(theOpenAPI(t).root["components"])["schemas"])["Problem"])["properties"])["code"].(map[string]any)["enum"]) {
-		documented = append(documented, c.(string))
+	want := slices.Sorted(maps.Keys(contract))
+	if got := slices.Sorted(maps.Keys(codeStatus)); !slices.Equal(got, want) {
+		t.Errorf("the server's codes %v, want the contract's %v", got, want)
 	}
-	if want := slices.Sorted(maps.Keys(contract)); !slices.Equal(slices.Sorted(slices.Values(documented)), want) {
-		t.Errorf("the document's codes %v, want the contract's %v", documented, want)
+	var documented []code
+	for _, c := range asSlice(asMap(asMap(asMap(asMap(theOpenAPI(t).root["components"])["schemas"])["Problem"])["properties"])["code"].(map[string]any)["enum"]) {
+		documented = append(documented, code(c.(string)))
+	}
+	if got := slices.Sorted(slices.Values(documented)); !slices.Equal(got, want) {
+		t.Errorf("the document's codes %v, want the contract's %v", got, want)
 	}
 }
 
@@ -2264,7 +2269,7 @@ func TestPreferSimulatedCodes(t *testing.T) {
 	for _, op := range operations {
 		for _, tt := range tests {
 			t.Run(op.name+"/"+tt.prefer, func(t *testing.T) {
-				rep := e.get(op.target, "sk_test_sandbox_all", "Prefer", tt.prefer)
+				rep := e.get(t, op.target, "sk_test_sandbox_all", "Prefer", tt.prefer)
 				p := wantProblem(t, rep, tt.status, tt.code, "")
 				if rep.header.Get("Retry-After") != tt.retryAfter || rep.header.Get("Preference-Applied") != tt.applied {
 					t.Errorf("Retry-After %q, Preference-Applied %q; want %q, %q", rep.header.Get("Retry-After"), rep.header.Get("Preference-Applied"), tt.retryAfter, tt.applied)
@@ -2276,7 +2281,7 @@ func TestPreferSimulatedCodes(t *testing.T) {
 		}
 	}
 	// Two Prefer fields are one list (RFC 7240): the first instance of code counts.
-	rep := e.get("/v1/orders", "sk_test_sandbox_all", "Prefer", "code=502", "Prefer", "code=500")
+	rep := e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", "code=502", "Prefer", "code=500")
 	wantProblem(t, rep, 502, "provider_not_confirmed", "")
 }
 
@@ -2284,7 +2289,7 @@ func TestPreferInvalidValues(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	for _, prefer := range []string{"code=404", "code=200", "code=abc", "code=", "code", "code=5000", "code=-500", "code=500.0",
 		"delay=-1", "delay=10001", "delay=abc", "delay=1.5", "delay=", "delay", "delay=99999999999999999999", "delay=1e3", "code=500, delay=20000"} {
-		rep := e.get("/v1/orders", "sk_test_sandbox_all", "Prefer", prefer)
+		rep := e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", prefer)
 		wantProblem(t, rep, 422, "invalid_parameter", "Prefer")
 		if rep.header.Get("Preference-Applied") != "" {
 			t.Errorf("Prefer %q: a refused preference is reported applied: %q", prefer, rep.header.Get("Preference-Applied"))
@@ -2297,16 +2302,16 @@ func TestPreferInvalidValues(t *testing.T) {
 func TestPreferDoesNotOutrankRealAnswers(t *testing.T) {
 	e := newEnv(t, envOptions{step: -1})
 	for _, key := range []string{"sk_live_sandbox_all", "", "sk_test_nope", "sk_test_sandbox_expired", "sk_test_sandbox_revoked", "sk_test_sandbox_tracking"} {
-		plain := e.get("/v1/orders", key)
-		prefer := e.get("/v1/orders", key, "Prefer", "code=500, delay=1")
+		plain := e.get(t, "/v1/orders", key)
+		prefer := e.get(t, "/v1/orders", key, "Prefer", "code=500, delay=1")
 		if plain.status == 200 || prefer.status != plain.status || withoutRequestID(t, prefer.body) != withoutRequestID(t, plain.body) || prefer.header.Get("Preference-Applied") != "" {
 			t.Errorf("key %q: with Prefer %s, without %s", key, prefer, plain)
 		}
 	}
 	for i := 0; i < 25; i++ {
-		e.get("/v1/orders", "sk_test_sandbox_all")
+		e.get(t, "/v1/orders", "sk_test_sandbox_all")
 	}
-	rep := e.get("/v1/orders", "sk_test_sandbox_all", "Prefer", "code=500")
+	rep := e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", "code=500")
 	if p := wantProblem(t, rep, 429, "rate_limited", ""); strings.Contains(p.Detail, "Simulated") || rep.header.Get("Preference-Applied") != "" {
 		t.Errorf("a rate-limited key's Prefer was applied: %s", rep)
 	}
@@ -2317,8 +2322,8 @@ func TestPreferDoesNotOutrankRealAnswers(t *testing.T) {
 func TestRequestsWithoutPreferAreUnchanged(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	for _, target := range []string{"/v1/orders", "/v1/orders/ord_sbx_0001", "/v1/orders/nope", "/v1/orders?limit=0", "/v1/shipments/shp_sbx_spring/tracking", "/v1/tracking/SBX2000000000"} {
-		plain := e.get(target, "sk_test_sandbox_all")
-		ignored := e.get(target, "sk_test_sandbox_all", "Prefer", "return=minimal, respond-async, wait=5, handling=strict")
+		plain := e.get(t, target, "sk_test_sandbox_all")
+		ignored := e.get(t, target, "sk_test_sandbox_all", "Prefer", "return=minimal, respond-async, wait=5, handling=strict")
 		if plain.header.Get("Preference-Applied") != "" || ignored.header.Get("Preference-Applied") != "" {
 			t.Errorf("%s: Preference-Applied without an applied preference", target)
 		}
@@ -2342,7 +2347,7 @@ func TestRequestsWithoutPreferAreUnchanged(t *testing.T) {
 func TestPreferDelay(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	start := time.Now()
-	rep := e.get("/v1/orders/ord_sbx_0001", "sk_test_sandbox_all", "Prefer", "delay=30")
+	rep := e.get(t, "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all", "Prefer", "delay=30")
 	if took := time.Since(start); took < 30*time.Millisecond || rep.status != 200 || string(rep.body) != sandboxOrderJSON || rep.header.Get("Preference-Applied") != "delay=30" {
 		t.Errorf("delay=30 took %v and answered %s (Preference-Applied %q); want at least 30ms, the order, delay=30", took, rep, rep.header.Get("Preference-Applied"))
 	}
@@ -2371,7 +2376,7 @@ func TestPreferDelay(t *testing.T) {
 	done = make(chan struct{})
 	var shut reply
 	go func() {
-		shut = e.get("/v1/orders", "sk_test_sandbox_all", "Prefer", "delay=10000, code=503")
+		shut = e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", "delay=10000, code=503")
 		close(done)
 	}()
 	time.Sleep(20 * time.Millisecond)
@@ -2500,16 +2505,16 @@ func TestGracefulShutdown(t *testing.T) {
 // TestPanicsBecomeInternalErrors: a panic in a handler is a 500 internal_error showing no
 // internals; the stack is logged with the request id; the server keeps serving.
 func TestPanicsBecomeInternalErrors(t *testing.T) {
-	panicking := route{"/v1/test/panic", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	panicking := route{"GET /v1/test/panic", func(w http.ResponseWriter, r *http.Request, c *call) {
 		w.Header().Set("Content-Type", "text/plain")
 		panic("boom: secret internals at /home/build/sandbox/orders.go:42")
-	})}
-	halfway := route{"/v1/test/panic-after-write", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	}}
+	halfway := route{"GET /v1/test/panic-after-write", func(w http.ResponseWriter, r *http.Request, c *call) {
 		w.Header().Set("Content-Length", "1000")
 		w.WriteHeader(200)
 		w.Write([]byte(`{"partial":`))
 		panic("boom after writing")
-	})}
+	}}
 	e := newEnv(t, envOptions{extra: []route{panicking, halfway}})
 	rec := httptest.NewRecorder()
 	e.h.ServeHTTP(rec, newRequest(http.MethodGet, "/v1/test/panic", ""))
@@ -2522,7 +2527,7 @@ func TestPanicsBecomeInternalErrors(t *testing.T) {
 	if !strings.Contains(logs, `"msg":"panic","request_id":"`+p.RequestID+`"`) || !strings.Contains(logs, "boom: secret internals") || !strings.Contains(logs, "goroutine") {
 		t.Errorf("the panic is not logged with its request id and stack:\n%s", logs)
 	}
-	if rep := e.get("/v1/orders/ord_sbx_0001", "sk_test_sandbox_all"); rep.status != 200 {
+	if rep := e.get(t, "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all"); rep.status != 200 {
 		t.Errorf("after a panic, GET = %s, want 200", rep)
 	}
 
@@ -2559,7 +2564,7 @@ type badInput struct {
 func TestBadInputCatalogue(t *testing.T) {
 	e := newEnv(t, envOptions{seed: 30, secret: "catalogue"})
 	const all = "Bearer sk_test_sandbox_all"
-	page := decodePage(t, e.get("/v1/orders?limit=2&status=fulfilled", "sk_test_sandbox_all"))
+	page := decodePage(t, e.get(t, "/v1/orders?limit=2&status=fulfilled", "sk_test_sandbox_all"))
 	cursor := *page.Pagination.NextCursor
 	raw, _ := base64.RawURLEncoding.DecodeString(cursor)
 	flip := func(i int) string {
@@ -2568,7 +2573,7 @@ func TestBadInputCatalogue(t *testing.T) {
 		return base64.RawURLEncoding.EncodeToString(b)
 	}
 	foreign := newEnv(t, envOptions{seed: 30, secret: "another sandbox"})
-	foreignCursor := *decodePage(t, foreign.get("/v1/orders?limit=2&status=fulfilled", "sk_test_sandbox_all")).Pagination.NextCursor
+	foreignCursor := *decodePage(t, foreign.get(t, "/v1/orders?limit=2&status=fulfilled", "sk_test_sandbox_all")).Pagination.NextCursor
 	long := strings.Repeat("x", 100<<10)
 	cases := []badInput{
 		// Authorization
@@ -2675,7 +2680,7 @@ func TestBadInputCatalogue(t *testing.T) {
 			for i := 0; i+1 < len(c.headers); i += 2 {
 				r.Header.Add(c.headers[i], c.headers[i+1])
 			}
-			rep := e.do(r)
+			rep := e.do(t, r)
 			if c.status == 200 {
 				if rep.status != 200 {
 					t.Fatalf("= %s, want 200", rep)
@@ -2683,7 +2688,7 @@ func TestBadInputCatalogue(t *testing.T) {
 				return
 			}
 			p := rep.problem(t)
-			if rep.status != c.status || p.Code != c.code {
+			if rep.status != c.status || string(p.Code) != c.code {
 				t.Errorf("= %d %s, want %d %s", rep.status, p.Code, c.status, c.code)
 			}
 		})
@@ -2734,7 +2739,7 @@ func TestLoadWithoutLoss(t *testing.T) {
 	}
 	first := map[string][]byte{}
 	for _, m := range mix {
-		first[m.target+m.key] = e.get(m.target, m.key).body
+		first[m.target+m.key] = e.get(t, m.target, m.key).body
 	}
 	const workers, total = 16, 20000
 	var next atomic.Int64
@@ -2797,7 +2802,7 @@ func TestLoadWithoutLoss(t *testing.T) {
 	if grown := int64(after.heap) - int64(before.heap); grown > 1<<20 {
 		t.Errorf("the heap grew by %d bytes over 50,000 unknown keys: they leave state behind", grown)
 	}
-	if rep := quiet.get("/v1/orders", "sk_test_sandbox_all"); rep.status != 200 {
+	if rep := quiet.get(t, "/v1/orders", "sk_test_sandbox_all"); rep.status != 200 {
 		t.Errorf("after the flood, a known key = %s", rep)
 	}
 }
@@ -2878,7 +2883,7 @@ func FuzzCursorVerify(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		pos, err := c.verify(s, tenant, filters)
 		if err != nil {
-			if err.code != codeInvalidCursor || err.param != "cursor" {
+			if e := asAPIError(err); e == nil || e.code != codeInvalidCursor || e.param == nil || *e.param != "cursor" {
 				t.Fatalf("verify(%q) = %+v, want an invalid_cursor error", s, err)
 			}
 			return
@@ -2898,7 +2903,7 @@ func FuzzOrderQuery(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw string) {
 		q, err := parseOrderQuery(raw)
 		if err != nil {
-			if (err.code != codeUnknownParameter && err.code != codeInvalidParameter) || !err.hasParam {
+			if e := asAPIError(err); e == nil || (e.code != codeUnknownParameter && e.code != codeInvalidParameter) || e.param == nil {
 				t.Fatalf("parseOrderQuery(%q) = %+v, want a 422 naming its parameter", raw, err)
 			}
 			return
@@ -2916,12 +2921,12 @@ func FuzzParsePrefer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, header string) {
 		p, err := parsePrefer([]string{header})
 		if err != nil {
-			if err.code != codeInvalidParameter || err.param != "Prefer" {
+			if e := asAPIError(err); e == nil || e.code != codeInvalidParameter || e.param == nil || *e.param != "Prefer" {
 				t.Fatalf("parsePrefer(%q) = %+v, want invalid_parameter naming Prefer", header, err)
 			}
 			return
 		}
-		if (p.code != "" && simulatedCodes[p.code] == nil) || p.delay < 0 || p.delay > maxPreferDelay {
+		if p.delay < 0 || p.delay > maxPreferDelay {
 			t.Fatalf("parsePrefer(%q) accepted %+v", header, p)
 		}
 	})
@@ -2933,7 +2938,7 @@ func FuzzLoadDataset(f *testing.F) {
 		f.Add(d)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		sb, _, err := loadDataset("fuzz.json", data, 0, slog.New(slog.DiscardHandler))
+		sb, err := loadDataset("fuzz.json", data, 0, slog.New(slog.DiscardHandler))
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "dataset fuzz.json: $") {
 				t.Fatalf("refusal %q does not name the file and a JSON path", err)
@@ -2942,8 +2947,8 @@ func FuzzLoadDataset(f *testing.F) {
 		}
 		for _, tn := range sb.tenants {
 			for _, o := range tn.orders.all.orders {
-				if !json.Valid(o.resource.body) {
-					t.Fatalf("order %q is prepared as invalid JSON: %s", o.id, o.resource.body)
+				if !json.Valid(o.resource) {
+					t.Fatalf("order %q is prepared as invalid JSON: %s", o.id, o.resource)
 				}
 			}
 			checkOrderIndex(t, &tn.orders)
@@ -2966,7 +2971,7 @@ func checkOrderIndex(t testing.TB, ix *orderIndex) {
 			if k > 0 && !newer(l.orders[k-1], o) {
 				t.Fatalf("list %d: order %q comes after %q", n, o.id, l.orders[k-1].id)
 			}
-			want = append(append(want, o.resource.body...), ',')
+			want = append(append(want, o.resource...), ',')
 		}
 		if !bytes.Equal(l.joined, want) || cap(l.joined) != len(l.joined) || len(l.starts) != len(l.orders)+1 {
 			t.Fatalf("list %d: block of %d bytes (capacity %d, %d starts) is not its %d orders joined", n, len(l.joined), cap(l.joined), len(l.starts), len(l.orders))
@@ -2981,7 +2986,7 @@ func checkOrderIndex(t testing.TB, ix *orderIndex) {
 }
 
 func TestOrderIndexOfSeededOrders(t *testing.T) {
-	sb, _, err := loadDataset("test", defaultDataset, 1000, slog.New(slog.DiscardHandler))
+	sb, err := loadDataset("test", defaultDataset, 1000, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -3060,15 +3065,15 @@ func (w *benchWriter) Write(b []byte) (int, error) {
 // benchmark runs it) and the log on.
 func benchEnv(b *testing.B, seed int) *env {
 	b.Helper()
-	sb, _, err := loadDataset("bench", defaultDataset, seed, slog.New(slog.DiscardHandler))
+	sb, err := loadDataset("bench", defaultDataset, seed, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := newServer(sb, serverOptions{log: slog.New(newLineHandler(io.Discard))})
+	s, err := newServer(sb, serverOptions{access: newLogBuffer(io.Discard, time.Hour)})
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &env{t: b, h: s.handler(), srv: s}
+	return &env{h: s.handler(), srv: s, sb: sb}
 }
 
 // benchServe serves r repeatedly and reports the answer's size.
@@ -3107,12 +3112,12 @@ func BenchmarkTrackingByNumber(b *testing.B) {
 func BenchmarkListOrders(b *testing.B) {
 	for _, n := range []int{1000, 1000000} {
 		e := benchEnv(b, n)
-		t := e.srv.keys[sha256Sum("sk_test_sandbox_all")].tenant
-		all := t.orders.all.orders
+		ix := &e.sb.tenants[seedTenant].orders
+		all := ix.all.orders
 		oldest := all[len(all)-1].createdAt
 		middle := all[len(all)/2]
 		q := orderQuery{status: -1}
-		deep := e.srv.cursors.sign(t.tag, q.filterTag(), cursorPosition{middle.createdAt, middle.id})
+		deep := e.srv.lister.cursors.sign(ix.tag, q.filterTag(), cursorPosition{middle.createdAt, middle.id})
 		cases := []struct{ name, query string }{
 			{"no_filter", "limit=100"},
 			{"status", "limit=100&status=fulfilled"},
@@ -3156,7 +3161,7 @@ func BenchmarkRejected(b *testing.B) {
 	e := benchEnv(b, 0)
 	limited := newEnv(b, envOptions{step: -1, quiet: true})
 	for i := 0; i < 25; i++ {
-		limited.get("/v1/orders", "sk_test_sandbox_all")
+		limited.get(b, "/v1/orders", "sk_test_sandbox_all")
 	}
 	cases := []struct {
 		name   string
