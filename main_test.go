@@ -33,7 +33,8 @@ import (
 
 // The test harness: every request of the suite goes through the real handler chain
 // (server.handler, as run serves it), and every response is checked against the rules
-// that hold for all responses and against the OpenAPI document.
+// that hold for all responses and against the OpenAPI document. Helpers take the caller's
+// own t.
 
 // testNow is the fake clock's start: after sk_test_sandbox_expired's expiry.
 var testNow = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -196,6 +197,8 @@ func (e *env) get(t testing.TB, target, key string, headerPairs ...string) reply
 	return e.do(t, newRequest(http.MethodGet, target, key, headerPairs...))
 }
 
+var requestIDPattern = regexp.MustCompile(`^req_[0-9a-z]{20}$`)
+
 func newRequest(method, target, key string, headerPairs ...string) *http.Request {
 	r := httptest.NewRequest(method, "http://127.0.0.1:8080"+target, nil)
 	if key != "" {
@@ -206,8 +209,6 @@ func newRequest(method, target, key string, headerPairs ...string) *http.Request
 	}
 	return r
 }
-
-var requestIDPattern = regexp.MustCompile(`^req_[0-9a-z]{20}$`)
 
 // checkResponse checks what holds for every response: the common headers, an exact
 // Content-Length, problem+json for every error with the request id of the header, and
@@ -257,10 +258,6 @@ func withoutRequestID(t testing.TB, body []byte) string {
 	t.Helper()
 	return regexp.MustCompile(`"request_id":"req_[0-9a-z]{20}"`).ReplaceAllString(string(body), `"request_id":"-"`)
 }
-
-// The OpenAPI document as the tests read it, with a validator for the JSON Schema keywords
-// it uses. A keyword the validator does not know fails the check, so that the document
-// cannot lean on a rule nobody checks.
 
 type openAPI struct {
 	root  map[string]any
@@ -543,184 +540,10 @@ func jsonTypeOf(v any) string {
 	}
 }
 
-// The default sandbox: every fixture of the contract, as the API shows it.
-
-func TestTrackingViewsOfEveryFixture(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	tests := []struct {
-		name, target, key, want string
-	}{
-		{
-			// UK clocks go forward at 01:00 UTC on 2026-03-29: 02:30+01:00 is 01:30Z.
-			"spring DST instants kept in UTC", "/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_all",
-			`{"shipment_id":"shp_sbx_spring","reference":"SBX-REF-1001","tracking_number":"SBX1000000001","status":"delivered","events":[` +
-				`{"status":"pre_transit","description":"Label created","timestamp":"2026-03-28T18:00:00Z","location":"London, GB"},` +
-				`{"status":"in_transit","description":"Departed facility","timestamp":"2026-03-29T00:30:00Z","location":"Heathrow, GB"},` +
-				`{"status":"in_transit","description":"Arrived at hub","timestamp":"2026-03-29T01:30:00Z","location":"Birmingham, GB"},` +
-				`{"status":"out_for_delivery","description":"Out for delivery","timestamp":"2026-03-29T08:15:00Z","location":"Manchester, GB"},` +
-				`{"status":"delivered","description":"Delivered","timestamp":"2026-03-29T12:05:00Z","location":"Manchester, GB"}]}`,
-		},
-		{
-			// Local 01:30 happens twice on 2026-10-25: 00:30Z and 01:30Z. The two exact
-			// duplicates (00:30Z "Departed facility", the repeated 01:30Z event) are dropped.
-			"autumn DST: two instants, duplicates suppressed", "/v1/shipments/shp_sbx_autumn/tracking", "sk_test_sandbox_all",
-			`{"shipment_id":"shp_sbx_autumn","reference":"SBX-REF-1002","tracking_number":"SBX1000000002","status":"in_transit","events":[` +
-				`{"status":"pre_transit","description":"Label created","timestamp":"2026-10-24T15:00:00Z","location":"Leeds, GB"},` +
-				`{"status":"in_transit","description":"Departed facility","timestamp":"2026-10-25T00:30:00Z","location":"Leeds, GB"},` +
-				`{"status":"in_transit","description":"Arrived at sort centre","timestamp":"2026-10-25T01:30:00Z","location":"York, GB"}]}`,
-		},
-		{
-			// Three timestamps without an offset are not interpreted: only the 11:00+00:00
-			// event is stored, so the status is in_transit, not delivered.
-			"naive timestamps excluded", "/v1/shipments/shp_sbx_naive/tracking", "sk_test_sandbox_all",
-			`{"shipment_id":"shp_sbx_naive","reference":"SBX-REF-1003","tracking_number":"SBX1000000003","status":"in_transit","events":[` +
-				`{"status":"in_transit","description":"Departed facility","timestamp":"2026-11-20T11:00:00Z","location":"Bristol, GB"}]}`,
-		},
-		{
-			"null tracking number, no events", "/v1/shipments/shp_sbx_unlabelled/tracking", "sk_test_sandbox_all",
-			`{"shipment_id":"shp_sbx_unlabelled","reference":"SBX-REF-1004","tracking_number":null,"status":"pre_transit","events":[]}`,
-		},
-		{
-			"twin a by id", "/v1/shipments/shp_sbx_twin_a/tracking", "sk_test_sandbox_tracking",
-			`{"shipment_id":"shp_sbx_twin_a","reference":"SBX-REF-1005","tracking_number":"SBX2000000000","status":"in_transit","events":[` +
-				`{"status":"in_transit","description":"In transit","timestamp":"2026-11-02T08:00:00Z","location":"Leicester, GB"}]}`,
-		},
-		{
-			"twin b by id", "/v1/shipments/shp_sbx_twin_b/tracking", "sk_test_sandbox_all",
-			`{"shipment_id":"shp_sbx_twin_b","reference":"SBX-REF-1006","tracking_number":"SBX2000000000","status":"in_transit","events":[` +
-				`{"status":"in_transit","description":"In transit","timestamp":"2026-11-02T08:00:00Z","location":"Leicester, GB"}]}`,
-		},
-		{
-			"multi-parcel, null location is empty", "/v1/shipments/shp_sbx_parcels/tracking", "sk_test_sandbox_all",
-			`{"shipment_id":"shp_sbx_parcels","reference":"SBX-REF-1007","tracking_number":"SBX3000000001","status":"in_transit","events":[` +
-				`{"status":"pre_transit","description":"Shipment information received","timestamp":"2026-11-03T07:00:00Z","location":""},` +
-				`{"status":"in_transit","description":"In transit","timestamp":"2026-11-03T15:00:00Z","location":"Glasgow, GB"}]}`,
-		},
-		{
-			"another account's own shipment", "/v1/shipments/shp_other_1/tracking", "sk_test_other_all",
-			`{"shipment_id":"shp_other_1","reference":"OTH-REF-1","tracking_number":"SBX1000000001","status":"delivered","events":[` +
-				`{"status":"delivered","description":"Delivered","timestamp":"2026-10-14T10:00:00Z","location":"Cardiff, GB"}]}`,
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			rep := e.get(t, tt.target, tt.key)
-			if rep.status != 200 || string(rep.body) != tt.want {
-				t.Errorf("GET %s = %s\nwant 200 %s", tt.target, rep, tt.want)
-			}
-		})
-	}
-}
-
-func TestTrackingByNumber(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	tests := []struct {
-		name, number, key string
-		wantStatus        int
-		wantShipment      string
-	}{
-		{"primary number", "SBX1000000001", "sk_test_sandbox_all", 200, "shp_sbx_spring"},
-		{"same number, the other account finds its own", "SBX1000000001", "sk_test_other_all", 200, "shp_other_1"},
-		{"autumn", "SBX1000000002", "sk_test_sandbox_tracking", 200, "shp_sbx_autumn"},
-		{"naive", "SBX1000000003", "sk_test_sandbox_all", 200, "shp_sbx_naive"},
-		{"multi-parcel primary", "SBX3000000001", "sk_test_sandbox_all", 200, "shp_sbx_parcels"},
-		{"further parcel does not match", "SBX3000000002", "sk_test_sandbox_all", 404, ""},
-		{"third parcel does not match", "SBX3000000003", "sk_test_sandbox_all", 404, ""},
-		{"ambiguous number is 404 in the sandbox", "SBX2000000000", "sk_test_sandbox_all", 404, ""},
-		{"live shipment's number with a test key", "SBX9000000001", "sk_test_sandbox_all", 404, ""},
-		{"unknown number", "SBX0000000000", "sk_test_sandbox_all", 404, ""},
-		{"exact match: lower case differs", "sbx1000000001", "sk_test_sandbox_all", 404, ""},
-		{"exact match: a prefix differs", "SBX100000000", "sk_test_sandbox_all", 404, ""},
-		{"other account cannot see the twins", "SBX2000000000", "sk_test_other_all", 404, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			rep := e.get(t, "/v1/tracking/"+tt.number, tt.key)
-			if tt.wantStatus == 404 {
-				wantProblem(t, rep, 404, "not_found", "")
-				return
-			}
-			byID := e.get(t, "/v1/shipments/"+tt.wantShipment+"/tracking", tt.key)
-			if rep.status != 200 || !bytes.Equal(rep.body, byID.body) {
-				t.Errorf("GET /v1/tracking/%s = %s\nwant the view of %s: %s", tt.number, rep, tt.wantShipment, byID.body)
-			}
-		})
-	}
-}
-
 const (
 	sandboxOrderJSON = `{"id":"ord_sbx_0001","merchant_reference":"SBX-ORDER-1001","platform":"shopify","status":"unfulfilled","shipment_id":null,"created_at":"2026-11-01T09:30:00Z"}`
 	otherOrderJSON   = `{"id":"ord_other_0001","merchant_reference":"OTH-ORDER-1","platform":"etsy","status":"fulfilled","shipment_id":"shp_other_1","created_at":"2026-10-14T09:00:00Z"}`
 )
-
-func TestOrdersOfTheDefaultDataset(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	tests := []struct {
-		target, key, want string
-	}{
-		{"/v1/orders/ord_sbx_0001", "sk_test_sandbox_all", sandboxOrderJSON},
-		{"/v1/orders/ord_sbx_0001", "sk_test_sandbox_orders", sandboxOrderJSON},
-		// Linked at load: shp_other_1 was created with order_id ord_other_0001.
-		{"/v1/orders/ord_other_0001", "sk_test_other_all", otherOrderJSON},
-		{"/v1/orders", "sk_test_sandbox_all", `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
-		{"/v1/orders", "sk_test_other_all", `{"data":[` + otherOrderJSON + `],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
-		{"/v1/orders?limit=1", "sk_test_sandbox_all", `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":1,"next_cursor":null,"has_more":false}}`},
-		{"/v1/orders?status=unfulfilled&created_from=2026-11-01T09:30:00Z&created_to=2026-11-01T09:30:00Z", "sk_test_sandbox_all", `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
-		{"/v1/orders?created_from=2026-11-01T10:30:00%2B01:00&created_to=2026-11-01T09:30:00Z", "sk_test_sandbox_all", `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
-		{"/v1/orders?created_from=2026-11-01T10:30:00+01:00", "sk_test_sandbox_all", `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
-		{"/v1/orders?status=fulfilled", "sk_test_sandbox_all", `{"data":[],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
-		{"/v1/orders?created_from=2026-11-01T09:30:00.000000001Z", "sk_test_sandbox_all", `{"data":[],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
-		{"/v1/orders?created_to=2026-11-01T09:29:59.999Z", "sk_test_sandbox_all", `{"data":[],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
-	}
-	for _, tt := range tests {
-		rep := e.get(t, tt.target, tt.key)
-		if rep.status != 200 || string(rep.body) != tt.want {
-			t.Errorf("GET %s (%s) = %s\nwant 200 %s", tt.target, tt.key, rep, tt.want)
-		}
-	}
-}
-
-// TestNoMarketplaceSecretsInResponses: the stored orders carry a marketplace token and raw
-// marketplace data; no response of any operation shows any part of either.
-func TestNoMarketplaceSecretsInResponses(t *testing.T) {
-	e := newEnv(t, envOptions{seed: 50})
-	var secrets []string
-	var file struct {
-		Orders []orderRecord `json:"orders"`
-	}
-	if err := json.Unmarshal(defaultDataset, &file); err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range file.Orders {
-		if o.MarketplaceToken == "" || len(o.RawMarketplaceData) == 0 {
-			t.Fatalf("order %s carries no marketplace token or raw data: the test proves nothing", o.ID)
-		}
-		secrets = append(secrets, o.MarketplaceToken, "buyer", "line_items", "receipt", "AmazonOrderId", "5550001001", "raw", "token", "marketplace")
-	}
-	targets := []string{"/v1/orders", "/v1/orders?limit=100", "/v1/orders/ord_sbx_0001", "/v1/orders/ord_other_0001", "/v1/shipments/shp_other_1/tracking"}
-	for _, key := range []string{"sk_test_sandbox_all", "sk_test_other_all", "sk_live_sandbox_all"} {
-		for _, target := range targets {
-			rep := e.get(t, target, key)
-			for _, s := range secrets {
-				if bytes.Contains(bytes.ToLower(rep.body), bytes.ToLower([]byte(s))) {
-					t.Errorf("GET %s (%s) shows %q: %s", target, key, s, rep.body)
-				}
-			}
-		}
-	}
-	var order map[string]any
-	if err := json.Unmarshal(e.get(t, "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all").body, &order); err != nil {
-		t.Fatal(err)
-	}
-	var fields []string
-	for k := range order {
-		fields = append(fields, k)
-	}
-	slices.Sort(fields)
-	if want := []string{"created_at", "id", "merchant_reference", "platform", "shipment_id", "status"}; !slices.Equal(fields, want) {
-		t.Errorf("order fields = %v, want exactly the spec's %v", fields, want)
-	}
-}
 
 // operations are the four v1 operations, each with a target its resource exists at for
 // acct_sandbox/test, and the scope it needs.
@@ -731,374 +554,6 @@ var operations = []struct {
 	{"tracking by number", "/v1/tracking/SBX1000000001", "tracking:read"},
 	{"list orders", "/v1/orders", "orders:read"},
 	{"get order", "/v1/orders/ord_sbx_0001", "orders:read"},
-}
-
-func TestEveryKeyOnEveryOperation(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	type outcome struct {
-		status int
-		code   string
-	}
-	tests := []struct {
-		key      string
-		tracking outcome
-		orders   outcome
-	}{
-		{"sk_test_sandbox_all", outcome{200, ""}, outcome{200, ""}},
-		{"sk_test_sandbox_tracking", outcome{200, ""}, outcome{403, "insufficient_scope"}},
-		{"sk_test_sandbox_orders", outcome{403, "insufficient_scope"}, outcome{200, ""}},
-		{"sk_test_sandbox_none", outcome{403, "insufficient_scope"}, outcome{403, "insufficient_scope"}},
-		{"sk_test_sandbox_expired", outcome{401, "expired_api_key"}, outcome{401, "expired_api_key"}},
-		{"sk_test_sandbox_revoked", outcome{401, "revoked_api_key"}, outcome{401, "revoked_api_key"}},
-		{"sk_live_sandbox_all", outcome{503, "live_not_released"}, outcome{503, "live_not_released"}},
-		{"sk_test_unknown", outcome{401, "invalid_api_key"}, outcome{401, "invalid_api_key"}},
-	}
-	for _, tt := range tests {
-		for _, op := range operations {
-			t.Run(tt.key+"/"+op.name, func(t *testing.T) {
-				want := tt.tracking
-				if op.scope == "orders:read" {
-					want = tt.orders
-				}
-				rep := e.get(t, op.target, tt.key)
-				if want.status == 200 {
-					if rep.status != 200 {
-						t.Fatalf("GET %s = %s, want 200", op.target, rep)
-					}
-					return
-				}
-				wantProblem(t, rep, want.status, want.code, "")
-				challenge := rep.header.Get("WWW-Authenticate")
-				switch want.status {
-				case 401:
-					if challenge != `Bearer realm="sandbox"` {
-						t.Errorf("WWW-Authenticate = %q, want Bearer realm=\"sandbox\"", challenge)
-					}
-				case 403:
-					if w := `Bearer error="insufficient_scope", scope="` + op.scope + `"`; challenge != w {
-						t.Errorf("WWW-Authenticate = %q, want %q", challenge, w)
-					}
-					if p := rep.problem(t); !strings.Contains(p.Detail, op.scope) {
-						t.Errorf("403 detail %q does not name the scope %s", p.Detail, op.scope)
-					}
-				default:
-					if challenge != "" {
-						t.Errorf("WWW-Authenticate = %q on a %d, want none", challenge, want.status)
-					}
-				}
-			})
-		}
-	}
-	// sk_test_other_all: its own resources, never acct_sandbox's.
-	for _, op := range operations {
-		rep := e.get(t, op.target, "sk_test_other_all")
-		switch op.name {
-		case "tracking by number": // acct_other's own shipment has the same number
-			if rep.status != 200 || !strings.Contains(string(rep.body), `"shipment_id":"shp_other_1"`) {
-				t.Errorf("GET %s (sk_test_other_all) = %s, want shp_other_1", op.target, rep)
-			}
-			continue
-		case "list orders":
-			if rep.status != 200 || !strings.Contains(string(rep.body), "ord_other_0001") || strings.Contains(string(rep.body), "ord_sbx") {
-				t.Errorf("GET /v1/orders (sk_test_other_all) = %s, want acct_other's order only", rep)
-			}
-			continue
-		}
-		wantProblem(t, rep, 404, "not_found", "")
-	}
-}
-
-func TestAuthorizationHeaderVariants(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	tests := []struct {
-		name    string
-		headers []string
-		status  int
-		code    string
-	}{
-		{"no header", nil, 401, "missing_api_key"},
-		{"empty header", []string{"Authorization", ""}, 401, "missing_api_key"},
-		{"Basic scheme", []string{"Authorization", "Basic c2tfdGVzdF9zYW5kYm94X2FsbDo="}, 401, "missing_api_key"},
-		{"Token scheme", []string{"Authorization", "Token sk_test_sandbox_all"}, 401, "missing_api_key"},
-		{"key without scheme", []string{"Authorization", "sk_test_sandbox_all"}, 401, "missing_api_key"},
-		{"Bearer glued to key", []string{"Authorization", "Bearersk_test_sandbox_all"}, 401, "missing_api_key"},
-		{"Bearer alone", []string{"Authorization", "Bearer"}, 401, "invalid_api_key"},
-		{"Bearer and spaces", []string{"Authorization", "Bearer    "}, 401, "invalid_api_key"},
-		{"unknown key", []string{"Authorization", "Bearer sk_test_nope"}, 401, "invalid_api_key"},
-		{"key with a suffix", []string{"Authorization", "Bearer sk_test_sandbox_allx"}, 401, "invalid_api_key"},
-		{"key in other case", []string{"Authorization", "Bearer SK_TEST_SANDBOX_ALL"}, 401, "invalid_api_key"},
-		{"two keys in one header", []string{"Authorization", "Bearer sk_test_sandbox_all sk_test_sandbox_all"}, 401, "invalid_api_key"},
-		{"two Authorization headers", []string{"Authorization", "Bearer sk_test_sandbox_all", "Authorization", "Bearer sk_test_sandbox_all"}, 401, "invalid_api_key"},
-		{"scheme is case-insensitive", []string{"Authorization", "bearer sk_test_sandbox_all"}, 200, ""},
-		{"BEARER", []string{"Authorization", "BEARER sk_test_sandbox_all"}, 200, ""},
-		{"several spaces after the scheme", []string{"Authorization", "Bearer   sk_test_sandbox_all"}, 200, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			rep := e.get(t, "/v1/orders", "", tt.headers...)
-			if tt.status == 200 {
-				if rep.status != 200 {
-					t.Fatalf("status = %s, want 200", rep)
-				}
-				return
-			}
-			wantProblem(t, rep, tt.status, tt.code, "")
-			if got := rep.header.Get("WWW-Authenticate"); got != `Bearer realm="sandbox"` {
-				t.Errorf("WWW-Authenticate = %q", got)
-			}
-			if rep.header.Get("RateLimit") != "" {
-				t.Errorf("a 401 carries RateLimit %q: an unknown caller has no rate-limit state", rep.header.Get("RateLimit"))
-			}
-		})
-	}
-}
-
-// TestOtherTenantsLookExactlyMissing: a resource of another account or environment answers
-// exactly as a resource that does not exist (only the request id differs).
-func TestOtherTenantsLookExactlyMissing(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	pairs := []struct{ foreign, missing, key string }{
-		{"/v1/orders/ord_other_0001", "/v1/orders/ord_nope_0001", "sk_test_sandbox_all"},
-		{"/v1/orders/ord_sbx_live_0001", "/v1/orders/ord_nope_0001", "sk_test_sandbox_all"},
-		{"/v1/orders/ord_sbx_0001", "/v1/orders/ord_nope_0001", "sk_test_other_all"},
-		{"/v1/shipments/shp_other_1/tracking", "/v1/shipments/shp_nope/tracking", "sk_test_sandbox_all"},
-		{"/v1/shipments/shp_sbx_live/tracking", "/v1/shipments/shp_nope/tracking", "sk_test_sandbox_all"},
-		{"/v1/shipments/shp_sbx_spring/tracking", "/v1/shipments/shp_nope/tracking", "sk_test_other_all"},
-		{"/v1/tracking/SBX9000000001", "/v1/tracking/SBX0000000000", "sk_test_sandbox_all"},
-	}
-	for _, p := range pairs {
-		foreign, missing := e.get(t, p.foreign, p.key), e.get(t, p.missing, p.key)
-		wantProblem(t, foreign, 404, "not_found", "")
-		if a, b := withoutRequestID(t, foreign.body), withoutRequestID(t, missing.body); a != b {
-			t.Errorf("GET %s (%s) = %s\nbut a missing resource answers %s", p.foreign, p.key, a, b)
-		}
-		for _, h := range []string{"Content-Type", "Content-Length", "Cache-Control", "RateLimit"} {
-			if foreign.header.Get(h) != missing.header.Get(h) {
-				t.Errorf("%s: header %s = %q, missing resource has %q", p.foreign, h, foreign.header.Get(h), missing.header.Get(h))
-			}
-		}
-	}
-}
-
-func TestRoutesMethodsAndPaths(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	tests := []struct {
-		method, target string
-		status         int
-		code           string
-	}{
-		{"GET", "/", 404, "route_not_found"},
-		{"GET", "/v1", 404, "route_not_found"},
-		{"GET", "/v1/", 404, "route_not_found"},
-		{"GET", "/v2/orders", 404, "route_not_found"},
-		{"GET", "/v1/orders/", 404, "route_not_found"},
-		{"GET", "/v1/shipments/shp_sbx_spring", 404, "route_not_found"},
-		{"GET", "/v1/shipments//tracking", 404, "route_not_found"},
-		{"GET", "/v1/tracking/", 404, "route_not_found"},
-		{"GET", "/V1/orders", 404, "route_not_found"},
-		{"GET", "//v1/orders", 404, "route_not_found"},
-		{"GET", "/v1//orders", 404, "route_not_found"},
-		{"GET", "/v1/./orders", 404, "route_not_found"},
-		{"GET", "/v1/x/../orders", 404, "route_not_found"},
-		{"GET", "/v1/orders/.", 404, "route_not_found"},
-		// Escaped dots are not dot-segments to the router: the id ".." is looked up as it is.
-		{"GET", "/v1/orders/%2E%2E", 404, "not_found"},
-		{"POST", "/v1/nope", 404, "route_not_found"},
-		{"POST", "/v1/orders", 405, "method_not_allowed"},
-		{"PUT", "/v1/orders/ord_sbx_0001", 405, "method_not_allowed"},
-		{"DELETE", "/v1/orders/ord_sbx_0001", 405, "method_not_allowed"},
-		{"PATCH", "/v1/shipments/shp_sbx_spring/tracking", 405, "method_not_allowed"},
-		{"OPTIONS", "/v1/tracking/SBX1000000001", 405, "method_not_allowed"},
-		{"POST", "/healthz", 405, "method_not_allowed"},
-		{"TRACE", "/v1/openapi.json", 405, "method_not_allowed"},
-		{"GET", "/v1/orders/ord%2Fsbx", 404, "not_found"},
-		{"GET", "/v1/orders/ord_sbx_0001%2F", 404, "not_found"},
-		{"HEAD", "/v1/orders/ord_sbx_0001", 200, ""},
-		{"GET", "/healthz", 200, ""},
-		{"GET", "/v1/openapi.json", 200, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.method+" "+tt.target, func(t *testing.T) {
-			rep := e.do(t, newRequest(tt.method, tt.target, "sk_test_sandbox_all"))
-			if tt.status == 200 {
-				if rep.status != 200 {
-					t.Fatalf("= %s, want 200", rep)
-				}
-				return
-			}
-			wantProblem(t, rep, tt.status, tt.code, "")
-			if tt.status == 405 && rep.header.Get("Allow") != "GET, HEAD" {
-				t.Errorf("Allow = %q, want GET, HEAD", rep.header.Get("Allow"))
-			}
-			if loc := rep.header.Get("Location"); loc != "" {
-				t.Errorf("Location = %q: no path is redirected", loc)
-			}
-		})
-	}
-	if rep := e.get(t, "/healthz", ""); string(rep.body) != `{"status":"ok"}` {
-		t.Errorf("GET /healthz = %s, want {\"status\":\"ok\"}", rep)
-	}
-}
-
-// TestServedOverTCP checks what only a real connection shows: HEAD sends no body, an
-// unclean path is not redirected, OPTIONS * is the handler's, and a CONNECT gets JSON.
-func TestServedOverTCP(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	ts := httptest.NewUnstartedServer(e.h)
-	ts.Config = newHTTPServer(defaultConfig(), e.h, slog.New(slog.DiscardHandler))
-	ts.Start()
-	defer ts.Close()
-	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	req, _ := http.NewRequest(http.MethodHead, ts.URL+"/v1/orders/ord_sbx_0001", nil)
-	req.Header.Set("Authorization", "Bearer sk_test_sandbox_all")
-	res, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if res.StatusCode != 200 || len(body) != 0 || res.Header.Get("Content-Length") != strconv.Itoa(len(sandboxOrderJSON)) {
-		t.Errorf("HEAD = %d, body %q, Content-Length %s; want 200, no body, %d", res.StatusCode, body, res.Header.Get("Content-Length"), len(sandboxOrderJSON))
-	}
-	for _, raw := range []string{
-		"GET //v1/orders HTTP/1.1\r\nHost: x\r\n\r\n",
-		"GET /v1/./orders HTTP/1.1\r\nHost: x\r\n\r\n",
-		"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n",
-		"CONNECT 127.0.0.1:80 HTTP/1.1\r\nHost: x\r\n\r\n",
-	} {
-		conn, err := net.Dial("tcp", ts.Listener.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		conn.SetDeadline(time.Now().Add(5 * time.Second))
-		io.WriteString(conn, raw)
-		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
-		if err != nil {
-			t.Fatalf("%q: %v", raw, err)
-		}
-		body, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
-		conn.Close()
-		if res.StatusCode != 404 || res.Header.Get("Content-Type") != "application/problem+json" || !bytes.Contains(body, []byte(`"code":"route_not_found"`)) {
-			t.Errorf("%q = %d %s %s, want a 404 route_not_found problem", raw, res.StatusCode, res.Header.Get("Content-Type"), body)
-		}
-	}
-}
-
-// TestCheckOrder: when a request has several faults, the first check in the contract's
-// order answers: route/method, body size, key, live, rate limit, scope, Prefer,
-// parameters (422, then 400), resource.
-func TestCheckOrder(t *testing.T) {
-	big := strings.Repeat("x", maxBodyBytes+1)
-	tests := []struct {
-		name, method, target, key, body string
-		headers                         []string
-		status                          int
-		code                            string
-	}{
-		{"unknown route before method", "POST", "/v1/nope", "", "", nil, 404, "route_not_found"},
-		{"method before body size", "POST", "/v1/orders", "", big, nil, 405, "method_not_allowed"},
-		{"body size before key", "GET", "/v1/orders", "", big, nil, 413, "body_too_large"},
-		{"key before live", "GET", "/v1/orders?limit=0", "sk_live_nope", "", nil, 401, "invalid_api_key"},
-		{"key before parameters", "GET", "/v1/orders?limit=0", "", "", nil, 401, "missing_api_key"},
-		{"live before scope and parameters", "GET", "/v1/orders?limit=0", "sk_live_sandbox_all", "", []string{"Prefer", "code=500"}, 503, "live_not_released"},
-		{"scope before Prefer", "GET", "/v1/orders", "sk_test_sandbox_tracking", "", []string{"Prefer", "code=500"}, 403, "insufficient_scope"},
-		{"scope before parameters", "GET", "/v1/orders?limit=0", "sk_test_sandbox_none", "", nil, 403, "insufficient_scope"},
-		{"Prefer before parameters", "GET", "/v1/orders?limit=0", "sk_test_sandbox_all", "", []string{"Prefer", "code=502"}, 502, "provider_not_confirmed"},
-		{"bad Prefer before parameters", "GET", "/v1/orders?limit=0", "sk_test_sandbox_all", "", []string{"Prefer", "code=200"}, 422, "invalid_parameter"},
-		{"422 before 400", "GET", "/v1/orders?cursor=garbage&limit=0", "sk_test_sandbox_all", "", nil, 422, "invalid_parameter"},
-		{"parameters before resource", "GET", "/v1/orders/ord_nope?x=1", "sk_test_sandbox_all", "", nil, 422, "unknown_parameter"},
-		{"expired before scope", "GET", "/v1/orders", "sk_test_sandbox_expired", "", nil, 401, "expired_api_key"},
-	}
-	e := newEnv(t, envOptions{})
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r := newRequest(tt.method, tt.target, tt.key, tt.headers...)
-			if tt.body != "" {
-				r = httptest.NewRequest(tt.method, "http://127.0.0.1:8080"+tt.target, strings.NewReader(tt.body))
-				if tt.key != "" {
-					r.Header.Set("Authorization", "Bearer "+tt.key)
-				}
-			}
-			param := ""
-			if tt.code == "invalid_parameter" || tt.code == "unknown_parameter" {
-				param = map[string]string{"bad Prefer before parameters": "Prefer", "422 before 400": "limit", "parameters before resource": "x"}[tt.name]
-			}
-			wantProblem(t, e.do(t, r), tt.status, tt.code, param)
-		})
-	}
-}
-
-func TestOrderQueryValidation(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	tests := []struct {
-		query  string
-		status int
-		code   string
-		param  string
-	}{
-		{"limit=0", 422, "invalid_parameter", "limit"},
-		{"limit=101", 422, "invalid_parameter", "limit"},
-		{"limit=abc", 422, "invalid_parameter", "limit"},
-		{"limit=", 422, "invalid_parameter", "limit"},
-		{"limit", 422, "invalid_parameter", "limit"},
-		{"limit=-1", 422, "invalid_parameter", "limit"},
-		{"limit=+5", 422, "invalid_parameter", "limit"},
-		{"limit=%2B5", 422, "invalid_parameter", "limit"},
-		{"limit=5.0", 422, "invalid_parameter", "limit"},
-		{"limit=1e2", 422, "invalid_parameter", "limit"},
-		{"limit=%205", 422, "invalid_parameter", "limit"},
-		{"limit=99999999999999999999999", 422, "invalid_parameter", "limit"},
-		{"limit=5&limit=5", 422, "invalid_parameter", "limit"},
-		{"status=shipped", 422, "invalid_parameter", "status"},
-		{"status=", 422, "invalid_parameter", "status"},
-		{"status=FULFILLED", 422, "invalid_parameter", "status"},
-		{"status=fulfilled&status=cancelled", 422, "invalid_parameter", "status"},
-		{"created_from=2026-11-20T10:00:00", 422, "invalid_parameter", "created_from"},
-		{"created_from=2026-11-20%2010:00:00Z", 422, "invalid_parameter", "created_from"},
-		{"created_from=2026-11-20", 422, "invalid_parameter", "created_from"},
-		{"created_from=", 422, "invalid_parameter", "created_from"},
-		{"created_from=yesterday", 422, "invalid_parameter", "created_from"},
-		{"created_from=1700000000", 422, "invalid_parameter", "created_from"},
-		{"created_to=2026-11-20T1:30:00Z", 422, "invalid_parameter", "created_to"},
-		{"created_to=2026-11-20T24:00:00Z", 422, "invalid_parameter", "created_to"},
-		{"created_to=2026-12-31T23:59:60Z", 422, "invalid_parameter", "created_to"},
-		{"created_to=2026-11-20T10:00:00%2B24:00", 422, "invalid_parameter", "created_to"},
-		{"created_to=2026-02-29T10:00:00Z", 422, "invalid_parameter", "created_to"},
-		{"created_to=2026-11-20T10:00:00Z&created_to=2026-11-21T10:00:00Z", 422, "invalid_parameter", "created_to"},
-		{"created_from=2026-11-02T00:00:00Z&created_to=2026-11-01T00:00:00Z", 422, "invalid_parameter", "created_from"},
-		{"created_from=2026-11-01T01:00:00%2B01:00&created_to=2026-11-01T00:00:00Z", 200, "", ""},
-		{"page=2", 422, "unknown_parameter", "page"},
-		{"offset=0", 422, "unknown_parameter", "offset"},
-		{"Limit=5", 422, "unknown_parameter", "Limit"},
-		{"api_key=sk_test_sandbox_all", 422, "unknown_parameter", "api_key"},
-		{"limit=5&starting_after=ord_sbx_0001", 422, "unknown_parameter", "starting_after"},
-		{"=5", 422, "unknown_parameter", ""},
-		{"%zz=1", 422, "unknown_parameter", "%zz"},
-		{"status=%zz", 422, "invalid_parameter", "status"},
-		{"cursor=", 400, "invalid_cursor", "cursor"},
-		{"cursor=garbage", 400, "invalid_cursor", "cursor"},
-		{"cursor=a&cursor=b", 422, "invalid_parameter", "cursor"},
-		{"limit=5&&&", 200, "", ""},
-		{"created_from=2026-11-01T09:30:00z&created_to=2026-11-01t09:30:00Z", 200, "", ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.query, func(t *testing.T) {
-			rep := e.get(t, "/v1/orders?"+tt.query, "sk_test_sandbox_all")
-			if tt.status == 200 {
-				if rep.status != 200 {
-					t.Fatalf("= %s, want 200", rep)
-				}
-				return
-			}
-			wantProblem(t, rep, tt.status, tt.code, tt.param)
-		})
-	}
-	// The operations that take no parameters refuse any.
-	for _, target := range []string{"/v1/orders/ord_sbx_0001?expand=shipment", "/v1/shipments/shp_sbx_spring/tracking?limit=1", "/v1/tracking/SBX1000000001?carrier=x"} {
-		rep := e.get(t, target, "sk_test_sandbox_all")
-		name := target[strings.Index(target, "?")+1 : strings.Index(target, "=")]
-		wantProblem(t, rep, 422, "unknown_parameter", name)
-	}
 }
 
 // orderJSON is an imported order as the API shows it.
@@ -1177,108 +632,6 @@ func ids(orders []orderJSON) []string {
 	return out
 }
 
-// TestPaginationWalks walks seeded orders for every combination of filters: every order
-// that matches appears once, in list order, and none that does not.
-func TestPaginationWalks(t *testing.T) {
-	const seed = 1500
-	e := newEnv(t, envOptions{seed: seed})
-	const key = "sk_test_sandbox_all"
-
-	all := e.walk(t, key, "", 100)
-	if len(all) != seed+1 {
-		t.Fatalf("walk saw %d orders, want %d seeded + ord_sbx_0001", len(all), seed+1)
-	}
-	seen := map[string]bool{}
-	statuses, platforms, sharedInstants := map[string]int{}, map[string]int{}, 0
-	for i, o := range all {
-		if seen[o.ID] {
-			t.Fatalf("order %s appears twice", o.ID)
-		}
-		seen[o.ID] = true
-		statuses[o.Status]++
-		platforms[o.Platform]++
-		if i > 0 {
-			prev := all[i-1]
-			if o.CreatedAt == prev.CreatedAt {
-				sharedInstants++
-			}
-			pt, _ := time.Parse(time.RFC3339Nano, prev.CreatedAt)
-			ot, _ := time.Parse(time.RFC3339Nano, o.CreatedAt)
-			if ot.After(pt) || ot.Equal(pt) && o.ID >= prev.ID {
-				t.Fatalf("list order broken: %s (%s) after %s (%s)", o.ID, o.CreatedAt, prev.ID, prev.CreatedAt)
-			}
-		}
-	}
-	if len(statuses) != 4 || len(platforms) != 5 || sharedInstants == 0 {
-		t.Fatalf("seeded orders: statuses %v, platforms %v, %d shared created_at: want every status, every platform and some ties", statuses, platforms, sharedInstants)
-	}
-	// Every listed order is the order GET /v1/orders/{id} shows, byte for byte.
-	for _, o := range all[:50] {
-		want, _ := json.Marshal(o)
-		if got := e.get(t, "/v1/orders/"+o.ID, key); got.status != 200 || string(got.body) != string(want) {
-			t.Fatalf("GET /v1/orders/%s = %s, want %s", o.ID, got, want)
-		}
-	}
-
-	// Bounds are instants of existing orders, inside tie groups, so inclusivity and the id
-	// tie-break are both at stake at each edge.
-	var lo, hi string
-	for i := 1; i < len(all); i++ {
-		if all[i].CreatedAt == all[i-1].CreatedAt {
-			if hi == "" && i > 200 {
-				hi = all[i].CreatedAt
-			} else if hi != "" && i > 900 {
-				lo = all[i].CreatedAt
-				break
-			}
-		}
-	}
-	hiT, _ := time.Parse(time.RFC3339, hi)
-	hiOffset := hiT.In(time.FixedZone("", -5*3600)).Format(time.RFC3339) // the same instant, another offset
-	for _, status := range []string{"", "unfulfilled", "partially_fulfilled", "fulfilled", "cancelled"} {
-		for _, from := range []string{"", lo} {
-			for _, to := range []string{"", hi, hiOffset} {
-				var q []string
-				if status != "" {
-					q = append(q, "status="+status)
-				}
-				if from != "" {
-					q = append(q, "created_from="+url.QueryEscape(from))
-				}
-				if to != "" {
-					q = append(q, "created_to="+url.QueryEscape(to))
-				}
-				var want []string
-				for _, o := range all {
-					if (status == "" || o.Status == status) && (from == "" || o.CreatedAt >= from) && (to == "" || o.CreatedAt <= hi) {
-						want = append(want, o.ID)
-					}
-				}
-				for _, limit := range []int{7, 100} {
-					got := ids(e.walk(t, key, strings.Join(q, "&"), limit))
-					if !slices.Equal(got, want) {
-						t.Errorf("walk %q limit %d: %d orders, want %d (first difference at %d)", q, limit, len(got), len(want), firstDifference(got, want))
-					}
-				}
-			}
-		}
-	}
-	// limit=1 over a small seed, and a limit that changes between pages.
-	small := newEnv(t, envOptions{seed: 30})
-	one := ids(small.walk(t, key, "", 1))
-	if full := ids(small.walk(t, key, "", 100)); !slices.Equal(one, full) || len(full) != 31 {
-		t.Errorf("limit=1 walk = %v, want %v (31 orders)", one, full)
-	}
-	p1 := decodePage(t, small.get(t, "/v1/orders?limit=3", key))
-	p2 := decodePage(t, small.get(t, "/v1/orders?limit=10&cursor="+*p1.Pagination.NextCursor, key))
-	if got, want := ids(append(p1.Data, p2.Data...)), one[:13]; !slices.Equal(got, want) {
-		t.Errorf("pages of 3 then 10 = %v, want %v", got, want)
-	}
-	if p := decodePage(t, small.get(t, "/v1/orders", key)); len(p.Data) != 20 || p.Pagination.Limit != 20 || !p.Pagination.HasMore {
-		t.Errorf("default page: %d orders, limit %d, has_more %v; want 20, 20, true", len(p.Data), p.Pagination.Limit, p.Pagination.HasMore)
-	}
-}
-
 func firstDifference(a, b []string) int {
 	for i := range min(len(a), len(b)) {
 		if a[i] != b[i] {
@@ -1288,97 +641,560 @@ func firstDifference(a, b []string) int {
 	return min(len(a), len(b))
 }
 
-func TestCursorBinding(t *testing.T) {
-	const key = "sk_test_sandbox_all"
-	e := newEnv(t, envOptions{seed: 40, secret: "secret-one"})
-	first := decodePage(t, e.get(t, "/v1/orders?limit=5&status=fulfilled&created_to=2026-11-01T00:00:00Z", key))
-	cursor := *first.Pagination.NextCursor
-	next := "/v1/orders?status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor="
-	if rep := e.get(t, next+cursor, key); rep.status != 200 {
-		t.Fatalf("the cursor with its own filters = %s, want 200", rep)
+// chunkedBody hides its length, so that net/http streams it chunked.
+type chunkedBody struct{ io.Reader }
+
+// neverEnding is an endless stream of one byte.
+type neverEnding byte
+
+func (b neverEnding) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(b)
 	}
-	// The same instant written with another offset is the same filter.
-	if rep := e.get(t, "/v1/orders?status=fulfilled&created_to=2026-11-01T01:00:00%2B01:00&cursor="+cursor, key); rep.status != 200 {
-		t.Errorf("same filters, other spelling of the instant = %s, want 200", rep)
+	return len(p), nil
+}
+
+// startRun starts run on a free port and returns its base URL, what it printed, and a
+// function that stops it and returns run's error.
+func startRun(t *testing.T, args ...string) (base string, stdout, stderr *lockedBuffer, stop func() error) {
+	t.Helper()
+	return startRunWithEnv(t, nil, args...)
+}
+
+// startRunWithEnv is startRun with environment variables.
+func startRunWithEnv(t *testing.T, env map[string]string, args ...string) (base string, stdout, stderr *lockedBuffer, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stdout, stderr = &lockedBuffer{}, &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, append([]string{"-addr", "127.0.0.1:0"}, args...), func(k string) string { return env[k] }, stdout, stderr)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if m := regexp.MustCompile(`Base URL: (\S+)`).FindStringSubmatch(stdout.String()); m != nil {
+			base = m[1]
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("run returned %v before serving", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("run did not print its base URL")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	return base, stdout, stderr, func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(20 * time.Second):
+			return errors.New("run did not return after its context was cancelled")
+		}
+	}
+}
+
+// httpGet sends GET url over the network with the Authorization value auth and header
+// pairs, and returns the status and body.
+func httpGet(t *testing.T, url, auth string, headerPairs ...string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tamper := func(i int) string {
-		b := slices.Clone(raw)
-		b[i] ^= 0x01
-		return base64.RawURLEncoding.EncodeToString(b)
+	req.Header.Set("Authorization", auth)
+	for i := 0; i+1 < len(headerPairs); i += 2 {
+		req.Header.Set(headerPairs[i], headerPairs[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.StatusCode, string(body)
+}
+
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting after 5s for %s", what)
+		}
+	}
+}
+
+// dataset assembles a small dataset from its four lists, each a JSON array's contents.
+func dataset(accounts, keys, shipments, orders string) string {
+	return `{"accounts":[` + accounts + `],"keys":[` + keys + `],"shipments":[` + shipments + `],"orders":[` + orders + `]}`
+}
+
+const (
+	dsAccounts = `{"id":"acct_a","environments":["test"]},{"id":"acct_b","environments":["test","live"]}`
+	dsKey      = `{"key":"sk_test_a","account":"acct_a","environment":"test","scopes":["orders:read"]}`
+	dsOrder    = `{"id":"ord_1","account":"acct_a","environment":"test","merchant_reference":"R1","platform":"ebay","status":"fulfilled","created_at":"2026-11-01T00:00:00Z"}`
+	dsShipment = `{"id":"shp_1","account":"acct_a","environment":"test","reference":"S1","tracking_number":"T1","events":[{"timestamp":"2026-11-01T00:00:00Z","status":"in_transit","description":"In transit"}]}`
+)
+
+// runtimeMem is the live heap after a full collection.
+type runtimeMem struct{ heap uint64 }
+
+func (m *runtimeMem) read() {
+	runtime.GC()
+	var s runtime.MemStats
+	runtime.ReadMemStats(&s)
+	m.heap = s.HeapAlloc
+}
+
+// gatedSink is a log destination whose writes wait at a gate until it is opened.
+type gatedSink struct {
+	gate    chan struct{} // closed: writes pass
+	waiting atomic.Int32  // writes waiting at the gate
+	lockedBuffer
+}
+
+func (s *gatedSink) Write(p []byte) (int, error) {
+	s.waiting.Add(1)
+	<-s.gate
+	s.waiting.Add(-1)
+	return s.lockedBuffer.Write(p)
+}
+
+func openSink() *gatedSink {
+	s := &gatedSink{gate: make(chan struct{})}
+	close(s.gate)
+	return s
+}
+
+// main.go: flags and run, the route table and the wrappers, the access log, connection
+// limits and shutdown, loading a dataset, the OpenAPI document.
+
+func TestParseConfig(t *testing.T) {
+	env := func(kv ...string) func(string) string {
+		m := map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return func(k string) string { return m[k] }
+	}
+	good := []struct {
+		name   string
+		args   []string
+		getenv func(string) string
+		check  func(config) bool
+	}{
+		{"defaults", nil, env(), func(c config) bool {
+			return c.addr == "127.0.0.1:8080" && c.rate == 25 && c.seedOrders == 0 && c.dataFile == "" && c.cursorSecret == ""
+		}},
+		{"flags", []string{"-addr", ":9090", "-rate", "0", "-seed-orders", "1000", "-data", "x.json", "-cursor-secret", "s"}, env(), func(c config) bool {
+			return c.addr == ":9090" && c.rate == 0 && c.seedOrders == 1000 && c.dataFile == "x.json" && c.cursorSecret == "s"
+		}},
+		{"environment fallbacks", nil, env("SANDBOX_ADDR", ":1", "SANDBOX_RATE", "7", "SANDBOX_SEED_ORDERS", "3", "SANDBOX_DATA", "d.json", "SANDBOX_CURSOR_SECRET", "e"), func(c config) bool {
+			return c.addr == ":1" && c.rate == 7 && c.seedOrders == 3 && c.dataFile == "d.json" && c.cursorSecret == "e"
+		}},
+		{"a flag beats its variable", []string{"-rate", "9"}, env("SANDBOX_RATE", "fast"), func(c config) bool { return c.rate == 9 }},
+	}
+	for _, tt := range good {
+		c, err := parseConfig(tt.args, tt.getenv, io.Discard)
+		if err != nil || !tt.check(c) {
+			t.Errorf("%s: parseConfig = %+v, %v", tt.name, c, err)
+		}
+	}
+	bad := []struct {
+		args   []string
+		getenv func(string) string
+		want   string
+	}{
+		{[]string{"-rate", "fast"}, env(), `invalid value "fast" for flag -rate: want a whole number from 0 to 1000000000`},
+		{[]string{"-rate", "-1"}, env(), `invalid value "-1" for flag -rate: want a whole number from 0 to 1000000000`},
+		{[]string{"-rate", "2.5"}, env(), `invalid value "2.5" for flag -rate: want a whole number from 0 to 1000000000`},
+		{[]string{"-seed-orders", "-5"}, env(), `invalid value "-5" for flag -seed-orders: want a whole number from 0 to 5000000`},
+		{[]string{"-seed-orders", "5000001"}, env(), `invalid value "5000001" for flag -seed-orders: want a whole number from 0 to 5000000`},
+		{[]string{"-port", "1"}, env(), `flag provided but not defined: -port`},
+		{[]string{"serve"}, env(), `unexpected argument "serve": the sandbox takes flags only (see -h)`},
+		{nil, env("SANDBOX_RATE", "fast"), `invalid value "fast" for SANDBOX_RATE (the fallback of -rate): want a whole number from 0 to 1000000000`},
+		{nil, env("SANDBOX_SEED_ORDERS", "many"), `invalid value "many" for SANDBOX_SEED_ORDERS (the fallback of -seed-orders): want a whole number from 0 to 5000000`},
+	}
+	for _, tt := range bad {
+		_, err := parseConfig(tt.args, tt.getenv, io.Discard)
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("parseConfig(%q) error = %v, want %s", tt.args, err, tt.want)
+		}
+	}
+	var usage bytes.Buffer
+	if err := run(context.Background(), []string{"-h"}, env(), &usage, io.Discard); err != nil || !strings.Contains(usage.String(), "-seed-orders") || !strings.Contains(usage.String(), "SANDBOX_") {
+		t.Errorf("run -h = %v, printed %q; want nil and the flags", err, usage.String())
+	}
+}
+
+func TestRunRefusesABadStart(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-addr", taken.Addr().String()}, "-addr " + taken.Addr().String() + ": listen tcp " + taken.Addr().String() + ": bind: address already in use"},
+		{[]string{"-addr", "nonsense"}, "-addr nonsense: listen tcp: address nonsense: missing port in address"},
+		{[]string{"-data", "testdata/no-such-file.json"}, "-data: open testdata/no-such-file.json: no such file or directory"},
+		{[]string{"-seed-orders", "-5"}, `invalid value "-5" for flag -seed-orders: want a whole number from 0 to 5000000`},
+	}
+	for _, tt := range tests {
+		err := run(context.Background(), tt.args, func(string) string { return "" }, io.Discard, io.Discard)
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("run(%q) = %v, want %s", tt.args, err, tt.want)
+		}
+	}
+}
+
+// TestRunServesTheDefaultSandbox is the README's first use: go run ., then curl.
+func TestRunServesTheDefaultSandbox(t *testing.T) {
+	base, stdout, _, stop := startRun(t)
+	if !strings.HasPrefix(base, "http://127.0.0.1:") || !strings.HasSuffix(base, "/v1") {
+		t.Errorf("base URL %q, want http://127.0.0.1:<port>/v1", base)
+	}
+	for _, key := range []string{"sk_test_sandbox_all", "sk_test_sandbox_tracking", "sk_test_sandbox_orders", "sk_test_sandbox_none", "sk_test_sandbox_expired", "sk_test_sandbox_revoked", "sk_test_other_all", "sk_live_sandbox_all"} {
+		if !strings.Contains(stdout.String(), key) {
+			t.Errorf("start-up output does not list key %s:\n%s", key, stdout)
+		}
+	}
+	status, body := httpGet(t, base+"/orders", "Bearer sk_test_sandbox_all")
+	if want := `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`; status != 200 || body != want {
+		t.Errorf("GET %s/orders = %d %s, want 200 %s", base, status, body, want)
+	}
+	res, err := http.Get(base + "/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Servers []struct{ URL string } `json:"servers"`
+	}
+	json.NewDecoder(res.Body).Decode(&doc)
+	res.Body.Close()
+	if len(doc.Servers) != 1 || doc.Servers[0].URL != base {
+		t.Errorf("served OpenAPI servers = %+v, want the running base URL %s", doc.Servers, base)
+	}
+	if err := stop(); err != nil {
+		t.Errorf("run = %v after its context was cancelled, want nil", err)
+	}
+}
+
+// TestMainExitsNonZero runs main in a child process: a refused start prints one line that
+// names the flag and exits 1.
+func TestMainExitsNonZero(t *testing.T) {
+	if args := os.Getenv("SANDBOX_TEST_MAIN_ARGS"); args != "" {
+		os.Args = append([]string{"sandbox"}, strings.Fields(args)...)
+		main()
+		return
+	}
+	for args, want := range map[string]string{
+		"-rate fast":         `sandbox: invalid value "fast" for flag -rate: want a whole number from 0 to 1000000000`,
+		"-seed-orders -5":    `sandbox: invalid value "-5" for flag -seed-orders: want a whole number from 0 to 5000000`,
+		"-data nowhere.json": `sandbox: -data: open nowhere.json: no such file or directory`,
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestMainExitsNonZero$")
+		cmd.Env = append(os.Environ(), "SANDBOX_TEST_MAIN_ARGS="+args)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 || strings.TrimSpace(stderr.String()) != want {
+			t.Errorf("sandbox %s: %v, stderr %q; want exit 1 and %q", args, err, stderr.String(), want)
+		}
+	}
+}
+
+// TestRunWithADatasetFile: -data serves the user's dataset; a bad file is refused by run
+// with its name, the JSON path and the reason.
+func TestRunWithADatasetFile(t *testing.T) {
+	base, stdout, _, stop := startRun(t, "-data", "testdata/example.json")
+	status, body := httpGet(t, base+"/orders/ord_acme_2", "Bearer sk_test_acme_all")
+	want := `{"id":"ord_acme_2","merchant_reference":"ACME-1002","platform":"ebay","status":"fulfilled","shipment_id":"shp_acme_1","created_at":"2026-11-09T16:20:00Z"}`
+	if status != 200 || body != want {
+		t.Errorf("GET ord_acme_2 from testdata/example.json = %d %s, want 200 %s", status, body, want)
+	}
+	if !strings.Contains(stdout.String(), "sk_test_acme_all") || strings.Contains(stdout.String(), "sk_test_sandbox_all") {
+		t.Errorf("start-up lists the wrong keys for -data:\n%s", stdout)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	bad := t.TempDir() + "/bad.json"
+	os.WriteFile(bad, []byte(dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"ebay"`, `"woocommerce"`, 1))), 0o644)
+	err := run(context.Background(), []string{"-addr", "127.0.0.1:0", "-data", bad}, func(string) string { return "" }, io.Discard, io.Discard)
+	if want := "dataset " + bad + `: $.orders[0].platform: unknown platform "woocommerce"; want one of amazon, ebay, etsy, shopify, tiktok_shop`; err == nil || err.Error() != want {
+		t.Errorf("run -data bad.json = %v, want %s", err, want)
+	}
+	err = run(context.Background(), []string{"-addr", "127.0.0.1:0"}, func(k string) string { return map[string]string{"SANDBOX_DATA": bad}[k] }, io.Discard, io.Discard)
+	if err == nil || !strings.HasPrefix(err.Error(), "dataset "+bad+": $.orders[0].platform") {
+		t.Errorf("run with SANDBOX_DATA=bad.json = %v, want the dataset refused", err)
+	}
+}
+
+// TestDatasetRefusals: a dataset that cannot be served is refused with the file, the JSON
+// path of the fault and the reason.
+func TestDatasetRefusals(t *testing.T) {
+	ship := func(id, orderID string) string {
+		return `{"id":"` + id + `","account":"acct_a","environment":"test","reference":"S","order_id":"` + orderID + `"}`
 	}
 	tests := []struct {
-		name, query, key string
+		name, data, want string
 	}{
-		{"other status", "status=cancelled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor, key},
-		{"no status", "created_to=2026-11-01T00:00:00Z&cursor=" + cursor, key},
-		{"other created_to", "status=fulfilled&created_to=2026-11-01T00:00:01Z&cursor=" + cursor, key},
-		{"created_from added", "status=fulfilled&created_from=2020-01-01T00:00:00Z&created_to=2026-11-01T00:00:00Z&cursor=" + cursor, key},
-		{"no filters", "cursor=" + cursor, key},
-		{"another account", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor, "sk_test_other_all"},
-		{"padded", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor + "%3D%3D", key},
-		{"truncated by one", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor[:len(cursor)-1], key},
-		{"truncated by half", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor[:len(cursor)/2], key},
-		{"standard base64 alphabet", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + url.QueryEscape(base64.StdEncoding.EncodeToString(raw)), key},
-		{"not base64", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=%21%21%21", key},
-		{"carriage return inserted", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor[:10] + "%0D" + cursor[10:], key},
-		{"line feed appended", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor + "%0A", key},
-		{"huge", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + strings.Repeat("A", 5000), key},
-	}
-	for i := range raw {
-		tests = append(tests, struct{ name, query, key string }{"byte " + strconv.Itoa(i) + " flipped", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + tamper(i), key})
-	}
-	// The last character carries spare bits: any other letter there must not pass either.
-	last := cursor[len(cursor)-1]
-	for _, c := range "AQgw_-" {
-		if byte(c) != last {
-			tests = append(tests, struct{ name, query, key string }{"last character " + string(c), "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor[:len(cursor)-1] + string(c), key})
-		}
+		{"truncated JSON", `{"accounts": [`, `$: invalid JSON at line 1, column 15: unexpected end of file`},
+		{"broken JSON", "{\n  \"accounts\": [}\n", `$: invalid JSON at line 2, column 16: invalid character '}' looking for beginning of value`},
+		{"not an object", `[1,2]`, `$: must be an object, not array`},
+		{"data after the object", dataset(dsAccounts, "", "", "") + `{}`, `$: unexpected data after the dataset object`},
+		{"unknown top-level field", `{"accounts":[` + dsAccounts + `],"users":[]}`, `$.users: unknown field`},
+		{"no accounts", dataset("", "", "", ""), `$.accounts: at least one account is required`},
+		{"account without environments", dataset(`{"id":"acct_a","environments":[]}`, "", "", ""), `$.accounts[0].environments: at least one environment (test or live) is required`},
+		{"unknown environment", dataset(`{"id":"acct_a","environments":["staging"]}`, "", "", ""), `$.accounts[0].environments[0]: unknown environment "staging"; want one of test, live`},
+		{"duplicate account", dataset(dsAccounts+`,{"id":"acct_a","environments":["test"]}`, "", "", ""), `$.accounts[2].environments[0]: duplicate: acct_a/test is declared more than once`},
+		{"unknown field in an account", dataset(`{"id":"acct_a","environments":["test"],"name":"A"}`, "", "", ""), `$.accounts[0].name: unknown field`},
+		{"key with no account", dataset(dsAccounts, `{"key":"sk_x","environment":"test","scopes":[]}`, "", ""), `$.keys[0].account: required, and must not be empty`},
+		{"key of an undeclared account", dataset(dsAccounts, `{"key":"sk_x","account":"acct_z","environment":"test","scopes":[]}`, "", ""), `$.keys[0].account: account "acct_z" is not declared in $.accounts`},
+		{"key of an undeclared environment", dataset(dsAccounts, `{"key":"sk_x","account":"acct_a","environment":"live","scopes":[]}`, "", ""), `$.keys[0].environment: account "acct_a" declares no environment "live" in $.accounts`},
+		{"unknown scope", dataset(dsAccounts, `{"key":"sk_x","account":"acct_a","environment":"test","scopes":["orders:read","orders:write"]}`, "", ""), `$.keys[0].scopes[1]: unknown scope "orders:write"; want one of tracking:read, orders:read`},
+		{"duplicate key", dataset(dsAccounts, dsKey+`,`+strings.Replace(dsKey, "acct_a", "acct_b", 1), "", ""), `$.keys[1].key: duplicate: the same key as $.keys[0]`},
+		{"empty key", dataset(dsAccounts, `{"key":"","account":"acct_a","environment":"test","scopes":[]}`, "", ""), `$.keys[0].key: required, and must not be empty`},
+		{"key that cannot be sent", dataset(dsAccounts, `{"key":"sk test","account":"acct_a","environment":"test","scopes":[]}`, "", ""), `$.keys[0].key: not sendable as a Bearer credential: use letters, digits and - . _ ~ + / (then = padding only)`},
+		{"key expiry without offset", dataset(dsAccounts, `{"key":"sk_x","account":"acct_a","environment":"test","scopes":[],"expires_at":"2026-01-01T00:00:00"}`, "", ""), `$.keys[0].expires_at: "2026-01-01T00:00:00" is not an RFC 3339 timestamp with an offset`},
+		{"unknown order status", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"fulfilled"`, `"shipped"`, 1)), `$.orders[0].status: unknown order status "shipped"; want one of unfulfilled, partially_fulfilled, fulfilled, cancelled`},
+		{"unknown platform", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"ebay"`, `"woocommerce"`, 1)), `$.orders[0].platform: unknown platform "woocommerce"; want one of amazon, ebay, etsy, shopify, tiktok_shop`},
+		{"order created_at without offset", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `00:00:00Z`, `00:00:00`, 1)), `$.orders[0].created_at: "2026-11-01T00:00:00" is not an RFC 3339 timestamp with an offset`},
+		{"order created_at not a string", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"2026-11-01T00:00:00Z"`, `1762000000`, 1)), `$.orders[0].created_at: must be a string, not number`},
+		{"order shipment_id set directly", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"status"`, `"shipment_id":"shp_1","status"`, 1)), `$.orders[0].shipment_id: unknown field`},
+		{"duplicate order id", dataset(dsAccounts, "", "", dsOrder+","+dsOrder), `$.orders[1].id: duplicate order id "ord_1" in acct_a/test`},
+		{"order of an undeclared account", dataset(dsAccounts, "", "", strings.Replace(dsOrder, "acct_a", "acct_z", 1)), `$.orders[0].account: account "acct_z" is not declared in $.accounts`},
+		{"order of an undeclared environment", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"test"`, `"live"`, 1)), `$.orders[0].environment: account "acct_a" declares no environment "live" in $.accounts`},
+		{"order without merchant_reference", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"R1"`, `""`, 1)), `$.orders[0].merchant_reference: required, and must not be empty`},
+		{"unknown event status", dataset(dsAccounts, "", strings.Replace(dsShipment, `"in_transit"`, `"lost"`, 1), ""), `$.shipments[0].events[0].status: unknown tracking status "lost"; want one of pre_transit, in_transit, out_for_delivery, available_for_pickup, delivered, return_to_sender, failure, cancelled, unknown`},
+		{"unknown event field", dataset(dsAccounts, "", strings.Replace(dsShipment, `"description"`, `"carrier":"x","description"`, 1), ""), `$.shipments[0].events[0].carrier: unknown field`},
+		{"event without description", dataset(dsAccounts, "", strings.Replace(dsShipment, `,"description":"In transit"`, ``, 1), ""), `$.shipments[0].events[0].description: required`},
+		{"shipment without reference", dataset(dsAccounts, "", strings.Replace(dsShipment, `"S1"`, `""`, 1), ""), `$.shipments[0].reference: required, and must not be empty`},
+		{"empty tracking number", dataset(dsAccounts, "", strings.Replace(dsShipment, `"T1"`, `""`, 1), ""), `$.shipments[0].tracking_number: must not be empty; use null for a shipment without a tracking number`},
+		{"duplicate shipment id", dataset(dsAccounts, "", dsShipment+","+dsShipment, ""), `$.shipments[1].id: duplicate shipment id "shp_1" in acct_a/test`},
+		{"shipment of an undeclared account", dataset(dsAccounts, "", strings.Replace(dsShipment, "acct_a", "acct_z", 1), ""), `$.shipments[0].account: account "acct_z" is not declared in $.accounts`},
+		{"order linked twice", dataset(dsAccounts, "", ship("shp_1", "ord_1")+","+ship("shp_2", "ord_1"), dsOrder), `$.shipments[1].order_id: order "ord_1" is already linked to shipment "shp_1"; linking it to shipment "shp_2" too is a conflict (409)`},
+		{"link across accounts", dataset(dsAccounts, "", strings.Replace(ship("shp_1", "ord_1"), "acct_a", "acct_b", 1), dsOrder), `$.shipments[0].order_id: order "ord_1" belongs to acct_a/test, not to acct_b/test: shipment "shp_1" cannot be linked across accounts or environments`},
+		{"link across environments", dataset(dsAccounts, "", strings.NewReplacer("acct_a", "acct_b", `"test"`, `"live"`).Replace(ship("shp_1", "ord_1")), strings.Replace(dsOrder, "acct_a", "acct_b", 1)), `$.shipments[0].order_id: order "ord_1" belongs to acct_b/test, not to acct_b/live: shipment "shp_1" cannot be linked across accounts or environments`},
+		{"link to no order", dataset(dsAccounts, "", ship("shp_1", "ord_9"), dsOrder), `$.shipments[0].order_id: no order "ord_9" in acct_a/test to link shipment "shp_1" to`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			wantProblem(t, e.get(t, "/v1/orders?"+tt.query, tt.key), 400, "invalid_cursor", "cursor")
+			_, err := loadDataset("bad.json", []byte(tt.data), 0, slog.New(slog.DiscardHandler))
+			if want := "dataset bad.json: " + tt.want; err == nil || err.Error() != want {
+				t.Errorf("loadDataset = %v\nwant %s", err, want)
+			}
 		})
 	}
-	// Another sandbox's cursor (another secret), and a restarted sandbox without one.
-	other := newEnv(t, envOptions{seed: 40, secret: "secret-two"})
-	wantProblem(t, other.get(t, next+cursor, key), 400, "invalid_cursor", "cursor")
-	random := newEnv(t, envOptions{seed: 40})
-	wantProblem(t, random.get(t, next+cursor, key), 400, "invalid_cursor", "cursor")
-	// The same secret (-cursor-secret) keeps cursors valid across a restart.
-	same := newEnv(t, envOptions{seed: 40, secret: "secret-one"})
-	if rep := same.get(t, next+cursor, key); rep.status != 200 {
-		t.Errorf("a restart with the same -cursor-secret = %s, want 200", rep)
+	// -seed-orders needs acct_sandbox/test.
+	_, err := loadDataset("small.json", []byte(dataset(dsAccounts, "", "", "")), 5, slog.New(slog.DiscardHandler))
+	if want := "-seed-orders: the dataset has no account acct_sandbox with environment test to seed"; err == nil || err.Error() != want {
+		t.Errorf("seeding a dataset without acct_sandbox/test = %v, want %s", err, want)
 	}
 }
 
-// sign is the cursor for the page that ends at pos, as a string (the server appends
-// cursors straight into its pages).
-func (c *cursorSigner) sign(tenant, filters tag, pos cursorPosition) string {
-	return string(c.appendSigned(nil, tenant, filters, pos))
+func TestRoutesMethodsAndPaths(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	tests := []struct {
+		method, target string
+		status         int
+		code           string
+	}{
+		{"GET", "/", 404, "route_not_found"},
+		{"GET", "/v1", 404, "route_not_found"},
+		{"GET", "/v1/", 404, "route_not_found"},
+		{"GET", "/v2/orders", 404, "route_not_found"},
+		{"GET", "/v1/orders/", 404, "route_not_found"},
+		{"GET", "/v1/shipments/shp_sbx_spring", 404, "route_not_found"},
+		{"GET", "/v1/shipments//tracking", 404, "route_not_found"},
+		{"GET", "/v1/tracking/", 404, "route_not_found"},
+		{"GET", "/V1/orders", 404, "route_not_found"},
+		{"GET", "//v1/orders", 404, "route_not_found"},
+		{"GET", "/v1//orders", 404, "route_not_found"},
+		{"GET", "/v1/./orders", 404, "route_not_found"},
+		{"GET", "/v1/x/../orders", 404, "route_not_found"},
+		{"GET", "/v1/orders/.", 404, "route_not_found"},
+		// Escaped dots are not dot-segments to the router: the id ".." is looked up as it is.
+		{"GET", "/v1/orders/%2E%2E", 404, "not_found"},
+		{"POST", "/v1/nope", 404, "route_not_found"},
+		{"POST", "/v1/orders", 405, "method_not_allowed"},
+		{"PUT", "/v1/orders/ord_sbx_0001", 405, "method_not_allowed"},
+		{"DELETE", "/v1/orders/ord_sbx_0001", 405, "method_not_allowed"},
+		{"PATCH", "/v1/shipments/shp_sbx_spring/tracking", 405, "method_not_allowed"},
+		{"OPTIONS", "/v1/tracking/SBX1000000001", 405, "method_not_allowed"},
+		{"POST", "/healthz", 405, "method_not_allowed"},
+		{"TRACE", "/v1/openapi.json", 405, "method_not_allowed"},
+		{"GET", "/v1/orders/ord%2Fsbx", 404, "not_found"},
+		{"GET", "/v1/orders/ord_sbx_0001%2F", 404, "not_found"},
+		{"GET", "/v1/orders/ord_sbx_0001%2F..%2Ford_other_0001", 404, "not_found"},
+		{"GET", "/v1/tracking/SBX1000000001%2F", 404, "not_found"},
+		{"GET", "/v1/orders/sk_test_sandbox_all", 404, "not_found"},
+		{"GET", "/v1/orders/" + strings.Repeat("x", 100<<10), 404, "not_found"},
+		{"GET", "/v1/orders/%FF%FE", 404, "not_found"},
+		{"GET", "/v1/shipments/shp%00/tracking", 404, "not_found"},
+		{"GET", "/v1/sk_test_sandbox_all@orders", 404, "route_not_found"},
+		{"GET", "/../v1/orders", 404, "route_not_found"},
+		{"GET", "/v1\\orders", 404, "route_not_found"},
+		{"GET", "/V1/ORDERS", 404, "route_not_found"},
+		{"GET", "/v1/orders/ord_sbx_0001/shipment", 404, "route_not_found"},
+		{"GET", "/v1/orders/ord_sbx_0001/", 404, "route_not_found"},
+		{"BREW", "/v1/orders", 405, "method_not_allowed"},
+		{"HEAD", "/v1/orders/ord_sbx_0001", 200, ""},
+		{"GET", "/healthz", 200, ""},
+		{"GET", "/v1/openapi.json", 200, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.target[:min(len(tt.target), 60)], func(t *testing.T) {
+			rep := e.do(t, newRequest(tt.method, tt.target, "sk_test_sandbox_all"))
+			if tt.status == 200 {
+				if rep.status != 200 {
+					t.Fatalf("= %s, want 200", rep)
+				}
+				return
+			}
+			wantProblem(t, rep, tt.status, tt.code, "")
+			if tt.status == 405 && rep.header.Get("Allow") != "GET, HEAD" {
+				t.Errorf("Allow = %q, want GET, HEAD", rep.header.Get("Allow"))
+			}
+			if loc := rep.header.Get("Location"); loc != "" {
+				t.Errorf("Location = %q: no path is redirected", loc)
+			}
+		})
+	}
+	if rep := e.get(t, "/healthz", ""); string(rep.body) != `{"status":"ok"}` {
+		t.Errorf("GET /healthz = %s, want {\"status\":\"ok\"}", rep)
+	}
 }
 
-// TestCursorBindsEnvironment: the environment is part of the tenant a cursor is bound to.
-// (Live keys answer 503 before any parameter, so this is only reachable below the API.)
-func TestCursorBindsEnvironment(t *testing.T) {
-	c := newCursorSigner([]byte("k"))
-	pos := cursorPosition{createdAt: testNow, id: "ord_1"}
-	filters := (&orderQuery{status: -1}).filterTag()
-	s := c.sign(tagOf("tenant", "acct_sandbox", "test"), filters, pos)
-	if _, err := c.verify(s, tagOf("tenant", "acct_sandbox", "live"), filters); err != errCursorTenant {
-		t.Errorf("verify in the live environment = %v, want %v", err, errCursorTenant)
+// TestIsCleanPath: the guard agrees with ServeMux's own rule (path.Clean, keeping a
+// trailing slash), so that the mux never gets a path it would redirect.
+func TestIsCleanPath(t *testing.T) {
+	muxClean := func(p string) bool {
+		if p == "" || p[0] != '/' {
+			return false
+		}
+		np := path.Clean(p)
+		if p[len(p)-1] == '/' && np != "/" {
+			np += "/"
+		}
+		return np == p
 	}
-	got, err := c.verify(s, tagOf("tenant", "acct_sandbox", "test"), filters)
-	if err != nil || got != pos {
-		t.Errorf("verify = %v, %v; want %v", got, err, pos)
+	segments := []string{"", ".", "..", "a", "v1", "...", ".a", "a.", "%2E"}
+	var paths []string
+	var build func(prefix string, depth int)
+	build = func(prefix string, depth int) {
+		paths = append(paths, prefix)
+		if depth == 4 {
+			return
+		}
+		for _, s := range segments {
+			build(prefix+"/"+s, depth+1)
+		}
+	}
+	build("", 0)
+	paths = append(paths, "a/b", "*", "/a//", "//")
+	for _, p := range paths {
+		if got, want := isCleanPath(p), muxClean(p); got != want {
+			t.Errorf("isCleanPath(%q) = %v, ServeMux's rule says %v", p, got, want)
+		}
 	}
 }
 
-// chunkedBody hides its length, so that net/http streams it chunked.
-type chunkedBody struct{ io.Reader }
+// TestServedOverTCP checks what only a real connection shows: HEAD sends no body, an
+// unclean path is not redirected, OPTIONS * is the handler's, and a CONNECT gets JSON.
+func TestServedOverTCP(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	ts := httptest.NewUnstartedServer(e.h)
+	ts.Config = newHTTPServer(defaultConfig(), e.h, slog.New(slog.DiscardHandler))
+	ts.Start()
+	defer ts.Close()
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	req, _ := http.NewRequest(http.MethodHead, ts.URL+"/v1/orders/ord_sbx_0001", nil)
+	req.Header.Set("Authorization", "Bearer sk_test_sandbox_all")
+	res, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || len(body) != 0 || res.Header.Get("Content-Length") != strconv.Itoa(len(sandboxOrderJSON)) {
+		t.Errorf("HEAD = %d, body %q, Content-Length %s; want 200, no body, %d", res.StatusCode, body, res.Header.Get("Content-Length"), len(sandboxOrderJSON))
+	}
+	for _, raw := range []string{
+		"GET //v1/orders HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET /v1/./orders HTTP/1.1\r\nHost: x\r\n\r\n",
+		"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n",
+		"CONNECT 127.0.0.1:80 HTTP/1.1\r\nHost: x\r\n\r\n",
+	} {
+		conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(conn, raw)
+		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%q: %v", raw, err)
+		}
+		body, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
+		conn.Close()
+		if res.StatusCode != 404 || res.Header.Get("Content-Type") != "application/problem+json" || !bytes.Contains(body, []byte(`"code":"route_not_found"`)) {
+			t.Errorf("%q = %d %s %s, want a 404 route_not_found problem", raw, res.StatusCode, res.Header.Get("Content-Type"), body)
+		}
+	}
+}
+
+// TestCheckOrder: when a request has several faults, the first check in the contract's
+// order answers: route/method, body size, key, live, rate limit, scope, Prefer,
+// parameters (422, then 400), resource.
+func TestCheckOrder(t *testing.T) {
+	big := strings.Repeat("x", maxBodyBytes+1)
+	tests := []struct {
+		name, method, target, key, body string
+		headers                         []string
+		status                          int
+		code, param                     string
+	}{
+		{"unknown route before method", "POST", "/v1/nope", "", "", nil, 404, "route_not_found", ""},
+		{"method before body size", "POST", "/v1/orders", "", big, nil, 405, "method_not_allowed", ""},
+		{"body size before key", "GET", "/v1/orders", "", big, nil, 413, "body_too_large", ""},
+		{"key before live", "GET", "/v1/orders?limit=0", "sk_live_nope", "", nil, 401, "invalid_api_key", ""},
+		{"key before parameters", "GET", "/v1/orders?limit=0", "", "", nil, 401, "missing_api_key", ""},
+		{"a key in the query is never read", "GET", "/v1/orders?api_key=sk_test_sandbox_all", "", "", nil, 401, "missing_api_key", ""},
+		{"live before scope and parameters", "GET", "/v1/orders?limit=0", "sk_live_sandbox_all", "", []string{"Prefer", "code=500"}, 503, "live_not_released", ""},
+		{"scope before Prefer", "GET", "/v1/orders", "sk_test_sandbox_tracking", "", []string{"Prefer", "code=500"}, 403, "insufficient_scope", ""},
+		{"scope before parameters", "GET", "/v1/orders?limit=0", "sk_test_sandbox_none", "", nil, 403, "insufficient_scope", ""},
+		{"Prefer before parameters", "GET", "/v1/orders?limit=0", "sk_test_sandbox_all", "", []string{"Prefer", "code=502"}, 502, "provider_not_confirmed", ""},
+		{"bad Prefer before parameters", "GET", "/v1/orders?limit=0", "sk_test_sandbox_all", "", []string{"Prefer", "code=200"}, 422, "invalid_parameter", "Prefer"},
+		{"422 before 400", "GET", "/v1/orders?cursor=garbage&limit=0", "sk_test_sandbox_all", "", nil, 422, "invalid_parameter", "limit"},
+		{"parameters before resource", "GET", "/v1/orders/ord_nope?x=1", "sk_test_sandbox_all", "", nil, 422, "unknown_parameter", "x"},
+		{"expired before scope", "GET", "/v1/orders", "sk_test_sandbox_expired", "", nil, 401, "expired_api_key", ""},
+	}
+	e := newEnv(t, envOptions{})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRequest(tt.method, tt.target, tt.key, tt.headers...)
+			if tt.body != "" {
+				r = httptest.NewRequest(tt.method, "http://127.0.0.1:8080"+tt.target, strings.NewReader(tt.body))
+				if tt.key != "" {
+					r.Header.Set("Authorization", "Bearer "+tt.key)
+				}
+			}
+			wantProblem(t, e.do(t, r), tt.status, tt.code, tt.param)
+		})
+	}
+}
 
 func TestBodyLimit(t *testing.T) {
 	e := newEnv(t, envOptions{})
@@ -1401,6 +1217,11 @@ func TestBodyLimit(t *testing.T) {
 		}
 		wantProblem(t, e.do(t, body(maxBodyBytes+1, declared, "sk_test_sandbox_all")), 413, "body_too_large", "")
 		wantProblem(t, e.do(t, body(10<<20, declared, "")), 413, "body_too_large", "")
+		if declared {
+			huge := body(0, true, "sk_test_sandbox_all")
+			huge.ContentLength = 1 << 40 // declared, nothing sent
+			wantProblem(t, e.do(t, huge), 413, "body_too_large", "")
+		}
 		if rep := e.do(t, body(1, declared, "sk_test_sandbox_all")); rep.status != 200 {
 			t.Errorf("a small body (declared %v) = %s, want 200: a GET's body is ignored", declared, rep)
 		}
@@ -1434,72 +1255,50 @@ func TestBodyLimit(t *testing.T) {
 	}
 }
 
-func TestRateLimit(t *testing.T) {
-	e := newEnv(t, envOptions{step: -1}) // the clock stands still unless advanced
-	const key = "sk_test_sandbox_all"
-	for i := 0; i < 25; i++ {
-		rep := e.get(t, "/v1/orders/ord_sbx_0001", key)
-		want := fmt.Sprintf(`"default";r=%d;t=1`, 24-i)
-		if rep.status != 200 || rep.header.Get("RateLimit") != want || rep.header.Get("RateLimit-Policy") != `"default";q=25;w=1` {
-			t.Fatalf("request %d = %d, RateLimit %q, RateLimit-Policy %q; want 200, %s, \"default\";q=25;w=1", i+1, rep.status, rep.header.Get("RateLimit"), rep.header.Get("RateLimit-Policy"), want)
-		}
+// TestPanicsBecomeInternalErrors: a panic in a handler is a 500 internal_error showing no
+// internals; the stack is logged with the request id; the server keeps serving.
+func TestPanicsBecomeInternalErrors(t *testing.T) {
+	panicking := route{"GET /v1/test/panic", func(w http.ResponseWriter, r *http.Request, c *call) {
+		w.Header().Set("Content-Type", "text/plain")
+		panic("boom: secret internals at /home/build/sandbox/orders.go:42")
+	}}
+	halfway := route{"GET /v1/test/panic-after-write", func(w http.ResponseWriter, r *http.Request, c *call) {
+		w.Header().Set("Content-Length", "1000")
+		w.WriteHeader(200)
+		w.Write([]byte(`{"partial":`))
+		panic("boom after writing")
+	}}
+	e := newEnv(t, envOptions{extra: []route{panicking, halfway}})
+	rec := httptest.NewRecorder()
+	e.h.ServeHTTP(rec, newRequest(http.MethodGet, "/v1/test/panic", ""))
+	rep := reply{status: rec.Code, header: rec.Result().Header, body: rec.Body.Bytes()}
+	p := wantProblem(t, rep, 500, "internal_error", "")
+	if strings.Contains(string(rep.body), "boom") || strings.Contains(string(rep.body), ".go") || rep.header.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("the 500 shows internals: %s %s", rep.header.Get("Content-Type"), rep.body)
 	}
-	rep := e.get(t, "/v1/orders/ord_sbx_0001", key)
-	wantProblem(t, rep, 429, "rate_limited", "")
-	if rep.header.Get("Retry-After") != "1" || rep.header.Get("RateLimit") != `"default";r=0;t=1` {
-		t.Errorf("429 Retry-After %q, RateLimit %q; want 1 and r=0", rep.header.Get("Retry-After"), rep.header.Get("RateLimit"))
+	logs := e.logs.String()
+	if !strings.Contains(logs, `"msg":"panic","request_id":"`+p.RequestID+`"`) || !strings.Contains(logs, "boom: secret internals") || !strings.Contains(logs, "goroutine") {
+		t.Errorf("the panic is not logged with its request id and stack:\n%s", logs)
 	}
-	// Another key of the same account has its own bucket.
-	if rep := e.get(t, "/v1/orders", "sk_test_sandbox_orders"); rep.status != 200 || rep.header.Get("RateLimit") != `"default";r=24;t=1` {
-		t.Errorf("another key = %d with RateLimit %q, want 200 and a full bucket", rep.status, rep.header.Get("RateLimit"))
-	}
-	// One token comes back every 40 ms; a second later the bucket is full.
-	e.clock.advance(40 * time.Millisecond)
-	if rep := e.get(t, "/v1/orders", key); rep.status != 200 || rep.header.Get("RateLimit") != `"default";r=0;t=1` {
-		t.Errorf("after 40 ms = %d with RateLimit %q, want 200 and r=0", rep.status, rep.header.Get("RateLimit"))
-	}
-	wantProblem(t, e.get(t, "/v1/orders", key), 429, "rate_limited", "")
-	e.clock.advance(time.Second)
-	if rep := e.get(t, "/v1/orders", key); rep.status != 200 || rep.header.Get("RateLimit") != `"default";r=24;t=1` {
-		t.Errorf("after a second = %d with RateLimit %q, want 200 and r=24", rep.status, rep.header.Get("RateLimit"))
-	}
-	// The rate limit comes before the scope: a key without the scope spends tokens too.
-	for i := 0; i < 25; i++ {
-		wantProblem(t, e.get(t, "/v1/orders", "sk_test_sandbox_none"), 403, "insufficient_scope", "")
-	}
-	wantProblem(t, e.get(t, "/v1/orders", "sk_test_sandbox_none"), 429, "rate_limited", "")
-	// Answers after the limiter carry its state; answers before it do not.
-	if rep := e.get(t, "/v1/orders?limit=0", "sk_test_sandbox_tracking"); rep.header.Get("RateLimit") == "" {
-		t.Errorf("a 403 of a known key has no RateLimit field")
-	}
-	for _, k := range []string{"", "sk_test_nope", "sk_test_sandbox_expired", "sk_live_sandbox_all"} {
-		if rep := e.get(t, "/v1/orders", k); rep.header.Get("RateLimit") != "" || rep.header.Get("RateLimit-Policy") != "" {
-			t.Errorf("key %q: %d carries RateLimit fields", k, rep.status)
-		}
+	if rep := e.get(t, "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all"); rep.status != 200 {
+		t.Errorf("after a panic, GET = %s, want 200", rep)
 	}
 
-	off := newEnv(t, envOptions{rate: -1, step: -1})
-	for i := 0; i < 500; i++ {
-		rep := off.get(t, "/v1/orders", key)
-		if rep.status != 200 || rep.header.Get("RateLimit") != "" || rep.header.Get("RateLimit-Policy") != "" {
-			t.Fatalf("with -rate 0, request %d = %d with RateLimit %q", i, rep.status, rep.header.Get("RateLimit"))
-		}
+	// Over a connection: a panic after part of the answer is sent cuts the connection,
+	// so that the client cannot take the part for a whole; the server keeps serving.
+	ts := httptest.NewServer(e.h)
+	defer ts.Close()
+	res, err := http.Get(ts.URL + "/v1/test/panic-after-write")
+	if err == nil {
+		_, err = io.ReadAll(res.Body)
+		res.Body.Close()
 	}
-}
-
-func TestRateLimitOfOtherSettings(t *testing.T) {
-	l := newRateLimit(3, testNow)
-	var b bucket
-	for i, want := range []int{2, 1, 0} {
-		if r, ok, _ := l.take(&b, testNow); !ok || r != want {
-			t.Fatalf("take %d = %d, %v; want %d, true", i, r, ok, want)
-		}
+	if err == nil {
+		t.Error("a panic after a partial answer delivered it as complete")
 	}
-	if _, ok, wait := l.take(&b, testNow); ok || wait <= 0 || wait > time.Second {
-		t.Errorf("take on an empty bucket = ok %v, wait %v; want false and a wait within a second", ok, wait)
-	}
-	if newRateLimit(0, testNow) != nil {
-		t.Error("a rate of 0 makes a limiter, want none")
+	res, err = http.Get(ts.URL + "/healthz")
+	if err != nil || res.StatusCode != 200 {
+		t.Errorf("after a panic, GET /healthz = %v, %v", res, err)
 	}
 }
 
@@ -1594,21 +1393,6 @@ func TestRequestLineIsWhatJSONHandlerWrites(t *testing.T) {
 	}
 }
 
-// TestAppendJSONStringMatchesEncodingJSON: the hand-written encoding of orders and errors
-// writes strings exactly as encoding/json does (with HTML escaping off).
-func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
-	for _, s := range []string{"", "plain", "quote\" back\\slash", "ctl \x00\x01\x1f\x7f\n\r\t", "html <&>", "\u2028\u2029", "bad \xff\xfe utf8 \xe2\x82", "é ü 日本 🚚", "\uFFFD literal"} {
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
-		enc.SetEscapeHTML(false)
-		enc.Encode(s)
-		want := strings.TrimSuffix(buf.String(), "\n")
-		if got := string(appendJSONString(nil, s)); got != want {
-			t.Errorf("appendJSONString(%q) = %s, want %s", s, got, want)
-		}
-	}
-}
-
 func TestRequestIDsAreUnique(t *testing.T) {
 	e := newEnv(t, envOptions{rate: -1})
 	seen := map[string]bool{}
@@ -1621,424 +1405,431 @@ func TestRequestIDsAreUnique(t *testing.T) {
 	}
 }
 
-func TestParseConfig(t *testing.T) {
-	env := func(kv ...string) func(string) string {
-		m := map[string]string{}
-		for i := 0; i+1 < len(kv); i += 2 {
-			m[kv[i]] = kv[i+1]
-		}
-		return func(k string) string { return m[k] }
-	}
-	good := []struct {
-		name   string
-		args   []string
-		getenv func(string) string
-		check  func(config) bool
-	}{
-		{"defaults", nil, env(), func(c config) bool {
-			return c.addr == "127.0.0.1:8080" && c.rate == 25 && c.seedOrders == 0 && c.dataFile == "" && c.cursorSecret == ""
-		}},
-		{"flags", []string{"-addr", ":9090", "-rate", "0", "-seed-orders", "1000", "-data", "x.json", "-cursor-secret", "s"}, env(), func(c config) bool {
-			return c.addr == ":9090" && c.rate == 0 && c.seedOrders == 1000 && c.dataFile == "x.json" && c.cursorSecret == "s"
-		}},
-		{"environment fallbacks", nil, env("SANDBOX_ADDR", ":1", "SANDBOX_RATE", "7", "SANDBOX_SEED_ORDERS", "3", "SANDBOX_DATA", "d.json", "SANDBOX_CURSOR_SECRET", "e"), func(c config) bool {
-			return c.addr == ":1" && c.rate == 7 && c.seedOrders == 3 && c.dataFile == "d.json" && c.cursorSecret == "e"
-		}},
-		{"a flag beats its variable", []string{"-rate", "9"}, env("SANDBOX_RATE", "fast"), func(c config) bool { return c.rate == 9 }},
-	}
-	for _, tt := range good {
-		c, err := parseConfig(tt.args, tt.getenv, io.Discard)
-		if err != nil || !tt.check(c) {
-			t.Errorf("%s: parseConfig = %+v, %v", tt.name, c, err)
+// TestSecretsAreNeverLogged: the log of a run that uses every key, on every operation and
+// in every odd place, holds no key and no Authorization value.
+func TestSecretsAreNeverLogged(t *testing.T) {
+	base, _, stderr, stop := startRun(t)
+	keys := []string{"sk_test_sandbox_all", "sk_test_sandbox_tracking", "sk_test_sandbox_orders", "sk_test_sandbox_none", "sk_test_sandbox_expired", "sk_test_sandbox_revoked", "sk_test_other_all", "sk_live_sandbox_all", "sk_test_not_a_key"}
+	for _, key := range keys {
+		for _, target := range []string{"/shipments/shp_sbx_spring/tracking", "/tracking/SBX1000000001", "/orders?limit=1", "/orders/ord_sbx_0001", "/orders/" + key, "/orders?api_key=" + key, "/nope/" + key} {
+			for _, auth := range []string{"Bearer " + key, "Basic " + key, key} {
+				httpGet(t, base+target, auth, "Prefer", "code="+key)
+			}
 		}
 	}
-	bad := []struct {
-		args   []string
-		getenv func(string) string
-		want   string
-	}{
-		{[]string{"-rate", "fast"}, env(), `invalid value "fast" for flag -rate: want a whole number from 0 to 1000000000`},
-		{[]string{"-rate", "-1"}, env(), `invalid value "-1" for flag -rate: want a whole number from 0 to 1000000000`},
-		{[]string{"-rate", "2.5"}, env(), `invalid value "2.5" for flag -rate: want a whole number from 0 to 1000000000`},
-		{[]string{"-seed-orders", "-5"}, env(), `invalid value "-5" for flag -seed-orders: want a whole number from 0 to 5000000`},
-		{[]string{"-seed-orders", "5000001"}, env(), `invalid value "5000001" for flag -seed-orders: want a whole number from 0 to 5000000`},
-		{[]string{"-port", "1"}, env(), `flag provided but not defined: -port`},
-		{[]string{"serve"}, env(), `unexpected argument "serve": the sandbox takes flags only (see -h)`},
-		{nil, env("SANDBOX_RATE", "fast"), `invalid value "fast" for SANDBOX_RATE (the fallback of -rate): want a whole number from 0 to 1000000000`},
-		{nil, env("SANDBOX_SEED_ORDERS", "many"), `invalid value "many" for SANDBOX_SEED_ORDERS (the fallback of -seed-orders): want a whole number from 0 to 5000000`},
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range bad {
-		_, err := parseConfig(tt.args, tt.getenv, io.Discard)
-		if err == nil || err.Error() != tt.want {
-			t.Errorf("parseConfig(%q) error = %v, want %s", tt.args, err, tt.want)
+	logs := stderr.String()
+	if strings.Count(logs, `"msg":"request"`) != len(keys)*7*3 {
+		t.Fatalf("the log has %d request lines, want %d: the test would prove nothing", strings.Count(logs, `"msg":"request"`), len(keys)*7*3)
+	}
+	for _, secret := range append(keys, "Bearer", "Basic", "Authorization", "sk_test", "sk_live") {
+		if strings.Contains(logs, secret) {
+			t.Errorf("the log holds %q", secret)
 		}
-	}
-	var usage bytes.Buffer
-	if err := run(context.Background(), []string{"-h"}, env(), &usage, io.Discard); err != nil || !strings.Contains(usage.String(), "-seed-orders") || !strings.Contains(usage.String(), "SANDBOX_") {
-		t.Errorf("run -h = %v, printed %q; want nil and the flags", err, usage.String())
 	}
 }
 
-func TestRunRefusesABadStart(t *testing.T) {
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
+// TestLogBufferKeepsEveryLine: lines from many writers all arrive, whole and in each
+// writer's order, whether flushed by the timer, by size or at Close.
+func TestLogBufferKeepsEveryLine(t *testing.T) {
+	sink := openSink()
+	l := newLogBuffer(sink, time.Millisecond)
+	const writers, lines = 8, 3000
+	var wg sync.WaitGroup
+	for g := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range lines {
+				fmt.Fprintf(l, "{\"writer\":%d,\"n\":%d,\"pad\":%q}\n", g, n, strings.Repeat("x", n%50))
+			}
+		}()
+	}
+	wg.Wait()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	next := make([]int, writers)
+	for i, line := range strings.Split(strings.TrimSuffix(sink.String(), "\n"), "\n") {
+		var v struct{ Writer, N int }
+		if err := json.Unmarshal([]byte(line), &v); err != nil {
+			t.Fatalf("line %d is not whole: %q", i, line)
+		}
+		if v.N != next[v.Writer] {
+			t.Fatalf("writer %d: line %d arrived where %d was due", v.Writer, v.N, next[v.Writer])
+		}
+		next[v.Writer]++
+	}
+	for g, n := range next {
+		if n != lines {
+			t.Errorf("writer %d: %d lines arrived, want %d", g, n, lines)
+		}
+	}
+	fmt.Fprintf(l, "after close\n")
+	if !strings.HasSuffix(sink.String(), "\nafter close\n") {
+		t.Error("a line written after Close did not go straight out")
+	}
+}
+
+// TestLogBufferFlushes: lines go out on the timer, and at once when a batch is full,
+// without waiting for Close.
+func TestLogBufferFlushes(t *testing.T) {
+	sink := openSink()
+	l := newLogBuffer(sink, 10*time.Millisecond)
+	l.Write([]byte("one line\n"))
+	waitFor(t, "the timer's flush", func() bool { return sink.String() == "one line\n" })
+	l.Close()
+
+	sink = openSink()
+	l = newLogBuffer(sink, time.Hour)
+	defer l.Close()
+	batch := strings.Repeat("x", logFlushSize-1) + "\n"
+	l.Write([]byte(batch))
+	waitFor(t, "a full batch to go out", func() bool { return sink.String() == batch })
+}
+
+// TestLogBufferSlowSink: while the destination is stuck, requests still only append
+// their lines (no request waits on the system call), up to logMaxBacklog; past it they
+// wait for the destination rather than let the backlog grow. Nothing is lost.
+func TestLogBufferSlowSink(t *testing.T) {
+	sink := &gatedSink{gate: make(chan struct{})}
+	l := newLogBuffer(sink, time.Hour)
+	line := []byte(strings.Repeat("y", 1023) + "\n")
+	for range logFlushSize / len(line) {
+		l.Write(line) // the last one hands a full batch to the flusher
+	}
+	waitFor(t, "the flusher to be stuck in the destination", func() bool { return sink.waiting.Load() == 1 })
+	var wrote atomic.Int64
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		for range logMaxBacklog / len(line) {
+			l.Write(line)
+			wrote.Add(1)
+		}
+	}()
+	select {
+	case <-written:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("writers waited on a stuck destination after %d lines", wrote.Load())
+	}
+	over := make(chan struct{})
+	go func() { l.Write(line); close(over) }()
+	select {
+	case <-over:
+		t.Fatal("the backlog grew past logMaxBacklog")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(sink.gate)
+	<-over
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if want := (logFlushSize/len(line) + logMaxBacklog/len(line) + 1) * len(line); len(sink.String()) != want {
+		t.Errorf("%d bytes arrived, want %d", len(sink.String()), want)
+	}
+}
+
+func TestConnectionLimits(t *testing.T) {
+	cfg := defaultConfig()
+	hs := newHTTPServer(cfg, http.NotFoundHandler(), slog.New(slog.DiscardHandler))
+	if hs.ReadHeaderTimeout <= 0 || hs.ReadHeaderTimeout > 30*time.Second || hs.ReadTimeout <= 0 || hs.IdleTimeout <= 0 ||
+		hs.MaxHeaderBytes <= 0 || hs.MaxHeaderBytes > 64<<10 || hs.WriteTimeout <= maxPreferDelay {
+		t.Errorf("server limits: ReadHeaderTimeout %v, ReadTimeout %v, WriteTimeout %v, IdleTimeout %v, MaxHeaderBytes %d",
+			hs.ReadHeaderTimeout, hs.ReadTimeout, hs.WriteTimeout, hs.IdleTimeout, hs.MaxHeaderBytes)
+	}
+
+	// A client that never finishes its headers is cut off after ReadHeaderTimeout.
+	e := newEnv(t, envOptions{})
+	cfg.readHeaderTimeout = 300 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer taken.Close()
-	tests := []struct {
-		args []string
-		want string
-	}{
-		{[]string{"-addr", taken.Addr().String()}, "-addr " + taken.Addr().String() + ": listen tcp " + taken.Addr().String() + ": bind: address already in use"},
-		{[]string{"-addr", "nonsense"}, "-addr nonsense: listen tcp: address nonsense: missing port in address"},
-		{[]string{"-data", "testdata/no-such-file.json"}, "-data: open testdata/no-such-file.json: no such file or directory"},
-		{[]string{"-seed-orders", "-5"}, `invalid value "-5" for flag -seed-orders: want a whole number from 0 to 5000000`},
+	srv := newHTTPServer(cfg, e.h, slog.New(slog.DiscardHandler))
+	go srv.Serve(ln)
+	defer srv.Close()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		err := run(context.Background(), tt.args, func(string) string { return "" }, io.Discard, io.Discard)
-		if err == nil || err.Error() != tt.want {
-			t.Errorf("run(%q) = %v, want %s", tt.args, err, tt.want)
+	defer conn.Close()
+	start := time.Now()
+	io.WriteString(conn, "GET /v1/orders HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+	closed := make(chan time.Duration)
+	go func() {
+		io.Copy(io.Discard, conn)
+		closed <- time.Since(start)
+	}()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	giveUp := time.After(5 * time.Second)
+	for {
+		select {
+		case took := <-closed:
+			if took > 2*time.Second {
+				t.Errorf("the slow client was cut off after %v, want about 300ms", took)
+			}
+			goto headers
+		case <-tick.C:
+			conn.Write([]byte("a")) // a byte at a time, never the end of the headers
+		case <-giveUp:
+			t.Fatal("a client that never finishes its headers is still connected after 5s")
 		}
 	}
+headers:
+	// Headers over MaxHeaderBytes are refused by net/http before any handler.
+	res, err := http.Get("http://" + ln.Addr().String() + "/healthz?" + strings.Repeat("a", 70<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("70 KiB of request line = %d, want 431", res.StatusCode)
+	}
 }
 
-// startRun starts run on a free port and returns its base URL, what it printed, and a
-// function that stops it and returns run's error.
-func startRun(t *testing.T, args ...string) (base string, stdout, stderr *lockedBuffer, stop func() error) {
-	t.Helper()
-	return startRunWithEnv(t, nil, args...)
-}
-
-// startRunWithEnv is startRun with environment variables.
-func startRunWithEnv(t *testing.T, env map[string]string, args ...string) (base string, stdout, stderr *lockedBuffer, stop func() error) {
-	t.Helper()
+// TestGracefulShutdown: shutdown begins while a request's body is still streaming; new
+// connections are refused, the request is answered in full, and serve returns nil.
+func TestGracefulShutdown(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	arrived := make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		e.h.ServeHTTP(w, r)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	stdout, stderr = &lockedBuffer{}, &lockedBuffer{}
+	stopped := make(chan error, 1)
+	go func() {
+		stopped <- serve(ctx, newHTTPServer(defaultConfig(), h, slog.New(slog.DiscardHandler)), ln, func() {}, 10*time.Second)
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(20 * time.Second))
+	io.WriteString(conn, "GET /v1/orders/ord_sbx_0001 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_sandbox_all\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+	<-arrived // the handler is reading the body
+	cancel()
+	waitFor(t, "new connections to be refused", func() bool {
+		c, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	select {
+	case err := <-stopped:
+		t.Fatalf("serve returned %v while a request was in flight", err)
+	default:
+	}
+	io.WriteString(conn, "5\r\nworld\r\n0\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("the in-flight request was not answered: %v", err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != 200 || string(body) != sandboxOrderJSON {
+		t.Errorf("the in-flight request = %d %s, want 200 and the order", res.StatusCode, body)
+	}
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Errorf("serve = %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("serve did not return after the last request finished")
+	}
+}
+
+// TestShutdownGraceRunsOut: a request still in flight when the grace period ends is cut
+// off, and serve says so rather than report a clean drain.
+func TestShutdownGraceRunsOut(t *testing.T) {
+	entered := make(chan struct{})
+	reading := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		io.Copy(io.Discard, r.Body)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, append([]string{"-addr", "127.0.0.1:0"}, args...), func(k string) string { return env[k] }, stdout, stderr)
+		done <- serve(ctx, newHTTPServer(defaultConfig(), reading, slog.New(slog.DiscardHandler)), ln, func() {}, 100*time.Millisecond)
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if m := regexp.MustCompile(`Base URL: (\S+)`).FindStringSubmatch(stdout.String()); m != nil {
-			base = m[1]
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("run returned %v before serving", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("run did not print its base URL")
-		}
-		time.Sleep(5 * time.Millisecond)
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
 	}
-	return base, stdout, stderr, func() error {
-		cancel()
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(20 * time.Second):
-			return errors.New("run did not return after its context was cancelled")
+	defer conn.Close()
+	// A body that never ends keeps the request in flight.
+	io.WriteString(conn, "GET /v1/orders HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n")
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request never reached the handler")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "cut off") {
+			t.Errorf("serve = %v, want an error saying requests were cut off", err)
 		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("serve did not return after its grace period")
+	}
+	conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := conn.Read(make([]byte, 1)); err == nil {
+		t.Error("the cut-off connection is still open")
 	}
 }
 
-// httpGet sends GET url over the network with the Authorization value auth and header
-// pairs, and returns the status and body.
-func httpGet(t *testing.T, url, auth string, headerPairs ...string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", auth)
-	for i := 0; i+1 < len(headerPairs); i += 2 {
-		req.Header.Set(headerPairs[i], headerPairs[i+1])
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res.StatusCode, string(body)
-}
-
-// TestRunServesTheDefaultSandbox is the README's first use: go run ., then curl.
-func TestRunServesTheDefaultSandbox(t *testing.T) {
-	base, stdout, _, stop := startRun(t)
-	if !strings.HasPrefix(base, "http://127.0.0.1:") || !strings.HasSuffix(base, "/v1") {
-		t.Errorf("base URL %q, want http://127.0.0.1:<port>/v1", base)
-	}
-	for _, key := range []string{"sk_test_sandbox_all", "sk_test_sandbox_tracking", "sk_test_sandbox_orders", "sk_test_sandbox_none", "sk_test_sandbox_expired", "sk_test_sandbox_revoked", "sk_test_other_all", "sk_live_sandbox_all"} {
-		if !strings.Contains(stdout.String(), key) {
-			t.Errorf("start-up output does not list key %s:\n%s", key, stdout)
-		}
-	}
-	status, body := httpGet(t, base+"/orders", "Bearer sk_test_sandbox_all")
-	if want := `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`; status != 200 || body != want {
-		t.Errorf("GET %s/orders = %d %s, want 200 %s", base, status, body, want)
-	}
-	res, err := http.Get(base + "/openapi.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Servers []struct{ URL string } `json:"servers"`
-	}
-	json.NewDecoder(res.Body).Decode(&doc)
-	res.Body.Close()
-	if len(doc.Servers) != 1 || doc.Servers[0].URL != base {
-		t.Errorf("served OpenAPI servers = %+v, want the running base URL %s", doc.Servers, base)
-	}
+// TestRunBoundsHeapGrowth: with a large dataset, run lets the heap grow by a bounded
+// amount past it rather than double it; a GOGC variable, when set, wins; the setting is
+// restored when run returns.
+func TestRunBoundsHeapGrowth(t *testing.T) {
+	current := func() int { p := debug.SetGCPercent(100); debug.SetGCPercent(p); return p }
+	before := current()
+	_, _, _, stop := startRunWithEnv(t, nil, "-seed-orders", "200000")
+	during := current()
 	if err := stop(); err != nil {
-		t.Errorf("run = %v after its context was cancelled, want nil", err)
+		t.Fatal(err)
+	}
+	if during < 10 || during >= 100 {
+		t.Errorf("GC percentage %d while serving 200,000 orders, want 10 to 99", during)
+	}
+	if after := current(); after != before {
+		t.Errorf("GC percentage %d after run returned, want %d as before", after, before)
+	}
+	_, _, _, stop = startRunWithEnv(t, map[string]string{"GOGC": "100"}, "-seed-orders", "200000")
+	during = current()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if during != before {
+		t.Errorf("GC percentage %d with GOGC set, want %d: the variable wins", during, before)
 	}
 }
 
-func TestParseTimestamp(t *testing.T) {
-	valid := map[string]string{
-		"2026-11-20T11:00:00+00:00":           "2026-11-20T11:00:00Z",
-		"2026-11-20T11:00:00Z":                "2026-11-20T11:00:00Z",
-		"2026-11-20t11:00:00z":                "2026-11-20T11:00:00Z",
-		"2026-03-29T02:30:00+01:00":           "2026-03-29T01:30:00Z",
-		"2026-10-25T01:30:00+01:00":           "2026-10-25T00:30:00Z",
-		"2026-10-25T01:30:00+00:00":           "2026-10-25T01:30:00Z",
-		"2026-11-20T23:30:00-05:00":           "2026-11-21T04:30:00Z",
-		"2026-11-20T11:00:00.5Z":              "2026-11-20T11:00:00.5Z",
-		"2026-11-20T11:00:00.120000Z":         "2026-11-20T11:00:00.12Z",
-		"2026-11-20T11:00:00.000Z":            "2026-11-20T11:00:00Z",
-		"2026-11-20T11:00:00.123456789Z":      "2026-11-20T11:00:00.123456789Z",
-		"2026-11-20T11:00:00.1234567891234Z":  "2026-11-20T11:00:00.123456789Z",
-		"2028-02-29T00:00:00Z":                "2028-02-29T00:00:00Z",
-		"2026-11-20T11:00:00+23:59":           "2026-11-19T11:01:00Z",
-		"2026-11-20T11:00:00-00:00":           "2026-11-20T11:00:00Z",
-		"0000-01-01T00:00:00Z":                "0000-01-01T00:00:00Z",
-		"9999-12-31T23:59:59.999999999+00:00": "9999-12-31T23:59:59.999999999Z",
-	}
-	for in, want := range valid {
-		got, ok := parseTimestamp(in)
-		if !ok || formatTimestamp(got) != want {
-			t.Errorf("parseTimestamp(%q) = %s, %v; want %s", in, formatTimestamp(got), ok, want)
-		}
-	}
-	for _, in := range []string{
-		"", "2026-11-20T09:00:00", "2026-11-20 10:00:00", "2026-11-20 10:00:00Z", "2026-11-20T1:30:00Z",
-		"2026-11-20T24:00:00Z", "2026-11-20T23:60:00Z", "2026-12-31T23:59:60Z", "2026-11-20T11:00:00+24:00",
-		"2026-11-20T11:00:00+01:60", "2026-11-20T11:00:00+0100", "2026-11-20T11:00:00+01", "2026-11-20T11:00:00 +01:00",
-		"2026-02-29T00:00:00Z", "2026-13-01T00:00:00Z", "2026-00-01T00:00:00Z", "2026-11-00T00:00:00Z", "2026-11-31T00:00:00Z",
-		"2026-11-20T11:00:00.Z", "2026-11-20T11:00:00,5Z", "26-11-20T11:00:00Z", "+2026-11-20T11:00:00Z", "2026-11-20T11:00:00ZZ",
-		"2026-11-20T11:00:00Z ", " 2026-11-20T11:00:00Z", "2026/11/20T11:00:00Z", "garbage", "2026-11-20T11:00:00UTC",
-		"0000-01-01T00:00:00+01:00", "9999-12-31T23:00:00-01:00", "２０２６-11-20T11:00:00Z", "2026-11-20T11:00:00-0a:00",
-	} {
-		if got, ok := parseTimestamp(in); ok {
-			t.Errorf("parseTimestamp(%q) = %s, want refused", in, formatTimestamp(got))
-		}
-	}
-}
-
-func TestNormalizeEvents(t *testing.T) {
-	ev := func(ts any, status, desc string, loc *string) rawEvent {
-		b, _ := json.Marshal(ts)
-		return rawEvent{Timestamp: b, Status: status, Description: &desc, Location: loc}
-	}
-	here := "Here, GB"
-	raw := []rawEvent{
-		ev("2026-11-20T12:00:00Z", "delivered", "Delivered", &here),
-		ev("2026-11-20T10:00:00+00:00", "in_transit", "Same instant", nil),
-		ev("2026-11-20T11:00:00+01:00", "in_transit", "Same instant", &here), // 10:00Z again: a duplicate
-		ev("2026-11-20T10:00:00Z", "in_transit", "Another description", &here),
-		ev("2026-11-20T11:00:00Z", "in_transit", "Same instant", &here), // same description, another instant
-		ev("2026-11-20T09:00:00", "in_transit", "Naive", &here),
-		ev(1763629200, "in_transit", "A number", &here),
-		ev(nil, "in_transit", "Null", &here),
-		{Status: "in_transit", Description: &here}, // no timestamp at all
-	}
-	events, n := normalizeEvents(raw)
-	want := []trackingEvent{
-		{"in_transit", "Same instant", "2026-11-20T10:00:00Z", ""},
-		{"in_transit", "Another description", "2026-11-20T10:00:00Z", "Here, GB"},
-		{"in_transit", "Same instant", "2026-11-20T11:00:00Z", "Here, GB"},
-		{"delivered", "Delivered", "2026-11-20T12:00:00Z", "Here, GB"},
-	}
-	if !slices.Equal(events, want) || n.dropped != 4 || n.duplicates != 1 {
-		t.Errorf("normalizeEvents = %+v, %+v\nwant %+v, 4 dropped, 1 duplicate", events, n, want)
-	}
-}
-
-func TestSeedOrders(t *testing.T) {
-	seeded := func() []*importedOrder {
-		ix := newOrderIndex(tag{})
-		if err := ix.seedOrders(1000); err != nil {
-			t.Fatal(err)
-		}
-		return ix.all.orders
-	}
-	a, b := seeded(), seeded()
-	for i := range a {
-		if a[i].id != b[i].id || !a[i].createdAt.Equal(b[i].createdAt) || a[i].status != b[i].status || a[i].platform != b[i].platform {
-			t.Fatalf("seeding is not deterministic at %d", i)
-		}
-		if i > 0 && !newer(a[i-1], a[i]) {
-			t.Fatalf("seeded orders not in list order at %d: %s then %s", i, a[i-1].id, a[i].id)
-		}
-	}
-	if a[0].id != "ord_seed_0000999" || a[999].id != "ord_seed_0000000" {
-		t.Errorf("seeded ids run %s..%s, want ord_seed_0000999 (newest)..ord_seed_0000000", a[0].id, a[999].id)
-	}
-	if _, err := loadDataset("test", defaultDataset, 10, slog.New(slog.DiscardHandler)); err != nil {
-		t.Errorf("seeding the default dataset: %v", err)
-	}
-}
-
-// dataset assembles a small dataset from its four lists, each a JSON array's contents.
-func dataset(accounts, keys, shipments, orders string) string {
-	return `{"accounts":[` + accounts + `],"keys":[` + keys + `],"shipments":[` + shipments + `],"orders":[` + orders + `]}`
-}
-
-const (
-	dsAccounts = `{"id":"acct_a","environments":["test"]},{"id":"acct_b","environments":["test","live"]}`
-	dsKey      = `{"key":"sk_test_a","account":"acct_a","environment":"test","scopes":["orders:read"]}`
-	dsOrder    = `{"id":"ord_1","account":"acct_a","environment":"test","merchant_reference":"R1","platform":"ebay","status":"fulfilled","created_at":"2026-11-01T00:00:00Z"}`
-	dsShipment = `{"id":"shp_1","account":"acct_a","environment":"test","reference":"S1","tracking_number":"T1","events":[{"timestamp":"2026-11-01T00:00:00Z","status":"in_transit","description":"In transit"}]}`
-)
-
-// TestDatasetRefusals: a dataset that cannot be served is refused with the file, the JSON
-// path of the fault and the reason.
-func TestDatasetRefusals(t *testing.T) {
-	ship := func(id, orderID string) string {
-		return `{"id":"` + id + `","account":"acct_a","environment":"test","reference":"S","order_id":"` + orderID + `"}`
-	}
-	tests := []struct {
-		name, data, want string
+// TestGCPercent: the heap grows by about 64 MiB past a large dataset between collections,
+// and by Go's default 100% past a small one; never by less than 10%.
+func TestGCPercent(t *testing.T) {
+	for _, c := range []struct {
+		live uint64
+		want int
 	}{
-		{"truncated JSON", `{"accounts": [`, `$: invalid JSON at line 1, column 15: unexpected end of file`},
-		{"broken JSON", "{\n  \"accounts\": [}\n", `$: invalid JSON at line 2, column 16: invalid character '}' looking for beginning of value`},
-		{"not an object", `[1,2]`, `$: must be an object, not array`},
-		{"data after the object", dataset(dsAccounts, "", "", "") + `{}`, `$: unexpected data after the dataset object`},
-		{"unknown top-level field", `{"accounts":[` + dsAccounts + `],"users":[]}`, `$.users: unknown field`},
-		{"no accounts", dataset("", "", "", ""), `$.accounts: at least one account is required`},
-		{"account without environments", dataset(`{"id":"acct_a","environments":[]}`, "", "", ""), `$.accounts[0].environments: at least one environment (test or live) is required`},
-		{"unknown environment", dataset(`{"id":"acct_a","environments":["staging"]}`, "", "", ""), `$.accounts[0].environments[0]: unknown environment "staging"; want one of test, live`},
-		{"duplicate account", dataset(dsAccounts+`,{"id":"acct_a","environments":["test"]}`, "", "", ""), `$.accounts[2].environments[0]: duplicate: acct_a/test is declared more than once`},
-		{"unknown field in an account", dataset(`{"id":"acct_a","environments":["test"],"name":"A"}`, "", "", ""), `$.accounts[0].name: unknown field`},
-		{"key with no account", dataset(dsAccounts, `{"key":"sk_x","environment":"test","scopes":[]}`, "", ""), `$.keys[0].account: required, and must not be empty`},
-		{"key of an undeclared account", dataset(dsAccounts, `{"key":"sk_x","account":"acct_z","environment":"test","scopes":[]}`, "", ""), `$.keys[0].account: account "acct_z" is not declared in $.accounts`},
-		{"key of an undeclared environment", dataset(dsAccounts, `{"key":"sk_x","account":"acct_a","environment":"live","scopes":[]}`, "", ""), `$.keys[0].environment: account "acct_a" declares no environment "live" in $.accounts`},
-		{"unknown scope", dataset(dsAccounts, `{"key":"sk_x","account":"acct_a","environment":"test","scopes":["orders:read","orders:write"]}`, "", ""), `$.keys[0].scopes[1]: unknown scope "orders:write"; want one of tracking:read, orders:read`},
-		{"duplicate key", dataset(dsAccounts, dsKey+`,`+strings.Replace(dsKey, "acct_a", "acct_b", 1), "", ""), `$.keys[1].key: duplicate: the same key as $.keys[0]`},
-		{"empty key", dataset(dsAccounts, `{"key":"","account":"acct_a","environment":"test","scopes":[]}`, "", ""), `$.keys[0].key: required, and must not be empty`},
-		{"key that cannot be sent", dataset(dsAccounts, `{"key":"sk test","account":"acct_a","environment":"test","scopes":[]}`, "", ""), `$.keys[0].key: not sendable as a Bearer credential: use letters, digits and - . _ ~ + / (then = padding only)`},
-		{"key expiry without offset", dataset(dsAccounts, `{"key":"sk_x","account":"acct_a","environment":"test","scopes":[],"expires_at":"2026-01-01T00:00:00"}`, "", ""), `$.keys[0].expires_at: "2026-01-01T00:00:00" is not an RFC 3339 timestamp with an offset`},
-		{"unknown order status", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"fulfilled"`, `"shipped"`, 1)), `$.orders[0].status: unknown order status "shipped"; want one of unfulfilled, partially_fulfilled, fulfilled, cancelled`},
-		{"unknown platform", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"ebay"`, `"woocommerce"`, 1)), `$.orders[0].platform: unknown platform "woocommerce"; want one of amazon, ebay, etsy, shopify, tiktok_shop`},
-		{"order created_at without offset", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `00:00:00Z`, `00:00:00`, 1)), `$.orders[0].created_at: "2026-11-01T00:00:00" is not an RFC 3339 timestamp with an offset`},
-		{"order created_at not a string", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"2026-11-01T00:00:00Z"`, `1762000000`, 1)), `$.orders[0].created_at: must be a string, not number`},
-		{"order shipment_id set directly", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"status"`, `"shipment_id":"shp_1","status"`, 1)), `$.orders[0].shipment_id: unknown field`},
-		{"duplicate order id", dataset(dsAccounts, "", "", dsOrder+","+dsOrder), `$.orders[1].id: duplicate order id "ord_1" in acct_a/test`},
-		{"order of an undeclared account", dataset(dsAccounts, "", "", strings.Replace(dsOrder, "acct_a", "acct_z", 1)), `$.orders[0].account: account "acct_z" is not declared in $.accounts`},
-		{"order of an undeclared environment", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"test"`, `"live"`, 1)), `$.orders[0].environment: account "acct_a" declares no environment "live" in $.accounts`},
-		{"order without merchant_reference", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"R1"`, `""`, 1)), `$.orders[0].merchant_reference: required, and must not be empty`},
-		{"unknown event status", dataset(dsAccounts, "", strings.Replace(dsShipment, `"in_transit"`, `"lost"`, 1), ""), `$.shipments[0].events[0].status: unknown tracking status "lost"; want one of pre_transit, in_transit, out_for_delivery, available_for_pickup, delivered, return_to_sender, failure, cancelled, unknown`},
-		{"unknown event field", dataset(dsAccounts, "", strings.Replace(dsShipment, `"description"`, `"carrier":"x","description"`, 1), ""), `$.shipments[0].events[0].carrier: unknown field`},
-		{"event without description", dataset(dsAccounts, "", strings.Replace(dsShipment, `,"description":"In transit"`, ``, 1), ""), `$.shipments[0].events[0].description: required`},
-		{"shipment without reference", dataset(dsAccounts, "", strings.Replace(dsShipment, `"S1"`, `""`, 1), ""), `$.shipments[0].reference: required, and must not be empty`},
-		{"empty tracking number", dataset(dsAccounts, "", strings.Replace(dsShipment, `"T1"`, `""`, 1), ""), `$.shipments[0].tracking_number: must not be empty; use null for a shipment without a tracking number`},
-		{"duplicate shipment id", dataset(dsAccounts, "", dsShipment+","+dsShipment, ""), `$.shipments[1].id: duplicate shipment id "shp_1" in acct_a/test`},
-		{"shipment of an undeclared account", dataset(dsAccounts, "", strings.Replace(dsShipment, "acct_a", "acct_z", 1), ""), `$.shipments[0].account: account "acct_z" is not declared in $.accounts`},
-		{"order linked twice", dataset(dsAccounts, "", ship("shp_1", "ord_1")+","+ship("shp_2", "ord_1"), dsOrder), `$.shipments[1].order_id: order "ord_1" is already linked to shipment "shp_1"; linking it to shipment "shp_2" too is a conflict (409)`},
-		{"link across accounts", dataset(dsAccounts, "", strings.Replace(ship("shp_1", "ord_1"), "acct_a", "acct_b", 1), dsOrder), `$.shipments[0].order_id: order "ord_1" belongs to acct_a/test, not to acct_b/test: shipment "shp_1" cannot be linked across accounts or environments`},
-		{"link across environments", dataset(dsAccounts, "", strings.NewReplacer("acct_a", "acct_b", `"test"`, `"live"`).Replace(ship("shp_1", "ord_1")), strings.Replace(dsOrder, "acct_a", "acct_b", 1)), `$.shipments[0].order_id: order "ord_1" belongs to acct_b/test, not to acct_b/live: shipment "shp_1" cannot be linked across accounts or environments`},
-		{"link to no order", dataset(dsAccounts, "", ship("shp_1", "ord_9"), dsOrder), `$.shipments[0].order_id: no order "ord_9" in acct_a/test to link shipment "shp_1" to`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := loadDataset("bad.json", []byte(tt.data), 0, slog.New(slog.DiscardHandler))
-			if want := "dataset bad.json: " + tt.want; err == nil || err.Error() != want {
-				t.Errorf("loadDataset = %v\nwant %s", err, want)
-			}
-		})
-	}
-	// -seed-orders needs acct_sandbox/test.
-	_, err := loadDataset("small.json", []byte(dataset(dsAccounts, "", "", "")), 5, slog.New(slog.DiscardHandler))
-	if want := "-seed-orders: the dataset has no account acct_sandbox with environment test to seed"; err == nil || err.Error() != want {
-		t.Errorf("seeding a dataset without acct_sandbox/test = %v, want %s", err, want)
-	}
-}
-
-// TestRawEventsAreDroppedNotRefused: an event whose timestamp cannot be interpreted is
-// dropped, the rest load, and start-up logs how many were dropped per shipment.
-func TestRawEventsAreDroppedNotRefused(t *testing.T) {
-	data := dataset(dsAccounts, `{"key":"sk_test_a","account":"acct_a","environment":"test","scopes":["tracking:read"]}`,
-		`{"id":"shp_1","account":"acct_a","environment":"test","reference":"S1","tracking_number":"T1","events":[`+
-			`{"timestamp":"2026-11-01T00:00:00","status":"in_transit","description":"naive"},`+
-			`{"timestamp":12345,"status":"in_transit","description":"a number"},`+
-			`{"status":"in_transit","description":"none"},`+
-			`{"timestamp":"2026-11-01T09:00:00+09:00","status":"delivered","description":"kept"}]}`, "")
-	e := newEnv(t, envOptions{data: []byte(data)})
-	want := `{"shipment_id":"shp_1","reference":"S1","tracking_number":"T1","status":"delivered","events":[{"status":"delivered","description":"kept","timestamp":"2026-11-01T00:00:00Z","location":""}]}`
-	if rep := e.get(t, "/v1/shipments/shp_1/tracking", "sk_test_a"); string(rep.body) != want {
-		t.Errorf("tracking view = %s, want %s", rep, want)
-	}
-	if !strings.Contains(e.logs.String(), `"msg":"dataset: raw events dropped: timestamp not RFC 3339 with an offset","shipment":"shp_1","tenant":"acct_a/test","dropped":3`) {
-		t.Errorf("start-up log does not say 3 events of shp_1 were dropped:\n%s", e.logs)
-	}
-}
-
-// TestRunWithADatasetFile: -data serves the user's dataset; a bad file is refused by run
-// with its name, the JSON path and the reason.
-func TestRunWithADatasetFile(t *testing.T) {
-	base, stdout, _, stop := startRun(t, "-data", "testdata/example.json")
-	status, body := httpGet(t, base+"/orders/ord_acme_2", "Bearer sk_test_acme_all")
-	want := `{"id":"ord_acme_2","merchant_reference":"ACME-1002","platform":"ebay","status":"fulfilled","shipment_id":"shp_acme_1","created_at":"2026-11-09T16:20:00Z"}`
-	if status != 200 || body != want {
-		t.Errorf("GET ord_acme_2 from testdata/example.json = %d %s, want 200 %s", status, body, want)
-	}
-	if !strings.Contains(stdout.String(), "sk_test_acme_all") || strings.Contains(stdout.String(), "sk_test_sandbox_all") {
-		t.Errorf("start-up lists the wrong keys for -data:\n%s", stdout)
-	}
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	bad := t.TempDir() + "/bad.json"
-	os.WriteFile(bad, []byte(dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"ebay"`, `"woocommerce"`, 1))), 0o644)
-	err := run(context.Background(), []string{"-addr", "127.0.0.1:0", "-data", bad}, func(string) string { return "" }, io.Discard, io.Discard)
-	if want := "dataset " + bad + `: $.orders[0].platform: unknown platform "woocommerce"; want one of amazon, ebay, etsy, shopify, tiktok_shop`; err == nil || err.Error() != want {
-		t.Errorf("run -data bad.json = %v, want %s", err, want)
-	}
-	err = run(context.Background(), []string{"-addr", "127.0.0.1:0"}, func(k string) string { return map[string]string{"SANDBOX_DATA": bad}[k] }, io.Discard, io.Discard)
-	if err == nil || !strings.HasPrefix(err.Error(), "dataset "+bad+": $.orders[0].platform") {
-		t.Errorf("run with SANDBOX_DATA=bad.json = %v, want the dataset refused", err)
-	}
-}
-
-// TestMainExitsNonZero runs main in a child process: a refused start prints one line that
-// names the flag and exits 1.
-func TestMainExitsNonZero(t *testing.T) {
-	if args := os.Getenv("SANDBOX_TEST_MAIN_ARGS"); args != "" {
-		os.Args = append([]string{"sandbox"}, strings.Fields(args)...)
-		main()
-		return
-	}
-	for args, want := range map[string]string{
-		"-rate fast":         `sandbox: invalid value "fast" for flag -rate: want a whole number from 0 to 1000000000`,
-		"-seed-orders -5":    `sandbox: invalid value "-5" for flag -seed-orders: want a whole number from 0 to 5000000`,
-		"-data nowhere.json": `sandbox: -data: open nowhere.json: no such file or directory`,
+		{0, 100}, {1 << 20, 100}, {64 << 20, 100}, {128 << 20, 50}, {550 << 20, 11}, {640 << 20, 10}, {5 << 30, 10},
 	} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestMainExitsNonZero$")
-		cmd.Env = append(os.Environ(), "SANDBOX_TEST_MAIN_ARGS="+args)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		err := cmd.Run()
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 1 || strings.TrimSpace(stderr.String()) != want {
-			t.Errorf("sandbox %s: %v, stderr %q; want exit 1 and %q", args, err, stderr.String(), want)
+		if got := gcPercent(c.live); got != c.want {
+			t.Errorf("gcPercent(%d MiB) = %d, want %d", c.live>>20, got, c.want)
 		}
+	}
+}
+
+// TestLoadWithoutLoss drives the handler chain from 16 goroutines with 20,000 mixed
+// requests and checks every answer; unknown keys leave no state behind.
+func TestLoadWithoutLoss(t *testing.T) {
+	// The limiter runs on every keyed request, on a clock that stands still, with room for
+	// all of them: the answers do not depend on how the goroutines interleave.
+	e := newEnv(t, envOptions{seed: 200, rate: maxRate, step: -1})
+	type expect struct {
+		target, key string
+		status      int
+		code        string
+		body        string
+	}
+	mix := []expect{
+		{"/v1/orders/ord_sbx_0001", "sk_test_sandbox_all", 200, "", sandboxOrderJSON},
+		{"/v1/orders/ord_sbx_0001", "sk_test_sandbox_orders", 200, "", sandboxOrderJSON},
+		{"/v1/orders/ord_other_0001", "sk_test_other_all", 200, "", otherOrderJSON},
+		{"/v1/orders/ord_other_0001", "sk_test_sandbox_all", 404, "not_found", ""},
+		{"/v1/orders?limit=3&status=cancelled", "sk_test_sandbox_all", 200, "", ""},
+		{"/v1/orders?limit=0", "sk_test_sandbox_all", 422, "invalid_parameter", ""},
+		{"/v1/orders?cursor=x", "sk_test_sandbox_orders", 400, "invalid_cursor", ""},
+		{"/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_tracking", 200, "", ""},
+		{"/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_orders", 403, "insufficient_scope", ""},
+		{"/v1/tracking/SBX1000000001", "sk_test_other_all", 200, "", ""},
+		{"/v1/tracking/SBX2000000000", "sk_test_sandbox_all", 404, "not_found", ""},
+		{"/v1/orders", "sk_test_sandbox_none", 403, "insufficient_scope", ""},
+		{"/v1/orders", "sk_test_sandbox_expired", 401, "expired_api_key", ""},
+		{"/v1/orders", "sk_test_sandbox_revoked", 401, "revoked_api_key", ""},
+		{"/v1/orders", "sk_live_sandbox_all", 503, "live_not_released", ""},
+		{"/v1/orders", "", 401, "missing_api_key", ""},
+		{"/v1/nope", "sk_test_sandbox_all", 404, "route_not_found", ""},
+		{"/healthz", "", 200, "", `{"status":"ok"}`},
+	}
+	first := map[string][]byte{}
+	for _, m := range mix {
+		first[m.target+m.key] = e.get(t, m.target, m.key).body
+	}
+	const workers, total = 16, 20000
+	var next atomic.Int64
+	var failures atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= total {
+					return
+				}
+				var m expect
+				if i%5 == 4 { // an unknown key, never the same twice
+					m = expect{"/v1/orders", "sk_test_unknown_" + strconv.FormatInt(i, 10), 401, "invalid_api_key", ""}
+				} else {
+					m = mix[int(i)%len(mix)]
+				}
+				rec := httptest.NewRecorder()
+				e.h.ServeHTTP(rec, newRequest(http.MethodGet, m.target, m.key))
+				ok := rec.Code == m.status
+				if m.code != "" {
+					ok = ok && strings.Contains(rec.Body.String(), `"code":"`+m.code+`"`) && rec.Header().Get("Content-Type") == "application/problem+json"
+				} else if want := first[m.target+m.key]; ok && !strings.HasPrefix(m.key, "sk_test_unknown_") {
+					ok = bytes.Equal(rec.Body.Bytes(), want)
+				}
+				if m.body != "" {
+					ok = ok && rec.Body.String() == m.body
+				}
+				if !ok || !requestIDPattern.MatchString(rec.Header().Get("Request-Id")) {
+					if failures.Add(1) <= 5 {
+						t.Errorf("request %d: GET %s (%s) = %d %s, want %d %s", i, m.target, m.key, rec.Code, rec.Body, m.status, m.code)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := failures.Load(); n > 0 {
+		t.Fatalf("%d of %d answers were wrong", n, total)
+	}
+	if lines := strings.Count(e.logs.String(), `"msg":"request"`); lines != total+len(mix) {
+		t.Errorf("%d request log lines for %d requests", lines, total+len(mix))
+	}
+
+	// Unknown keys create no rate-limit state: 50,000 unknown keys leave the heap where it was.
+	quiet := newEnv(t, envOptions{quiet: true}) // a kept log would grow by a line a request
+	var before, after runtimeMem
+	before.read()
+	for i := 0; i < 50000; i++ {
+		quiet.h.ServeHTTP(httptest.NewRecorder(), newRequest(http.MethodGet, "/v1/orders", "sk_test_flood_"+strconv.Itoa(i)))
+	}
+	after.read()
+	if grown := int64(after.heap) - int64(before.heap); grown > 1<<20 {
+		t.Errorf("the heap grew by %d bytes over 50,000 unknown keys: they leave state behind", grown)
+	}
+	if rep := quiet.get(t, "/v1/orders", "sk_test_sandbox_all"); rep.status != 200 {
+		t.Errorf("after the flood, a known key = %s", rep)
 	}
 }
 
@@ -2216,6 +2007,799 @@ func TestOpenAPIServedDocument(t *testing.T) {
 	}
 }
 
+// auth.go: keys, scopes, tenants and the rate limit.
+
+func TestEveryKeyOnEveryOperation(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	type outcome struct {
+		status int
+		code   string
+	}
+	tests := []struct {
+		key      string
+		tracking outcome
+		orders   outcome
+	}{
+		{"sk_test_sandbox_all", outcome{200, ""}, outcome{200, ""}},
+		{"sk_test_sandbox_tracking", outcome{200, ""}, outcome{403, "insufficient_scope"}},
+		{"sk_test_sandbox_orders", outcome{403, "insufficient_scope"}, outcome{200, ""}},
+		{"sk_test_sandbox_none", outcome{403, "insufficient_scope"}, outcome{403, "insufficient_scope"}},
+		{"sk_test_sandbox_expired", outcome{401, "expired_api_key"}, outcome{401, "expired_api_key"}},
+		{"sk_test_sandbox_revoked", outcome{401, "revoked_api_key"}, outcome{401, "revoked_api_key"}},
+		{"sk_live_sandbox_all", outcome{503, "live_not_released"}, outcome{503, "live_not_released"}},
+		{"sk_test_unknown", outcome{401, "invalid_api_key"}, outcome{401, "invalid_api_key"}},
+	}
+	for _, tt := range tests {
+		for _, op := range operations {
+			t.Run(tt.key+"/"+op.name, func(t *testing.T) {
+				want := tt.tracking
+				if op.scope == "orders:read" {
+					want = tt.orders
+				}
+				rep := e.get(t, op.target, tt.key)
+				if want.status == 200 {
+					if rep.status != 200 {
+						t.Fatalf("GET %s = %s, want 200", op.target, rep)
+					}
+					return
+				}
+				wantProblem(t, rep, want.status, want.code, "")
+				challenge := rep.header.Get("WWW-Authenticate")
+				switch want.status {
+				case 401:
+					if challenge != `Bearer realm="sandbox"` {
+						t.Errorf("WWW-Authenticate = %q, want Bearer realm=\"sandbox\"", challenge)
+					}
+				case 403:
+					if w := `Bearer error="insufficient_scope", scope="` + op.scope + `"`; challenge != w {
+						t.Errorf("WWW-Authenticate = %q, want %q", challenge, w)
+					}
+					if p := rep.problem(t); !strings.Contains(p.Detail, op.scope) {
+						t.Errorf("403 detail %q does not name the scope %s", p.Detail, op.scope)
+					}
+				default:
+					if challenge != "" {
+						t.Errorf("WWW-Authenticate = %q on a %d, want none", challenge, want.status)
+					}
+				}
+			})
+		}
+	}
+	// sk_test_other_all: its own resources, never acct_sandbox's.
+	for _, op := range operations {
+		rep := e.get(t, op.target, "sk_test_other_all")
+		switch op.name {
+		case "tracking by number": // acct_other's own shipment has the same number
+			if rep.status != 200 || !strings.Contains(string(rep.body), `"shipment_id":"shp_other_1"`) {
+				t.Errorf("GET %s (sk_test_other_all) = %s, want shp_other_1", op.target, rep)
+			}
+			continue
+		case "list orders":
+			if rep.status != 200 || !strings.Contains(string(rep.body), "ord_other_0001") || strings.Contains(string(rep.body), "ord_sbx") {
+				t.Errorf("GET /v1/orders (sk_test_other_all) = %s, want acct_other's order only", rep)
+			}
+			continue
+		}
+		wantProblem(t, rep, 404, "not_found", "")
+	}
+}
+
+func TestAuthorizationHeaderVariants(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	tests := []struct {
+		name    string
+		headers []string
+		status  int
+		code    string
+	}{
+		{"no header", nil, 401, "missing_api_key"},
+		{"empty header", []string{"Authorization", ""}, 401, "missing_api_key"},
+		{"Basic scheme", []string{"Authorization", "Basic c2tfdGVzdF9zYW5kYm94X2FsbDo="}, 401, "missing_api_key"},
+		{"Token scheme", []string{"Authorization", "Token sk_test_sandbox_all"}, 401, "missing_api_key"},
+		{"key without scheme", []string{"Authorization", "sk_test_sandbox_all"}, 401, "missing_api_key"},
+		{"Bearer glued to key", []string{"Authorization", "Bearersk_test_sandbox_all"}, 401, "missing_api_key"},
+		{"Bearer alone", []string{"Authorization", "Bearer"}, 401, "invalid_api_key"},
+		{"Bearer and spaces", []string{"Authorization", "Bearer    "}, 401, "invalid_api_key"},
+		{"unknown key", []string{"Authorization", "Bearer sk_test_nope"}, 401, "invalid_api_key"},
+		{"key with a suffix", []string{"Authorization", "Bearer sk_test_sandbox_allx"}, 401, "invalid_api_key"},
+		{"key in other case", []string{"Authorization", "Bearer SK_TEST_SANDBOX_ALL"}, 401, "invalid_api_key"},
+		{"two keys in one header", []string{"Authorization", "Bearer sk_test_sandbox_all sk_test_sandbox_all"}, 401, "invalid_api_key"},
+		{"two Authorization headers", []string{"Authorization", "Bearer sk_test_sandbox_all", "Authorization", "Bearer sk_test_sandbox_all"}, 401, "invalid_api_key"},
+		{"scheme is case-insensitive", []string{"Authorization", "bearer sk_test_sandbox_all"}, 200, ""},
+		{"BEARER", []string{"Authorization", "BEARER sk_test_sandbox_all"}, 200, ""},
+		{"Digest scheme", []string{"Authorization", `Digest username="x"`}, 401, "missing_api_key"},
+		{"Bearer and a tab", []string{"Authorization", "Bearer\tsk_test_sandbox_all"}, 401, "missing_api_key"},
+		{"two Authorization headers, one bad", []string{"Authorization", "Bearer nope", "Authorization", "Bearer sk_test_sandbox_all"}, 401, "invalid_api_key"},
+		{"key with a trailing comma", []string{"Authorization", "Bearer sk_test_sandbox_all,"}, 401, "invalid_api_key"},
+		{"key quoted", []string{"Authorization", `Bearer "sk_test_sandbox_all"`}, 401, "invalid_api_key"},
+		{"a 10 KiB key", []string{"Authorization", "Bearer " + strings.Repeat("k", 10<<10)}, 401, "invalid_api_key"},
+		{"a key with control bytes", []string{"Authorization", "Bearer sk_test\x00sandbox_all"}, 401, "invalid_api_key"},
+		{"a key with non-UTF-8 bytes", []string{"Authorization", "Bearer sk_\xff\xfe"}, 401, "invalid_api_key"},
+		{"several spaces after the scheme", []string{"Authorization", "Bearer   sk_test_sandbox_all"}, 200, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := e.get(t, "/v1/orders", "", tt.headers...)
+			if tt.status == 200 {
+				if rep.status != 200 {
+					t.Fatalf("status = %s, want 200", rep)
+				}
+				return
+			}
+			wantProblem(t, rep, tt.status, tt.code, "")
+			if got := rep.header.Get("WWW-Authenticate"); got != `Bearer realm="sandbox"` {
+				t.Errorf("WWW-Authenticate = %q", got)
+			}
+			if rep.header.Get("RateLimit") != "" {
+				t.Errorf("a 401 carries RateLimit %q: an unknown caller has no rate-limit state", rep.header.Get("RateLimit"))
+			}
+		})
+	}
+}
+
+// TestOtherTenantsLookExactlyMissing: a resource of another account or environment answers
+// exactly as a resource that does not exist (only the request id differs).
+func TestOtherTenantsLookExactlyMissing(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	pairs := []struct{ foreign, missing, key string }{
+		{"/v1/orders/ord_other_0001", "/v1/orders/ord_nope_0001", "sk_test_sandbox_all"},
+		{"/v1/orders/ord_sbx_live_0001", "/v1/orders/ord_nope_0001", "sk_test_sandbox_all"},
+		{"/v1/orders/ord_sbx_0001", "/v1/orders/ord_nope_0001", "sk_test_other_all"},
+		{"/v1/shipments/shp_other_1/tracking", "/v1/shipments/shp_nope/tracking", "sk_test_sandbox_all"},
+		{"/v1/shipments/shp_sbx_live/tracking", "/v1/shipments/shp_nope/tracking", "sk_test_sandbox_all"},
+		{"/v1/shipments/shp_sbx_spring/tracking", "/v1/shipments/shp_nope/tracking", "sk_test_other_all"},
+		{"/v1/tracking/SBX9000000001", "/v1/tracking/SBX0000000000", "sk_test_sandbox_all"},
+	}
+	for _, p := range pairs {
+		foreign, missing := e.get(t, p.foreign, p.key), e.get(t, p.missing, p.key)
+		wantProblem(t, foreign, 404, "not_found", "")
+		if a, b := withoutRequestID(t, foreign.body), withoutRequestID(t, missing.body); a != b {
+			t.Errorf("GET %s (%s) = %s\nbut a missing resource answers %s", p.foreign, p.key, a, b)
+		}
+		for _, h := range []string{"Content-Type", "Content-Length", "Cache-Control", "RateLimit"} {
+			if foreign.header.Get(h) != missing.header.Get(h) {
+				t.Errorf("%s: header %s = %q, missing resource has %q", p.foreign, h, foreign.header.Get(h), missing.header.Get(h))
+			}
+		}
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	e := newEnv(t, envOptions{step: -1}) // the clock stands still unless advanced
+	const key = "sk_test_sandbox_all"
+	for i := 0; i < 25; i++ {
+		rep := e.get(t, "/v1/orders/ord_sbx_0001", key)
+		want := fmt.Sprintf(`"default";r=%d;t=1`, 24-i)
+		if rep.status != 200 || rep.header.Get("RateLimit") != want || rep.header.Get("RateLimit-Policy") != `"default";q=25;w=1` {
+			t.Fatalf("request %d = %d, RateLimit %q, RateLimit-Policy %q; want 200, %s, \"default\";q=25;w=1", i+1, rep.status, rep.header.Get("RateLimit"), rep.header.Get("RateLimit-Policy"), want)
+		}
+	}
+	rep := e.get(t, "/v1/orders/ord_sbx_0001", key)
+	wantProblem(t, rep, 429, "rate_limited", "")
+	if rep.header.Get("Retry-After") != "1" || rep.header.Get("RateLimit") != `"default";r=0;t=1` {
+		t.Errorf("429 Retry-After %q, RateLimit %q; want 1 and r=0", rep.header.Get("Retry-After"), rep.header.Get("RateLimit"))
+	}
+	// Another key of the same account has its own bucket.
+	if rep := e.get(t, "/v1/orders", "sk_test_sandbox_orders"); rep.status != 200 || rep.header.Get("RateLimit") != `"default";r=24;t=1` {
+		t.Errorf("another key = %d with RateLimit %q, want 200 and a full bucket", rep.status, rep.header.Get("RateLimit"))
+	}
+	// One token comes back every 40 ms; a second later the bucket is full.
+	e.clock.advance(40 * time.Millisecond)
+	if rep := e.get(t, "/v1/orders", key); rep.status != 200 || rep.header.Get("RateLimit") != `"default";r=0;t=1` {
+		t.Errorf("after 40 ms = %d with RateLimit %q, want 200 and r=0", rep.status, rep.header.Get("RateLimit"))
+	}
+	wantProblem(t, e.get(t, "/v1/orders", key), 429, "rate_limited", "")
+	e.clock.advance(time.Second)
+	if rep := e.get(t, "/v1/orders", key); rep.status != 200 || rep.header.Get("RateLimit") != `"default";r=24;t=1` {
+		t.Errorf("after a second = %d with RateLimit %q, want 200 and r=24", rep.status, rep.header.Get("RateLimit"))
+	}
+	// The rate limit comes before the scope: a key without the scope spends tokens too.
+	for i := 0; i < 25; i++ {
+		wantProblem(t, e.get(t, "/v1/orders", "sk_test_sandbox_none"), 403, "insufficient_scope", "")
+	}
+	wantProblem(t, e.get(t, "/v1/orders", "sk_test_sandbox_none"), 429, "rate_limited", "")
+	// Answers after the limiter carry its state; answers before it do not.
+	if rep := e.get(t, "/v1/orders?limit=0", "sk_test_sandbox_tracking"); rep.header.Get("RateLimit") == "" {
+		t.Errorf("a 403 of a known key has no RateLimit field")
+	}
+	for _, k := range []string{"", "sk_test_nope", "sk_test_sandbox_expired", "sk_live_sandbox_all"} {
+		if rep := e.get(t, "/v1/orders", k); rep.header.Get("RateLimit") != "" || rep.header.Get("RateLimit-Policy") != "" {
+			t.Errorf("key %q: %d carries RateLimit fields", k, rep.status)
+		}
+	}
+
+	off := newEnv(t, envOptions{rate: -1, step: -1})
+	for i := 0; i < 500; i++ {
+		rep := off.get(t, "/v1/orders", key)
+		if rep.status != 200 || rep.header.Get("RateLimit") != "" || rep.header.Get("RateLimit-Policy") != "" {
+			t.Fatalf("with -rate 0, request %d = %d with RateLimit %q", i, rep.status, rep.header.Get("RateLimit"))
+		}
+	}
+}
+
+func TestRateLimitOfOtherSettings(t *testing.T) {
+	l := newRateLimit(3, testNow)
+	var b bucket
+	for i, want := range []int{2, 1, 0} {
+		if r, ok, _ := l.take(&b, testNow); !ok || r != want {
+			t.Fatalf("take %d = %d, %v; want %d, true", i, r, ok, want)
+		}
+	}
+	if _, ok, wait := l.take(&b, testNow); ok || wait <= 0 || wait > time.Second {
+		t.Errorf("take on an empty bucket = ok %v, wait %v; want false and a wait within a second", ok, wait)
+	}
+	if newRateLimit(0, testNow) != nil {
+		t.Error("a rate of 0 makes a limiter, want none")
+	}
+}
+
+// tracking.go: every fixture's tracking view, lookup by number, normalization.
+
+func TestTrackingViewsOfEveryFixture(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	tests := []struct {
+		name, target, key, want string
+	}{
+		{
+			// UK clocks go forward at 01:00 UTC on 2026-03-29: 02:30+01:00 is 01:30Z.
+			"spring DST instants kept in UTC", "/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_all",
+			`{"shipment_id":"shp_sbx_spring","reference":"SBX-REF-1001","tracking_number":"SBX1000000001","status":"delivered","events":[` +
+				`{"status":"pre_transit","description":"Label created","timestamp":"2026-03-28T18:00:00Z","location":"London, GB"},` +
+				`{"status":"in_transit","description":"Departed facility","timestamp":"2026-03-29T00:30:00Z","location":"Heathrow, GB"},` +
+				`{"status":"in_transit","description":"Arrived at hub","timestamp":"2026-03-29T01:30:00Z","location":"Birmingham, GB"},` +
+				`{"status":"out_for_delivery","description":"Out for delivery","timestamp":"2026-03-29T08:15:00Z","location":"Manchester, GB"},` +
+				`{"status":"delivered","description":"Delivered","timestamp":"2026-03-29T12:05:00Z","location":"Manchester, GB"}]}`,
+		},
+		{
+			// Local 01:30 happens twice on 2026-10-25: 00:30Z and 01:30Z. The two exact
+			// duplicates (00:30Z "Departed facility", the repeated 01:30Z event) are dropped.
+			"autumn DST: two instants, duplicates suppressed", "/v1/shipments/shp_sbx_autumn/tracking", "sk_test_sandbox_all",
+			`{"shipment_id":"shp_sbx_autumn","reference":"SBX-REF-1002","tracking_number":"SBX1000000002","status":"in_transit","events":[` +
+				`{"status":"pre_transit","description":"Label created","timestamp":"2026-10-24T15:00:00Z","location":"Leeds, GB"},` +
+				`{"status":"in_transit","description":"Departed facility","timestamp":"2026-10-25T00:30:00Z","location":"Leeds, GB"},` +
+				`{"status":"in_transit","description":"Arrived at sort centre","timestamp":"2026-10-25T01:30:00Z","location":"York, GB"}]}`,
+		},
+		{
+			// Three timestamps without an offset are not interpreted: only the 11:00+00:00
+			// event is stored, so the status is in_transit, not delivered.
+			"naive timestamps excluded", "/v1/shipments/shp_sbx_naive/tracking", "sk_test_sandbox_all",
+			`{"shipment_id":"shp_sbx_naive","reference":"SBX-REF-1003","tracking_number":"SBX1000000003","status":"in_transit","events":[` +
+				`{"status":"in_transit","description":"Departed facility","timestamp":"2026-11-20T11:00:00Z","location":"Bristol, GB"}]}`,
+		},
+		{
+			"null tracking number, no events", "/v1/shipments/shp_sbx_unlabelled/tracking", "sk_test_sandbox_all",
+			`{"shipment_id":"shp_sbx_unlabelled","reference":"SBX-REF-1004","tracking_number":null,"status":"pre_transit","events":[]}`,
+		},
+		{
+			"twin a by id", "/v1/shipments/shp_sbx_twin_a/tracking", "sk_test_sandbox_tracking",
+			`{"shipment_id":"shp_sbx_twin_a","reference":"SBX-REF-1005","tracking_number":"SBX2000000000","status":"in_transit","events":[` +
+				`{"status":"in_transit","description":"In transit","timestamp":"2026-11-02T08:00:00Z","location":"Leicester, GB"}]}`,
+		},
+		{
+			"twin b by id", "/v1/shipments/shp_sbx_twin_b/tracking", "sk_test_sandbox_all",
+			`{"shipment_id":"shp_sbx_twin_b","reference":"SBX-REF-1006","tracking_number":"SBX2000000000","status":"in_transit","events":[` +
+				`{"status":"in_transit","description":"In transit","timestamp":"2026-11-02T08:00:00Z","location":"Leicester, GB"}]}`,
+		},
+		{
+			"multi-parcel, null location is empty", "/v1/shipments/shp_sbx_parcels/tracking", "sk_test_sandbox_all",
+			`{"shipment_id":"shp_sbx_parcels","reference":"SBX-REF-1007","tracking_number":"SBX3000000001","status":"in_transit","events":[` +
+				`{"status":"pre_transit","description":"Shipment information received","timestamp":"2026-11-03T07:00:00Z","location":""},` +
+				`{"status":"in_transit","description":"In transit","timestamp":"2026-11-03T15:00:00Z","location":"Glasgow, GB"}]}`,
+		},
+		{
+			"another account's own shipment", "/v1/shipments/shp_other_1/tracking", "sk_test_other_all",
+			`{"shipment_id":"shp_other_1","reference":"OTH-REF-1","tracking_number":"SBX1000000001","status":"delivered","events":[` +
+				`{"status":"delivered","description":"Delivered","timestamp":"2026-10-14T10:00:00Z","location":"Cardiff, GB"}]}`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := e.get(t, tt.target, tt.key)
+			if rep.status != 200 || string(rep.body) != tt.want {
+				t.Errorf("GET %s = %s\nwant 200 %s", tt.target, rep, tt.want)
+			}
+		})
+	}
+}
+
+func TestTrackingByNumber(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	tests := []struct {
+		name, number, key string
+		wantStatus        int
+		wantShipment      string
+	}{
+		{"primary number", "SBX1000000001", "sk_test_sandbox_all", 200, "shp_sbx_spring"},
+		{"same number, the other account finds its own", "SBX1000000001", "sk_test_other_all", 200, "shp_other_1"},
+		{"autumn", "SBX1000000002", "sk_test_sandbox_tracking", 200, "shp_sbx_autumn"},
+		{"naive", "SBX1000000003", "sk_test_sandbox_all", 200, "shp_sbx_naive"},
+		{"multi-parcel primary", "SBX3000000001", "sk_test_sandbox_all", 200, "shp_sbx_parcels"},
+		{"further parcel does not match", "SBX3000000002", "sk_test_sandbox_all", 404, ""},
+		{"third parcel does not match", "SBX3000000003", "sk_test_sandbox_all", 404, ""},
+		{"ambiguous number is 404 in the sandbox", "SBX2000000000", "sk_test_sandbox_all", 404, ""},
+		{"live shipment's number with a test key", "SBX9000000001", "sk_test_sandbox_all", 404, ""},
+		{"unknown number", "SBX0000000000", "sk_test_sandbox_all", 404, ""},
+		{"exact match: lower case differs", "sbx1000000001", "sk_test_sandbox_all", 404, ""},
+		{"exact match: a prefix differs", "SBX100000000", "sk_test_sandbox_all", 404, ""},
+		{"other account cannot see the twins", "SBX2000000000", "sk_test_other_all", 404, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := e.get(t, "/v1/tracking/"+tt.number, tt.key)
+			if tt.wantStatus == 404 {
+				wantProblem(t, rep, 404, "not_found", "")
+				return
+			}
+			byID := e.get(t, "/v1/shipments/"+tt.wantShipment+"/tracking", tt.key)
+			if rep.status != 200 || !bytes.Equal(rep.body, byID.body) {
+				t.Errorf("GET /v1/tracking/%s = %s\nwant the view of %s: %s", tt.number, rep, tt.wantShipment, byID.body)
+			}
+		})
+	}
+}
+
+func TestNormalizeEvents(t *testing.T) {
+	ev := func(ts any, status, desc string, loc *string) rawEvent {
+		b, _ := json.Marshal(ts)
+		return rawEvent{Timestamp: b, Status: status, Description: &desc, Location: loc}
+	}
+	here := "Here, GB"
+	raw := []rawEvent{
+		ev("2026-11-20T12:00:00Z", "delivered", "Delivered", &here),
+		ev("2026-11-20T10:00:00+00:00", "in_transit", "Same instant", nil),
+		ev("2026-11-20T11:00:00+01:00", "in_transit", "Same instant", &here), // 10:00Z again: a duplicate
+		ev("2026-11-20T10:00:00Z", "in_transit", "Another description", &here),
+		ev("2026-11-20T11:00:00Z", "in_transit", "Same instant", &here), // same description, another instant
+		ev("2026-11-20T09:00:00", "in_transit", "Naive", &here),
+		ev(1763629200, "in_transit", "A number", &here),
+		ev(nil, "in_transit", "Null", &here),
+		{Status: "in_transit", Description: &here}, // no timestamp at all
+	}
+	events, n := normalizeEvents(raw)
+	want := []trackingEvent{
+		{"in_transit", "Same instant", "2026-11-20T10:00:00Z", ""},
+		{"in_transit", "Another description", "2026-11-20T10:00:00Z", "Here, GB"},
+		{"in_transit", "Same instant", "2026-11-20T11:00:00Z", "Here, GB"},
+		{"delivered", "Delivered", "2026-11-20T12:00:00Z", "Here, GB"},
+	}
+	if !slices.Equal(events, want) || n.dropped != 4 || n.duplicates != 1 {
+		t.Errorf("normalizeEvents = %+v, %+v\nwant %+v, 4 dropped, 1 duplicate", events, n, want)
+	}
+}
+
+// TestRawEventsAreDroppedNotRefused: an event whose timestamp cannot be interpreted is
+// dropped, the rest load, and start-up logs how many were dropped per shipment.
+func TestRawEventsAreDroppedNotRefused(t *testing.T) {
+	data := dataset(dsAccounts, `{"key":"sk_test_a","account":"acct_a","environment":"test","scopes":["tracking:read"]}`,
+		`{"id":"shp_1","account":"acct_a","environment":"test","reference":"S1","tracking_number":"T1","events":[`+
+			`{"timestamp":"2026-11-01T00:00:00","status":"in_transit","description":"naive"},`+
+			`{"timestamp":12345,"status":"in_transit","description":"a number"},`+
+			`{"status":"in_transit","description":"none"},`+
+			`{"timestamp":"2026-11-01T09:00:00+09:00","status":"delivered","description":"kept"}]}`, "")
+	e := newEnv(t, envOptions{data: []byte(data)})
+	want := `{"shipment_id":"shp_1","reference":"S1","tracking_number":"T1","status":"delivered","events":[{"status":"delivered","description":"kept","timestamp":"2026-11-01T00:00:00Z","location":""}]}`
+	if rep := e.get(t, "/v1/shipments/shp_1/tracking", "sk_test_a"); string(rep.body) != want {
+		t.Errorf("tracking view = %s, want %s", rep, want)
+	}
+	if !strings.Contains(e.logs.String(), `"msg":"dataset: raw events dropped: timestamp not RFC 3339 with an offset","shipment":"shp_1","tenant":"acct_a/test","dropped":3`) {
+		t.Errorf("start-up log does not say 3 events of shp_1 were dropped:\n%s", e.logs)
+	}
+}
+
+// orders.go: orders, the query, pages and the index behind them.
+
+func TestOrdersOfTheDefaultDataset(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	tests := []struct {
+		target, key, want string
+	}{
+		{"/v1/orders/ord_sbx_0001", "sk_test_sandbox_all", sandboxOrderJSON},
+		{"/v1/orders/ord_sbx_0001", "sk_test_sandbox_orders", sandboxOrderJSON},
+		// Linked at load: shp_other_1 was created with order_id ord_other_0001.
+		{"/v1/orders/ord_other_0001", "sk_test_other_all", otherOrderJSON},
+		{"/v1/orders", "sk_test_sandbox_all", `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
+		{"/v1/orders", "sk_test_other_all", `{"data":[` + otherOrderJSON + `],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
+		{"/v1/orders?limit=1", "sk_test_sandbox_all", `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":1,"next_cursor":null,"has_more":false}}`},
+		{"/v1/orders?status=unfulfilled&created_from=2026-11-01T09:30:00Z&created_to=2026-11-01T09:30:00Z", "sk_test_sandbox_all", `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
+		{"/v1/orders?created_from=2026-11-01T10:30:00%2B01:00&created_to=2026-11-01T09:30:00Z", "sk_test_sandbox_all", `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
+		{"/v1/orders?created_from=2026-11-01T10:30:00+01:00", "sk_test_sandbox_all", `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
+		{"/v1/orders?status=fulfilled", "sk_test_sandbox_all", `{"data":[],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
+		{"/v1/orders?created_from=2026-11-01T09:30:00.000000001Z", "sk_test_sandbox_all", `{"data":[],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
+		{"/v1/orders?created_to=2026-11-01T09:29:59.999Z", "sk_test_sandbox_all", `{"data":[],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
+	}
+	for _, tt := range tests {
+		rep := e.get(t, tt.target, tt.key)
+		if rep.status != 200 || string(rep.body) != tt.want {
+			t.Errorf("GET %s (%s) = %s\nwant 200 %s", tt.target, tt.key, rep, tt.want)
+		}
+	}
+}
+
+// TestNoMarketplaceSecretsInResponses: the stored orders carry a marketplace token and raw
+// marketplace data; no response of any operation shows any part of either.
+func TestNoMarketplaceSecretsInResponses(t *testing.T) {
+	e := newEnv(t, envOptions{seed: 50})
+	var secrets []string
+	var file struct {
+		Orders []orderRecord `json:"orders"`
+	}
+	if err := json.Unmarshal(defaultDataset, &file); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range file.Orders {
+		if o.MarketplaceToken == "" || len(o.RawMarketplaceData) == 0 {
+			t.Fatalf("order %s carries no marketplace token or raw data: the test proves nothing", o.ID)
+		}
+		secrets = append(secrets, o.MarketplaceToken, "buyer", "line_items", "receipt", "AmazonOrderId", "5550001001", "raw", "token", "marketplace")
+	}
+	targets := []string{"/v1/orders", "/v1/orders?limit=100", "/v1/orders/ord_sbx_0001", "/v1/orders/ord_other_0001", "/v1/shipments/shp_other_1/tracking"}
+	for _, key := range []string{"sk_test_sandbox_all", "sk_test_other_all", "sk_live_sandbox_all"} {
+		for _, target := range targets {
+			rep := e.get(t, target, key)
+			for _, s := range secrets {
+				if bytes.Contains(bytes.ToLower(rep.body), bytes.ToLower([]byte(s))) {
+					t.Errorf("GET %s (%s) shows %q: %s", target, key, s, rep.body)
+				}
+			}
+		}
+	}
+	var order map[string]any
+	if err := json.Unmarshal(e.get(t, "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all").body, &order); err != nil {
+		t.Fatal(err)
+	}
+	var fields []string
+	for k := range order {
+		fields = append(fields, k)
+	}
+	slices.Sort(fields)
+	if want := []string{"created_at", "id", "merchant_reference", "platform", "shipment_id", "status"}; !slices.Equal(fields, want) {
+		t.Errorf("order fields = %v, want exactly the spec's %v", fields, want)
+	}
+}
+
+func TestOrderQueryValidation(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	tests := []struct {
+		query  string
+		status int
+		code   string
+		param  string
+	}{
+		{"limit=0", 422, "invalid_parameter", "limit"},
+		{"limit=101", 422, "invalid_parameter", "limit"},
+		{"limit=abc", 422, "invalid_parameter", "limit"},
+		{"limit=", 422, "invalid_parameter", "limit"},
+		{"limit", 422, "invalid_parameter", "limit"},
+		{"limit=-1", 422, "invalid_parameter", "limit"},
+		{"limit=+5", 422, "invalid_parameter", "limit"},
+		{"limit=%2B5", 422, "invalid_parameter", "limit"},
+		{"limit=5.0", 422, "invalid_parameter", "limit"},
+		{"limit=1e2", 422, "invalid_parameter", "limit"},
+		{"limit=%205", 422, "invalid_parameter", "limit"},
+		{"limit=99999999999999999999999", 422, "invalid_parameter", "limit"},
+		{"limit=5&limit=5", 422, "invalid_parameter", "limit"},
+		{"status=shipped", 422, "invalid_parameter", "status"},
+		{"status=", 422, "invalid_parameter", "status"},
+		{"status=FULFILLED", 422, "invalid_parameter", "status"},
+		{"status=fulfilled&status=cancelled", 422, "invalid_parameter", "status"},
+		{"created_from=2026-11-20T10:00:00", 422, "invalid_parameter", "created_from"},
+		{"created_from=2026-11-20%2010:00:00Z", 422, "invalid_parameter", "created_from"},
+		{"created_from=2026-11-20", 422, "invalid_parameter", "created_from"},
+		{"created_from=", 422, "invalid_parameter", "created_from"},
+		{"created_from=yesterday", 422, "invalid_parameter", "created_from"},
+		{"created_from=1700000000", 422, "invalid_parameter", "created_from"},
+		{"created_to=2026-11-20T1:30:00Z", 422, "invalid_parameter", "created_to"},
+		{"created_to=2026-11-20T24:00:00Z", 422, "invalid_parameter", "created_to"},
+		{"created_to=2026-12-31T23:59:60Z", 422, "invalid_parameter", "created_to"},
+		{"created_to=2026-11-20T10:00:00%2B24:00", 422, "invalid_parameter", "created_to"},
+		{"created_to=2026-02-29T10:00:00Z", 422, "invalid_parameter", "created_to"},
+		{"created_to=2026-11-20T10:00:00Z&created_to=2026-11-21T10:00:00Z", 422, "invalid_parameter", "created_to"},
+		{"created_from=2026-11-02T00:00:00Z&created_to=2026-11-01T00:00:00Z", 422, "invalid_parameter", "created_from"},
+		{"created_from=2026-11-01T01:00:00%2B01:00&created_to=2026-11-01T00:00:00Z", 200, "", ""},
+		{"page=2", 422, "unknown_parameter", "page"},
+		{"offset=0", 422, "unknown_parameter", "offset"},
+		{"Limit=5", 422, "unknown_parameter", "Limit"},
+		{"api_key=sk_test_sandbox_all", 422, "unknown_parameter", "api_key"},
+		{"limit=5&starting_after=ord_sbx_0001", 422, "unknown_parameter", "starting_after"},
+		{"=5", 422, "unknown_parameter", ""},
+		{"%zz=1", 422, "unknown_parameter", "%zz"},
+		{"status=%zz", 422, "invalid_parameter", "status"},
+		{"cursor=", 400, "invalid_cursor", "cursor"},
+		{"cursor=garbage", 400, "invalid_cursor", "cursor"},
+		{"cursor=a&cursor=b", 422, "invalid_parameter", "cursor"},
+		{"limit=5&&&", 200, "", ""},
+		{strings.Repeat("&", 10000), 200, "", ""},
+		{"limit=0x10", 422, "invalid_parameter", "limit"},
+		{"limit=%G0", 422, "invalid_parameter", "limit"},
+		{"limit=5;status=fulfilled", 422, "invalid_parameter", "limit"},
+		{"status=fulfilled%00", 422, "invalid_parameter", "status"},
+		{"created_from=" + strings.Repeat("2", 10000), 422, "invalid_parameter", "created_from"},
+		{"created_from=10000-01-01T00:00:00Z", 422, "invalid_parameter", "created_from"},
+		{"status[]=fulfilled", 422, "unknown_parameter", "status[]"},
+		{"%FF=1", 422, "unknown_parameter", "\ufffd"},
+		{"created_from=2026-11-01T09:30:00z&created_to=2026-11-01t09:30:00Z", 200, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.query[:min(len(tt.query), 60)], func(t *testing.T) {
+			rep := e.get(t, "/v1/orders?"+tt.query, "sk_test_sandbox_all")
+			if tt.status == 200 {
+				if rep.status != 200 {
+					t.Fatalf("= %s, want 200", rep)
+				}
+				return
+			}
+			wantProblem(t, rep, tt.status, tt.code, tt.param)
+		})
+	}
+	// The operations that take no parameters refuse any.
+	for _, target := range []string{"/v1/orders/ord_sbx_0001?expand=shipment", "/v1/shipments/shp_sbx_spring/tracking?limit=1", "/v1/tracking/SBX1000000001?carrier=x"} {
+		rep := e.get(t, target, "sk_test_sandbox_all")
+		name := target[strings.Index(target, "?")+1 : strings.Index(target, "=")]
+		wantProblem(t, rep, 422, "unknown_parameter", name)
+	}
+}
+
+// TestPaginationWalks walks seeded orders for every combination of filters: every order
+// that matches appears once, in list order, and none that does not.
+func TestPaginationWalks(t *testing.T) {
+	const seed = 1500
+	e := newEnv(t, envOptions{seed: seed})
+	const key = "sk_test_sandbox_all"
+
+	all := e.walk(t, key, "", 100)
+	if len(all) != seed+1 {
+		t.Fatalf("walk saw %d orders, want %d seeded + ord_sbx_0001", len(all), seed+1)
+	}
+	seen := map[string]bool{}
+	statuses, platforms, sharedInstants := map[string]int{}, map[string]int{}, 0
+	for i, o := range all {
+		if seen[o.ID] {
+			t.Fatalf("order %s appears twice", o.ID)
+		}
+		seen[o.ID] = true
+		statuses[o.Status]++
+		platforms[o.Platform]++
+		if i > 0 {
+			prev := all[i-1]
+			if o.CreatedAt == prev.CreatedAt {
+				sharedInstants++
+			}
+			pt, _ := time.Parse(time.RFC3339Nano, prev.CreatedAt)
+			ot, _ := time.Parse(time.RFC3339Nano, o.CreatedAt)
+			if ot.After(pt) || ot.Equal(pt) && o.ID >= prev.ID {
+				t.Fatalf("list order broken: %s (%s) after %s (%s)", o.ID, o.CreatedAt, prev.ID, prev.CreatedAt)
+			}
+		}
+	}
+	if len(statuses) != 4 || len(platforms) != 5 || sharedInstants == 0 {
+		t.Fatalf("seeded orders: statuses %v, platforms %v, %d shared created_at: want every status, every platform and some ties", statuses, platforms, sharedInstants)
+	}
+	// Every listed order is the order GET /v1/orders/{id} shows, byte for byte.
+	for _, o := range all[:50] {
+		want, _ := json.Marshal(o)
+		if got := e.get(t, "/v1/orders/"+o.ID, key); got.status != 200 || string(got.body) != string(want) {
+			t.Fatalf("GET /v1/orders/%s = %s, want %s", o.ID, got, want)
+		}
+	}
+
+	// Bounds are instants of existing orders, inside tie groups, so inclusivity and the id
+	// tie-break are both at stake at each edge.
+	var lo, hi string
+	for i := 1; i < len(all); i++ {
+		if all[i].CreatedAt == all[i-1].CreatedAt {
+			if hi == "" && i > 200 {
+				hi = all[i].CreatedAt
+			} else if hi != "" && i > 900 {
+				lo = all[i].CreatedAt
+				break
+			}
+		}
+	}
+	hiT, _ := time.Parse(time.RFC3339, hi)
+	hiOffset := hiT.In(time.FixedZone("", -5*3600)).Format(time.RFC3339) // the same instant, another offset
+	for _, status := range []string{"", "unfulfilled", "partially_fulfilled", "fulfilled", "cancelled"} {
+		for _, from := range []string{"", lo} {
+			for _, to := range []string{"", hi, hiOffset} {
+				var q []string
+				if status != "" {
+					q = append(q, "status="+status)
+				}
+				if from != "" {
+					q = append(q, "created_from="+url.QueryEscape(from))
+				}
+				if to != "" {
+					q = append(q, "created_to="+url.QueryEscape(to))
+				}
+				var want []string
+				for _, o := range all {
+					if (status == "" || o.Status == status) && (from == "" || o.CreatedAt >= from) && (to == "" || o.CreatedAt <= hi) {
+						want = append(want, o.ID)
+					}
+				}
+				for _, limit := range []int{7, 100} {
+					got := ids(e.walk(t, key, strings.Join(q, "&"), limit))
+					if !slices.Equal(got, want) {
+						t.Errorf("walk %q limit %d: %d orders, want %d (first difference at %d)", q, limit, len(got), len(want), firstDifference(got, want))
+					}
+				}
+			}
+		}
+	}
+	// limit=1 over a small seed, and a limit that changes between pages.
+	small := newEnv(t, envOptions{seed: 30})
+	one := ids(small.walk(t, key, "", 1))
+	if full := ids(small.walk(t, key, "", 100)); !slices.Equal(one, full) || len(full) != 31 {
+		t.Errorf("limit=1 walk = %v, want %v (31 orders)", one, full)
+	}
+	p1 := decodePage(t, small.get(t, "/v1/orders?limit=3", key))
+	p2 := decodePage(t, small.get(t, "/v1/orders?limit=10&cursor="+*p1.Pagination.NextCursor, key))
+	if got, want := ids(append(p1.Data, p2.Data...)), one[:13]; !slices.Equal(got, want) {
+		t.Errorf("pages of 3 then 10 = %v, want %v", got, want)
+	}
+	if p := decodePage(t, small.get(t, "/v1/orders", key)); len(p.Data) != 20 || p.Pagination.Limit != 20 || !p.Pagination.HasMore {
+		t.Errorf("default page: %d orders, limit %d, has_more %v; want 20, 20, true", len(p.Data), p.Pagination.Limit, p.Pagination.HasMore)
+	}
+}
+
+func TestSeedOrders(t *testing.T) {
+	seeded := func() []*importedOrder {
+		ix := newOrderIndex(tag{})
+		if err := ix.seedOrders(1000); err != nil {
+			t.Fatal(err)
+		}
+		return ix.all.orders
+	}
+	a, b := seeded(), seeded()
+	for i := range a {
+		if a[i].id != b[i].id || !a[i].createdAt.Equal(b[i].createdAt) || a[i].status != b[i].status || a[i].platform != b[i].platform {
+			t.Fatalf("seeding is not deterministic at %d", i)
+		}
+		if i > 0 && !newer(a[i-1], a[i]) {
+			t.Fatalf("seeded orders not in list order at %d: %s then %s", i, a[i-1].id, a[i].id)
+		}
+	}
+	if a[0].id != "ord_seed_0000999" || a[999].id != "ord_seed_0000000" {
+		t.Errorf("seeded ids run %s..%s, want ord_seed_0000999 (newest)..ord_seed_0000000", a[0].id, a[999].id)
+	}
+	if _, err := loadDataset("test", defaultDataset, 10, slog.New(slog.DiscardHandler)); err != nil {
+		t.Errorf("seeding the default dataset: %v", err)
+	}
+}
+
+// checkOrderIndex: the list of all orders and each status list hold their orders in list
+// order, each status list only its status and together all orders, and each block is
+// exactly its orders' resources joined by commas, allocated to its size.
+func checkOrderIndex(t testing.TB, ix *orderIndex) {
+	t.Helper()
+	total := 0
+	for n, l := range append([]orderList{ix.all}, ix.byStatus...) {
+		var want []byte
+		for k, o := range l.orders {
+			if n > 0 && o.status != n-1 {
+				t.Fatalf("order %q (%s) is in the %s list", o.id, orderStatuses[o.status], orderStatuses[n-1])
+			}
+			if k > 0 && !newer(l.orders[k-1], o) {
+				t.Fatalf("list %d: order %q comes after %q", n, o.id, l.orders[k-1].id)
+			}
+			want = append(append(want, o.resource...), ',')
+		}
+		if !bytes.Equal(l.joined, want) || cap(l.joined) != len(l.joined) || len(l.starts) != len(l.orders)+1 {
+			t.Fatalf("list %d: block of %d bytes (capacity %d, %d starts) is not its %d orders joined", n, len(l.joined), cap(l.joined), len(l.starts), len(l.orders))
+		}
+		if n > 0 {
+			total += len(l.orders)
+		}
+	}
+	if total != len(ix.all.orders) {
+		t.Fatalf("the status lists hold %d orders, the list of all %d", total, len(ix.all.orders))
+	}
+}
+
+func TestOrderIndexOfSeededOrders(t *testing.T) {
+	sb, err := loadDataset("test", defaultDataset, 1000, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tn := range sb.tenants {
+		checkOrderIndex(t, &tn.orders)
+	}
+}
+
+// cursor.go: what a cursor binds, and that nothing else passes.
+
+func TestCursorBinding(t *testing.T) {
+	const key = "sk_test_sandbox_all"
+	e := newEnv(t, envOptions{seed: 40, secret: "secret-one"})
+	first := decodePage(t, e.get(t, "/v1/orders?limit=5&status=fulfilled&created_to=2026-11-01T00:00:00Z", key))
+	cursor := *first.Pagination.NextCursor
+	next := "/v1/orders?status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor="
+	if rep := e.get(t, next+cursor, key); rep.status != 200 {
+		t.Fatalf("the cursor with its own filters = %s, want 200", rep)
+	}
+	// The same instant written with another offset is the same filter.
+	if rep := e.get(t, "/v1/orders?status=fulfilled&created_to=2026-11-01T01:00:00%2B01:00&cursor="+cursor, key); rep.status != 200 {
+		t.Errorf("same filters, other spelling of the instant = %s, want 200", rep)
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tamper := func(i int) string {
+		b := slices.Clone(raw)
+		b[i] ^= 0x01
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	tests := []struct {
+		name, query, key string
+	}{
+		{"other status", "status=cancelled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor, key},
+		{"no status", "created_to=2026-11-01T00:00:00Z&cursor=" + cursor, key},
+		{"other created_to", "status=fulfilled&created_to=2026-11-01T00:00:01Z&cursor=" + cursor, key},
+		{"created_from added", "status=fulfilled&created_from=2020-01-01T00:00:00Z&created_to=2026-11-01T00:00:00Z&cursor=" + cursor, key},
+		{"no filters", "cursor=" + cursor, key},
+		{"another account", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor, "sk_test_other_all"},
+		{"padded", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor + "%3D%3D", key},
+		{"truncated by one", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor[:len(cursor)-1], key},
+		{"truncated by half", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor[:len(cursor)/2], key},
+		{"standard base64 alphabet", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + url.QueryEscape(base64.StdEncoding.EncodeToString(raw)), key},
+		{"not base64", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=%21%21%21", key},
+		{"carriage return inserted", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor[:10] + "%0D" + cursor[10:], key},
+		{"line feed appended", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor + "%0A", key},
+		{"huge", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + strings.Repeat("A", 5000), key},
+		{"a character appended", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor + "A", key},
+		{"percent signs", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=%25%25%25", key},
+	}
+	for i := range raw {
+		tests = append(tests, struct{ name, query, key string }{"byte " + strconv.Itoa(i) + " flipped", "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + tamper(i), key})
+	}
+	// The last character carries spare bits: any other letter there must not pass either.
+	last := cursor[len(cursor)-1]
+	for _, c := range "AQgw_-" {
+		if byte(c) != last {
+			tests = append(tests, struct{ name, query, key string }{"last character " + string(c), "status=fulfilled&created_to=2026-11-01T00:00:00Z&cursor=" + cursor[:len(cursor)-1] + string(c), key})
+		}
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			wantProblem(t, e.get(t, "/v1/orders?"+tt.query, tt.key), 400, "invalid_cursor", "cursor")
+		})
+	}
+	// Another sandbox's cursor (another secret), and a restarted sandbox without one.
+	other := newEnv(t, envOptions{seed: 40, secret: "secret-two"})
+	wantProblem(t, other.get(t, next+cursor, key), 400, "invalid_cursor", "cursor")
+	random := newEnv(t, envOptions{seed: 40})
+	wantProblem(t, random.get(t, next+cursor, key), 400, "invalid_cursor", "cursor")
+	// The same secret (-cursor-secret) keeps cursors valid across a restart.
+	same := newEnv(t, envOptions{seed: 40, secret: "secret-one"})
+	if rep := same.get(t, next+cursor, key); rep.status != 200 {
+		t.Errorf("a restart with the same -cursor-secret = %s, want 200", rep)
+	}
+}
+
+// sign is the cursor for the page that ends at pos, as a string (the server appends
+// cursors straight into its pages).
+func (c *cursorSigner) sign(tenant, filters tag, pos cursorPosition) string {
+	return string(c.appendSigned(nil, tenant, filters, pos))
+}
+
+// TestCursorBindsEnvironment: the environment is part of the tenant a cursor is bound to.
+// (Live keys answer 503 before any parameter, so this is only reachable below the API.)
+func TestCursorBindsEnvironment(t *testing.T) {
+	c := newCursorSigner([]byte("k"))
+	pos := cursorPosition{createdAt: testNow, id: "ord_1"}
+	filters := (&orderQuery{status: -1}).filterTag()
+	s := c.sign(tagOf("tenant", "acct_sandbox", "test"), filters, pos)
+	if _, err := c.verify(s, tagOf("tenant", "acct_sandbox", "live"), filters); err != errCursorTenant {
+		t.Errorf("verify in the live environment = %v, want %v", err, errCursorTenant)
+	}
+	got, err := c.verify(s, tagOf("tenant", "acct_sandbox", "test"), filters)
+	if err != nil || got != pos {
+		t.Errorf("verify = %v, %v; want %v", got, err, pos)
+	}
+}
+
+// errors.go: codes, JSON strings, timestamps, and rehearsing failures with Prefer.
+
 // TestErrorCodes: the contract's table of codes and statuses, in the server and in the
 // document.
 func TestErrorCodes(t *testing.T) {
@@ -2243,7 +2827,61 @@ func TestErrorCodes(t *testing.T) {
 	}
 }
 
-// Rehearsing failures: Prefer: code=... and delay=... for test keys.
+// TestAppendJSONStringMatchesEncodingJSON: the hand-written encoding of orders and errors
+// writes strings exactly as encoding/json does (with HTML escaping off).
+func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
+	for _, s := range []string{"", "plain", "quote\" back\\slash", "ctl \x00\x01\x1f\x7f\n\r\t", "html <&>", "\u2028\u2029", "bad \xff\xfe utf8 \xe2\x82", "é ü 日本 🚚", "\uFFFD literal"} {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		enc.Encode(s)
+		want := strings.TrimSuffix(buf.String(), "\n")
+		if got := string(appendJSONString(nil, s)); got != want {
+			t.Errorf("appendJSONString(%q) = %s, want %s", s, got, want)
+		}
+	}
+}
+
+func TestParseTimestamp(t *testing.T) {
+	valid := map[string]string{
+		"2026-11-20T11:00:00+00:00":           "2026-11-20T11:00:00Z",
+		"2026-11-20T11:00:00Z":                "2026-11-20T11:00:00Z",
+		"2026-11-20t11:00:00z":                "2026-11-20T11:00:00Z",
+		"2026-03-29T02:30:00+01:00":           "2026-03-29T01:30:00Z",
+		"2026-10-25T01:30:00+01:00":           "2026-10-25T00:30:00Z",
+		"2026-10-25T01:30:00+00:00":           "2026-10-25T01:30:00Z",
+		"2026-11-20T23:30:00-05:00":           "2026-11-21T04:30:00Z",
+		"2026-11-20T11:00:00.5Z":              "2026-11-20T11:00:00.5Z",
+		"2026-11-20T11:00:00.120000Z":         "2026-11-20T11:00:00.12Z",
+		"2026-11-20T11:00:00.000Z":            "2026-11-20T11:00:00Z",
+		"2026-11-20T11:00:00.123456789Z":      "2026-11-20T11:00:00.123456789Z",
+		"2026-11-20T11:00:00.1234567891234Z":  "2026-11-20T11:00:00.123456789Z",
+		"2028-02-29T00:00:00Z":                "2028-02-29T00:00:00Z",
+		"2026-11-20T11:00:00+23:59":           "2026-11-19T11:01:00Z",
+		"2026-11-20T11:00:00-00:00":           "2026-11-20T11:00:00Z",
+		"0000-01-01T00:00:00Z":                "0000-01-01T00:00:00Z",
+		"9999-12-31T23:59:59.999999999+00:00": "9999-12-31T23:59:59.999999999Z",
+	}
+	for in, want := range valid {
+		got, ok := parseTimestamp(in)
+		if !ok || formatTimestamp(got) != want {
+			t.Errorf("parseTimestamp(%q) = %s, %v; want %s", in, formatTimestamp(got), ok, want)
+		}
+	}
+	for _, in := range []string{
+		"", "2026-11-20T09:00:00", "2026-11-20 10:00:00", "2026-11-20 10:00:00Z", "2026-11-20T1:30:00Z",
+		"2026-11-20T24:00:00Z", "2026-11-20T23:60:00Z", "2026-12-31T23:59:60Z", "2026-11-20T11:00:00+24:00",
+		"2026-11-20T11:00:00+01:60", "2026-11-20T11:00:00+0100", "2026-11-20T11:00:00+01", "2026-11-20T11:00:00 +01:00",
+		"2026-02-29T00:00:00Z", "2026-13-01T00:00:00Z", "2026-00-01T00:00:00Z", "2026-11-00T00:00:00Z", "2026-11-31T00:00:00Z",
+		"2026-11-20T11:00:00.Z", "2026-11-20T11:00:00,5Z", "26-11-20T11:00:00Z", "+2026-11-20T11:00:00Z", "2026-11-20T11:00:00ZZ",
+		"2026-11-20T11:00:00Z ", " 2026-11-20T11:00:00Z", "2026/11/20T11:00:00Z", "garbage", "2026-11-20T11:00:00UTC",
+		"0000-01-01T00:00:00+01:00", "9999-12-31T23:00:00-01:00", "２０２６-11-20T11:00:00Z", "2026-11-20T11:00:00-0a:00",
+	} {
+		if got, ok := parseTimestamp(in); ok {
+			t.Errorf("parseTimestamp(%q) = %s, want refused", in, formatTimestamp(got))
+		}
+	}
+}
 
 func TestPreferSimulatedCodes(t *testing.T) {
 	e := newEnv(t, envOptions{})
@@ -2288,7 +2926,7 @@ func TestPreferSimulatedCodes(t *testing.T) {
 func TestPreferInvalidValues(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	for _, prefer := range []string{"code=404", "code=200", "code=abc", "code=", "code", "code=5000", "code=-500", "code=500.0",
-		"delay=-1", "delay=10001", "delay=abc", "delay=1.5", "delay=", "delay", "delay=99999999999999999999", "delay=1e3", "code=500, delay=20000"} {
+		"delay=-1", "delay=10001", "delay=abc", "delay=1.5", "delay=", "delay", "delay=99999999999999999999", "delay=1e3", "code=500, delay=20000", "code=599", "delay=600000"} {
 		rep := e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", prefer)
 		wantProblem(t, rep, 422, "invalid_parameter", "Prefer")
 		if rep.header.Get("Preference-Applied") != "" {
@@ -2323,7 +2961,7 @@ func TestRequestsWithoutPreferAreUnchanged(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	for _, target := range []string{"/v1/orders", "/v1/orders/ord_sbx_0001", "/v1/orders/nope", "/v1/orders?limit=0", "/v1/shipments/shp_sbx_spring/tracking", "/v1/tracking/SBX2000000000"} {
 		plain := e.get(t, target, "sk_test_sandbox_all")
-		ignored := e.get(t, target, "sk_test_sandbox_all", "Prefer", "return=minimal, respond-async, wait=5, handling=strict")
+		ignored := e.get(t, target, "sk_test_sandbox_all", "Prefer", "return=minimal, respond-async, wait=5, handling=strict", "Prefer", `;;,,=="\x01`)
 		if plain.header.Get("Preference-Applied") != "" || ignored.header.Get("Preference-Applied") != "" {
 			t.Errorf("%s: Preference-Applied without an applied preference", target)
 		}
@@ -2352,498 +2990,32 @@ func TestPreferDelay(t *testing.T) {
 		t.Errorf("delay=30 took %v and answered %s (Preference-Applied %q); want at least 30ms, the order, delay=30", took, rep, rep.header.Get("Preference-Applied"))
 	}
 
-	// A client that goes away stops the wait: nothing is sent, and the log says 499.
+	// A client that goes away ends the wait: nothing is sent, and the log says 499.
 	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
 	r := newRequest(http.MethodGet, "/v1/orders", "sk_test_sandbox_all", "Prefer", "delay=10000").WithContext(ctx)
 	rec := httptest.NewRecorder()
-	done := make(chan struct{})
-	go func() { e.h.ServeHTTP(rec, r); close(done) }()
-	time.Sleep(20 * time.Millisecond)
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(2 * time.Second):
-		t.Fatal("a cancelled request kept waiting out its delay")
-	}
-	if rec.Body.Len() != 0 {
-		t.Errorf("a cancelled request was answered %d %s", rec.Code, rec.Body)
+	start = time.Now()
+	e.h.ServeHTTP(rec, r)
+	if took := time.Since(start); took > 5*time.Second || rec.Body.Len() != 0 {
+		t.Errorf("a request whose client is gone took %v and was answered %d %s; want at once, nothing", took, rec.Code, rec.Body)
 	}
 	if !strings.Contains(e.logs.String(), `"route":"/v1/orders","status":499`) {
-		t.Errorf("the log does not record the cancelled request as 499:\n%s", e.logs)
+		t.Errorf("the log does not record the gone client's request as 499:\n%s", e.logs)
 	}
 
-	// Shutting down stops the wait too: the request is answered at once.
-	done = make(chan struct{})
-	var shut reply
-	go func() {
-		shut = e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", "delay=10000, code=503")
-		close(done)
-	}()
-	time.Sleep(20 * time.Millisecond)
+	// Shutting down ends the wait too: the request is answered at once.
 	close(e.stopping)
-	select {
-	case <-done:
-	case <-time.After(2 * time.Second):
-		t.Fatal("shutting down did not end a delay")
+	start = time.Now()
+	shut := e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", "delay=10000, code=503")
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("a delay during shutdown took %v, want an answer at once", took)
 	}
 	wantProblem(t, shut, 503, "provider_unavailable", "")
 }
 
-// Hardening: connection limits, shutdown, panics, hostile input, load, secrets.
-
-func TestConnectionLimits(t *testing.T) {
-	cfg := defaultConfig()
-	hs := newHTTPServer(cfg, http.NotFoundHandler(), slog.New(slog.DiscardHandler))
-	if hs.ReadHeaderTimeout <= 0 || hs.ReadHeaderTimeout > 30*time.Second || hs.ReadTimeout <= 0 || hs.IdleTimeout <= 0 ||
-		hs.MaxHeaderBytes <= 0 || hs.MaxHeaderBytes > 64<<10 || hs.WriteTimeout <= maxPreferDelay {
-		t.Errorf("server limits: ReadHeaderTimeout %v, ReadTimeout %v, WriteTimeout %v, IdleTimeout %v, MaxHeaderBytes %d",
-			hs.ReadHeaderTimeout, hs.ReadTimeout, hs.WriteTimeout, hs.IdleTimeout, hs.MaxHeaderBytes)
-	}
-
-	// A client that never finishes its headers is cut off after ReadHeaderTimeout.
-	e := newEnv(t, envOptions{})
-	cfg.readHeaderTimeout = 300 * time.Millisecond
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := newHTTPServer(cfg, e.h, slog.New(slog.DiscardHandler))
-	go srv.Serve(ln)
-	defer srv.Close()
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	start := time.Now()
-	io.WriteString(conn, "GET /v1/orders HTTP/1.1\r\nHost: x\r\nX-Slow: ")
-	closed := make(chan time.Duration)
-	go func() {
-		io.Copy(io.Discard, conn)
-		closed <- time.Since(start)
-	}()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	giveUp := time.After(5 * time.Second)
-	for {
-		select {
-		case took := <-closed:
-			if took > 2*time.Second {
-				t.Errorf("the slow client was cut off after %v, want about 300ms", took)
-			}
-			goto headers
-		case <-tick.C:
-			conn.Write([]byte("a")) // a byte at a time, never the end of the headers
-		case <-giveUp:
-			t.Fatal("a client that never finishes its headers is still connected after 5s")
-		}
-	}
-headers:
-	// Headers over MaxHeaderBytes are refused by net/http before any handler.
-	res, err := http.Get("http://" + ln.Addr().String() + "/healthz?" + strings.Repeat("a", 70<<10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
-		t.Errorf("70 KiB of request line = %d, want 431", res.StatusCode)
-	}
-}
-
-// TestGracefulShutdown: run's context is cancelled while a request's body is still
-// streaming; the request is answered in full and run returns nil.
-func TestGracefulShutdown(t *testing.T) {
-	base, _, _, stop := startRun(t)
-	u, _ := url.Parse(base)
-	conn, err := net.Dial("tcp", u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(20 * time.Second))
-	io.WriteString(conn, "GET /v1/orders/ord_sbx_0001 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_sandbox_all\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
-	time.Sleep(100 * time.Millisecond) // the handler is now reading the body
-	stopped := make(chan error, 1)
-	go func() { stopped <- stop() }()
-	time.Sleep(200 * time.Millisecond) // shutdown has begun and waits for the request
-	select {
-	case err := <-stopped:
-		t.Fatalf("run returned %v while a request was in flight", err)
-	default:
-	}
-	refused := false
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		c, err := net.DialTimeout("tcp", u.Host, time.Second)
-		if err != nil {
-			refused = true
-			break
-		}
-		c.Close()
-	}
-	if !refused {
-		t.Error("new connections are still accepted 10 s after shutdown began")
-	}
-	io.WriteString(conn, "5\r\nworld\r\n0\r\n\r\n")
-	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("the in-flight request was not answered: %v", err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	if res.StatusCode != 200 || string(body) != sandboxOrderJSON {
-		t.Errorf("the in-flight request = %d %s, want 200 and the order", res.StatusCode, body)
-	}
-	select {
-	case err := <-stopped:
-		if err != nil {
-			t.Errorf("run = %v, want nil", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Error("run did not return after the last request finished")
-	}
-}
-
-// TestPanicsBecomeInternalErrors: a panic in a handler is a 500 internal_error showing no
-// internals; the stack is logged with the request id; the server keeps serving.
-func TestPanicsBecomeInternalErrors(t *testing.T) {
-	panicking := route{"GET /v1/test/panic", func(w http.ResponseWriter, r *http.Request, c *call) {
-		w.Header().Set("Content-Type", "text/plain")
-		panic("boom: secret internals at /home/build/sandbox/orders.go:42")
-	}}
-	halfway := route{"GET /v1/test/panic-after-write", func(w http.ResponseWriter, r *http.Request, c *call) {
-		w.Header().Set("Content-Length", "1000")
-		w.WriteHeader(200)
-		w.Write([]byte(`{"partial":`))
-		panic("boom after writing")
-	}}
-	e := newEnv(t, envOptions{extra: []route{panicking, halfway}})
-	rec := httptest.NewRecorder()
-	e.h.ServeHTTP(rec, newRequest(http.MethodGet, "/v1/test/panic", ""))
-	rep := reply{status: rec.Code, header: rec.Result().Header, body: rec.Body.Bytes()}
-	p := wantProblem(t, rep, 500, "internal_error", "")
-	if strings.Contains(string(rep.body), "boom") || strings.Contains(string(rep.body), ".go") || rep.header.Get("Content-Type") != "application/problem+json" {
-		t.Errorf("the 500 shows internals: %s %s", rep.header.Get("Content-Type"), rep.body)
-	}
-	logs := e.logs.String()
-	if !strings.Contains(logs, `"msg":"panic","request_id":"`+p.RequestID+`"`) || !strings.Contains(logs, "boom: secret internals") || !strings.Contains(logs, "goroutine") {
-		t.Errorf("the panic is not logged with its request id and stack:\n%s", logs)
-	}
-	if rep := e.get(t, "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all"); rep.status != 200 {
-		t.Errorf("after a panic, GET = %s, want 200", rep)
-	}
-
-	// Over a connection: a panic after part of the answer is sent cuts the connection,
-	// so that the client cannot take the part for a whole; the server keeps serving.
-	ts := httptest.NewServer(e.h)
-	defer ts.Close()
-	res, err := http.Get(ts.URL + "/v1/test/panic-after-write")
-	if err == nil {
-		_, err = io.ReadAll(res.Body)
-		res.Body.Close()
-	}
-	if err == nil {
-		t.Error("a panic after a partial answer delivered it as complete")
-	}
-	res, err = http.Get(ts.URL + "/healthz")
-	if err != nil || res.StatusCode != 200 {
-		t.Errorf("after a panic, GET /healthz = %v, %v", res, err)
-	}
-}
-
-// badInput is one hostile request and the answer it must get.
-type badInput struct {
-	name    string
-	method  string
-	target  string
-	headers []string
-	body    io.Reader
-	length  int64 // ContentLength when body is set; -1 for chunked
-	status  int
-	code    string
-}
-
-func TestBadInputCatalogue(t *testing.T) {
-	e := newEnv(t, envOptions{seed: 30, secret: "catalogue"})
-	const all = "Bearer sk_test_sandbox_all"
-	page := decodePage(t, e.get(t, "/v1/orders?limit=2&status=fulfilled", "sk_test_sandbox_all"))
-	cursor := *page.Pagination.NextCursor
-	raw, _ := base64.RawURLEncoding.DecodeString(cursor)
-	flip := func(i int) string {
-		b := slices.Clone(raw)
-		b[i] ^= 0x80
-		return base64.RawURLEncoding.EncodeToString(b)
-	}
-	foreign := newEnv(t, envOptions{seed: 30, secret: "another sandbox"})
-	foreignCursor := *decodePage(t, foreign.get(t, "/v1/orders?limit=2&status=fulfilled", "sk_test_sandbox_all")).Pagination.NextCursor
-	long := strings.Repeat("x", 100<<10)
-	cases := []badInput{
-		// Authorization
-		{name: "no Authorization", target: "/v1/orders", status: 401, code: "missing_api_key"},
-		{name: "empty Authorization", target: "/v1/orders", headers: []string{"Authorization", ""}, status: 401, code: "missing_api_key"},
-		{name: "Basic with a key", target: "/v1/orders", headers: []string{"Authorization", "Basic " + base64.StdEncoding.EncodeToString([]byte("sk_test_sandbox_all:"))}, status: 401, code: "missing_api_key"},
-		{name: "Digest", target: "/v1/orders", headers: []string{"Authorization", `Digest username="x"`}, status: 401, code: "missing_api_key"},
-		{name: "Bearer with a tab", target: "/v1/orders", headers: []string{"Authorization", "Bearer\tsk_test_sandbox_all"}, status: 401, code: "missing_api_key"},
-		{name: "Bearer only", target: "/v1/orders", headers: []string{"Authorization", "Bearer "}, status: 401, code: "invalid_api_key"},
-		{name: "two Authorization headers, both valid", target: "/v1/orders", headers: []string{"Authorization", all, "Authorization", all}, status: 401, code: "invalid_api_key"},
-		{name: "two Authorization headers, one bad", target: "/v1/orders", headers: []string{"Authorization", "Bearer nope", "Authorization", all}, status: 401, code: "invalid_api_key"},
-		{name: "key with a trailing comma", target: "/v1/orders", headers: []string{"Authorization", all + ","}, status: 401, code: "invalid_api_key"},
-		{name: "key quoted", target: "/v1/orders", headers: []string{"Authorization", `Bearer "sk_test_sandbox_all"`}, status: 401, code: "invalid_api_key"},
-		{name: "a 10 KiB key", target: "/v1/orders", headers: []string{"Authorization", "Bearer " + strings.Repeat("k", 10<<10)}, status: 401, code: "invalid_api_key"},
-		{name: "a key with control bytes", target: "/v1/orders", headers: []string{"Authorization", "Bearer sk_test\x00sandbox_all"}, status: 401, code: "invalid_api_key"},
-		{name: "a key with non-UTF-8 bytes", target: "/v1/orders", headers: []string{"Authorization", "Bearer sk_\xff\xfe"}, status: 401, code: "invalid_api_key"},
-		{name: "a revoked key", target: "/v1/orders", headers: []string{"Authorization", "Bearer sk_test_sandbox_revoked"}, status: 401, code: "revoked_api_key"},
-		{name: "a live key", target: "/v1/orders", headers: []string{"Authorization", "Bearer sk_live_sandbox_all"}, status: 503, code: "live_not_released"},
-		{name: "key in the query, no header", target: "/v1/orders?api_key=sk_test_sandbox_all", status: 401, code: "missing_api_key"},
-		{name: "access_token in the query, no header", target: "/v1/orders?access_token=sk_test_sandbox_all", status: 401, code: "missing_api_key"},
-		{name: "key in the query and the header", target: "/v1/orders?api_key=sk_test_sandbox_all", headers: []string{"Authorization", all}, status: 422, code: "unknown_parameter"},
-		{name: "key as the order id", target: "/v1/orders/sk_test_sandbox_all", headers: []string{"Authorization", all}, status: 404, code: "not_found"},
-		{name: "key as userinfo-like path", target: "/v1/sk_test_sandbox_all@orders", headers: []string{"Authorization", all}, status: 404, code: "route_not_found"},
-		// Tenancy
-		{name: "another account's order", target: "/v1/orders/ord_other_0001", headers: []string{"Authorization", all}, status: 404, code: "not_found"},
-		{name: "the live environment's order", target: "/v1/orders/ord_sbx_live_0001", headers: []string{"Authorization", all}, status: 404, code: "not_found"},
-		{name: "another account's shipment", target: "/v1/shipments/shp_other_1/tracking", headers: []string{"Authorization", all}, status: 404, code: "not_found"},
-		{name: "the live environment's shipment", target: "/v1/shipments/shp_sbx_live/tracking", headers: []string{"Authorization", all}, status: 404, code: "not_found"},
-		{name: "the live environment's tracking number", target: "/v1/tracking/SBX9000000001", headers: []string{"Authorization", all}, status: 404, code: "not_found"},
-		{name: "acct_other on acct_sandbox's shipment", target: "/v1/shipments/shp_sbx_spring/tracking", headers: []string{"Authorization", "Bearer sk_test_other_all"}, status: 404, code: "not_found"},
-		// Paths
-		{name: "double slash", target: "/v1//orders", headers: []string{"Authorization", all}, status: 404, code: "route_not_found"},
-		{name: "leading double slash", target: "//v1/orders", headers: []string{"Authorization", all}, status: 404, code: "route_not_found"},
-		{name: "dot segment", target: "/v1/./orders", headers: []string{"Authorization", all}, status: 404, code: "route_not_found"},
-		{name: "dot-dot segment", target: "/v1/orders/../orders", headers: []string{"Authorization", all}, status: 404, code: "route_not_found"},
-		{name: "dot-dot above the root", target: "/../v1/orders", headers: []string{"Authorization", all}, status: 404, code: "route_not_found"},
-		{name: "escaped slash in an id", target: "/v1/orders/ord_sbx_0001%2F..%2Ford_other_0001", headers: []string{"Authorization", all}, status: 404, code: "not_found"},
-		{name: "escaped slash in a tracking number", target: "/v1/tracking/SBX1000000001%2F", headers: []string{"Authorization", all}, status: 404, code: "not_found"},
-		{name: "a 100 KiB id", target: "/v1/orders/" + long, headers: []string{"Authorization", all}, status: 404, code: "not_found"},
-		{name: "non-UTF-8 id", target: "/v1/orders/%FF%FE", headers: []string{"Authorization", all}, status: 404, code: "not_found"},
-		{name: "NUL in an id", target: "/v1/shipments/shp%00/tracking", headers: []string{"Authorization", all}, status: 404, code: "not_found"},
-		{name: "trailing slash", target: "/v1/orders/ord_sbx_0001/", headers: []string{"Authorization", all}, status: 404, code: "route_not_found"},
-		{name: "backslash", target: "/v1\\orders", headers: []string{"Authorization", all}, status: 404, code: "route_not_found"},
-		{name: "upper-case path", target: "/V1/ORDERS", headers: []string{"Authorization", all}, status: 404, code: "route_not_found"},
-		{name: "extra segment", target: "/v1/orders/ord_sbx_0001/shipment", headers: []string{"Authorization", all}, status: 404, code: "route_not_found"},
-		{name: "unknown method", method: "BREW", target: "/v1/orders", headers: []string{"Authorization", all}, status: 405, code: "method_not_allowed"},
-		{name: "POST with a JSON body", method: "POST", target: "/v1/orders", headers: []string{"Authorization", all}, body: strings.NewReader(`{"id":"x"}`), length: 10, status: 405, code: "method_not_allowed"},
-		// Query
-		{name: "limit repeated", target: "/v1/orders?limit=1&limit=2", headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
-		{name: "status repeated, same value", target: "/v1/orders?status=fulfilled&status=fulfilled", headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
-		{name: "limit empty", target: "/v1/orders?limit=", headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
-		{name: "limit huge", target: "/v1/orders?limit=" + strings.Repeat("9", 5000), headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
-		{name: "limit negative", target: "/v1/orders?limit=-20", headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
-		{name: "limit hexadecimal", target: "/v1/orders?limit=0x10", headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
-		{name: "status with a NUL", target: "/v1/orders?status=fulfilled%00", headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
-		{name: "created_from huge", target: "/v1/orders?created_from=" + strings.Repeat("2", 10000), headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
-		{name: "created_from year 10000", target: "/v1/orders?created_from=10000-01-01T00:00:00Z", headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
-		{name: "unknown parameter", target: "/v1/orders?sort=asc", headers: []string{"Authorization", all}, status: 422, code: "unknown_parameter"},
-		{name: "unknown parameter, non-UTF-8 name", target: "/v1/orders?%FF=1", headers: []string{"Authorization", all}, status: 422, code: "unknown_parameter"},
-		{name: "array-style parameter", target: "/v1/orders?status[]=fulfilled", headers: []string{"Authorization", all}, status: 422, code: "unknown_parameter"},
-		{name: "bad percent-encoding", target: "/v1/orders?limit=%G0", headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
-		{name: "semicolon separator", target: "/v1/orders?limit=5;status=fulfilled", headers: []string{"Authorization", all}, status: 422, code: "invalid_parameter"},
-		{name: "a parameter on an id route", target: "/v1/orders/ord_sbx_0001?fields=id", headers: []string{"Authorization", all}, status: 422, code: "unknown_parameter"},
-		{name: "10,000 empty parameters", target: "/v1/orders?" + strings.Repeat("&", 10000), headers: []string{"Authorization", all}, status: 200},
-		// Cursors
-		{name: "cursor garbage", target: "/v1/orders?status=fulfilled&cursor=%25%25%25", headers: []string{"Authorization", all}, status: 400, code: "invalid_cursor"},
-		{name: "cursor first byte flipped", target: "/v1/orders?status=fulfilled&cursor=" + flip(0), headers: []string{"Authorization", all}, status: 400, code: "invalid_cursor"},
-		{name: "cursor position byte flipped", target: "/v1/orders?status=fulfilled&cursor=" + flip(20), headers: []string{"Authorization", all}, status: 400, code: "invalid_cursor"},
-		{name: "cursor id byte flipped", target: "/v1/orders?status=fulfilled&cursor=" + flip(cursorHeaderLen+2), headers: []string{"Authorization", all}, status: 400, code: "invalid_cursor"},
-		{name: "cursor MAC byte flipped", target: "/v1/orders?status=fulfilled&cursor=" + flip(len(raw)-1), headers: []string{"Authorization", all}, status: 400, code: "invalid_cursor"},
-		{name: "cursor re-padded", target: "/v1/orders?status=fulfilled&cursor=" + cursor + "%3D", headers: []string{"Authorization", all}, status: 400, code: "invalid_cursor"},
-		{name: "cursor truncated", target: "/v1/orders?status=fulfilled&cursor=" + cursor[:len(cursor)-4], headers: []string{"Authorization", all}, status: 400, code: "invalid_cursor"},
-		{name: "cursor with a character appended", target: "/v1/orders?status=fulfilled&cursor=" + cursor + "A", headers: []string{"Authorization", all}, status: 400, code: "invalid_cursor"},
-		{name: "cursor for other filters", target: "/v1/orders?status=cancelled&cursor=" + cursor, headers: []string{"Authorization", all}, status: 400, code: "invalid_cursor"},
-		{name: "cursor of another account", target: "/v1/orders?status=fulfilled&cursor=" + cursor, headers: []string{"Authorization", "Bearer sk_test_other_all"}, status: 400, code: "invalid_cursor"},
-		{name: "cursor of another sandbox", target: "/v1/orders?status=fulfilled&cursor=" + foreignCursor, headers: []string{"Authorization", all}, status: 400, code: "invalid_cursor"},
-		{name: "cursor with its own filters", target: "/v1/orders?status=fulfilled&cursor=" + cursor, headers: []string{"Authorization", all}, status: 200},
-		// Bodies
-		{name: "declared body over the cap", target: "/v1/orders", headers: []string{"Authorization", all}, body: bytes.NewReader(make([]byte, maxBodyBytes+1)), length: maxBodyBytes + 1, status: 413, code: "body_too_large"},
-		{name: "declared length over the cap, nothing sent", target: "/v1/orders", headers: []string{"Authorization", all}, body: strings.NewReader(""), length: 1 << 40, status: 413, code: "body_too_large"},
-		{name: "chunked body over the cap", target: "/v1/orders", headers: []string{"Authorization", all}, body: chunkedBody{io.LimitReader(neverEnding('z'), maxBodyBytes+1)}, length: -1, status: 413, code: "body_too_large"},
-		{name: "64 MiB chunked body", target: "/v1/orders", body: chunkedBody{io.LimitReader(neverEnding('z'), 64<<20)}, length: -1, status: 413, code: "body_too_large"},
-		{name: "body at the cap", target: "/v1/orders", headers: []string{"Authorization", all}, body: bytes.NewReader(make([]byte, maxBodyBytes)), length: maxBodyBytes, status: 200},
-		// Prefer
-		{name: "Prefer code out of the list", target: "/v1/orders", headers: []string{"Authorization", all, "Prefer", "code=599"}, status: 422, code: "invalid_parameter"},
-		{name: "Prefer delay too long", target: "/v1/orders", headers: []string{"Authorization", all, "Prefer", "delay=600000"}, status: 422, code: "invalid_parameter"},
-		{name: "Prefer garbage is ignored", target: "/v1/orders", headers: []string{"Authorization", all, "Prefer", `;;,,=="\x01`}, status: 200},
-	}
-	if len(cases) < 60 {
-		t.Fatalf("the catalogue has %d cases, want at least 60", len(cases))
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			method := c.method
-			if method == "" {
-				method = http.MethodGet
-			}
-			r := httptest.NewRequest(method, "http://127.0.0.1:8080/", c.body)
-			r.URL, _ = url.Parse(c.target)
-			r.RequestURI = c.target
-			if c.body != nil {
-				r.ContentLength = c.length
-			}
-			for i := 0; i+1 < len(c.headers); i += 2 {
-				r.Header.Add(c.headers[i], c.headers[i+1])
-			}
-			rep := e.do(t, r)
-			if c.status == 200 {
-				if rep.status != 200 {
-					t.Fatalf("= %s, want 200", rep)
-				}
-				return
-			}
-			p := rep.problem(t)
-			if rep.status != c.status || string(p.Code) != c.code {
-				t.Errorf("= %d %s, want %d %s", rep.status, p.Code, c.status, c.code)
-			}
-		})
-	}
-}
-
-// neverEnding is an endless stream of one byte.
-type neverEnding byte
-
-func (b neverEnding) Read(p []byte) (int, error) {
-	for i := range p {
-		p[i] = byte(b)
-	}
-	return len(p), nil
-}
-
-// TestLoadWithoutLoss drives the handler chain from 16 goroutines with 20,000 mixed
-// requests and checks every answer; unknown keys leave no state behind.
-func TestLoadWithoutLoss(t *testing.T) {
-	// The limiter runs on every keyed request, on a clock that stands still, with room for
-	// all of them: the answers do not depend on how the goroutines interleave.
-	e := newEnv(t, envOptions{seed: 200, rate: maxRate, step: -1})
-	type expect struct {
-		target, key string
-		status      int
-		code        string
-		body        string
-	}
-	mix := []expect{
-		{"/v1/orders/ord_sbx_0001", "sk_test_sandbox_all", 200, "", sandboxOrderJSON},
-		{"/v1/orders/ord_sbx_0001", "sk_test_sandbox_orders", 200, "", sandboxOrderJSON},
-		{"/v1/orders/ord_other_0001", "sk_test_other_all", 200, "", otherOrderJSON},
-		{"/v1/orders/ord_other_0001", "sk_test_sandbox_all", 404, "not_found", ""},
-		{"/v1/orders?limit=3&status=cancelled", "sk_test_sandbox_all", 200, "", ""},
-		{"/v1/orders?limit=0", "sk_test_sandbox_all", 422, "invalid_parameter", ""},
-		{"/v1/orders?cursor=x", "sk_test_sandbox_orders", 400, "invalid_cursor", ""},
-		{"/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_tracking", 200, "", ""},
-		{"/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_orders", 403, "insufficient_scope", ""},
-		{"/v1/tracking/SBX1000000001", "sk_test_other_all", 200, "", ""},
-		{"/v1/tracking/SBX2000000000", "sk_test_sandbox_all", 404, "not_found", ""},
-		{"/v1/orders", "sk_test_sandbox_none", 403, "insufficient_scope", ""},
-		{"/v1/orders", "sk_test_sandbox_expired", 401, "expired_api_key", ""},
-		{"/v1/orders", "sk_test_sandbox_revoked", 401, "revoked_api_key", ""},
-		{"/v1/orders", "sk_live_sandbox_all", 503, "live_not_released", ""},
-		{"/v1/orders", "", 401, "missing_api_key", ""},
-		{"/v1/nope", "sk_test_sandbox_all", 404, "route_not_found", ""},
-		{"/healthz", "", 200, "", `{"status":"ok"}`},
-	}
-	first := map[string][]byte{}
-	for _, m := range mix {
-		first[m.target+m.key] = e.get(t, m.target, m.key).body
-	}
-	const workers, total = 16, 20000
-	var next atomic.Int64
-	var failures atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= total {
-					return
-				}
-				var m expect
-				if i%5 == 4 { // an unknown key, never the same twice
-					m = expect{"/v1/orders", "sk_test_unknown_" + strconv.FormatInt(i, 10), 401, "invalid_api_key", ""}
-				} else {
-					m = mix[int(i)%len(mix)]
-				}
-				rec := httptest.NewRecorder()
-				e.h.ServeHTTP(rec, newRequest(http.MethodGet, m.target, m.key))
-				ok := rec.Code == m.status
-				if m.code != "" {
-					ok = ok && strings.Contains(rec.Body.String(), `"code":"`+m.code+`"`) && rec.Header().Get("Content-Type") == "application/problem+json"
-				} else if want := first[m.target+m.key]; ok && !strings.HasPrefix(m.key, "sk_test_unknown_") {
-					ok = bytes.Equal(rec.Body.Bytes(), want) || strings.Contains(m.target, "?") // pages carry fresh cursors
-				}
-				if m.body != "" {
-					ok = ok && rec.Body.String() == m.body
-				}
-				if !ok || !requestIDPattern.MatchString(rec.Header().Get("Request-Id")) {
-					if failures.Add(1) <= 5 {
-						t.Errorf("request %d: GET %s (%s) = %d %s, want %d %s", i, m.target, m.key, rec.Code, rec.Body, m.status, m.code)
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if n := failures.Load(); n > 0 {
-		t.Fatalf("%d of %d answers were wrong", n, total)
-	}
-	if lines := strings.Count(e.logs.String(), `"msg":"request"`); lines != total+len(mix) {
-		t.Errorf("%d request log lines for %d requests", lines, total+len(mix))
-	}
-
-	// Unknown keys create no rate-limit state: the limiter's state is one bucket per
-	// known key, and 50,000 unknown keys leave the heap where it was.
-	if len(e.srv.keys) != 8 {
-		t.Errorf("%d keys after the load, want the dataset's 8", len(e.srv.keys))
-	}
-	quiet := newEnv(t, envOptions{quiet: true}) // a kept log would grow by a line a request
-	var before, after runtimeMem
-	before.read()
-	for i := 0; i < 50000; i++ {
-		quiet.h.ServeHTTP(httptest.NewRecorder(), newRequest(http.MethodGet, "/v1/orders", "sk_test_flood_"+strconv.Itoa(i)))
-	}
-	after.read()
-	if grown := int64(after.heap) - int64(before.heap); grown > 1<<20 {
-		t.Errorf("the heap grew by %d bytes over 50,000 unknown keys: they leave state behind", grown)
-	}
-	if rep := quiet.get(t, "/v1/orders", "sk_test_sandbox_all"); rep.status != 200 {
-		t.Errorf("after the flood, a known key = %s", rep)
-	}
-}
-
-// TestSecretsAreNeverLogged: the log of a run that uses every key, on every operation and
-// in every odd place, holds no key and no Authorization value.
-func TestSecretsAreNeverLogged(t *testing.T) {
-	base, _, stderr, stop := startRun(t)
-	keys := []string{"sk_test_sandbox_all", "sk_test_sandbox_tracking", "sk_test_sandbox_orders", "sk_test_sandbox_none", "sk_test_sandbox_expired", "sk_test_sandbox_revoked", "sk_test_other_all", "sk_live_sandbox_all", "sk_test_not_a_key"}
-	for _, key := range keys {
-		for _, target := range []string{"/shipments/shp_sbx_spring/tracking", "/tracking/SBX1000000001", "/orders?limit=1", "/orders/ord_sbx_0001", "/orders/" + key, "/orders?api_key=" + key, "/nope/" + key} {
-			for _, auth := range []string{"Bearer " + key, "Basic " + key, key} {
-				httpGet(t, base+target, auth, "Prefer", "code="+key)
-			}
-		}
-	}
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	logs := stderr.String()
-	if strings.Count(logs, `"msg":"request"`) != len(keys)*7*3 {
-		t.Fatalf("the log has %d request lines, want %d: the test would prove nothing", strings.Count(logs, `"msg":"request"`), len(keys)*7*3)
-	}
-	for _, secret := range append(keys, "Bearer", "Basic", "Authorization", "sk_test", "sk_live") {
-		if strings.Contains(logs, secret) {
-			t.Errorf("the log holds %q", secret)
-		}
-	}
-}
-
-// runtimeMem is the live heap after a full collection.
-type runtimeMem struct{ heap uint64 }
-
-func (m *runtimeMem) read() {
-	runtime.GC()
-	var s runtime.MemStats
-	runtime.ReadMemStats(&s)
-	m.heap = s.HeapAlloc
-}
-
-// Fuzz targets. Their seed corpus runs in every go test; .ci/run fuzzes each for a while.
+// Fuzz targets, one for every parser of client or dataset input. Their seed corpus runs
+// in every go test; .ci/run fuzzes each for a while.
 
 var timestampPattern = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]*[1-9])?Z$`)
 
@@ -2956,45 +3128,6 @@ func FuzzLoadDataset(f *testing.F) {
 	})
 }
 
-// checkOrderIndex: the list of all orders and each status list hold their orders in list
-// order, each status list only its status and together all orders, and each block is
-// exactly its orders' resources joined by commas, allocated to its size.
-func checkOrderIndex(t testing.TB, ix *orderIndex) {
-	t.Helper()
-	total := 0
-	for n, l := range append([]orderList{ix.all}, ix.byStatus...) {
-		var want []byte
-		for k, o := range l.orders {
-			if n > 0 && o.status != n-1 {
-				t.Fatalf("order %q (%s) is in the %s list", o.id, orderStatuses[o.status], orderStatuses[n-1])
-			}
-			if k > 0 && !newer(l.orders[k-1], o) {
-				t.Fatalf("list %d: order %q comes after %q", n, o.id, l.orders[k-1].id)
-			}
-			want = append(append(want, o.resource...), ',')
-		}
-		if !bytes.Equal(l.joined, want) || cap(l.joined) != len(l.joined) || len(l.starts) != len(l.orders)+1 {
-			t.Fatalf("list %d: block of %d bytes (capacity %d, %d starts) is not its %d orders joined", n, len(l.joined), cap(l.joined), len(l.starts), len(l.orders))
-		}
-		if n > 0 {
-			total += len(l.orders)
-		}
-	}
-	if total != len(ix.all.orders) {
-		t.Fatalf("the status lists hold %d orders, the list of all %d", total, len(ix.all.orders))
-	}
-}
-
-func TestOrderIndexOfSeededOrders(t *testing.T) {
-	sb, err := loadDataset("test", defaultDataset, 1000, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tn := range sb.tenants {
-		checkOrderIndex(t, &tn.orders)
-	}
-}
-
 // FuzzHandlerChain sends arbitrary methods, paths, queries, Authorization values and
 // bodies through the whole chain: the answer is a 200 or a problem+json 4xx, never a 5xx.
 func FuzzHandlerChain(f *testing.F) {
@@ -3052,7 +3185,9 @@ type benchWriter struct {
 }
 
 func (w *benchWriter) Header() http.Header { return w.h }
-func (w *benchWriter) WriteHeader(s int)   { w.status = s }
+
+func (w *benchWriter) WriteHeader(s int) { w.status = s }
+
 func (w *benchWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
@@ -3177,256 +3312,5 @@ func BenchmarkRejected(b *testing.B) {
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) { benchServe(b, c.h, c.r, c.status) })
-	}
-}
-
-// TestIsCleanPath: the guard agrees with ServeMux's own rule (path.Clean, keeping a
-// trailing slash), so that the mux never gets a path it would redirect.
-func TestIsCleanPath(t *testing.T) {
-	muxClean := func(p string) bool {
-		if p == "" || p[0] != '/' {
-			return false
-		}
-		np := path.Clean(p)
-		if p[len(p)-1] == '/' && np != "/" {
-			np += "/"
-		}
-		return np == p
-	}
-	segments := []string{"", ".", "..", "a", "v1", "...", ".a", "a.", "%2E"}
-	var paths []string
-	var build func(prefix string, depth int)
-	build = func(prefix string, depth int) {
-		paths = append(paths, prefix)
-		if depth == 4 {
-			return
-		}
-		for _, s := range segments {
-			build(prefix+"/"+s, depth+1)
-		}
-	}
-	build("", 0)
-	paths = append(paths, "a/b", "*", "/a//", "//")
-	for _, p := range paths {
-		if got, want := isCleanPath(p), muxClean(p); got != want {
-			t.Errorf("isCleanPath(%q) = %v, ServeMux's rule says %v", p, got, want)
-		}
-	}
-}
-
-// TestShutdownGraceRunsOut: a request still in flight when the grace period ends is cut
-// off, and serve says so rather than report a clean drain.
-func TestShutdownGraceRunsOut(t *testing.T) {
-	entered := make(chan struct{})
-	reading := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
-		io.Copy(io.Discard, r.Body)
-	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- serve(ctx, newHTTPServer(defaultConfig(), reading, slog.New(slog.DiscardHandler)), ln, func() {}, 100*time.Millisecond)
-	}()
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	// A body that never ends keeps the request in flight.
-	io.WriteString(conn, "GET /v1/orders HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n")
-	select {
-	case <-entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the request never reached the handler")
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "cut off") {
-			t.Errorf("serve = %v, want an error saying requests were cut off", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("serve did not return after its grace period")
-	}
-	conn.SetReadDeadline(time.Now().Add(2 * time.Second))
-	if _, err := conn.Read(make([]byte, 1)); err == nil {
-		t.Error("the cut-off connection is still open")
-	}
-}
-
-// TestRunBoundsHeapGrowth: with a large dataset, run lets the heap grow by a bounded
-// amount past it rather than double it; a GOGC variable, when set, wins; the setting is
-// restored when run returns.
-func TestRunBoundsHeapGrowth(t *testing.T) {
-	current := func() int { p := debug.SetGCPercent(100); debug.SetGCPercent(p); return p }
-	before := current()
-	_, _, _, stop := startRunWithEnv(t, nil, "-seed-orders", "200000")
-	during := current()
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	if during < 10 || during >= 100 {
-		t.Errorf("GC percentage %d while serving 200,000 orders, want 10 to 99", during)
-	}
-	if after := current(); after != before {
-		t.Errorf("GC percentage %d after run returned, want %d as before", after, before)
-	}
-	_, _, _, stop = startRunWithEnv(t, map[string]string{"GOGC": "100"}, "-seed-orders", "200000")
-	during = current()
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	if during != before {
-		t.Errorf("GC percentage %d with GOGC set, want %d: the variable wins", during, before)
-	}
-}
-
-// TestGCPercent: the heap grows by about 64 MiB past a large dataset between collections,
-// and by Go's default 100% past a small one; never by less than 10%.
-func TestGCPercent(t *testing.T) {
-	for _, c := range []struct {
-		live uint64
-		want int
-	}{
-		{0, 100}, {1 << 20, 100}, {64 << 20, 100}, {128 << 20, 50}, {550 << 20, 11}, {640 << 20, 10}, {5 << 30, 10},
-	} {
-		if got := gcPercent(c.live); got != c.want {
-			t.Errorf("gcPercent(%d MiB) = %d, want %d", c.live>>20, got, c.want)
-		}
-	}
-}
-
-// gatedSink is a log destination whose writes wait at a gate until it is opened.
-type gatedSink struct {
-	gate    chan struct{} // closed: writes pass
-	waiting atomic.Int32  // writes waiting at the gate
-	lockedBuffer
-}
-
-func (s *gatedSink) Write(p []byte) (int, error) {
-	s.waiting.Add(1)
-	<-s.gate
-	s.waiting.Add(-1)
-	return s.lockedBuffer.Write(p)
-}
-
-func openSink() *gatedSink {
-	s := &gatedSink{gate: make(chan struct{})}
-	close(s.gate)
-	return s
-}
-
-// waitFor polls cond for up to 5 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("still waiting after 5s for %s", what)
-		}
-	}
-}
-
-// TestLogBufferKeepsEveryLine: lines from many writers all arrive, whole and in each
-// writer's order, whether flushed by the timer, by size or at Close.
-func TestLogBufferKeepsEveryLine(t *testing.T) {
-	sink := openSink()
-	l := newLogBuffer(sink, time.Millisecond)
-	const writers, lines = 8, 3000
-	var wg sync.WaitGroup
-	for g := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := range lines {
-				fmt.Fprintf(l, "{\"writer\":%d,\"n\":%d,\"pad\":%q}\n", g, n, strings.Repeat("x", n%50))
-			}
-		}()
-	}
-	wg.Wait()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	next := make([]int, writers)
-	for i, line := range strings.Split(strings.TrimSuffix(sink.String(), "\n"), "\n") {
-		var v struct{ Writer, N int }
-		if err := json.Unmarshal([]byte(line), &v); err != nil {
-			t.Fatalf("line %d is not whole: %q", i, line)
-		}
-		if v.N != next[v.Writer] {
-			t.Fatalf("writer %d: line %d arrived where %d was due", v.Writer, v.N, next[v.Writer])
-		}
-		next[v.Writer]++
-	}
-	for g, n := range next {
-		if n != lines {
-			t.Errorf("writer %d: %d lines arrived, want %d", g, n, lines)
-		}
-	}
-	fmt.Fprintf(l, "after close\n")
-	if !strings.HasSuffix(sink.String(), "\nafter close\n") {
-		t.Error("a line written after Close did not go straight out")
-	}
-}
-
-// TestLogBufferFlushes: lines go out on the timer, and at once when a batch is full,
-// without waiting for Close.
-func TestLogBufferFlushes(t *testing.T) {
-	sink := openSink()
-	l := newLogBuffer(sink, 10*time.Millisecond)
-	l.Write([]byte("one line\n"))
-	waitFor(t, "the timer's flush", func() bool { return sink.String() == "one line\n" })
-	l.Close()
-
-	sink = openSink()
-	l = newLogBuffer(sink, time.Hour)
-	defer l.Close()
-	batch := strings.Repeat("x", logFlushSize-1) + "\n"
-	l.Write([]byte(batch))
-	waitFor(t, "a full batch to go out", func() bool { return sink.String() == batch })
-}
-
-// TestLogBufferSlowSink: while the destination is stuck, requests still only append
-// their lines (no request waits on the system call), up to logMaxBacklog; past it they
-// wait for the destination rather than let the backlog grow. Nothing is lost.
-func TestLogBufferSlowSink(t *testing.T) {
-	sink := &gatedSink{gate: make(chan struct{})}
-	l := newLogBuffer(sink, time.Hour)
-	line := []byte(strings.Repeat("y", 1023) + "\n")
-	for range logFlushSize / len(line) {
-		l.Write(line) // the last one hands a full batch to the flusher
-	}
-	waitFor(t, "the flusher to be stuck in the destination", func() bool { return sink.waiting.Load() == 1 })
-	var wrote atomic.Int64
-	written := make(chan struct{})
-	go func() {
-		defer close(written)
-		for range logMaxBacklog / len(line) {
-			l.Write(line)
-			wrote.Add(1)
-		}
-	}()
-	select {
-	case <-written:
-	case <-time.After(5 * time.Second):
-		t.Fatalf("writers waited on a stuck destination after %d lines", wrote.Load())
-	}
-	over := make(chan struct{})
-	go func() { l.Write(line); close(over) }()
-	select {
-	case <-over:
-		t.Fatal("the backlog grew past logMaxBacklog")
-	case <-time.After(50 * time.Millisecond):
-	}
-	close(sink.gate)
-	<-over
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if want := (logFlushSize/len(line) + logMaxBacklog/len(line) + 1) * len(line); len(sink.String()) != want {
-		t.Errorf("%d bytes arrived, want %d", len(sink.String()), want)
 	}
 }
