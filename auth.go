@@ -253,12 +253,19 @@ func (kr keyring) authenticate(h http.Header, now time.Time) (*apiKey, error) {
 	return k, nil
 }
 
+// wwwAuthenticate is the header's key as Header holds it: Header.Set would canonicalize
+// it anew, with an allocation, at every refusal. Its values are shared, never modified.
+var (
+	wwwAuthenticate = http.CanonicalHeaderKey("WWW-Authenticate")
+	bearerRealm     = []string{`Bearer realm="sandbox"`}
+)
+
 // requireKey answers 401 unless the request carries an active key, which it hands on.
 func requireKey(keys keyring, now func() time.Time, next callHandler) callHandler {
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
 		k, err := keys.authenticate(r.Header, now())
 		if err != nil {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="sandbox"`)
+			w.Header()[wwwAuthenticate] = bearerRealm
 			writeProblem(w, c.id, err)
 			return
 		}
@@ -280,11 +287,11 @@ func refuseLive(next callHandler) callHandler {
 
 // requireScope answers 403 unless the key holds the operation's scope.
 func requireScope(need scope, next callHandler) callHandler {
-	challenge := `Bearer error="insufficient_scope", scope="` + need.String() + `"`
+	challenge := []string{`Bearer error="insufficient_scope", scope="` + need.String() + `"`}
 	err := &apiError{code: codeInsufficientScope, detail: "The API key lacks the " + need.String() + " scope this operation requires."}
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
 		if c.key.scopes&need == 0 {
-			w.Header().Set("WWW-Authenticate", challenge)
+			w.Header()[wwwAuthenticate] = challenge
 			writeProblem(w, c.id, err)
 			return
 		}

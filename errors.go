@@ -83,7 +83,7 @@ var (
 )
 
 // problem is the body of every error answer: RFC 9457 problem details with the code and
-// the request id.
+// the request id (and param, when a parameter is at fault).
 type problem struct {
 	Type      string  `json:"type"`
 	Title     string  `json:"title"`
@@ -96,15 +96,34 @@ type problem struct {
 
 // writeProblem writes every error answer of the service. err is an *apiError, or is logged
 // by the caller and answered as an internal error. Headers an error needs besides (Allow,
-// WWW-Authenticate, Retry-After) are set before.
+// WWW-Authenticate, Retry-After) are set before. The body is appended by hand, as the
+// problem type encodes it: with encoding/json, error answers cost 1.4 to 1.6 times as much
+// (BenchmarkRejected); a test holds the two to the same bytes.
 func writeProblem(w http.ResponseWriter, requestID string, err error) {
 	var e *apiError
 	if !errors.As(err, &e) {
 		e = errInternal
 	}
+	writeBody(w, e.status(), problemContentType, bodyOf(appendProblem(make([]byte, 0, 256), e, requestID)))
+}
+
+func appendProblem(b []byte, e *apiError, requestID string) []byte {
 	status := e.status()
-	body, _ := marshalJSON(problem{"about:blank", http.StatusText(status), status, e.detail, e.code, e.param, requestID})
-	writeJSON(w, status, "application/problem+json", body)
+	b = append(b, `{"type":"about:blank","title":`...)
+	b = appendJSONString(b, http.StatusText(status))
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, `,"detail":`...)
+	b = appendJSONString(b, e.detail)
+	b = append(b, `,"code":`...)
+	b = appendJSONString(b, string(e.code))
+	if e.param != nil {
+		b = append(b, `,"param":`...)
+		b = appendJSONString(b, *e.param)
+	}
+	b = append(b, `,"request_id":`...)
+	b = appendJSONString(b, requestID)
+	return append(b, '}')
 }
 
 // marshalJSON is the one way JSON is encoded: compact, with <, > and & left as they are.
@@ -118,14 +137,32 @@ func marshalJSON(v any) ([]byte, error) {
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
-// writeJSON writes every answer that has a body: its type, its exact length, the status,
+// body is an answer's bytes with its Content-Length value, which a prepared body (a
+// resource, a helper's answer) makes once, at load.
+type body struct {
+	bytes  []byte
+	length []string
+}
+
+func bodyOf(b []byte) body { return body{b, []string{strconv.Itoa(len(b))}} }
+
+// Header values shared by every answer that sends them; never modified. Assigning a
+// shared value costs no allocation where Header.Set makes two: with Set for the common
+// headers a GET by id took 8 allocations more and 10-25% longer (BenchmarkGetOrder,
+// BenchmarkTrackingByID).
+var (
+	jsonContentType    = []string{"application/json"}
+	problemContentType = []string{"application/problem+json"}
+)
+
+// writeBody writes every answer that has a body: its type, its exact length, the status,
 // then the bytes in one write.
-func writeJSON(w http.ResponseWriter, status int, contentType string, body []byte) {
+func writeBody(w http.ResponseWriter, status int, contentType []string, b body) {
 	h := w.Header()
-	h.Set("Content-Type", contentType)
-	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h["Content-Type"] = contentType
+	h["Content-Length"] = b.length
 	w.WriteHeader(status)
-	w.Write(body)
+	w.Write(b.bytes)
 }
 
 // appendJSONString appends s as a JSON string exactly as encoding/json writes it with HTML

@@ -463,8 +463,8 @@ type server struct {
 	log      *slog.Logger
 	access   *logBuffer
 	stopping <-chan struct{}
-	openAPI  []byte
-	health   []byte
+	openAPI  body
+	health   body
 }
 
 func newServer(sb *sandbox, o serverOptions) (*server, error) {
@@ -494,8 +494,8 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 		log:      o.log,
 		access:   o.access,
 		stopping: o.stopping,
-		openAPI:  doc,
-		health:   []byte(`{"status":"ok"}`),
+		openAPI:  bodyOf(doc),
+		health:   bodyOf([]byte(`{"status":"ok"}`)),
 	}, nil
 }
 
@@ -586,9 +586,9 @@ func (s *server) operation(need scope, h tenantHandler) callHandler {
 }
 
 // helper wraps an unauthenticated helper (health, OpenAPI document) that writes prepared bytes.
-func (s *server) helper(body []byte) callHandler {
+func (s *server) helper(b body) callHandler {
 	return capBody(func(w http.ResponseWriter, r *http.Request, c *call) {
-		writeJSON(w, http.StatusOK, "application/json", body)
+		writeBody(w, http.StatusOK, jsonContentType, b)
 	})
 }
 
@@ -710,7 +710,8 @@ func (s *server) simulate(next callHandler) callHandler {
 // answered in the request's call, for the log.
 type statusWriter struct {
 	http.ResponseWriter
-	c call
+	c        call
+	idHeader [1]string // the Request-Id header's value, with no allocation of its own
 }
 
 func (sw *statusWriter) WriteHeader(status int) {
@@ -735,32 +736,42 @@ func (sw *statusWriter) Unwrap() http.ResponseWriter { return sw.ResponseWriter 
 // internals, and logs one line per request with route, the pattern's path.
 func (s *server) observe(route string, next callHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, c: call{id: newRequestID()}}
+		sw.idHeader[0] = sw.c.id
 		h := w.Header()
-		h.Set("Request-Id", sw.c.id)
-		h.Set("Cache-Control", "no-store")
-		h.Set("X-Content-Type-Options", "nosniff")
-		// Runs last, also while an aborted request unwinds: one line for every request.
-		defer func() { s.logRequest(r.Method, route, &sw.c, time.Since(start)) }()
-		defer func() {
-			v := recover()
-			if v == nil {
-				return
-			}
-			if v != http.ErrAbortHandler {
-				s.log.Error("panic", "request_id", sw.c.id, "route", route, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-			}
-			if sw.c.status != 0 || v == http.ErrAbortHandler {
-				// Part of the answer is sent: cut the connection rather than let a
-				// truncated answer pass for a whole one.
-				panic(http.ErrAbortHandler)
-			}
-			writeProblem(sw, sw.c.id, errInternal)
-		}()
+		h["Request-Id"] = sw.idHeader[:]
+		h["Cache-Control"] = noStore
+		h["X-Content-Type-Options"] = noSniff
+		defer s.finish(sw, r.Method, route, time.Now())
 		next(sw, r, &sw.c)
 	})
 }
+
+// finish ends every request, also one that panics or is aborted: a panic becomes a 500
+// that shows no internals (or, after part of the answer, a cut connection), and the
+// request gets its one log line.
+func (s *server) finish(sw *statusWriter, method, route string, start time.Time) {
+	v := recover()
+	// Part of the answer is sent (or the request was aborted): cut the connection rather
+	// than let a truncated answer pass for a whole one.
+	cut := v == http.ErrAbortHandler || v != nil && sw.c.status != 0
+	if v != nil && v != http.ErrAbortHandler {
+		s.log.Error("panic", "request_id", sw.c.id, "route", route, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		if !cut {
+			writeProblem(sw, sw.c.id, errInternal)
+		}
+	}
+	s.logRequest(method, route, &sw.c, time.Since(start))
+	if cut {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// Header values every answer carries; shared, never modified (see jsonContentType).
+var (
+	noStore = []string{"no-store"}
+	noSniff = []string{"nosniff"}
+)
 
 // newRequestID returns "req_" and 20 random base-32 characters (100 bits). The ids
 // are for correlation, not secrets, so the runtime's per-thread generator serves.
@@ -823,9 +834,9 @@ func (s *server) logRequest(method, route string, c *call, d time.Duration) {
 	if c.key != nil {
 		account, environment = c.key.tenant.id.account, c.key.tenant.id.environment
 	}
-	var buf [512]byte
-	b := appendRequestLine(buf[:0], time.Now(), method, route, c.status, d, c.id, account, environment)
-	s.access.Write(b)
+	s.access.append(func(b []byte) []byte {
+		return appendRequestLine(b, time.Now(), method, route, c.status, d, c.id, account, environment)
+	})
 }
 
 func appendRequestLine(b []byte, at time.Time, method, route string, status int, d time.Duration, id, account, environment string) []byte {
@@ -854,14 +865,15 @@ func appendRequestLine(b []byte, at time.Time, method, route string, status int,
 // by logMaxBacklog, writers wait for it rather than let the backlog grow without bound.
 // An interval of 0 writes each line straight out.
 type logBuffer struct {
-	out    io.Writer
-	mu     sync.Mutex
-	room   sync.Cond // signalled when the flusher takes the backlog, and at Close
-	buf    []byte    // lines not yet taken by the flusher
-	closed bool      // after Close (or with no interval), lines are written straight to out
-	kick   chan struct{}
-	stop   chan struct{}
-	done   chan struct{}
+	out     io.Writer
+	mu      sync.Mutex
+	room    sync.Cond // signalled when the flusher takes the backlog, and at Close
+	buf     []byte    // lines not yet taken by the flusher
+	scratch []byte    // a line on its way straight out, once closed
+	closed  bool      // after Close (or with no interval), lines are written straight to out
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 const (
@@ -907,15 +919,24 @@ func (l *logBuffer) flushEvery(every time.Duration) {
 }
 
 func (l *logBuffer) Write(p []byte) (int, error) {
+	l.append(func(b []byte) []byte { return append(b, p...) })
+	return len(p), nil
+}
+
+// append appends a line to the buffer with line, which appends it: a line is formatted in
+// place rather than in a buffer of its own (which would escape to the heap through out).
+func (l *logBuffer) append(line func([]byte) []byte) {
 	l.mu.Lock()
 	for len(l.buf) >= logMaxBacklog && !l.closed {
 		l.room.Wait()
 	}
 	if l.closed {
 		defer l.mu.Unlock()
-		return l.out.Write(p)
+		l.scratch = line(l.scratch[:0])
+		l.out.Write(l.scratch)
+		return
 	}
-	l.buf = append(l.buf, p...)
+	l.buf = line(l.buf)
 	full := len(l.buf) >= logFlushSize
 	l.mu.Unlock()
 	if full {
@@ -924,7 +945,6 @@ func (l *logBuffer) Write(p []byte) (int, error) {
 		default: // the flusher is told already
 		}
 	}
-	return len(p), nil
 }
 
 // Close stops the flusher and writes out what is buffered; later lines are written at once.

@@ -2681,7 +2681,7 @@ func checkOrderIndex(t testing.TB, ix *orderIndex) {
 			if k > 0 && !newer(l.orders[k-1], o) {
 				t.Fatalf("list %d: order %q comes after %q", n, o.id, l.orders[k-1].id)
 			}
-			want = append(append(want, o.resource...), ',')
+			want = append(append(want, o.resource.bytes...), ',')
 		}
 		if !bytes.Equal(l.joined, want) || cap(l.joined) != len(l.joined) || len(l.starts) != len(l.orders)+1 {
 			t.Fatalf("list %d: block of %d bytes (capacity %d, %d starts) is not its %d orders joined", n, len(l.joined), cap(l.joined), len(l.starts), len(l.orders))
@@ -2838,6 +2838,21 @@ func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
 		want := strings.TrimSuffix(buf.String(), "\n")
 		if got := string(appendJSONString(nil, s)); got != want {
 			t.Errorf("appendJSONString(%q) = %s, want %s", s, got, want)
+		}
+	}
+}
+
+// TestProblemBodyIsWhatEncodingJSONWrites: the hand-appended error body is the problem
+// type as encoding/json writes it, with and without a param.
+func TestProblemBodyIsWhatEncodingJSONWrites(t *testing.T) {
+	for _, e := range []*apiError{errRouteNotFound, errCursorForged, paramError(codeUnknownParameter, "\xff <&> \"x\"", "odd \u2028 detail"), paramError(codeUnknownParameter, "", "")} {
+		status := e.status()
+		want, err := marshalJSON(problem{"about:blank", http.StatusText(status), status, e.detail, e.code, e.param, "req_x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendProblem(nil, e, "req_x"); string(got) != string(want) {
+			t.Errorf("appendProblem(%v) = %s\nencoding/json writes %s", e, got, want)
 		}
 	}
 }
@@ -3119,8 +3134,8 @@ func FuzzLoadDataset(f *testing.F) {
 		}
 		for _, tn := range sb.tenants {
 			for _, o := range tn.orders.all.orders {
-				if !json.Valid(o.resource) {
-					t.Fatalf("order %q is prepared as invalid JSON: %s", o.id, o.resource)
+				if !json.Valid(o.resource.bytes) {
+					t.Fatalf("order %q is prepared as invalid JSON: %s", o.id, o.resource.bytes)
 				}
 			}
 			checkOrderIndex(t, &tn.orders)

@@ -54,7 +54,7 @@ type importedOrder struct {
 	merchantReference string
 	platform          string
 	shipmentID        *string
-	resource          []byte
+	resource          body
 }
 
 // appendResource appends the order as the API shows it. It is written by hand rather than
@@ -211,9 +211,13 @@ func (ix *orderIndex) build() {
 		return 1 // ids are unique in a tenant: no two orders are equal
 	})
 	ix.all = join(all, func(b []byte, o *importedOrder) []byte { return o.appendResource(b) })
+	lengths := map[int][]string{} // one Content-Length value for each length, not one an order
 	for i, o := range all {
-		body := ix.all.data(i, i+1)
-		o.resource = body[:len(body):len(body)]
+		b := ix.all.data(i, i+1)
+		if lengths[len(b)] == nil {
+			lengths[len(b)] = []string{strconv.Itoa(len(b))}
+		}
+		o.resource = body{b[:len(b):len(b)], lengths[len(b)]}
 	}
 	perStatus := make([][]*importedOrder, len(orderStatuses))
 	for _, o := range all {
@@ -221,7 +225,7 @@ func (ix *orderIndex) build() {
 	}
 	ix.byStatus = make([]orderList, len(orderStatuses))
 	for s, orders := range perStatus {
-		ix.byStatus[s] = join(orders, func(b []byte, o *importedOrder) []byte { return append(b, o.resource...) })
+		ix.byStatus[s] = join(orders, func(b []byte, o *importedOrder) []byte { return append(b, o.resource.bytes...) })
 	}
 }
 
@@ -250,31 +254,25 @@ type orderQuery struct {
 // listParams are the parameters GET /v1/orders takes.
 var listParams = []string{"limit", "cursor", "status", "created_from", "created_to"}
 
-// eachParam calls judge with each name=value pair of a raw query, in the order sent,
-// percent-decoded, until judge returns an error. Empty pairs (a&&b) are skipped. A literal
-// "+" stays "+": no valid value has a space, while an RFC 3339 offset such as +01:00 then
-// needs no escaping.
-func eachParam(raw string, judge func(name, value string) error) error {
-	for raw != "" {
-		var pair string
+// nextParam takes the first name=value pair off a raw query, percent-decoded; empty pairs
+// (a&&b) are skipped, and ok is false when none is left. A literal "+" stays "+": no valid
+// value has a space, while an RFC 3339 offset such as +01:00 then needs no escaping.
+func nextParam(raw string) (name, value, rest string, ok bool, err error) {
+	var pair string
+	for pair == "" {
+		if raw == "" {
+			return "", "", "", false, nil
+		}
 		pair, raw, _ = strings.Cut(raw, "&")
-		if pair == "" {
-			continue
-		}
-		rawName, rawValue, _ := strings.Cut(pair, "=")
-		name, err := url.PathUnescape(rawName)
-		if err != nil {
-			return paramError(codeUnknownParameter, rawName, "The query has a parameter name that is not percent-encoded correctly.")
-		}
-		value, err := url.PathUnescape(rawValue)
-		if err != nil {
-			return paramError(codeInvalidParameter, name, "The value of "+name+" is not percent-encoded correctly.")
-		}
-		if err := judge(name, value); err != nil {
-			return err
-		}
 	}
-	return nil
+	rawName, rawValue, _ := strings.Cut(pair, "=")
+	if name, err = url.PathUnescape(rawName); err != nil {
+		return "", "", "", false, paramError(codeUnknownParameter, rawName, "The query has a parameter name that is not percent-encoded correctly.")
+	}
+	if value, err = url.PathUnescape(rawValue); err != nil {
+		return "", "", "", false, paramError(codeInvalidParameter, name, "The value of "+name+" is not percent-encoded correctly.")
+	}
+	return name, value, raw, true, nil
 }
 
 func unknownParam(name, detail string) error {
@@ -283,9 +281,11 @@ func unknownParam(name, detail string) error {
 
 // refuseParams is the query check of an operation that takes no query parameters.
 func refuseParams(raw string) error {
-	return eachParam(raw, func(name, _ string) error {
+	name, _, _, ok, err := nextParam(raw)
+	if ok {
 		return unknownParam(name, "This operation takes no query parameters.")
-	})
+	}
+	return err
 }
 
 // parseOrderQuery reads the GET /v1/orders query. Faults are reported in the order the
@@ -293,19 +293,26 @@ func refuseParams(raw string) error {
 func parseOrderQuery(raw string) (orderQuery, error) {
 	q := orderQuery{limit: defaultPageSize, status: -1}
 	var seen [5]bool // indexed like listParams
-	err := eachParam(raw, func(name, value string) error {
+	for {
+		name, value, rest, ok, err := nextParam(raw)
+		if err != nil {
+			return q, err
+		}
+		if !ok {
+			break
+		}
+		raw = rest
 		i := slices.Index(listParams, name)
 		if i < 0 {
-			return unknownParam(name, "GET /v1/orders takes limit, cursor, status, created_from and created_to.")
+			return q, unknownParam(name, "GET /v1/orders takes limit, cursor, status, created_from and created_to.")
 		}
 		if seen[i] {
-			return paramError(codeInvalidParameter, name, name+" is given more than once; give it once.")
+			return q, paramError(codeInvalidParameter, name, name+" is given more than once; give it once.")
 		}
 		seen[i] = true
-		return q.set(name, value)
-	})
-	if err != nil {
-		return q, err
+		if err := q.set(name, value); err != nil {
+			return q, err
+		}
 	}
 	if q.hasFrom && q.hasTo && q.from.After(q.to) {
 		return q, paramError(codeInvalidParameter, "created_from", "created_from must not be after created_to.")
@@ -345,7 +352,8 @@ func (q *orderQuery) set(name, value string) error {
 // filterTag binds a cursor to the filters of a query: the same instants, however written,
 // are the same filter.
 func (q *orderQuery) filterTag() tag {
-	b := []byte{byte(q.status + 1)}
+	var buf [1 + 2*13]byte
+	b := append(buf[:0], byte(q.status+1))
 	for _, bound := range []struct {
 		set bool
 		at  time.Time
@@ -355,7 +363,7 @@ func (q *orderQuery) filterTag() tag {
 			b = binary.BigEndian.AppendUint64(b, uint64(bound.at.Unix()))
 			b = binary.BigEndian.AppendUint32(b, uint32(bound.at.Nanosecond()))
 		} else {
-			b = append(b, make([]byte, 13)...)
+			b = append(b, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 		}
 	}
 	return tagOf("orders", string(b))
@@ -397,7 +405,7 @@ func (ix *orderIndex) serveGet(w http.ResponseWriter, r *http.Request) error {
 	if o == nil {
 		return errOrderNotFound
 	}
-	writeJSON(w, http.StatusOK, "application/json", o.resource)
+	writeBody(w, http.StatusOK, jsonContentType, o.resource)
 	return nil
 }
 
@@ -418,9 +426,10 @@ func (ls *orderLister) serveList(w http.ResponseWriter, r *http.Request, ix *ord
 	if err != nil {
 		return err
 	}
+	filters := q.filterTag()
 	var after *cursorPosition
 	if q.hasCursor {
-		pos, err := ls.cursors.verify(q.cursor, ix.tag, q.filterTag())
+		pos, err := ls.cursors.verify(q.cursor, ix.tag, filters)
 		if err != nil {
 			return err
 		}
@@ -436,12 +445,12 @@ func (ls *orderLister) serveList(w http.ResponseWriter, r *http.Request, ix *ord
 	if more {
 		last := list.orders[j-1]
 		b = append(b, `,"next_cursor":"`...)
-		b = ls.cursors.appendSigned(b, ix.tag, q.filterTag(), cursorPosition{last.createdAt, last.id})
+		b = ls.cursors.appendSigned(b, ix.tag, filters, cursorPosition{last.createdAt, last.id})
 		b = append(b, `","has_more":true}}`...)
 	} else {
 		b = append(b, `,"next_cursor":null,"has_more":false}}`...)
 	}
 	*buf = b
-	writeJSON(w, http.StatusOK, "application/json", b)
+	writeBody(w, http.StatusOK, jsonContentType, bodyOf(b))
 	return nil
 }

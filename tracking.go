@@ -111,7 +111,7 @@ type shipmentRecord struct {
 
 // shipment is a stored shipment: its tracking view is encoded once, at load.
 type shipment struct {
-	view []byte
+	view body
 }
 
 // shipmentIndex is a tenant's shipments, by id and by primary tracking number.
@@ -147,15 +147,15 @@ func (ix *shipmentIndex) addShipment(path, where string, rec shipmentRecord) (no
 		}
 	}
 	events, n := normalizeEvents(raw)
-	view := trackingView{ShipmentID: rec.ID, Reference: rec.Reference, TrackingNumber: rec.TrackingNumber, Status: "pre_transit", Events: events}
+	status := "pre_transit"
 	if len(events) > 0 {
-		view.Status = events[len(events)-1].Status
+		status = events[len(events)-1].Status
 	}
-	body, err := marshalJSON(view)
+	view, err := marshalJSON(trackingView{ShipmentID: rec.ID, Reference: rec.Reference, TrackingNumber: rec.TrackingNumber, Status: status, Events: events})
 	if err != nil {
 		return n, err
 	}
-	s := &shipment{view: body}
+	s := &shipment{view: bodyOf(view)}
 	ix.byID[rec.ID] = s
 	if number := rec.TrackingNumber; number != nil {
 		if _, taken := ix.byTrackingNumber[*number]; taken {
@@ -202,7 +202,7 @@ func (ix *shipmentIndex) serveByID(w http.ResponseWriter, r *http.Request) error
 	if s == nil {
 		return errShipmentNotFound
 	}
-	writeJSON(w, http.StatusOK, "application/json", s.view)
+	writeBody(w, http.StatusOK, jsonContentType, s.view)
 	return nil
 }
 
@@ -212,7 +212,7 @@ func (ix *shipmentIndex) serveByNumber(w http.ResponseWriter, r *http.Request) e
 	s, known := ix.byTrackingNumber[r.PathValue("tracking_number")]
 	switch {
 	case s != nil:
-		writeJSON(w, http.StatusOK, "application/json", s.view)
+		writeBody(w, http.StatusOK, jsonContentType, s.view)
 		return nil
 	case known:
 		return errTrackingAmbiguous
