@@ -134,7 +134,7 @@ type keyRecord struct {
 // one place its text goes.
 // firstUse holds the path of each key's digest seen so far.
 func (kr keyring) addKey(path string, rec keyRecord, t *tenant, firstUse map[[sha256.Size]byte]string) (keyLine, error) {
-	if err := required(path+".key", rec.Key); err != nil {
+	if err := checkID(path+".key", rec.Key); err != nil {
 		return keyLine{}, err
 	}
 	if !isBearerToken(rec.Key) {

@@ -24,8 +24,6 @@ import (
 const (
 	cursorVersion   = 1
 	cursorHeaderLen = 1 + 8 + 8 + 8 + 4
-	// maxIDBytes bounds every id a dataset may hold, so that every cursor fits maxCursorLen.
-	maxIDBytes = 255
 	// maxCursorLen is the longest cursor accepted: that of the longest id.
 	maxCursorLen = (cursorHeaderLen + maxIDBytes + sha256.Size + 2) / 3 * 4
 )

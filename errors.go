@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -230,19 +232,28 @@ func parseWhole(s string, max int) (int, bool) {
 // range (time.Parse takes a one-digit hour and offsets of 24 hours or more), T or t, Z or z.
 var rfc3339 = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}[Tt](?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d+)?(?:[Zz]|[+-](?:[01]\d|2[0-3]):[0-5]\d)$`)
 
+var (
+	errNotRFC3339    = errors.New("is not an RFC 3339 timestamp with an offset and a four-digit year, such as 2026-11-01T09:30:00Z")
+	errOutOfRFC3339  = errors.New("is an instant outside the years 0000 to 9999 in UTC, which RFC 3339 cannot write")
+	firstRFC3339Year = 0
+	lastRFC3339Year  = 9999
+)
+
 // parseTimestamp reads a strict RFC 3339 date-time with an explicit offset and returns the
-// same instant in UTC. Instants whose UTC year is outside 0000..9999 are refused: they could
-// not be written back as RFC 3339.
-func parseTimestamp(s string) (time.Time, bool) {
+// same instant in UTC, or why it cannot. Instants whose UTC year is outside 0000..9999 are
+// refused: they could not be written back as RFC 3339.
+func parseTimestamp(s string) (time.Time, error) {
 	if !rfc3339.MatchString(s) {
-		return time.Time{}, false
+		return time.Time{}, errNotRFC3339
 	}
 	t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(s))
 	if err != nil {
-		return time.Time{}, false
+		return time.Time{}, errNotRFC3339 // a day the month does not have
 	}
-	t = t.UTC()
-	return t, t.Year() >= 0 && t.Year() <= 9999
+	if t = t.UTC(); t.Year() < firstRFC3339Year || t.Year() > lastRFC3339Year {
+		return time.Time{}, errOutOfRFC3339
+	}
+	return t, nil
 }
 
 // formatTimestamp writes an instant as responses do: UTC, suffix Z, fractional seconds
@@ -263,15 +274,16 @@ func (e *datasetError) Error() string {
 	return fmt.Sprintf("dataset %s: %s: %s", e.file, e.path, e.reason)
 }
 
-// decodeStrict decodes one JSON object into v, refusing members v does not have; the error
-// names the JSON path.
+// decodeStrict decodes one JSON object into v, a pointer to a struct of json-tagged
+// fields. Its members are judged first, in the order written: a name that is not exactly
+// one of v's fields is unknown, and a name given twice, also in another case, is refused
+// (encoding/json would match names case-insensitively and let the last one win). The
+// error names the JSON path.
 func decodeStrict(raw json.RawMessage, path string, v any) error {
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil {
-		return nil
+	if err := checkMembers(raw, path, reflect.TypeOf(v).Elem()); err != nil {
+		return err
 	}
+	err := json.Unmarshal(raw, v)
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) {
 		if typeErr.Field != "" {
@@ -279,10 +291,50 @@ func decodeStrict(raw json.RawMessage, path string, v any) error {
 		}
 		return &datasetError{path: path, reason: fmt.Sprintf("must be %s, not %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value)}
 	}
-	if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return &datasetError{path: path + "." + strings.Trim(field, `"`), reason: "unknown field"}
+	if err != nil {
+		return &datasetError{path: path, reason: err.Error()}
 	}
-	return &datasetError{path: path, reason: err.Error()}
+	return nil
+}
+
+// checkMembers judges the member names of the JSON object raw against the fields of t.
+// A value that is not an object is left to json.Unmarshal to refuse.
+func checkMembers(raw json.RawMessage, path string, t reflect.Type) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	var seen []string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return &datasetError{path: path, reason: err.Error()}
+		}
+		name := tok.(string)
+		for _, earlier := range seen {
+			if strings.EqualFold(earlier, name) {
+				return &datasetError{path: path + "." + name, reason: fmt.Sprintf("duplicate member: %q is given already", earlier)}
+			}
+		}
+		seen = append(seen, name)
+		if !hasField(t, name) {
+			return &datasetError{path: path + "." + name, reason: "unknown field"}
+		}
+		if err := dec.Decode(&json.RawMessage{}); err != nil {
+			return &datasetError{path: path + "." + name, reason: err.Error()}
+		}
+	}
+	return nil
+}
+
+// hasField reports whether struct type t has a field whose json name is exactly name.
+func hasField(t reflect.Type, name string) bool {
+	for i := range t.NumField() {
+		if tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); tag == name {
+			return true
+		}
+	}
+	return false
 }
 
 // jsonKind names a Go kind as the JSON type a dataset author wrote.
@@ -325,9 +377,9 @@ func oneOf(path, what, value string, allowed []string) error {
 // timestampField reads a dataset timestamp (not a raw event's): it must be strict RFC 3339
 // with an offset, or the dataset is refused.
 func timestampField(path, value string) (time.Time, error) {
-	t, ok := parseTimestamp(value)
-	if !ok {
-		return time.Time{}, &datasetError{path: path, reason: strconv.Quote(value) + " is not an RFC 3339 timestamp with an offset"}
+	t, err := parseTimestamp(value)
+	if err != nil {
+		return time.Time{}, &datasetError{path: path, reason: strconv.Quote(value) + " " + err.Error()}
 	}
 	return t, nil
 }
@@ -353,6 +405,10 @@ type preference struct {
 	applied string // the Preference-Applied value, "" when nothing is applied
 }
 
+// maxPreferences is how many preferences of a request are read; the rest are ignored, so
+// that a long header costs no more than a short one.
+const maxPreferences = 16
+
 // parsePrefer reads the Prefer header fields (RFC 7240, section 2): comma-separated
 // preferences, each a token with an optional value (token or quoted string) and optional
 // parameters after ";". Names are case-insensitive; the first instance of a preference
@@ -361,10 +417,11 @@ func parsePrefer(fields []string) (preference, error) {
 	var p preference
 	var seenCode, seenDelay bool
 	var applied []string
+	read := 0
 	for _, field := range fields {
-		for _, item := range splitOutsideQuotes(field, ',') {
-			name, value, _ := strings.Cut(strings.TrimSpace(splitOutsideQuotes(item, ';')[0]), "=")
-			name, value = strings.TrimSpace(name), unquote(strings.TrimSpace(value))
+		for rest := field; rest != "" && read < maxPreferences; read++ {
+			var name, value string
+			name, value, rest = nextPreference(rest)
 			switch {
 			case strings.EqualFold(name, "code") && !seenCode:
 				seenCode = true
@@ -387,22 +444,47 @@ func parsePrefer(fields []string) (preference, error) {
 	return p, nil
 }
 
-// splitOutsideQuotes splits s at sep, except inside a quoted string.
-func splitOutsideQuotes(s string, sep byte) []string {
-	var parts []string
-	quoted, start := false, 0
-	for i := 0; i < len(s); i++ {
+// nextPreference reads the first preference off s in one pass: its name and value (a token,
+// or a quoted string's content), skipping its parameters and the comma that ends it.
+func nextPreference(s string) (name, value, rest string) {
+	i := strings.IndexAny(s, "=;,")
+	if i < 0 {
+		return strings.TrimSpace(s), "", ""
+	}
+	name = strings.TrimSpace(s[:i])
+	if s[i] == '=' {
+		v := strings.TrimLeft(s[i+1:], " \t")
+		i = len(s) - len(v)
+		if v != "" && v[0] == '"' {
+			end := 1
+			for end < len(v) && v[end] != '"' {
+				if v[end] == '\\' {
+					end++
+				}
+				end++
+			}
+			value = unquote(v[:min(end+1, len(v))])
+			i += min(end+1, len(v))
+		} else {
+			end := strings.IndexAny(v, ";,")
+			if end < 0 {
+				end = len(v)
+			}
+			value = strings.TrimSpace(v[:end])
+			i += end
+		}
+	}
+	for quoted := false; i < len(s); i++ { // parameters, up to the comma outside quotes
 		switch {
-		case s[i] == '\\' && quoted:
+		case quoted && s[i] == '\\':
 			i++
 		case s[i] == '"':
 			quoted = !quoted
-		case s[i] == sep && !quoted:
-			parts = append(parts, s[start:i])
-			start = i + 1
+		case !quoted && s[i] == ',':
+			return name, value, s[i+1:]
 		}
 	}
-	return append(parts, s[start:])
+	return name, value, ""
 }
 
 // unquote returns the content of a quoted-string, or s itself when it is a token.
@@ -420,7 +502,20 @@ func unquote(s string) string {
 	return b.String()
 }
 
-// checkID refuses an id, reference, key or tracking number that is empty.
+// maxIDBytes bounds every id, reference, key and tracking number of a dataset: a key must
+// fit a header, and an order id a cursor of at most maxCursorLen.
+const maxIDBytes = 255
+
+// checkID refuses an id, reference, key or tracking number that is empty, longer than
+// maxIDBytes or holds a control character.
 func checkID(path, value string) error {
-	return required(path, value)
+	switch {
+	case value == "":
+		return required(path, value)
+	case len(value) > maxIDBytes:
+		return &datasetError{path: path, reason: fmt.Sprintf("is %d bytes long; at most %d", len(value), maxIDBytes)}
+	case strings.ContainsFunc(value, unicode.IsControl):
+		return &datasetError{path: path, reason: "holds a control character"}
+	}
+	return nil
 }

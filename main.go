@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 )
 
 //go:embed dataset.json
@@ -74,9 +75,12 @@ func defaultConfig() config {
 		readHeaderTimeout: 10 * time.Second,
 		// The longest request reads a 256 KiB body; the longest answer waits out a
 		// Prefer delay of 10 s first.
-		readTimeout:      30 * time.Second,
-		writeTimeout:     30 * time.Second,
-		idleTimeout:      120 * time.Second,
+		readTimeout:  30 * time.Second,
+		writeTimeout: 30 * time.Second,
+		// net/http reads a kept-alive connection's next request line under IdleTimeout
+		// until its first bytes: headers that stall after one to three bytes are cut off
+		// by it, so it is no longer than a slow client's headers may take.
+		idleTimeout:      30 * time.Second,
 		shutdownTimeout:  15 * time.Second,
 		maxHeaderBytes:   64 << 10,
 		logFlushInterval: 200 * time.Millisecond,
@@ -645,6 +649,13 @@ func capBody(next callHandler) callHandler {
 			writeProblem(w, c.id, errBodyTooLarge)
 			return
 		}
+		if r.TransferEncoding != nil {
+			// net/http drops a Content-Length sent beside Transfer-Encoding before any
+			// handler sees it; such a request may be smuggling another (RFC 9112,
+			// 6.3), so the connection is closed after any request with a framing of
+			// its own.
+			w.Header().Set("Connection", "close")
+		}
 		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
 			_, err := io.Copy(io.Discard, http.MaxBytesReader(nil, r.Body, maxBodyBytes))
 			var tooLarge *http.MaxBytesError
@@ -690,9 +701,11 @@ func (s *server) simulate(next callHandler) callHandler {
 				// The server is shutting down: answer now, so that draining is not held up.
 				t.Stop()
 			case <-r.Context().Done():
+				// The client went away: abort, so that net/http sends nothing rather
+				// than an empty success.
 				t.Stop()
 				c.status = statusClientClosedRequest
-				return
+				panic(http.ErrAbortHandler)
 			}
 		}
 		if p.answer != nil {
@@ -839,11 +852,26 @@ func (s *server) logRequest(method, route string, c *call, d time.Duration) {
 	})
 }
 
+// maxLogValue bounds a logged value a client controls: longer, it is logged as its first
+// maxLogValue-3 bytes (cut at a UTF-8 boundary) and "...".
+const maxLogValue = 256
+
+func boundLogValue(s string) string {
+	if len(s) <= maxLogValue {
+		return s
+	}
+	cut := maxLogValue - 3
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
 func appendRequestLine(b []byte, at time.Time, method, route string, status int, d time.Duration, id, account, environment string) []byte {
 	b = append(b, `{"time":"`...)
 	b = at.AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","level":"INFO","msg":"request","method":`...)
-	b = appendJSONString(b, method)
+	b = appendJSONString(b, boundLogValue(method))
 	b = append(b, `,"route":`...)
 	b = appendJSONString(b, route)
 	b = append(b, `,"status":`...)

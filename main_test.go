@@ -967,10 +967,10 @@ func TestDatasetRefusals(t *testing.T) {
 		{"duplicate key", dataset(dsAccounts, dsKey+`,`+strings.Replace(dsKey, "acct_a", "acct_b", 1), "", ""), `$.keys[1].key: duplicate: the same key as $.keys[0]`},
 		{"empty key", dataset(dsAccounts, `{"key":"","account":"acct_a","environment":"test","scopes":[]}`, "", ""), `$.keys[0].key: required, and must not be empty`},
 		{"key that cannot be sent", dataset(dsAccounts, `{"key":"sk test","account":"acct_a","environment":"test","scopes":[]}`, "", ""), `$.keys[0].key: not sendable as a Bearer credential: use letters, digits and - . _ ~ + / (then = padding only)`},
-		{"key expiry without offset", dataset(dsAccounts, `{"key":"sk_x","account":"acct_a","environment":"test","scopes":[],"expires_at":"2026-01-01T00:00:00"}`, "", ""), `$.keys[0].expires_at: "2026-01-01T00:00:00" is not an RFC 3339 timestamp with an offset`},
+		{"key expiry without offset", dataset(dsAccounts, `{"key":"sk_x","account":"acct_a","environment":"test","scopes":[],"expires_at":"2026-01-01T00:00:00"}`, "", ""), `$.keys[0].expires_at: "2026-01-01T00:00:00" is not an RFC 3339 timestamp with an offset and a four-digit year, such as 2026-11-01T09:30:00Z`},
 		{"unknown order status", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"fulfilled"`, `"shipped"`, 1)), `$.orders[0].status: unknown order status "shipped"; want one of unfulfilled, partially_fulfilled, fulfilled, cancelled`},
 		{"unknown platform", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"ebay"`, `"woocommerce"`, 1)), `$.orders[0].platform: unknown platform "woocommerce"; want one of amazon, ebay, etsy, shopify, tiktok_shop`},
-		{"order created_at without offset", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `00:00:00Z`, `00:00:00`, 1)), `$.orders[0].created_at: "2026-11-01T00:00:00" is not an RFC 3339 timestamp with an offset`},
+		{"order created_at without offset", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `00:00:00Z`, `00:00:00`, 1)), `$.orders[0].created_at: "2026-11-01T00:00:00" is not an RFC 3339 timestamp with an offset and a four-digit year, such as 2026-11-01T09:30:00Z`},
 		{"order created_at not a string", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"2026-11-01T00:00:00Z"`, `1762000000`, 1)), `$.orders[0].created_at: must be a string, not number`},
 		{"order shipment_id set directly", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"status"`, `"shipment_id":"shp_1","status"`, 1)), `$.orders[0].shipment_id: unknown field`},
 		{"duplicate order id", dataset(dsAccounts, "", "", dsOrder+","+dsOrder), `$.orders[1].id: duplicate order id "ord_1" in acct_a/test`},
@@ -988,6 +988,33 @@ func TestDatasetRefusals(t *testing.T) {
 		{"link across accounts", dataset(dsAccounts, "", strings.Replace(ship("shp_1", "ord_1"), "acct_a", "acct_b", 1), dsOrder), `$.shipments[0].order_id: order "ord_1" belongs to acct_a/test, not to acct_b/test: shipment "shp_1" cannot be linked across accounts or environments`},
 		{"link across environments", dataset(dsAccounts, "", strings.NewReplacer("acct_a", "acct_b", `"test"`, `"live"`).Replace(ship("shp_1", "ord_1")), strings.Replace(dsOrder, "acct_a", "acct_b", 1)), `$.shipments[0].order_id: order "ord_1" belongs to acct_b/test, not to acct_b/live: shipment "shp_1" cannot be linked across accounts or environments`},
 		{"link to no order", dataset(dsAccounts, "", ship("shp_1", "ord_9"), dsOrder), `$.shipments[0].order_id: no order "ord_9" in acct_a/test to link shipment "shp_1" to`},
+		{"order_id empty", dataset(dsAccounts, "", ship("shp_1", ""), dsOrder), `$.shipments[0].order_id: required, and must not be empty`},
+		{"a member twice", dataset(dsAccounts, strings.Replace(dsKey, `"scopes"`, `"revoked":true,"revoked":false,"scopes"`, 1), "", ""), `$.keys[0].revoked: duplicate member: "revoked" is given already`},
+		{"a member twice in another case", dataset(dsAccounts, strings.Replace(dsKey, `"scopes"`, `"revoked":true,"Revoked":false,"scopes"`, 1), "", ""), `$.keys[0].Revoked: duplicate member: "revoked" is given already`},
+		{"a member in another case", dataset(dsAccounts, strings.Replace(dsKey, `"scopes"`, `"Revoked":true,"scopes"`, 1), "", ""), `$.keys[0].Revoked: unknown field`},
+		{"a top-level member twice", `{"accounts":[` + dsAccounts + `],"Accounts":[]}`, `$.Accounts: duplicate member: "accounts" is given already`},
+		{"an event member twice", dataset(dsAccounts, "", strings.Replace(dsShipment, `"description":"In transit"`, `"description":"In transit","Description":"x"`, 1), ""), `$.shipments[0].events[0].Description: duplicate member: "description" is given already`},
+		{"an order id of 256 bytes", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"ord_1"`, `"`+strings.Repeat("o", 256)+`"`, 1)), `$.orders[0].id: is 256 bytes long; at most 255`},
+		{"a key of 70,000 characters", dataset(dsAccounts, `{"key":"`+strings.Repeat("k", 70000)+`","account":"acct_a","environment":"test","scopes":[]}`, "", ""), `$.keys[0].key: is 70000 bytes long; at most 255`},
+		{"a reference with a line feed", dataset(dsAccounts, "", strings.Replace(dsShipment, `"S1"`, `"S\n1"`, 1), ""), `$.shipments[0].reference: holds a control character`},
+		{"a tracking number with DEL", dataset(dsAccounts, "", strings.Replace(dsShipment, `"T1"`, `"T\u007f1"`, 1), ""), `$.shipments[0].tracking_number: holds a control character`},
+		{"a parcel number with C1 control", dataset(dsAccounts, "", strings.Replace(dsShipment, `"tracking_number":"T1"`, `"tracking_number":"T1","parcel_tracking_numbers":["P\u00851"]`, 1), ""), `$.shipments[0].parcel_tracking_numbers[0]: holds a control character`},
+		{"an account id of 300 bytes", dataset(`{"id":"`+strings.Repeat("a", 300)+`","environments":["test"]}`, "", "", ""), `$.accounts[0].id: is 300 bytes long; at most 255`},
+		{"a merchant reference with a tab", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"R1"`, `"R\t1"`, 1)), `$.orders[0].merchant_reference: holds a control character`},
+	}
+	// The raw marketplace payload is opaque: a member twice there is the marketplace's.
+	opaque := strings.Replace(dsOrder, `"created_at"`, `"raw_marketplace_data":{"a":1,"A":2,"a":3},"created_at"`, 1)
+	if _, err := loadDataset("ok.json", []byte(dataset(dsAccounts, "", "", opaque)), 0, slog.New(slog.DiscardHandler)); err != nil {
+		t.Errorf("a payload with a member twice: %v, want it loaded", err)
+	}
+	// 255 bytes are allowed, and page: the longest id's cursor is accepted.
+	longID := strings.Repeat("o", 255)
+	long := dataset(dsAccounts, `{"key":"sk_test_a","account":"acct_a","environment":"test","scopes":["orders:read"]}`, "",
+		strings.Replace(dsOrder, `"ord_1"`, `"`+longID+`"`, 1)+","+strings.Replace(dsOrder, `"ord_1"`, `"`+strings.Repeat("p", 255)+`"`, 1))
+	e := newEnv(t, envOptions{data: []byte(long)})
+	page := decodePage(t, e.get(t, "/v1/orders?limit=1", "sk_test_a"))
+	if next := decodePage(t, e.get(t, "/v1/orders?limit=1&cursor="+*page.Pagination.NextCursor, "sk_test_a")); len(next.Data) != 1 || next.Data[0].ID != longID {
+		t.Errorf("the second page of 255-byte ids = %+v, want %s", next, longID[:10])
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1151,6 +1178,94 @@ func TestServedOverTCP(t *testing.T) {
 		conn.Close()
 		if res.StatusCode != 404 || res.Header.Get("Content-Type") != "application/problem+json" || !bytes.Contains(body, []byte(`"code":"route_not_found"`)) {
 			t.Errorf("%q = %d %s %s, want a 404 route_not_found problem", raw, res.StatusCode, res.Header.Get("Content-Type"), body)
+		}
+	}
+}
+
+// serveTCP serves h on loopback with the server's connection limits, cfg's where given.
+func serveTCP(t *testing.T, h http.Handler, cfg config) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := newHTTPServer(cfg, h, slog.New(slog.DiscardHandler))
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	return ln.Addr().String()
+}
+
+// readAll reads what conn sends until it closes or 5 s pass, and reports whether it closed.
+func readAll(conn net.Conn) (string, bool) {
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, err := io.ReadAll(conn)
+	return string(b), err == nil
+}
+
+// TestHalfClosedClientGetsNoEmptySuccess: a client that closes its side while a Prefer
+// delay runs gets the whole answer or none, never a 200 with no body.
+func TestHalfClosedClientGetsNoEmptySuccess(t *testing.T) {
+	addr := serveTCP(t, newEnv(t, envOptions{}).h, defaultConfig())
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET /v1/orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_sandbox_all\r\nPrefer: delay=3000\r\n\r\n")
+	conn.(*net.TCPConn).CloseWrite()
+	got, closed := readAll(conn)
+	if !closed || got != "" {
+		t.Errorf("a half-closed client during a delay got %q (closed %v), want the connection closed with nothing", got, closed)
+	}
+}
+
+// TestKeptAliveConnectionsCutPartialHeaders: after a first request, headers that arrive
+// partly and then stall are cut off, as on a new connection: within 30 s by default.
+func TestKeptAliveConnectionsCutPartialHeaders(t *testing.T) {
+	if d := defaultConfig(); d.idleTimeout > 30*time.Second || d.readHeaderTimeout > 30*time.Second {
+		t.Errorf("IdleTimeout %v, ReadHeaderTimeout %v: partial headers of a kept-alive connection would wait past 30 s", d.idleTimeout, d.readHeaderTimeout)
+	}
+	cfg := defaultConfig()
+	cfg.idleTimeout, cfg.readHeaderTimeout = 300*time.Millisecond, 300*time.Millisecond
+	addr := serveTCP(t, newEnv(t, envOptions{}).h, cfg)
+	for _, partial := range []string{"G", "GE", "GET"} {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		br := bufio.NewReader(conn)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		start := time.Now()
+		io.WriteString(conn, partial)
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = br.ReadByte()
+		if took := time.Since(start); err == nil || took > 3*time.Second {
+			t.Errorf("%q after a first request: the connection was still open after %v (%v)", partial, took, err)
+		}
+		conn.Close()
+	}
+}
+
+// TestFramingOfItsOwnClosesTheConnection: a request with Transfer-Encoding (with or without
+// a Content-Length beside it, which net/http drops before any handler) is answered, and
+// the connection is then closed.
+func TestFramingOfItsOwnClosesTheConnection(t *testing.T) {
+	addr := serveTCP(t, newEnv(t, envOptions{}).h, defaultConfig())
+	for _, framing := range []string{"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", "Transfer-Encoding: chunked\r\n"} {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n"+framing+"\r\n0\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		got, closed := readAll(conn)
+		conn.Close()
+		if !closed || strings.Count(got, "HTTP/1.1 200") != 1 || !strings.Contains(got, "Connection: close") {
+			t.Errorf("%q: got %q (closed %v), want one 200 with Connection: close, then the connection closed", framing, got, closed)
 		}
 	}
 }
@@ -1357,6 +1472,35 @@ func TestAccessLog(t *testing.T) {
 		got.Duration, got.Level, got.Time, got.RequestID, got.Msg = nil, "", "", "", ""
 		if got != r.want {
 			t.Errorf("%s %s logged %+v, want %+v", r.method, r.target, got, r.want)
+		}
+	}
+}
+
+// TestLogValuesAreBounded: a method a client sends over 256 bytes is logged as its first
+// 253 bytes, cut at a UTF-8 boundary, and "...", so a 64 KiB method costs a normal line.
+func TestLogValuesAreBounded(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	e.do(t, newRequest(strings.Repeat("M", 64<<10), "/v1/orders", ""))
+	logs := strings.TrimSpace(e.logs.String())
+	var line struct{ Method string }
+	if err := json.Unmarshal([]byte(logs[strings.LastIndexByte(logs, '\n')+1:]), &line); err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Repeat("M", 253) + "..."; line.Method != want {
+		t.Errorf("logged method of %d bytes, want the first 253 and ...", len(line.Method))
+	}
+	if len(logs) > 1024 {
+		t.Errorf("the request's log line is %d bytes, want a normal line", len(logs))
+	}
+	for _, tt := range []struct{ in, want string }{
+		{strings.Repeat("a", 256), strings.Repeat("a", 256)},
+		{strings.Repeat("a", 257), strings.Repeat("a", 253) + "..."},
+		{strings.Repeat("a", 252) + "é" + strings.Repeat("a", 10), strings.Repeat("a", 252) + "..."},
+		{strings.Repeat("a", 251) + "日" + strings.Repeat("a", 10), strings.Repeat("a", 251) + "..."},
+		{strings.Repeat("a", 250) + "日" + strings.Repeat("a", 10), strings.Repeat("a", 250) + "日..."},
+	} {
+		if got := boundLogValue(tt.in); got != tt.want {
+			t.Errorf("boundLogValue(%d bytes) = %q, want %q", len(tt.in), got, tt.want)
 		}
 	}
 }
@@ -2402,7 +2546,8 @@ func TestOrdersOfTheDefaultDataset(t *testing.T) {
 		{"/v1/orders?limit=1", "sk_test_sandbox_all", `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":1,"next_cursor":null,"has_more":false}}`},
 		{"/v1/orders?status=unfulfilled&created_from=2026-11-01T09:30:00Z&created_to=2026-11-01T09:30:00Z", "sk_test_sandbox_all", `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
 		{"/v1/orders?created_from=2026-11-01T10:30:00%2B01:00&created_to=2026-11-01T09:30:00Z", "sk_test_sandbox_all", `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
-		{"/v1/orders?created_from=2026-11-01T10:30:00+01:00", "sk_test_sandbox_all", `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
+		{"/v1/orders?limit=0100", "sk_test_sandbox_all", `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":100,"next_cursor":null,"has_more":false}}`},
+		{"/v1/orders?limit=001", "sk_test_sandbox_all", `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":1,"next_cursor":null,"has_more":false}}`},
 		{"/v1/orders?status=fulfilled", "sk_test_sandbox_all", `{"data":[],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
 		{"/v1/orders?created_from=2026-11-01T09:30:00.000000001Z", "sk_test_sandbox_all", `{"data":[],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
 		{"/v1/orders?created_to=2026-11-01T09:29:59.999Z", "sk_test_sandbox_all", `{"data":[],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
@@ -2517,6 +2662,17 @@ func TestOrderQueryValidation(t *testing.T) {
 		{"created_from=10000-01-01T00:00:00Z", 422, "invalid_parameter", "created_from"},
 		{"status[]=fulfilled", 422, "unknown_parameter", "status[]"},
 		{"%FF=1", 422, "unknown_parameter", "\ufffd"},
+		// Each pair in the order sent, by its name and then by its value.
+		{"foo=%zz&status=bogus", 422, "unknown_parameter", "foo"},
+		{"status=bogus&foo=%zz", 422, "invalid_parameter", "status"},
+		{"limit=%zz&foo=1", 422, "invalid_parameter", "limit"},
+		{"%zz=1&limit=0", 422, "unknown_parameter", "%zz"},
+		// A literal + is a space, as clients write it: an offset is sent as %2B.
+		{"created_from=2026-11-01T10:30:00+01:00", 422, "invalid_parameter", "created_from"},
+		{"status=un+fulfilled", 422, "invalid_parameter", "status"},
+		{"limit=0001", 200, "", ""},
+		{"limit=00000000000000000000100", 200, "", ""},
+		{"limit=0000", 422, "invalid_parameter", "limit"},
 		{"created_from=2026-11-01T09:30:00z&created_to=2026-11-01t09:30:00Z", 200, "", ""},
 	}
 	for _, tt := range tests {
@@ -2878,9 +3034,9 @@ func TestParseTimestamp(t *testing.T) {
 		"9999-12-31T23:59:59.999999999+00:00": "9999-12-31T23:59:59.999999999Z",
 	}
 	for in, want := range valid {
-		got, ok := parseTimestamp(in)
-		if !ok || formatTimestamp(got) != want {
-			t.Errorf("parseTimestamp(%q) = %s, %v; want %s", in, formatTimestamp(got), ok, want)
+		got, err := parseTimestamp(in)
+		if err != nil || formatTimestamp(got) != want {
+			t.Errorf("parseTimestamp(%q) = %s, %v; want %s", in, formatTimestamp(got), err, want)
 		}
 	}
 	for _, in := range []string{
@@ -2890,10 +3046,16 @@ func TestParseTimestamp(t *testing.T) {
 		"2026-02-29T00:00:00Z", "2026-13-01T00:00:00Z", "2026-00-01T00:00:00Z", "2026-11-00T00:00:00Z", "2026-11-31T00:00:00Z",
 		"2026-11-20T11:00:00.Z", "2026-11-20T11:00:00,5Z", "26-11-20T11:00:00Z", "+2026-11-20T11:00:00Z", "2026-11-20T11:00:00ZZ",
 		"2026-11-20T11:00:00Z ", " 2026-11-20T11:00:00Z", "2026/11/20T11:00:00Z", "garbage", "2026-11-20T11:00:00UTC",
-		"0000-01-01T00:00:00+01:00", "9999-12-31T23:00:00-01:00", "２０２６-11-20T11:00:00Z", "2026-11-20T11:00:00-0a:00",
+		"２０２６-11-20T11:00:00Z", "2026-11-20T11:00:00-0a:00", "10000-01-01T00:00:00Z",
 	} {
-		if got, ok := parseTimestamp(in); ok {
-			t.Errorf("parseTimestamp(%q) = %s, want refused", in, formatTimestamp(got))
+		if got, err := parseTimestamp(in); err != errNotRFC3339 {
+			t.Errorf("parseTimestamp(%q) = %s, %v; want %v", in, formatTimestamp(got), err, errNotRFC3339)
+		}
+	}
+	// RFC 3339, but an instant it cannot write in UTC: refused for that reason.
+	for _, in := range []string{"0000-01-01T00:00:00+01:00", "9999-12-31T23:00:00-01:00"} {
+		if got, err := parseTimestamp(in); err != errOutOfRFC3339 {
+			t.Errorf("parseTimestamp(%q) = %s, %v; want %v", in, formatTimestamp(got), err, errOutOfRFC3339)
 		}
 	}
 }
@@ -2936,6 +3098,20 @@ func TestPreferSimulatedCodes(t *testing.T) {
 	// Two Prefer fields are one list (RFC 7240): the first instance of code counts.
 	rep := e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", "code=502", "Prefer", "code=500")
 	wantProblem(t, rep, 502, "provider_not_confirmed", "")
+}
+
+// TestPreferReadsTheFirstPreferences: preferences past the sixteenth are not read, so that
+// a header of thousands costs what a short one does.
+func TestPreferReadsTheFirstPreferences(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	filler := strings.Repeat("x=1, ", 15)
+	wantProblem(t, e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", filler+"code=500"), 500, "internal_error", "")
+	if rep := e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", filler+"x=1, code=500"); rep.status != 200 || rep.header.Get("Preference-Applied") != "" {
+		t.Errorf("code=500 as the 17th preference = %s (Preference-Applied %q), want it not read", rep, rep.header.Get("Preference-Applied"))
+	}
+	if rep := e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", strings.Repeat(",", 60000)+"code=500"); rep.status != 200 {
+		t.Errorf("60,000 empty preferences, then code=500 = %s, want 200", rep)
+	}
 }
 
 func TestPreferInvalidValues(t *testing.T) {
@@ -3011,8 +3187,15 @@ func TestPreferDelay(t *testing.T) {
 	r := newRequest(http.MethodGet, "/v1/orders", "sk_test_sandbox_all", "Prefer", "delay=10000").WithContext(ctx)
 	rec := httptest.NewRecorder()
 	start = time.Now()
-	e.h.ServeHTTP(rec, r)
-	if took := time.Since(start); took > 5*time.Second || rec.Body.Len() != 0 {
+	func() {
+		defer func() {
+			if v := recover(); v != http.ErrAbortHandler {
+				t.Errorf("a request whose client is gone ended with %v, want the panic http.ErrAbortHandler (no answer at all)", v)
+			}
+		}()
+		e.h.ServeHTTP(rec, r)
+	}()
+	if took := time.Since(start); took > 5*time.Second || rec.Body.Len() != 0 || rec.Code != 200 && rec.Code != 0 {
 		t.Errorf("a request whose client is gone took %v and was answered %d %s; want at once, nothing", took, rec.Code, rec.Body)
 	}
 	if !strings.Contains(e.logs.String(), `"route":"/v1/orders","status":499`) {
@@ -3041,15 +3224,15 @@ func FuzzParseTimestamp(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		got, ok := parseTimestamp(s)
-		if !ok {
+		got, err := parseTimestamp(s)
+		if err != nil {
 			return
 		}
 		out := formatTimestamp(got)
 		if !timestampPattern.MatchString(out) {
 			t.Fatalf("parseTimestamp(%q) writes back as %q, not UTC RFC 3339", s, out)
 		}
-		if back, ok := parseTimestamp(out); !ok || !back.Equal(got) {
+		if back, err := parseTimestamp(out); err != nil || !back.Equal(got) {
 			t.Fatalf("%q -> %q does not read back as the same instant", s, out)
 		}
 		if goT, err := time.Parse(time.RFC3339Nano, strings.ToUpper(s)); err == nil && !goT.Equal(got) {

@@ -254,25 +254,38 @@ type orderQuery struct {
 // listParams are the parameters GET /v1/orders takes.
 var listParams = []string{"limit", "cursor", "status", "created_from", "created_to"}
 
-// nextParam takes the first name=value pair off a raw query, percent-decoded; empty pairs
-// (a&&b) are skipped, and ok is false when none is left. A literal "+" stays "+": no valid
-// value has a space, while an RFC 3339 offset such as +01:00 then needs no escaping.
-func nextParam(raw string) (name, value, rest string, ok bool, err error) {
+// queryParam is one name=value pair of a query, its name decoded; a name that cannot be
+// decoded is kept as sent (and is then no parameter's name).
+type queryParam struct {
+	name, rawValue string
+}
+
+// value is the pair's value, decoded. A literal "+" is a space, as every HTTP client and
+// HTML form writes it: an offset is sent as %2B01:00 (or the instant in Z).
+func (p queryParam) value() (string, error) {
+	v, err := url.QueryUnescape(p.rawValue)
+	if err != nil {
+		return "", paramError(codeInvalidParameter, p.name, "The value of "+p.name+" is not percent-encoded correctly.")
+	}
+	return v, nil
+}
+
+// nextParam takes the first name=value pair off a raw query; empty pairs (a&&b) are
+// skipped, and ok is false when none is left.
+func nextParam(raw string) (p queryParam, rest string, ok bool) {
 	var pair string
 	for pair == "" {
 		if raw == "" {
-			return "", "", "", false, nil
+			return p, "", false
 		}
 		pair, raw, _ = strings.Cut(raw, "&")
 	}
 	rawName, rawValue, _ := strings.Cut(pair, "=")
-	if name, err = url.PathUnescape(rawName); err != nil {
-		return "", "", "", false, paramError(codeUnknownParameter, rawName, "The query has a parameter name that is not percent-encoded correctly.")
+	name, err := url.QueryUnescape(rawName)
+	if err != nil {
+		name = rawName
 	}
-	if value, err = url.PathUnescape(rawValue); err != nil {
-		return "", "", "", false, paramError(codeInvalidParameter, name, "The value of "+name+" is not percent-encoded correctly.")
-	}
-	return name, value, raw, true, nil
+	return queryParam{name, rawValue}, raw, true
 }
 
 func unknownParam(name, detail string) error {
@@ -281,36 +294,32 @@ func unknownParam(name, detail string) error {
 
 // refuseParams is the query check of an operation that takes no query parameters.
 func refuseParams(raw string) error {
-	name, _, _, ok, err := nextParam(raw)
-	if ok {
-		return unknownParam(name, "This operation takes no query parameters.")
+	if p, _, ok := nextParam(raw); ok {
+		return unknownParam(p.name, "This operation takes no query parameters.")
 	}
-	return err
+	return nil
 }
 
 // parseOrderQuery reads the GET /v1/orders query. Faults are reported in the order the
-// parameters were sent; the cursor itself is verified later, against the filters.
+// parameters were sent, each pair judged by its name, then by its value; the cursor itself
+// is verified later, against the filters.
 func parseOrderQuery(raw string) (orderQuery, error) {
 	q := orderQuery{limit: defaultPageSize, status: -1}
 	var seen [5]bool // indexed like listParams
-	for {
-		name, value, rest, ok, err := nextParam(raw)
+	for p, rest, ok := nextParam(raw); ok; p, rest, ok = nextParam(rest) {
+		i := slices.Index(listParams, p.name)
+		if i < 0 {
+			return q, unknownParam(p.name, "GET /v1/orders takes limit, cursor, status, created_from and created_to.")
+		}
+		if seen[i] {
+			return q, paramError(codeInvalidParameter, p.name, p.name+" is given more than once; give it once.")
+		}
+		seen[i] = true
+		value, err := p.value()
 		if err != nil {
 			return q, err
 		}
-		if !ok {
-			break
-		}
-		raw = rest
-		i := slices.Index(listParams, name)
-		if i < 0 {
-			return q, unknownParam(name, "GET /v1/orders takes limit, cursor, status, created_from and created_to.")
-		}
-		if seen[i] {
-			return q, paramError(codeInvalidParameter, name, name+" is given more than once; give it once.")
-		}
-		seen[i] = true
-		if err := q.set(name, value); err != nil {
+		if err := q.set(p.name, value); err != nil {
 			return q, err
 		}
 	}
@@ -325,7 +334,7 @@ func (q *orderQuery) set(name, value string) error {
 	switch name {
 	case "limit":
 		n, ok := parseWhole(value, maxPageSize)
-		if !ok || n < 1 || len(value) > 3 {
+		if !ok || n < 1 {
 			return paramError(codeInvalidParameter, "limit", "limit must be a whole number from 1 to 100.")
 		}
 		q.limit = n
@@ -334,9 +343,9 @@ func (q *orderQuery) set(name, value string) error {
 			return paramError(codeInvalidParameter, "status", "status must be one of "+strings.Join(orderStatuses, ", ")+".")
 		}
 	case "created_from", "created_to":
-		t, ok := parseTimestamp(value)
-		if !ok {
-			return paramError(codeInvalidParameter, name, name+" must be an RFC 3339 timestamp with an offset, such as 2026-11-01T09:30:00Z.")
+		t, err := parseTimestamp(value)
+		if err != nil {
+			return paramError(codeInvalidParameter, name, "The value of "+name+" "+err.Error()+".")
 		}
 		if name == "created_from" {
 			q.from, q.hasFrom = t, true

@@ -67,11 +67,12 @@ func normalizeEvents(raw []rawEvent) ([]trackingEvent, normalization) {
 	seen := make(map[identity]bool, len(raw))
 	for _, e := range raw {
 		var s string
-		at, ok := time.Time{}, json.Unmarshal(e.Timestamp, &s) == nil
-		if ok {
-			at, ok = parseTimestamp(s)
+		err := json.Unmarshal(e.Timestamp, &s)
+		var at time.Time
+		if err == nil {
+			at, err = parseTimestamp(s)
 		}
-		if !ok {
+		if err != nil {
 			n.dropped++
 			continue
 		}
@@ -179,6 +180,11 @@ func checkShipment(path string, rec shipmentRecord) error {
 			return &datasetError{path: path + ".tracking_number", reason: "must not be empty; use null for a shipment without a tracking number"}
 		}
 		if err := checkID(path+".tracking_number", *rec.TrackingNumber); err != nil {
+			return err
+		}
+	}
+	if rec.OrderID != nil { // absent or null: no link; "" is no order id
+		if err := checkID(path+".order_id", *rec.OrderID); err != nil {
 			return err
 		}
 	}
