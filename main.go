@@ -18,13 +18,16 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -45,7 +48,7 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "sandbox: %v\n", err)
+		say(os.Stderr, time.Now().Add(time.Second), "sandbox: "+err.Error()+"\n")
 		os.Exit(1)
 	}
 }
@@ -63,7 +66,8 @@ type config struct {
 	readTimeout       time.Duration
 	writeTimeout      time.Duration
 	idleTimeout       time.Duration
-	shutdownTimeout   time.Duration
+	drainTimeout      time.Duration // how long in-flight requests may take to finish after a signal
+	shutdownTimeout   time.Duration // how long after a signal the process has exited
 	maxHeaderBytes    int
 	logFlushInterval  time.Duration
 }
@@ -81,6 +85,7 @@ func defaultConfig() config {
 		// until its first bytes: headers that stall after one to three bytes are cut off
 		// by it, so it is no longer than a slow client's headers may take.
 		idleTimeout:      30 * time.Second,
+		drainTimeout:     10 * time.Second,
 		shutdownTimeout:  15 * time.Second,
 		maxHeaderBytes:   64 << 10,
 		logFlushInterval: 200 * time.Millisecond,
@@ -138,8 +143,9 @@ func wholeNumber(dst *int, max int) func(string) error {
 }
 
 // run is the whole program: it returns when ctx is cancelled and in-flight requests have
-// finished, or when start-up fails.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// finished, or when start-up fails. Once ctx is cancelled it returns within
+// cfg.shutdownTimeout, whatever its outputs do.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	cfg, err := parseConfig(args, getenv, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -148,7 +154,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	logs := newLogBuffer(stderr, cfg.logFlushInterval)
-	defer logs.Close()
+	stopBy := time.Now().Add(cfg.shutdownTimeout) // moved to the signal's time when it comes
+	defer func() {
+		// Every way out writes the log out, but stops waiting for a destination that has
+		// stopped reading two seconds before the bound: main's last line may take one.
+		if lerr := logs.closeWithin(time.Until(stopBy) - 2*time.Second); err == nil {
+			err = lerr
+		}
+	}()
 	logger := slog.New(slog.NewJSONHandler(logs, nil))
 
 	data, name := defaultDataset, "embedded default dataset"
@@ -158,8 +171,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		name = cfg.dataFile
 	}
-	sb, err := loadDataset(name, data, cfg.seedOrders, logger)
+	say(stdout, stopBy, loadingLine(name, cfg.seedOrders))
+	sb, err := loadUnlessStopped(ctx, func() (*sandbox, error) { return loadDataset(name, data, cfg.seedOrders, logger) })
 	if err != nil {
+		stopBy = time.Now().Add(cfg.shutdownTimeout)
 		return err
 	}
 	defer boundHeapGrowth(getenv)()
@@ -176,7 +191,61 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	printBanner(stdout, base, sb.keyLines)
 	logger.Info("serving", "base_url", base, "orders", sb.orderCount, "shipments", sb.shipmentCount)
-	return serve(ctx, newHTTPServer(cfg, srv.handler(), logger), ln, func() { close(stopping) }, cfg.shutdownTimeout)
+	var draining int64
+	err = serve(ctx, newHTTPServer(cfg, srv.handler(), logger), ln, func() {
+		stopBy = time.Now().Add(cfg.shutdownTimeout)
+		draining = srv.inFlight.Load()
+		say(stdout, stopBy, fmt.Sprintf("Shutting down: %d requests in flight may take up to %v to finish.\n", draining, cfg.drainTimeout))
+		close(stopping)
+	}, cfg.drainTimeout)
+	if err == nil {
+		say(stdout, stopBy, fmt.Sprintf("Stopped: %d requests drained.\n", draining))
+	}
+	return err
+}
+
+// loadingLine says what start-up is doing while a large dataset loads.
+func loadingLine(name string, seed int) string {
+	if seed > 0 {
+		return fmt.Sprintf("Loading the %s and %d generated orders...\n", name, seed)
+	}
+	return fmt.Sprintf("Loading the %s...\n", name)
+}
+
+// loadUnlessStopped loads, unless ctx is cancelled first: a signal during a long load
+// stops the process at once rather than after the load.
+func loadUnlessStopped(ctx context.Context, load func() (*sandbox, error)) (*sandbox, error) {
+	type loaded struct {
+		sb  *sandbox
+		err error
+	}
+	done := make(chan loaded, 1)
+	go func() {
+		sb, err := load()
+		done <- loaded{sb, err}
+	}()
+	select {
+	case l := <-done:
+		return l.sb, l.err
+	case <-ctx.Done():
+		return nil, errors.New("stopped while loading the dataset: nothing was served")
+	}
+}
+
+// say writes line to w, unless w is still not done at deadline: a terminal or pipe that
+// has stopped reading cannot be given a deadline of its own, so say stops waiting for it.
+func say(w io.Writer, deadline time.Time, line string) {
+	done := make(chan struct{})
+	go func() {
+		w.Write([]byte(line))
+		close(done)
+	}()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // heapHeadroom is how much the heap may grow past the dataset between collections.
@@ -460,6 +529,7 @@ type serverOptions struct {
 
 // server is the service over one loaded dataset.
 type server struct {
+	inFlight atomic.Int64 // requests being answered, for the shutdown's message
 	keys     keyring
 	rate     *rateLimit // nil: no rate limit
 	lister   *orderLister
@@ -467,7 +537,7 @@ type server struct {
 	log      *slog.Logger
 	access   *logBuffer
 	stopping <-chan struct{}
-	openAPI  body
+	openAPI  *openAPIDoc
 	health   body
 }
 
@@ -486,7 +556,7 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 		secret = make([]byte, 32)
 		rand.Read(secret)
 	}
-	doc, err := openAPIFor(o.baseURL)
+	doc, err := newOpenAPIDoc(o.baseURL)
 	if err != nil {
 		return nil, err
 	}
@@ -498,20 +568,58 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 		log:      o.log,
 		access:   o.access,
 		stopping: o.stopping,
-		openAPI:  bodyOf(doc),
+		openAPI:  doc,
 		health:   bodyOf([]byte(`{"status":"ok"}`)),
 	}, nil
 }
 
-// openAPIFor is the embedded OpenAPI document with servers set to the running base URL.
-func openAPIFor(base string) ([]byte, error) {
-	var doc map[string]json.RawMessage
+// openAPIDoc is the embedded OpenAPI document, prepared to be served with every servers
+// entry (the top level's and any path's) naming the address that serves it: the document
+// is cut where each entry's origin stands, and each answer joins the cuts with its own.
+type openAPIDoc struct {
+	cuts     [][]byte
+	fallback string // the banner's origin, for a request whose Host is not a host[:port]
+}
+
+// originMark stands for the serving origin in the prepared document.
+const originMark = "http://origin.invalid"
+
+func newOpenAPIDoc(base string) (*openAPIDoc, error) {
+	var doc map[string]any
 	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
 		return nil, fmt.Errorf("openapi.json: %w", err)
 	}
-	servers, _ := json.Marshal([]map[string]string{{"url": base, "description": "This local sandbox"}})
-	doc["servers"] = servers
-	return json.Marshal(doc)
+	markServers(doc)
+	for _, item := range doc["paths"].(map[string]any) {
+		markServers(item.(map[string]any))
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	u, _ := url.Parse(base)
+	return &openAPIDoc{cuts: bytes.Split(b, []byte(originMark)), fallback: u.Scheme + "://" + u.Host}, nil
+}
+
+// markServers puts originMark in place of the origin of each of node's servers.
+func markServers(node map[string]any) {
+	servers, _ := node["servers"].([]any)
+	for _, s := range servers {
+		entry := s.(map[string]any)
+		u, _ := url.Parse(entry["url"].(string))
+		entry["url"] = originMark + u.Path
+	}
+}
+
+// validHost is a host[:port] as a client may name the sandbox.
+var validHost = regexp.MustCompile(`^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?$`)
+
+func (d *openAPIDoc) serve(w http.ResponseWriter, r *http.Request, c *call) {
+	origin := d.fallback
+	if validHost.MatchString(r.Host) {
+		origin = "http://" + r.Host
+	}
+	writeBody(w, http.StatusOK, jsonContentType, bodyOf(bytes.Join(d.cuts, []byte(origin))))
 }
 
 // route is one method and path the server answers, as a ServeMux pattern.
@@ -527,7 +635,7 @@ func (s *server) routes() []route {
 		{"GET /v1/tracking/{tracking_number}", s.operation(scopeTrackingRead, noParams(trackingByNumber))},
 		{"GET /v1/orders", s.operation(scopeOrdersRead, s.listOrders)},
 		{"GET /v1/orders/{id}", s.operation(scopeOrdersRead, noParams(getOrder))},
-		{"GET /v1/openapi.json", s.helper(s.openAPI)},
+		{"GET /v1/openapi.json", capBody(s.openAPI.serve)},
 		{"GET /healthz", s.helper(s.health)},
 	}
 }
@@ -749,6 +857,7 @@ func (sw *statusWriter) Unwrap() http.ResponseWriter { return sw.ResponseWriter 
 // internals, and logs one line per request with route, the pattern's path.
 func (s *server) observe(route string, next callHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.inFlight.Add(1)
 		sw := &statusWriter{ResponseWriter: w, c: call{id: newRequestID()}}
 		sw.idHeader[0] = sw.c.id
 		h := w.Header()
@@ -775,6 +884,7 @@ func (s *server) finish(sw *statusWriter, method, route string, start time.Time)
 		}
 	}
 	s.logRequest(method, route, &sw.c, time.Since(start))
+	s.inFlight.Add(-1)
 	if cut {
 		panic(http.ErrAbortHandler)
 	}
@@ -972,6 +1082,21 @@ func (l *logBuffer) append(line func([]byte) []byte) {
 		case l.kick <- struct{}{}:
 		default: // the flusher is told already
 		}
+	}
+}
+
+// closeWithin is Close, but gives up after d: a destination that has stopped reading
+// cannot be given a deadline, so the lines still waiting then are lost, and it says so.
+func (l *logBuffer) closeWithin(d time.Duration) error {
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case err := <-closed:
+		return err
+	case <-t.C:
+		return fmt.Errorf("log: the log's destination stopped reading; lines not written within %v of the end were lost", d.Round(time.Millisecond))
 	}
 }
 

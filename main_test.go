@@ -27,6 +27,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -272,17 +273,17 @@ type openAPIPath struct {
 
 var (
 	openAPIOnce sync.Once
-	openAPIDoc  *openAPI
+	theDocument  *openAPI
 	openAPIErr  error
 )
 
 func theOpenAPI(t testing.TB) *openAPI {
 	t.Helper()
-	openAPIOnce.Do(func() { openAPIDoc, openAPIErr = parseOpenAPI(openAPIDocument) })
+	openAPIOnce.Do(func() { theDocument, openAPIErr = parseOpenAPI(openAPIDocument) })
 	if openAPIErr != nil {
 		t.Fatalf("openapi.json: %v", openAPIErr)
 	}
-	return openAPIDoc
+	return theDocument
 }
 
 func parseOpenAPI(data []byte) (*openAPI, error) {
@@ -1793,6 +1794,134 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 }
 
+// sandboxBinary builds the sandbox once into a temporary directory, for the tests where a
+// real process, its signals and its pipes are the point.
+var sandboxBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "sandbox-test")
+	if err != nil {
+		return "", err
+	}
+	bin := dir + "/sandbox"
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// startProcess starts the sandbox binary with args on a free port, its stderr to stderr,
+// and returns it with its stdout, read line by line as it comes.
+func startProcess(t *testing.T, stderr io.Writer, args ...string) (*exec.Cmd, *lockedBuffer) {
+	t.Helper()
+	bin, err := sandboxBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, append([]string{"-addr", "127.0.0.1:0", "-rate", "0"}, args...)...)
+	stdout := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd, stdout
+}
+
+// waitExit waits for cmd to exit and returns how long it took from since, and its status.
+func waitExit(t *testing.T, cmd *exec.Cmd, since time.Time, limit time.Duration) (time.Duration, int) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+		return time.Since(since), cmd.ProcessState.ExitCode()
+	case <-time.After(limit + 5*time.Second):
+		t.Fatalf("the process had not exited %v after the signal", limit+5*time.Second)
+		return 0, 0
+	}
+}
+
+// TestSignalDrainsAndSaysSo: SIGTERM prints a line when shutting down and one when
+// stopped, with the requests drained, and exits 0.
+func TestSignalDrainsAndSaysSo(t *testing.T) {
+	cmd, stdout := startProcess(t, io.Discard)
+	waitFor(t, "the banner", func() bool { return strings.Contains(stdout.String(), "Base URL: ") })
+	base := regexp.MustCompile(`Base URL: (\S+)`).FindStringSubmatch(stdout.String())[1]
+	u, _ := url.Parse(base)
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET /v1/orders/ord_sbx_0001 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_sandbox_all\r\nPrefer: delay=500\r\n\r\n")
+	time.Sleep(100 * time.Millisecond) // no hook reaches into a process: give the request time to arrive
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("the request in flight at the signal = %v, %v; want 200", res, err)
+	}
+	took, status := waitExit(t, cmd, start, 15*time.Second)
+	out := stdout.String()
+	if status != 0 || !strings.Contains(out, "Shutting down: 1 requests in flight") || !strings.Contains(out, "Stopped: 1 requests drained.") {
+		t.Errorf("exit status %d after %v, stdout:\n%s\nwant 0, and the shutting-down and stopped lines with 1 request", status, took, out)
+	}
+}
+
+// TestShutdownIsBoundedWhenTheLogStalls: when stderr has stopped being read, SIGTERM still
+// ends the process within 15 s; the log lines that could not be written are lost and the
+// exit status is 1.
+func TestShutdownIsBoundedWhenTheLogStalls(t *testing.T) {
+	r, w, err := os.Pipe() // never read: its buffer fills, then every write to it blocks
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd, stdout := startProcess(t, w)
+	w.Close()
+	waitFor(t, "the banner", func() bool { return strings.Contains(stdout.String(), "Base URL: ") })
+	base := regexp.MustCompile(`Base URL: (\S+)`).FindStringSubmatch(stdout.String())[1]
+	for range 1500 { // some 300 KiB of log lines: more than a pipe holds
+		if status, _ := httpGet(t, base+"/orders", "Bearer sk_test_sandbox_all"); status != 200 {
+			t.Fatalf("GET /orders = %d", status)
+		}
+	}
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	took, status := waitExit(t, cmd, start, 15*time.Second)
+	if took > 15*time.Second || status != 1 {
+		t.Errorf("with a stalled log the process exited after %v with status %d; want within 15 s, status 1", took, status)
+	}
+}
+
+// TestSignalWhileLoading: a signal while a large dataset loads stops the process within
+// 2 s, without serving, with exit status 1.
+func TestSignalWhileLoading(t *testing.T) {
+	cmd, stdout := startProcess(t, io.Discard, "-seed-orders", "5000000")
+	waitFor(t, "the loading line", func() bool { return strings.Contains(stdout.String(), "Loading the") })
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	took, status := waitExit(t, cmd, start, 2*time.Second)
+	if took > 2*time.Second || status != 1 || strings.Contains(stdout.String(), "Base URL") {
+		t.Errorf("a signal while loading: exit status %d after %v, stdout %q; want 1 within 2 s, nothing served", status, took, stdout)
+	}
+}
+
+// TestLogBufferCloseIsBounded: closing a log whose destination is stuck gives up after its
+// bound and says lines were lost.
+func TestLogBufferCloseIsBounded(t *testing.T) {
+	sink := &gatedSink{gate: make(chan struct{})}
+	defer close(sink.gate)
+	l := newLogBuffer(sink, time.Millisecond)
+	l.Write([]byte("a line\n"))
+	waitFor(t, "the flusher to be stuck in the destination", func() bool { return sink.waiting.Load() == 1 })
+	l.Write([]byte("another line\n"))
+	start := time.Now()
+	err := l.closeWithin(100 * time.Millisecond)
+	if took := time.Since(start); err == nil || took > time.Second {
+		t.Errorf("closeWithin on a stuck destination = %v after %v, want an error after about 100ms", err, took)
+	}
+}
+
 // TestShutdownGraceRunsOut: a request still in flight when the grace period ends is cut
 // off, and serve says so rather than report a clean drain.
 func TestShutdownGraceRunsOut(t *testing.T) {
@@ -2138,16 +2267,36 @@ func TestOpenAPIServedDocument(t *testing.T) {
 	if err := json.Unmarshal(openAPIDocument, &file); err != nil {
 		t.Fatal(err)
 	}
-	if got := served["servers"].([]any)[0].(map[string]any)["url"]; got != defaultBaseURL {
-		t.Errorf("servers[0].url = %v, want %s", got, defaultBaseURL)
-	}
-	delete(served, "servers")
-	delete(file, "servers")
-	if a, b := normalizedJSON(t, served), normalizedJSON(t, file); a != b {
-		t.Error("the served document differs from openapi.json beyond servers")
-	}
 	if served["openapi"] != "3.1.0" {
 		t.Errorf("openapi = %v, want 3.1.0", served["openapi"])
+	}
+	// Beyond the origin of its servers, the served document is openapi.json.
+	origins := regexp.MustCompile(`"url":"http://[^/"]*`)
+	if a, b := origins.ReplaceAllString(normalizedJSON(t, served), ""), origins.ReplaceAllString(normalizedJSON(t, file), ""); a != b {
+		t.Error("the served document differs from openapi.json beyond the servers' origins")
+	}
+	// Every servers entry, at the top and on any path, names the address that serves it:
+	// the request's Host when it is a host[:port], else the banner's.
+	for host, want := range map[string]string{
+		"127.0.0.1:8080":   "http://127.0.0.1:8080",
+		"localhost:9999":   "http://localhost:9999",
+		"[::1]:18080":      "http://[::1]:18080",
+		"sandbox.internal": "http://sandbox.internal",
+		"bad host":         "http://127.0.0.1:8080",
+		"a/b":              "http://127.0.0.1:8080",
+		"":                 "http://127.0.0.1:8080",
+	} {
+		r := newRequest(http.MethodGet, "/v1/openapi.json", "")
+		r.Host = host
+		urls := regexp.MustCompile(`"url":"([^"]*)"`).FindAllStringSubmatch(string(e.do(t, r).body), -1)
+		if len(urls) < 2 {
+			t.Fatalf("Host %q: %d servers entries, want the top level's and /healthz's", host, len(urls))
+		}
+		for _, u := range urls {
+			if !strings.HasPrefix(u[1], want+"/") && u[1] != want {
+				t.Errorf("Host %q: a servers entry is %s, want it at %s", host, u[1], want)
+			}
+		}
 	}
 }
 
@@ -3304,8 +3453,15 @@ func FuzzParsePrefer(f *testing.F) {
 
 func FuzzLoadDataset(f *testing.F) {
 	example, _ := os.ReadFile("testdata/example.json")
-	for _, d := range [][]byte{defaultDataset, example, []byte(dataset(dsAccounts, dsKey, dsShipment, dsOrder)), []byte(`{`), []byte(`{"accounts":[{"id":"a","environments":["test"]}],"keys":[null],"orders":[{}]}`)} {
-		f.Add(d)
+	for _, d := range []string{string(defaultDataset), string(example), dataset(dsAccounts, dsKey, dsShipment, dsOrder), `{`,
+		`{"accounts":[{"id":"a","environments":["test"]}],"keys":[null],"orders":[{}]}`,
+		dataset(dsAccounts, strings.Replace(dsKey, `"scopes"`, `"revoked":true,"Revoked":false,"scopes"`, 1), "", ""),
+		dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"ord_1"`, `"ord_\u0000"`, 1)),
+		dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"ord_1"`, `"`+strings.Repeat("o", 256)+`"`, 1)),
+		dataset(dsAccounts, "", strings.Replace(dsShipment, `"reference":"S1"`, `"reference":"S1","order_id":""`, 1), dsOrder),
+		`{"accounts":[{"id":"a","environments":["test"],"ID":"b"}]}`,
+	} {
+		f.Add([]byte(d))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		sb, err := loadDataset("fuzz.json", data, 0, slog.New(slog.DiscardHandler))
@@ -3315,10 +3471,28 @@ func FuzzLoadDataset(f *testing.F) {
 			}
 			return
 		}
-		for _, tn := range sb.tenants {
-			for _, o := range tn.orders.all.orders {
+		for id, tn := range sb.tenants {
+			for _, s := range []string{id.account, id.environment} {
+				if checkID("$", s) != nil {
+					t.Fatalf("tenant %q loaded", id)
+				}
+			}
+			for oid, o := range tn.orders.byID {
+				if checkID("$", oid) != nil || checkID("$", o.merchantReference) != nil {
+					t.Fatalf("order %q (reference %q) loaded", oid, o.merchantReference)
+				}
 				if !json.Valid(o.resource.bytes) {
 					t.Fatalf("order %q is prepared as invalid JSON: %s", o.id, o.resource.bytes)
+				}
+			}
+			for sid, sh := range tn.shipments.byID {
+				if checkID("$", sid) != nil || !json.Valid(sh.view.bytes) {
+					t.Fatalf("shipment %q loaded as %s", sid, sh.view.bytes)
+				}
+			}
+			for number := range tn.shipments.byTrackingNumber {
+				if checkID("$", number) != nil {
+					t.Fatalf("tracking number %q loaded", number)
 				}
 			}
 			checkOrderIndex(t, &tn.orders)
