@@ -273,7 +273,7 @@ type openAPIPath struct {
 
 var (
 	openAPIOnce sync.Once
-	theDocument  *openAPI
+	theDocument *openAPI
 	openAPIErr  error
 )
 
@@ -1852,8 +1852,8 @@ func TestSignalDrainsAndSaysSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	io.WriteString(conn, "GET /v1/orders/ord_sbx_0001 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_sandbox_all\r\nPrefer: delay=500\r\n\r\n")
-	time.Sleep(100 * time.Millisecond) // no hook reaches into a process: give the request time to arrive
+	io.WriteString(conn, "GET /v1/orders/ord_sbx_0001 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_sandbox_all\r\nPrefer: delay=1000\r\n\r\n")
+	time.Sleep(300 * time.Millisecond) // no hook reaches into another process: the request has arrived by now
 	start := time.Now()
 	cmd.Process.Signal(syscall.SIGTERM)
 	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
