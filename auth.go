@@ -3,13 +3,16 @@
 package main
 
 import (
+	"bytes"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // tenantID is an account and one of its environments: resources and keys belong to one.
@@ -17,13 +20,32 @@ type tenantID struct{ account, environment string }
 
 func (id tenantID) String() string { return id.account + "/" + id.environment }
 
-// tenant holds one account's resources in one environment, read-only after load.
+// tenant holds one account's resources in one environment, read-only after load, and
+// its sandbox clock, the one value that changes.
 type tenant struct {
 	id        tenantID
 	live      bool
 	shipments shipmentIndex
 	orders    orderIndex
+	clock     sandboxClock
 }
+
+// sandboxClock is a tenant's clock, like Stripe's test clocks: it follows the wall clock
+// until a test freezes it at an instant, past or future. What a read shows (events, orders,
+// a key's expiry) is what exists at the tenant's clock. Reading it is one atomic load.
+type sandboxClock struct {
+	frozen atomic.Pointer[time.Time] // nil: it follows the wall clock
+}
+
+func (c *sandboxClock) now(wall func() time.Time) time.Time {
+	if f := c.frozen.Load(); f != nil {
+		return *f
+	}
+	return wall()
+}
+
+// freeze stops the clock at at; a nil at makes it follow the wall clock again.
+func (c *sandboxClock) freeze(at *time.Time) { c.frozen.Store(at) }
 
 // tenants are a dataset's declared accounts and environments.
 type tenants map[tenantID]*tenant
@@ -132,8 +154,9 @@ type keyRecord struct {
 
 // addKey checks one dataset key and keeps only its digest; the banner line it returns is the
 // one place its text goes.
-// firstUse holds the path of each key's digest seen so far.
-func (kr keyring) addKey(path string, rec keyRecord, t *tenant, firstUse map[[sha256.Size]byte]string) (keyLine, error) {
+// firstUse holds the path of each key's digest seen so far; the banner states the key as
+// it is at the start instant.
+func (kr keyring) addKey(path string, rec keyRecord, t *tenant, firstUse map[[sha256.Size]byte]string, start time.Time) (keyLine, error) {
 	if err := checkID(path+".key", rec.Key); err != nil {
 		return keyLine{}, err
 	}
@@ -164,6 +187,9 @@ func (kr keyring) addKey(path string, rec keyRecord, t *tenant, firstUse map[[sh
 		}
 		k.expiresAt = at
 		line.state = "expires " + formatTimestamp(at)
+		if !start.Before(at) {
+			line.state = "expired " + formatTimestamp(at)
+		}
 	}
 	switch {
 	case rec.Revoked:
@@ -235,8 +261,9 @@ func bearerToken(h http.Header) (string, error) {
 	return token, nil
 }
 
-// authenticate finds the active key a request carries.
-func (kr keyring) authenticate(h http.Header, now time.Time) (*apiKey, error) {
+// authenticate finds the active key a request carries; a key is expired at and after its
+// expires_at as now tells it for the key's tenant.
+func (kr keyring) authenticate(h http.Header, now func(*tenant) time.Time) (*apiKey, error) {
 	token, err := bearerToken(h)
 	if err != nil {
 		return nil, err
@@ -247,7 +274,7 @@ func (kr keyring) authenticate(h http.Header, now time.Time) (*apiKey, error) {
 		return nil, errUnknownKey
 	case k.revoked:
 		return nil, errRevokedKey
-	case !k.expiresAt.IsZero() && !now.Before(k.expiresAt):
+	case !k.expiresAt.IsZero() && !now(k.tenant).Before(k.expiresAt):
 		return nil, errExpiredKey
 	}
 	return k, nil
@@ -260,10 +287,11 @@ var (
 	bearerRealm     = []string{`Bearer realm="sandbox"`}
 )
 
-// requireKey answers 401 unless the request carries an active key, which it hands on.
-func requireKey(keys keyring, now func() time.Time, next callHandler) callHandler {
+// requireKey answers 401 unless the request carries an active key, which it hands on. now
+// is the time a key's expiry is judged at, for its tenant.
+func requireKey(keys keyring, now func(*tenant) time.Time, next callHandler) callHandler {
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
-		k, err := keys.authenticate(r.Header, now())
+		k, err := keys.authenticate(r.Header, now)
 		if err != nil {
 			w.Header()[wwwAuthenticate] = bearerRealm
 			writeProblem(w, c.id, err)
@@ -364,4 +392,77 @@ func limitRate(l *rateLimit, now func() time.Time, next callHandler) callHandler
 		}
 		next(w, r, c)
 	}
+}
+
+// The clock operations (test helpers, not API writes): GET and POST /v1/test_helpers/clock.
+
+// clockAnswer is what both clock operations answer: the clock as it now is.
+type clockAnswer struct {
+	FrozenTime *string `json:"frozen_time"`
+	Now        string  `json:"now"`
+	StartedAt  string  `json:"started_at"`
+}
+
+// writeClock answers with t's clock as it is.
+func writeClock(w http.ResponseWriter, t *tenant, wall func() time.Time, started time.Time) error {
+	a := clockAnswer{Now: formatTimestamp(t.clock.now(wall)), StartedAt: formatTimestamp(started)}
+	if f := t.clock.frozen.Load(); f != nil {
+		frozen := formatTimestamp(*f)
+		a.FrozenTime = &frozen
+	}
+	b, err := marshalJSON(a)
+	if err != nil {
+		return err
+	}
+	writeBody(w, http.StatusOK, jsonContentType, []string{strconv.Itoa(len(b))}, b)
+	return nil
+}
+
+var (
+	errClockBody    = &apiError{code: codeMalformedJSON, detail: `The body must be one JSON object, such as {"frozen_time":"2026-03-29T01:00:00Z"} or {"frozen_time":null}.`}
+	errFrozenTime   = paramError(codeInvalidParameter, "frozen_time", "frozen_time must be an RFC 3339 timestamp with an offset, such as 2026-03-29T01:00:00Z, or null to follow the wall clock.")
+	errFrozenTwice  = paramError(codeInvalidParameter, "frozen_time", "frozen_time is given more than once; give it once.")
+	errFrozenAbsent = paramError(codeInvalidParameter, "frozen_time", `frozen_time is required: an RFC 3339 timestamp with an offset, or null to follow the wall clock.`)
+)
+
+// parseClockBody reads a POST /v1/test_helpers/clock body, {"frozen_time": "<RFC 3339>"} or
+// {"frozen_time": null}: its JSON syntax first (400), then its members in the order sent
+// (422), then whether frozen_time was there. A nil instant means the wall clock.
+func parseClockBody(b []byte) (*time.Time, error) {
+	trimmed := bytes.TrimLeft(b, " \t\r\n")
+	if !utf8.Valid(b) || !json.Valid(b) || len(trimmed) == 0 || trimmed[0] != '{' {
+		return nil, errClockBody
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.Token() // {
+	var frozen *time.Time
+	seen := false
+	for dec.More() {
+		tok, _ := dec.Token()
+		var value json.RawMessage
+		dec.Decode(&value)
+		switch name := tok.(string); {
+		case name != "frozen_time":
+			return nil, paramError(codeUnknownParameter, name, "Unknown member "+strconv.Quote(name)+": the body has frozen_time only.")
+		case seen:
+			return nil, errFrozenTwice
+		}
+		seen = true
+		if string(value) == "null" {
+			continue
+		}
+		var s string
+		if json.Unmarshal(value, &s) != nil {
+			return nil, errFrozenTime
+		}
+		at, err := parseTimestamp(s)
+		if err != nil {
+			return nil, errFrozenTime
+		}
+		frozen = &at
+	}
+	if !seen {
+		return nil, errFrozenAbsent
+	}
+	return frozen, nil
 }

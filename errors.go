@@ -22,6 +22,7 @@ type code string
 
 const (
 	codeInvalidCursor        code = "invalid_cursor"
+	codeMalformedJSON        code = "malformed_json"
 	codeMissingAPIKey        code = "missing_api_key"
 	codeInvalidAPIKey        code = "invalid_api_key"
 	codeExpiredAPIKey        code = "expired_api_key"
@@ -43,6 +44,7 @@ const (
 // codeStatus is the one table from an error code to its HTTP status.
 var codeStatus = map[code]int{
 	codeInvalidCursor:        http.StatusBadRequest,
+	codeMalformedJSON:        http.StatusBadRequest,
 	codeMissingAPIKey:        http.StatusUnauthorized,
 	codeInvalidAPIKey:        http.StatusUnauthorized,
 	codeExpiredAPIKey:        http.StatusUnauthorized,
@@ -106,7 +108,8 @@ func writeProblem(w http.ResponseWriter, requestID string, err error) {
 	if !errors.As(err, &e) {
 		e = errInternal
 	}
-	writeBody(w, e.status(), problemContentType, bodyOf(appendProblem(make([]byte, 0, 256), e, requestID)))
+	b := bodyOf(appendProblem(make([]byte, 0, 256), e, requestID))
+	writeBody(w, e.status(), problemContentType, b.length, b.bytes)
 }
 
 func appendProblem(b []byte, e *apiError, requestID string) []byte {
@@ -157,14 +160,17 @@ var (
 	problemContentType = []string{"application/problem+json"}
 )
 
-// writeBody writes every answer that has a body: its type, its exact length, the status,
-// then the bytes in one write.
-func writeBody(w http.ResponseWriter, status int, contentType []string, b body) {
+// writeBody writes every answer that has a body: its type, its length (the parts' total),
+// the status, then the parts. An answer in parts (a tracking view the clock cuts short) is
+// copied into the connection's buffer rather than assembled first.
+func writeBody(w http.ResponseWriter, status int, contentType, length []string, parts ...[]byte) {
 	h := w.Header()
 	h["Content-Type"] = contentType
-	h["Content-Length"] = b.length
+	h["Content-Length"] = length
 	w.WriteHeader(status)
-	w.Write(b.bytes)
+	for _, p := range parts {
+		w.Write(p)
+	}
 }
 
 // appendJSONString appends s as a JSON string exactly as encoding/json writes it with HTML

@@ -61,6 +61,7 @@ type config struct {
 	seedOrders   int
 	dataFile     string
 	cursorSecret string
+	clock        *time.Time // -clock: every tenant's clock starts frozen there
 
 	readHeaderTimeout time.Duration
 	readTimeout       time.Duration
@@ -103,6 +104,14 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.Func("seed-orders", "add `N` generated orders to acct_sandbox/test (default 0)", wholeNumber(&cfg.seedOrders, maxSeedOrders))
 	fs.StringVar(&cfg.dataFile, "data", "", "JSON dataset `file` replacing the embedded default")
 	fs.StringVar(&cfg.cursorSecret, "cursor-secret", "", "HMAC `key` for pagination cursors (default random at each start)")
+	fs.Func("clock", "start with every tenant's sandbox clock frozen at this RFC 3339 `instant` (default: the clocks follow the wall clock)", func(s string) error {
+		at, err := parseTimestamp(s)
+		if err != nil {
+			return errors.New("want an RFC 3339 timestamp with an offset, such as 2026-03-29T01:00:00Z")
+		}
+		cfg.clock = &at
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(usage, "Usage: sandbox [flags]; each flag falls back to SANDBOX_<NAME> (e.g. SANDBOX_SEED_ORDERS).")
@@ -171,8 +180,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		name = cfg.dataFile
 	}
+	// The start instant: -clock as given, else the wall clock read once, to the second.
+	start := time.Now().UTC().Truncate(time.Second)
+	if cfg.clock != nil {
+		start = *cfg.clock
+	}
 	say(stdout, stopBy, loadingLine(name, cfg.seedOrders))
-	sb, err := loadUnlessStopped(ctx, func() (*sandbox, error) { return loadDataset(name, data, cfg.seedOrders, logger) })
+	sb, err := loadUnlessStopped(ctx, func() (*sandbox, error) { return loadDataset(name, data, cfg.seedOrders, start, logger) })
 	if err != nil {
 		stopBy = time.Now().Add(cfg.shutdownTimeout)
 		return err
@@ -188,6 +202,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		ln.Close()
 		return err
+	}
+	if cfg.clock != nil {
+		for _, t := range sb.tenants {
+			t.clock.freeze(cfg.clock)
+		}
 	}
 	printBanner(stdout, base, sb.keyLines)
 	logger.Info("serving", "base_url", base, "orders", sb.orderCount, "shipments", sb.shipmentCount)
@@ -346,6 +365,7 @@ func printBanner(w io.Writer, base string, keys []keyLine) {
 
 // sandbox is a loaded dataset.
 type sandbox struct {
+	start         time.Time // the start instant: events with after happen after it
 	tenants       tenants
 	keys          keyring
 	keyLines      []keyLine // for the banner
@@ -367,10 +387,10 @@ type datasetFile struct {
 // loadDataset checks and loads a dataset in the order its parts depend on each other:
 // accounts (auth.go), keys (auth.go), orders (orders.go), shipments (tracking.go) with the
 // links they make to orders, then seed generated orders; last, each tenant's orders are
-// put in list order and encoded. It logs, per shipment, the raw events it dropped. A
-// refusal names file and the JSON path.
-func loadDataset(file string, data []byte, seed int, log *slog.Logger) (*sandbox, error) {
-	sb, err := decodeDataset(data, seed, log)
+// put in list order and encoded. Events scheduled with after happen after start. It logs,
+// per shipment, the raw events it dropped. A refusal names file and the JSON path.
+func loadDataset(file string, data []byte, seed int, start time.Time, log *slog.Logger) (*sandbox, error) {
+	sb, err := decodeDataset(data, seed, start, log)
 	var de *datasetError
 	if errors.As(err, &de) {
 		de.file = file
@@ -378,7 +398,7 @@ func loadDataset(file string, data []byte, seed int, log *slog.Logger) (*sandbox
 	return sb, err
 }
 
-func decodeDataset(data []byte, seed int, log *slog.Logger) (*sandbox, error) {
+func decodeDataset(data []byte, seed int, start time.Time, log *slog.Logger) (*sandbox, error) {
 	var ds datasetFile
 	if err := decodeDatasetFile(data, &ds); err != nil {
 		return nil, err
@@ -386,7 +406,7 @@ func decodeDataset(data []byte, seed int, log *slog.Logger) (*sandbox, error) {
 	if len(ds.Accounts) == 0 {
 		return nil, &datasetError{path: "$.accounts", reason: "at least one account is required"}
 	}
-	sb := &sandbox{tenants: tenants{}, keys: keyring{}}
+	sb := &sandbox{start: start, tenants: tenants{}, keys: keyring{}}
 	for i, raw := range ds.Accounts {
 		path := fmt.Sprintf("$.accounts[%d]", i)
 		var rec accountRecord
@@ -399,7 +419,7 @@ func decodeDataset(data []byte, seed int, log *slog.Logger) (*sandbox, error) {
 	}
 	firstUse := map[[sha256.Size]byte]string{}
 	err := eachRecord(sb.tenants, "keys", ds.Keys, func(path string, rec keyRecord, t *tenant) error {
-		line, err := sb.keys.addKey(path, rec, t, firstUse)
+		line, err := sb.keys.addKey(path, rec, t, firstUse, start)
 		sb.keyLines = append(sb.keyLines, line)
 		return err
 	})
@@ -482,7 +502,7 @@ func eachRecord[T record](ts tenants, name string, list []json.RawMessage, add f
 // fileShipment files a shipment under its tenant and makes the link to the order it was
 // created with, which must be of the same account and environment.
 func (sb *sandbox) fileShipment(path string, rec shipmentRecord, t *tenant, log *slog.Logger) error {
-	n, err := t.shipments.addShipment(path, t.id.String(), rec)
+	n, err := t.shipments.addShipment(path, t.id.String(), rec, sb.start)
 	if err != nil {
 		return err
 	}
@@ -524,12 +544,13 @@ type serverOptions struct {
 	log          *slog.Logger     // start-up notes, panics, net/http's own reports
 	access       *logBuffer       // the access log: one line per request; nil for none
 	stopping     <-chan struct{}  // closed when the server starts shutting down
-	now          func() time.Time // the clock for key expiry and the rate limit
+	now          func() time.Time // the wall clock: tenants' clocks follow it, and the rate limit uses it
 }
 
 // server is the service over one loaded dataset.
 type server struct {
 	inFlight atomic.Int64 // requests being answered, for the shutdown's message
+	started  time.Time    // the start instant
 	keys     keyring
 	rate     *rateLimit // nil: no rate limit
 	lister   *orderLister
@@ -561,6 +582,7 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 		return nil, err
 	}
 	return &server{
+		started:  sb.start,
 		keys:     sb.keys,
 		rate:     newRateLimit(o.rate, o.now()),
 		lister:   newOrderLister(newCursorSigner(secret)),
@@ -619,7 +641,8 @@ func (d *openAPIDoc) serve(w http.ResponseWriter, r *http.Request, c *call) {
 	if validHost.MatchString(r.Host) {
 		origin = "http://" + r.Host
 	}
-	writeBody(w, http.StatusOK, jsonContentType, bodyOf(bytes.Join(d.cuts, []byte(origin))))
+	b := bodyOf(bytes.Join(d.cuts, []byte(origin)))
+	writeBody(w, http.StatusOK, jsonContentType, b.length, b.bytes)
 }
 
 // route is one method and path the server answers, as a ServeMux pattern.
@@ -635,29 +658,52 @@ func (s *server) routes() []route {
 		{"GET /v1/tracking/{tracking_number}", s.operation(scopeTrackingRead, noParams(trackingByNumber))},
 		{"GET /v1/orders", s.operation(scopeOrdersRead, s.listOrders)},
 		{"GET /v1/orders/{id}", s.operation(scopeOrdersRead, noParams(getOrder))},
-		{"GET /v1/openapi.json", capBody(s.openAPI.serve)},
+		{"GET /v1/test_helpers/clock", s.testHelper(s.getClock)},
+		{"POST /v1/test_helpers/clock", s.testHelper(s.setClock)},
+		{"GET /v1/openapi.json", capDeclared(s.openAPI.serve)},
 		{"GET /healthz", s.helper(s.health)},
 	}
 }
 
-// tenantHandler is an operation's own work, for the tenant of the key that called it: it
-// writes the answer, or returns the error to answer with.
-type tenantHandler func(w http.ResponseWriter, r *http.Request, t *tenant) error
+// tenantHandler is an operation's own work, for the tenant of the key that called it as
+// the tenant's clock shows it at at: it writes the answer, or returns the error to answer with.
+type tenantHandler func(w http.ResponseWriter, r *http.Request, t *tenant, at time.Time) error
 
-func trackingByID(w http.ResponseWriter, r *http.Request, t *tenant) error {
-	return t.shipments.serveByID(w, r)
+func trackingByID(w http.ResponseWriter, r *http.Request, t *tenant, at time.Time) error {
+	return t.shipments.serveByID(w, r, at)
 }
 
-func trackingByNumber(w http.ResponseWriter, r *http.Request, t *tenant) error {
-	return t.shipments.serveByNumber(w, r)
+func trackingByNumber(w http.ResponseWriter, r *http.Request, t *tenant, at time.Time) error {
+	return t.shipments.serveByNumber(w, r, at)
 }
 
-func getOrder(w http.ResponseWriter, r *http.Request, t *tenant) error {
-	return t.orders.serveGet(w, r)
+func getOrder(w http.ResponseWriter, r *http.Request, t *tenant, at time.Time) error {
+	return t.orders.serveGet(w, r, at)
 }
 
-func (s *server) listOrders(w http.ResponseWriter, r *http.Request, t *tenant) error {
-	return s.lister.serveList(w, r, &t.orders)
+func (s *server) listOrders(w http.ResponseWriter, r *http.Request, t *tenant, at time.Time) error {
+	return s.lister.serveList(w, r, &t.orders, at)
+}
+
+// getClock answers GET /v1/test_helpers/clock: the tenant's clock.
+func (s *server) getClock(w http.ResponseWriter, r *http.Request, t *tenant, _ time.Time) error {
+	return writeClock(w, t, s.now, s.started)
+}
+
+// setClock answers POST /v1/test_helpers/clock: it freezes the tenant's clock at the
+// body's frozen_time, or lets it follow the wall clock again (null). A body that is refused
+// changes nothing.
+func (s *server) setClock(w http.ResponseWriter, r *http.Request, t *tenant, _ time.Time) error {
+	b, err := io.ReadAll(r.Body) // in memory: readBody read it
+	if err != nil {
+		return err
+	}
+	frozen, err := parseClockBody(b)
+	if err != nil {
+		return err
+	}
+	t.clock.freeze(frozen)
+	return writeClock(w, t, s.now, s.started)
 }
 
 // handler is the whole service: each route of the table with its wrappers, a 405 with the
@@ -686,31 +732,49 @@ func (s *server) handler(extra ...route) http.Handler {
 }
 
 // operation wraps a v1 operation in its checks, in the contract's order: (route and method
-// by the mux), body size (413), key (401), live environment (503), rate limit (429), scope
-// (403), simulated answer (Prefer); h then checks parameters and the resource.
+// by the mux), declared body size (413), key (401, expiry judged by the tenant's clock),
+// live environment (503), rate limit (429), scope (403), simulated answer (Prefer),
+// streamed body size (413); h then checks parameters and the resource at the tenant's clock.
 func (s *server) operation(need scope, h tenantHandler) callHandler {
-	answer := func(w http.ResponseWriter, r *http.Request, c *call) {
-		if err := h(w, r, c.key.tenant); err != nil {
+	return capDeclared(requireKey(s.keys, s.tenantNow, refuseLive(limitRate(s.rate, s.now, requireScope(need, s.simulate(readBody(s.answer(h))))))))
+}
+
+// testHelper wraps a clock operation: the checks of an operation but the scope (any active
+// key of the tenant may use the clock), with a key's expiry judged by the wall clock, so
+// that a tenant can always move its clock back; it takes no query parameters.
+func (s *server) testHelper(h tenantHandler) callHandler {
+	wall := func(*tenant) time.Time { return s.now() }
+	return capDeclared(requireKey(s.keys, wall, refuseLive(limitRate(s.rate, s.now, s.simulate(readBody(s.answer(noParams(h))))))))
+}
+
+// tenantNow is the tenant's clock now.
+func (s *server) tenantNow(t *tenant) time.Time { return t.clock.now(s.now) }
+
+// answer runs an operation's own work for the caller's tenant at its clock, and answers
+// with the error it returns.
+func (s *server) answer(h tenantHandler) callHandler {
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		t := c.key.tenant
+		if err := h(w, r, t, s.tenantNow(t)); err != nil {
 			s.writeError(w, c, err)
 		}
 	}
-	return capBody(requireKey(s.keys, s.now, refuseLive(limitRate(s.rate, s.now, requireScope(need, s.simulate(answer))))))
 }
 
 // helper wraps an unauthenticated helper (health, OpenAPI document) that writes prepared bytes.
 func (s *server) helper(b body) callHandler {
-	return capBody(func(w http.ResponseWriter, r *http.Request, c *call) {
-		writeBody(w, http.StatusOK, jsonContentType, b)
-	})
+	return capDeclared(readBody(func(w http.ResponseWriter, r *http.Request, c *call) {
+		writeBody(w, http.StatusOK, jsonContentType, b.length, b.bytes)
+	}))
 }
 
 // noParams wraps an operation that takes no query parameters: any is unknown (422).
 func noParams(h tenantHandler) tenantHandler {
-	return func(w http.ResponseWriter, r *http.Request, t *tenant) error {
+	return func(w http.ResponseWriter, r *http.Request, t *tenant, at time.Time) error {
 		if err := refuseParams(r.URL.RawQuery); err != nil {
 			return err
 		}
-		return h(w, r, t)
+		return h(w, r, t, at)
 	}
 }
 
@@ -747,10 +811,9 @@ const maxBodyBytes = 256 << 10
 // answer (nginx's 499); nothing is sent.
 const statusClientClosedRequest = 499
 
-// capBody answers 413 to a body over 256 KiB, whether its length is declared or it is
-// streamed, and closes the connection after it. The operations take no body, so a body
-// within the limit is read and ignored.
-func capBody(next callHandler) callHandler {
+// capDeclared answers 413 to a request that declares a body over 256 KiB, before its key
+// is looked at, and closes the connection after it.
+func capDeclared(next callHandler) callHandler {
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
 		if r.ContentLength > maxBodyBytes {
 			w.Header().Set("Connection", "close")
@@ -759,26 +822,37 @@ func capBody(next callHandler) callHandler {
 		}
 		if r.TransferEncoding != nil {
 			// net/http drops a Content-Length sent beside Transfer-Encoding before any
-			// handler sees it; such a request may be smuggling another (RFC 9112,
-			// 6.3), so the connection is closed after any request with a framing of
-			// its own.
+			// handler sees it; such a request may be smuggling another (RFC 9112, 6.3),
+			// so the connection is closed after any request with a framing of its own.
 			w.Header().Set("Connection", "close")
 		}
-		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
-			_, err := io.Copy(io.Discard, http.MaxBytesReader(nil, r.Body, maxBodyBytes))
-			var tooLarge *http.MaxBytesError
-			if errors.As(err, &tooLarge) {
-				w.Header().Set("Connection", "close")
-				writeProblem(w, c.id, errBodyTooLarge)
-				return
-			}
-			if err != nil {
-				// The client broke the body's framing or went away: no answer can be
-				// delivered as a whole, so the connection is cut.
-				c.status = statusClientClosedRequest
-				panic(http.ErrAbortHandler)
-			}
+		next(w, r, c)
+	}
+}
+
+// readBody reads a request's body, up to 256 KiB (413 past it, and the connection is
+// closed), and hands it on in memory: the checks before it are passed, and what comes
+// after may read it whole.
+func readBody(next callHandler) callHandler {
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		if r.Body == nil || r.Body == http.NoBody {
+			next(w, r, c)
+			return
 		}
+		b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBodyBytes))
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			w.Header().Set("Connection", "close")
+			writeProblem(w, c.id, errBodyTooLarge)
+			return
+		}
+		if err != nil {
+			// The client broke the body's framing or went away: no answer can be
+			// delivered as a whole, so the connection is cut.
+			c.status = statusClientClosedRequest
+			panic(http.ErrAbortHandler)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
 		next(w, r, c)
 	}
 }

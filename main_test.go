@@ -114,7 +114,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	access := newLogBuffer(out, 0) // each line straight out
 	log := slog.New(slog.NewJSONHandler(access, nil))
-	sb, err := loadDataset("test", data, o.seed, log)
+	sb, err := loadDataset("test", data, o.seed, testNow, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,8 @@ func asAPIError(err error) *apiError {
 func (r reply) problem(t testing.TB) problem {
 	t.Helper()
 	var p problem
-	if hasParam := bytes.Contains(r.body, []byte(`"param":`)); hasParam != (r.status == 422 || r.status == 400) {
+	parameterFault := r.status == 422 || bytes.Contains(r.body, []byte(`"code":"invalid_cursor"`))
+	if hasParam := bytes.Contains(r.body, []byte(`"param":`)); hasParam != parameterFault {
 		t.Errorf("a %d problem with param present = %v: param is there exactly for parameter faults: %s", r.status, hasParam, r.body)
 	}
 	dec := json.NewDecoder(bytes.NewReader(r.body))
@@ -797,9 +798,13 @@ func TestParseConfig(t *testing.T) {
 		{"flags", []string{"-addr", ":9090", "-rate", "0", "-seed-orders", "1000", "-data", "x.json", "-cursor-secret", "s"}, env(), func(c config) bool {
 			return c.addr == ":9090" && c.rate == 0 && c.seedOrders == 1000 && c.dataFile == "x.json" && c.cursorSecret == "s"
 		}},
-		{"environment fallbacks", nil, env("SANDBOX_ADDR", ":1", "SANDBOX_RATE", "7", "SANDBOX_SEED_ORDERS", "3", "SANDBOX_DATA", "d.json", "SANDBOX_CURSOR_SECRET", "e"), func(c config) bool {
-			return c.addr == ":1" && c.rate == 7 && c.seedOrders == 3 && c.dataFile == "d.json" && c.cursorSecret == "e"
+		{"environment fallbacks", nil, env("SANDBOX_ADDR", ":1", "SANDBOX_RATE", "7", "SANDBOX_SEED_ORDERS", "3", "SANDBOX_DATA", "d.json", "SANDBOX_CURSOR_SECRET", "e", "SANDBOX_CLOCK", "2026-03-29T02:30:00+01:00"), func(c config) bool {
+			return c.addr == ":1" && c.rate == 7 && c.seedOrders == 3 && c.dataFile == "d.json" && c.cursorSecret == "e" && c.clock != nil && formatTimestamp(*c.clock) == "2026-03-29T01:30:00Z"
 		}},
+		{"-clock", []string{"-clock", "2026-11-23T10:00:00Z"}, env(), func(c config) bool {
+			return c.clock != nil && c.clock.Equal(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+		}},
+		{"no -clock", nil, env(), func(c config) bool { return c.clock == nil }},
 		{"a flag beats its variable", []string{"-rate", "9"}, env("SANDBOX_RATE", "fast"), func(c config) bool { return c.rate == 9 }},
 	}
 	for _, tt := range good {
@@ -821,6 +826,8 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"-port", "1"}, env(), `flag provided but not defined: -port`},
 		{[]string{"serve"}, env(), `unexpected argument "serve": the sandbox takes flags only (see -h)`},
 		{nil, env("SANDBOX_RATE", "fast"), `invalid value "fast" for SANDBOX_RATE (the fallback of -rate): want a whole number from 0 to 1000000000`},
+		{[]string{"-clock", "2026-11-23 10:00"}, env(), `invalid value "2026-11-23 10:00" for flag -clock: want an RFC 3339 timestamp with an offset, such as 2026-03-29T01:00:00Z`},
+		{nil, env("SANDBOX_CLOCK", "now"), `invalid value "now" for SANDBOX_CLOCK (the fallback of -clock): want an RFC 3339 timestamp with an offset, such as 2026-03-29T01:00:00Z`},
 		{nil, env("SANDBOX_SEED_ORDERS", "many"), `invalid value "many" for SANDBOX_SEED_ORDERS (the fallback of -seed-orders): want a whole number from 0 to 5000000`},
 	}
 	for _, tt := range bad {
@@ -868,6 +875,9 @@ func TestRunServesTheDefaultSandbox(t *testing.T) {
 		if !strings.Contains(stdout.String(), key) {
 			t.Errorf("start-up output does not list key %s:\n%s", key, stdout)
 		}
+	}
+	if !regexp.MustCompile(`sk_test_sandbox_expired +acct_sandbox/test +tracking:read orders:read +expired 2026-01-01T00:00:00Z\n`).MatchString(stdout.String()) {
+		t.Errorf("the banner does not say sk_test_sandbox_expired has expired:\n%s", stdout)
 	}
 	status, body := httpGet(t, base+"/orders", "Bearer sk_test_sandbox_all")
 	if want := `{"data":[` + sandboxOrderJSON + `],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`; status != 200 || body != want {
@@ -1001,11 +1011,15 @@ func TestDatasetRefusals(t *testing.T) {
 		{"a tracking number with DEL", dataset(dsAccounts, "", strings.Replace(dsShipment, `"T1"`, `"T\u007f1"`, 1), ""), `$.shipments[0].tracking_number: holds a control character`},
 		{"a parcel number with C1 control", dataset(dsAccounts, "", strings.Replace(dsShipment, `"tracking_number":"T1"`, `"tracking_number":"T1","parcel_tracking_numbers":["P\u00851"]`, 1), ""), `$.shipments[0].parcel_tracking_numbers[0]: holds a control character`},
 		{"an account id of 300 bytes", dataset(`{"id":"`+strings.Repeat("a", 300)+`","environments":["test"]}`, "", "", ""), `$.accounts[0].id: is 300 bytes long; at most 255`},
+		{"an event with timestamp and after", dataset(dsAccounts, "", strings.Replace(dsShipment, `"status":"in_transit"`, `"after":"90s","status":"in_transit"`, 1), ""), `$.shipments[0].events[0].after: an event has a timestamp or an after, not both`},
+		{"an after that is a number", dataset(dsAccounts, "", strings.Replace(dsShipment, `"timestamp":"2026-11-01T00:00:00Z"`, `"after":90`, 1), ""), `$.shipments[0].events[0].after: must be a string holding a duration such as "90s" or "2m30s"`},
+		{"a negative after", dataset(dsAccounts, "", strings.Replace(dsShipment, `"timestamp":"2026-11-01T00:00:00Z"`, `"after":"-1s"`, 1), ""), `$.shipments[0].events[0].after: "-1s" is not a duration of zero or more, such as "90s" or "2m30s"`},
+		{"an after that is no duration", dataset(dsAccounts, "", strings.Replace(dsShipment, `"timestamp":"2026-11-01T00:00:00Z"`, `"after":"soon"`, 1), ""), `$.shipments[0].events[0].after: "soon" is not a duration of zero or more, such as "90s" or "2m30s"`},
 		{"a merchant reference with a tab", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"R1"`, `"R\t1"`, 1)), `$.orders[0].merchant_reference: holds a control character`},
 	}
 	// The raw marketplace payload is opaque: a member twice there is the marketplace's.
 	opaque := strings.Replace(dsOrder, `"created_at"`, `"raw_marketplace_data":{"a":1,"A":2,"a":3},"created_at"`, 1)
-	if _, err := loadDataset("ok.json", []byte(dataset(dsAccounts, "", "", opaque)), 0, slog.New(slog.DiscardHandler)); err != nil {
+	if _, err := loadDataset("ok.json", []byte(dataset(dsAccounts, "", "", opaque)), 0, testNow, slog.New(slog.DiscardHandler)); err != nil {
 		t.Errorf("a payload with a member twice: %v, want it loaded", err)
 	}
 	// 255 bytes are allowed, and page: the longest id's cursor is accepted.
@@ -1019,14 +1033,14 @@ func TestDatasetRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := loadDataset("bad.json", []byte(tt.data), 0, slog.New(slog.DiscardHandler))
+			_, err := loadDataset("bad.json", []byte(tt.data), 0, testNow, slog.New(slog.DiscardHandler))
 			if want := "dataset bad.json: " + tt.want; err == nil || err.Error() != want {
 				t.Errorf("loadDataset = %v\nwant %s", err, want)
 			}
 		})
 	}
 	// -seed-orders needs acct_sandbox/test.
-	_, err := loadDataset("small.json", []byte(dataset(dsAccounts, "", "", "")), 5, slog.New(slog.DiscardHandler))
+	_, err := loadDataset("small.json", []byte(dataset(dsAccounts, "", "", "")), 5, testNow, slog.New(slog.DiscardHandler))
 	if want := "-seed-orders: the dataset has no account acct_sandbox with environment test to seed"; err == nil || err.Error() != want {
 		t.Errorf("seeding a dataset without acct_sandbox/test = %v, want %s", err, want)
 	}
@@ -1332,7 +1346,13 @@ func TestBodyLimit(t *testing.T) {
 			t.Errorf("a body of exactly 262144 bytes (declared %v) = %s, want 200", declared, rep)
 		}
 		wantProblem(t, e.do(t, body(maxBodyBytes+1, declared, "sk_test_sandbox_all")), 413, "body_too_large", "")
-		wantProblem(t, e.do(t, body(10<<20, declared, "")), 413, "body_too_large", "")
+		// A declared length is refused before the key; a streamed body is read only
+		// after the key and the checks that follow it.
+		if declared {
+			wantProblem(t, e.do(t, body(10<<20, declared, "")), 413, "body_too_large", "")
+		} else {
+			wantProblem(t, e.do(t, body(10<<20, declared, "")), 401, "missing_api_key", "")
+		}
 		if declared {
 			huge := body(0, true, "sk_test_sandbox_all")
 			huge.ContentLength = 1 << 40 // declared, nothing sent
@@ -1348,7 +1368,7 @@ func TestBodyLimit(t *testing.T) {
 	defer ts.Close()
 	for _, raw := range []string{
 		"GET /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n",
-		"GET /v1/orders HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + strings.Repeat("8000\r\n"+strings.Repeat("y", 0x8000)+"\r\n", 9),
+		"GET /v1/orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_sandbox_all\r\nTransfer-Encoding: chunked\r\n\r\n" + strings.Repeat("8000\r\n"+strings.Repeat("y", 0x8000)+"\r\n", 9),
 	} {
 		func() {
 			conn, err := net.Dial("tcp", ts.Listener.Addr().String())
@@ -2145,6 +2165,7 @@ type docExample struct {
 		Path      string            `json:"path"`
 		Headers   map[string]string `json:"headers"`
 		BodyBytes int               `json:"body_bytes"`
+		Body      string            `json:"body"`
 	}
 }
 
@@ -2205,14 +2226,18 @@ func normalizedJSON(t *testing.T, v any) string {
 }
 
 // TestOpenAPIExamplesMatchTheServer: every documented example is, after JSON
-// normalization, exactly what the server answers to the request it names.
+// normalization, exactly what the server answers to the request it names, in a sandbox of
+// its own whose wall clock stands at its start (an example may move the clock).
 func TestOpenAPIExamplesMatchTheServer(t *testing.T) {
 	doc := theOpenAPI(t)
-	e := newEnv(t, envOptions{})
 	for _, ex := range docExamples(t, doc) {
+		e := newEnv(t, envOptions{step: -1, quiet: true})
 		var body io.Reader
-		if ex.request.BodyBytes > 0 {
+		switch {
+		case ex.request.BodyBytes > 0:
 			body = bytes.NewReader(make([]byte, ex.request.BodyBytes))
+		case ex.request.Body != "":
+			body = strings.NewReader(ex.request.Body)
 		}
 		r := httptest.NewRequest(ex.request.Method, "http://127.0.0.1:8080"+ex.request.Path, body)
 		for k, v := range ex.request.Headers {
@@ -2246,6 +2271,21 @@ func TestOpenAPIExamplesCoverTheSchemas(t *testing.T) {
 		dec.Decode(&v)
 		if err := doc.validate(ex.schema, v, "$", func(ref, prop string) { observed[ref+"#"+prop] = true }); err != nil {
 			t.Errorf("%s does not validate: %v", ex.where, err)
+		}
+	}
+	// Request bodies' examples too.
+	for _, p := range doc.paths {
+		for method, op := range p.item {
+			for ct, m := range asMap(asMap(asMap(op)["requestBody"])["content"]) {
+				for name, ex := range asMap(asMap(m)["examples"]) {
+					raw, _ := json.Marshal(asMap(ex)["value"])
+					var v any
+					json.Unmarshal(raw, &v)
+					if err := doc.validate(asMap(m)["schema"], v, "$", func(ref, prop string) { observed[ref+"#"+prop] = true }); err != nil {
+						t.Errorf("%s %s request %s example %s does not validate: %v", method, p.template, ct, name, err)
+					}
+				}
+			}
 		}
 	}
 	for name, s := range asMap(asMap(doc.root["components"])["schemas"]) {
@@ -2526,6 +2566,394 @@ func TestRateLimitOfOtherSettings(t *testing.T) {
 	}
 }
 
+// The sandbox clock (auth.go holds a tenant's clock; every read obeys it).
+
+// clockJSON is a clock operation's answer; FrozenTime is "" for null.
+type clockJSON struct {
+	FrozenTime, Now, StartedAt string
+}
+
+// setClock freezes key's tenant's clock at frozen ("" for null) and returns the answer.
+func (e *env) setClock(t testing.TB, key, frozen string) clockJSON {
+	t.Helper()
+	body := `{"frozen_time":null}`
+	if frozen != "" {
+		body = `{"frozen_time":"` + frozen + `"}`
+	}
+	rep := e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/clock", key, body))
+	if rep.status != 200 {
+		t.Fatalf("POST clock %s = %s", body, rep)
+	}
+	return decodeClock(t, rep)
+}
+
+func (e *env) readClock(t testing.TB, key string) clockJSON {
+	t.Helper()
+	return decodeClock(t, e.get(t, "/v1/test_helpers/clock", key))
+}
+
+func decodeClock(t testing.TB, rep reply) clockJSON {
+	t.Helper()
+	var c struct {
+		FrozenTime *string `json:"frozen_time"`
+		Now        string  `json:"now"`
+		StartedAt  string  `json:"started_at"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(rep.body))
+	dec.DisallowUnknownFields()
+	if rep.status != 200 || dec.Decode(&c) != nil {
+		t.Fatalf("clock answer %s", rep)
+	}
+	frozen := ""
+	if c.FrozenTime != nil {
+		frozen = *c.FrozenTime
+	}
+	return clockJSON{frozen, c.Now, c.StartedAt}
+}
+
+// newBodyRequest is a request with a body.
+func newBodyRequest(method, target, key, body string, headerPairs ...string) *http.Request {
+	r := newRequest(method, target, key, headerPairs...)
+	r.Body = io.NopCloser(strings.NewReader(body))
+	r.ContentLength = int64(len(body))
+	return r
+}
+
+// eventsOf is the number of events and the status a tracking view shows.
+func eventsOf(t testing.TB, rep reply) (int, string) {
+	t.Helper()
+	var v trackingView
+	if rep.status != 200 || json.Unmarshal(rep.body, &v) != nil {
+		t.Fatalf("tracking view %s", rep)
+	}
+	return len(v.Events), v.Status
+}
+
+func TestClockAnswers(t *testing.T) {
+	e := newEnv(t, envOptions{step: -1, rate: -1})
+	const key = "sk_test_sandbox_all"
+	if c := e.readClock(t, key); c.FrozenTime != "" || c.Now != "2026-11-22T12:00:00Z" || c.StartedAt != "2026-11-22T12:00:00Z" {
+		t.Errorf("GET clock = %+v, want following the wall clock, started at the start instant", c)
+	}
+	frozen := e.setClock(t, key, "2026-03-29T02:30:00.5+01:00")
+	if frozen.FrozenTime != "2026-03-29T01:30:00.5Z" || frozen.Now != "2026-03-29T01:30:00.5Z" {
+		t.Errorf("POST freeze = %+v, want frozen at 2026-03-29T01:30:00.5Z", frozen)
+	}
+	if c := e.readClock(t, key); c != frozen {
+		t.Errorf("GET after the freeze = %+v, want %+v", c, frozen)
+	}
+	// Other tenants' clocks do not move; every key of the tenant sees the same clock.
+	if c := e.readClock(t, "sk_test_other_all"); c.FrozenTime != "" {
+		t.Errorf("acct_other's clock = %+v, want it following the wall clock", c)
+	}
+	if c := e.readClock(t, "sk_test_sandbox_none"); c != frozen {
+		t.Errorf("a key without scopes sees %+v, want the tenant's clock %+v", c, frozen)
+	}
+	if c := e.setClock(t, "sk_test_sandbox_tracking", ""); c.FrozenTime != "" || c.Now != "2026-11-22T12:00:00Z" {
+		t.Errorf("POST null = %+v, want the wall clock again", c)
+	}
+	// Live keys: 503 as everywhere; HEAD and other methods.
+	wantProblem(t, e.get(t, "/v1/test_helpers/clock", "sk_live_sandbox_all"), 503, "live_not_released", "")
+	rep := e.do(t, newRequest(http.MethodPut, "/v1/test_helpers/clock", key))
+	wantProblem(t, rep, 405, "method_not_allowed", "")
+	if rep.header.Get("Allow") != "GET, HEAD, POST" {
+		t.Errorf("Allow = %q, want GET, HEAD, POST", rep.header.Get("Allow"))
+	}
+	if rep := e.do(t, newRequest(http.MethodHead, "/v1/test_helpers/clock", key)); rep.status != 200 {
+		t.Errorf("HEAD clock = %s, want 200", rep)
+	}
+}
+
+// TestClockBadRequestsChangeNothing: every refused request leaves the clock as it was.
+func TestClockBadRequestsChangeNothing(t *testing.T) {
+	e := newEnv(t, envOptions{step: -1, rate: -1})
+	const key = "sk_test_sandbox_all"
+	before := e.setClock(t, key, "2026-01-01T00:00:00Z")
+	tests := []struct {
+		name, target, body string
+		headers            []string
+		status             int
+		code, param        string
+	}{
+		{"not JSON", "", "frozen_time=x", nil, 400, "malformed_json", ""},
+		{"empty", "", "", nil, 400, "malformed_json", ""},
+		{"an array", "", `[{"frozen_time":null}]`, nil, 400, "malformed_json", ""},
+		{"a string", "", `"2026-01-01T00:00:00Z"`, nil, 400, "malformed_json", ""},
+		{"null", "", `null`, nil, 400, "malformed_json", ""},
+		{"trailing data", "", `{"frozen_time":null} {}`, nil, 400, "malformed_json", ""},
+		{"cut short", "", `{"frozen_time":`, nil, 400, "malformed_json", ""},
+		{"invalid UTF-8", "", "{\"frozen_time\":\"\xff\"}", nil, 400, "malformed_json", ""},
+		{"another member", "", `{"frozen_time":null,"speed":2}`, nil, 422, "unknown_parameter", "speed"},
+		{"a member in another case", "", `{"Frozen_Time":"2026-01-01T00:00:00Z"}`, nil, 422, "unknown_parameter", "Frozen_Time"},
+		{"members in the order sent", "", `{"x":1,"frozen_time":"bad"}`, nil, 422, "unknown_parameter", "x"},
+		{"members in the order sent, the other way", "", `{"frozen_time":"bad","x":1}`, nil, 422, "invalid_parameter", "frozen_time"},
+		{"frozen_time twice", "", `{"frozen_time":null,"frozen_time":"2026-01-01T00:00:00Z"}`, nil, 422, "invalid_parameter", "frozen_time"},
+		{"missing", "", `{}`, nil, 422, "invalid_parameter", "frozen_time"},
+		{"missing, judged last", "", `{"y":1}`, nil, 422, "unknown_parameter", "y"},
+		{"a number", "", `{"frozen_time":1767225600}`, nil, 422, "invalid_parameter", "frozen_time"},
+		{"true", "", `{"frozen_time":true}`, nil, 422, "invalid_parameter", "frozen_time"},
+		{"no offset", "", `{"frozen_time":"2026-01-01T00:00:00"}`, nil, 422, "invalid_parameter", "frozen_time"},
+		{"hour 24", "", `{"frozen_time":"2026-01-01T24:00:00Z"}`, nil, 422, "invalid_parameter", "frozen_time"},
+		{"a query parameter, before the body", "?at=now", `not json`, nil, 422, "unknown_parameter", "at"},
+		{"over 256 KiB", "", `{"frozen_time":null,"pad":"` + strings.Repeat("x", maxBodyBytes) + `"}`, nil, 413, "body_too_large", ""},
+		{"a simulated failure", "", `{"frozen_time":null}`, []string{"Prefer", "code=503"}, 503, "provider_unavailable", ""},
+		{"a bad Prefer", "", `{"frozen_time":null}`, []string{"Prefer", "delay=-1"}, 422, "invalid_parameter", "Prefer"},
+		{"no key", "", `{"frozen_time":null}`, []string{"Authorization", "Basic x"}, 401, "missing_api_key", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newBodyRequest(http.MethodPost, "/v1/test_helpers/clock"+tt.target, key, tt.body, tt.headers...)
+			if tt.status == 401 {
+				r.Header.Set("Authorization", "Basic x")
+			}
+			wantProblem(t, e.do(t, r), tt.status, tt.code, tt.param)
+			if c := e.readClock(t, key); c != before {
+				t.Errorf("the clock is %+v after a refused request, want %+v", c, before)
+			}
+		})
+	}
+	// The streamed size too (no Content-Length): read up to the cap, then refused.
+	r := newBodyRequest(http.MethodPost, "/v1/test_helpers/clock", key, "")
+	r.Body, r.ContentLength = io.NopCloser(chunkedBody{io.LimitReader(neverEnding(' '), maxBodyBytes+1)}), -1
+	wantProblem(t, e.do(t, r), 413, "body_too_large", "")
+	// A GET takes no parameters either.
+	wantProblem(t, e.get(t, "/v1/test_helpers/clock?frozen_time=x", key), 422, "unknown_parameter", "frozen_time")
+	if c := e.readClock(t, key); c != before {
+		t.Errorf("the clock is %+v, want %+v", c, before)
+	}
+}
+
+// TestClockGovernsTracking: an event shows when its instant is at or before the tenant's
+// clock; the status is that of the last shown event; a shipment is always found.
+func TestClockGovernsTracking(t *testing.T) {
+	e := newEnv(t, envOptions{step: -1, rate: -1})
+	const key = "sk_test_sandbox_all"
+	tests := []struct {
+		at         string
+		wantEvents int
+		wantStatus string
+	}{
+		{"2026-03-28T17:59:59.999999999Z", 0, "pre_transit"},
+		{"2026-03-28T18:00:00Z", 1, "pre_transit"},
+		{"2026-03-29T01:29:59.999999999Z", 2, "in_transit"},
+		{"2026-03-29T02:30:00+01:00", 3, "in_transit"}, // exactly the third event's instant
+		{"2026-03-29T12:05:00Z", 5, "delivered"},
+		{"9999-12-31T23:59:59Z", 5, "delivered"},
+		{"0000-01-01T00:00:00Z", 0, "pre_transit"},
+	}
+	full := e.get(t, "/v1/shipments/shp_sbx_spring/tracking", key).body
+	for _, tt := range tests {
+		e.setClock(t, key, tt.at)
+		for _, target := range []string{"/v1/shipments/shp_sbx_spring/tracking", "/v1/tracking/SBX1000000001"} {
+			rep := e.get(t, target, key)
+			n, status := eventsOf(t, rep)
+			if n != tt.wantEvents || status != tt.wantStatus {
+				t.Errorf("at %s, GET %s shows %d events, status %s; want %d, %s", tt.at, target, n, status, tt.wantEvents, tt.wantStatus)
+			}
+			var v, whole trackingView
+			json.Unmarshal(rep.body, &v)
+			json.Unmarshal(full, &whole)
+			if !slices.Equal(v.Events, whole.Events[:n]) {
+				t.Errorf("at %s the events shown are not the first %d of the full view", tt.at, n)
+			}
+		}
+	}
+	// Another tenant's clock did not move: its shipment shows every event.
+	if n, _ := eventsOf(t, e.get(t, "/v1/shipments/shp_other_1/tracking", "sk_test_other_all")); n != 1 {
+		t.Errorf("acct_other's shipment shows %d events, want 1", n)
+	}
+}
+
+// TestMovingShipment: shp_sbx_moving's events happen after the start instant; the first
+// two minutes take it from label to delivery.
+func TestMovingShipment(t *testing.T) {
+	e := newEnv(t, envOptions{step: -1, rate: -1})
+	const key = "sk_test_sandbox_all"
+	for _, tt := range []struct {
+		after      time.Duration
+		wantEvents int
+		wantStatus string
+	}{
+		{-time.Nanosecond, 0, "pre_transit"}, {0, 1, "pre_transit"}, {29 * time.Second, 1, "pre_transit"}, {30 * time.Second, 2, "in_transit"},
+		{60 * time.Second, 3, "in_transit"}, {90 * time.Second, 4, "out_for_delivery"}, {119 * time.Second, 4, "out_for_delivery"}, {2 * time.Minute, 5, "delivered"},
+	} {
+		e.setClock(t, key, formatTimestamp(testNow.Add(tt.after)))
+		n, status := eventsOf(t, e.get(t, "/v1/tracking/SBX4000000001", key))
+		if n != tt.wantEvents || status != tt.wantStatus {
+			t.Errorf("%v after the start: %d events, %s; want %d, %s", tt.after, n, status, tt.wantEvents, tt.wantStatus)
+		}
+	}
+	var v trackingView
+	json.Unmarshal(e.get(t, "/v1/shipments/shp_sbx_moving/tracking", key).body, &v)
+	if v.Events[4].Timestamp != "2026-11-22T12:02:00Z" || v.Events[0].Location != "London, GB" {
+		t.Errorf("shp_sbx_moving = %+v, want its last event at the start instant + 2 minutes", v)
+	}
+}
+
+// TestClockGovernsOrders: an order exists from its created_at: a frozen clock lists
+// exactly what created_to at that instant lists, across pages and per status, and an order
+// created after the clock is 404.
+func TestClockGovernsOrders(t *testing.T) {
+	const key = "sk_test_sandbox_all"
+	e := newEnv(t, envOptions{seed: 300, rate: -1, step: -1, secret: "s"})
+	all := e.walk(t, key, "", 100)
+	for _, i := range []int{0, 1, 5, 150, 299, 300} {
+		at := all[i].CreatedAt
+		e.setClock(t, key, "")
+		for _, status := range []string{"", "&status=fulfilled", "&status=cancelled"} {
+			for _, limit := range []int{7, 100} {
+				bounded := ids(e.walk(t, key, "created_to="+at+status, limit))
+				e.setClock(t, key, at)
+				frozen := ids(e.walk(t, key, status, limit))
+				later := ids(e.walk(t, key, "created_to=2099-01-01T00:00:00Z"+status, limit))
+				earlier := ids(e.walk(t, key, "created_to="+all[min(i+10, len(all)-1)].CreatedAt+status, limit))
+				e.setClock(t, key, "")
+				if !slices.Equal(frozen, bounded) || !slices.Equal(later, bounded) {
+					t.Errorf("frozen at %s (%q, limit %d): %d orders, %d with a later created_to; created_to alone lists %d", at, status, limit, len(frozen), len(later), len(bounded))
+				}
+				if want := ids(e.walk(t, key, "created_to="+all[min(i+10, len(all)-1)].CreatedAt+status, limit)); !slices.Equal(earlier, want) {
+					t.Errorf("frozen at %s, an earlier created_to lists %d, want %d", at, len(earlier), len(want))
+				}
+			}
+		}
+	}
+	// An order before its created_at does not exist; at it, it does.
+	e.setClock(t, key, "2026-11-01T09:29:59.999999999Z")
+	wantProblem(t, e.get(t, "/v1/orders/ord_sbx_0001", key), 404, "not_found", "")
+	if p := decodePage(t, e.get(t, "/v1/orders?created_from=2026-11-01T00:00:00Z", key)); len(p.Data) != 0 {
+		t.Errorf("before ord_sbx_0001's created_at the list shows %v", ids(p.Data))
+	}
+	e.setClock(t, key, "2026-11-01T09:30:00Z")
+	if rep := e.get(t, "/v1/orders/ord_sbx_0001", key); rep.status != 200 || string(rep.body) != sandboxOrderJSON {
+		t.Errorf("at ord_sbx_0001's created_at, GET = %s", rep)
+	}
+	// Cursors do not bind the clock: a cursor made under one clock pages on under another.
+	e.setClock(t, key, "")
+	p1 := decodePage(t, e.get(t, "/v1/orders?limit=10", key))
+	e.setClock(t, key, all[5].CreatedAt)
+	p2 := decodePage(t, e.get(t, "/v1/orders?limit=10&cursor="+*p1.Pagination.NextCursor, key))
+	if len(p2.Data) != 10 || p2.Data[0].ID != all[10].ID {
+		t.Errorf("a cursor under another clock: page %v, want it to start at %s", ids(p2.Data), all[10].ID)
+	}
+}
+
+// TestClockGovernsKeyExpiry: a key is expired when its expires_at is at or before its
+// tenant's clock; the clock operations judge expiry by the wall clock.
+func TestClockGovernsKeyExpiry(t *testing.T) {
+	data := dataset(dsAccounts, `{"key":"sk_test_a","account":"acct_a","environment":"test","scopes":["orders:read"],"expires_at":"2030-06-01T00:00:00Z"}`, "", dsOrder)
+	e := newEnv(t, envOptions{data: []byte(data), step: -1, rate: -1})
+	e.setClock(t, "sk_test_a", "2030-05-31T23:59:59Z")
+	if rep := e.get(t, "/v1/orders", "sk_test_a"); rep.status != 200 {
+		t.Errorf("a second before its expiry the key answers %s, want 200", rep)
+	}
+	e.setClock(t, "sk_test_a", "2030-06-01T00:00:00Z")
+	wantProblem(t, e.get(t, "/v1/orders", "sk_test_a"), 401, "expired_api_key", "")
+	// The clock itself still answers the key, so that the tenant can move it back.
+	if c := e.setClock(t, "sk_test_a", ""); c.FrozenTime != "" {
+		t.Errorf("resuming = %+v", c)
+	}
+	if rep := e.get(t, "/v1/orders", "sk_test_a"); rep.status != 200 {
+		t.Errorf("back on the wall clock the key answers %s, want 200", rep)
+	}
+	// The default dataset's expired key works before 2026-01-01.
+	d := newEnv(t, envOptions{step: -1, rate: -1})
+	d.setClock(t, "sk_test_sandbox_all", "2025-12-31T23:59:59Z")
+	if rep := d.get(t, "/v1/orders/ord_sbx_0001", "sk_test_sandbox_expired"); rep.status != 404 {
+		t.Errorf("sk_test_sandbox_expired before its expiry = %s, want 404 (the order does not exist yet)", rep)
+	}
+}
+
+// TestAfterEvents: events scheduled with after (null means absent) are placed at the start
+// instant plus after and normalized with the others; a shipment of 100,000 events loads,
+// and the clock cuts its view anywhere.
+func TestAfterEvents(t *testing.T) {
+	events := `{"after":"2m","status":"delivered","description":"Delivered"},` +
+		`{"timestamp":"2026-11-22T12:01:00+01:00","after":null,"status":"in_transit","description":"Carrier time"},` +
+		`{"after":"0s","status":"pre_transit","description":"Label created","timestamp":null}`
+	data := dataset(dsAccounts, `{"key":"sk_test_a","account":"acct_a","environment":"test","scopes":["tracking:read"]}`,
+		`{"id":"shp_1","account":"acct_a","environment":"test","reference":"S1","tracking_number":"T1","events":[`+events+`]}`, "")
+	e := newEnv(t, envOptions{data: []byte(data), step: -1, rate: -1})
+	want := `{"shipment_id":"shp_1","reference":"S1","tracking_number":"T1","status":"delivered","events":[` +
+		`{"status":"in_transit","description":"Carrier time","timestamp":"2026-11-22T11:01:00Z","location":""},` +
+		`{"status":"pre_transit","description":"Label created","timestamp":"2026-11-22T12:00:00Z","location":""},` +
+		`{"status":"delivered","description":"Delivered","timestamp":"2026-11-22T12:02:00Z","location":""}]}`
+	e.setClock(t, "sk_test_a", "2026-11-22T12:02:00Z")
+	if rep := e.get(t, "/v1/tracking/T1", "sk_test_a"); string(rep.body) != want {
+		t.Errorf("view = %s\nwant %s", rep.body, want)
+	}
+
+	var b strings.Builder
+	for i := range 100000 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"after":"%ds","status":"in_transit","description":"Scan %d"}`, i, i)
+	}
+	big := dataset(dsAccounts, `{"key":"sk_test_a","account":"acct_a","environment":"test","scopes":["tracking:read"]}`,
+		`{"id":"shp_big","account":"acct_a","environment":"test","reference":"S","tracking_number":"T","events":[`+b.String()+`]}`, "")
+	e = newEnv(t, envOptions{data: []byte(big), step: -1, rate: -1, quiet: true})
+	for _, k := range []int{0, 1, 50000, 100000} {
+		e.setClock(t, "sk_test_a", formatTimestamp(testNow.Add(time.Duration(k)*time.Second-time.Nanosecond)))
+		if n, _ := eventsOf(t, e.get(t, "/v1/shipments/shp_big/tracking", "sk_test_a")); n != k {
+			t.Errorf("%d seconds after the start, %d events show, want %d", k, n, k)
+		}
+	}
+}
+
+// TestClockUnderConcurrency: many readers while a writer moves the clock (run with -race):
+// every view is a whole view of some clock's events.
+func TestClockUnderConcurrency(t *testing.T) {
+	e := newEnv(t, envOptions{rate: -1, quiet: true})
+	const key = "sk_test_sandbox_all"
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				rec := httptest.NewRecorder()
+				e.h.ServeHTTP(rec, newRequest(http.MethodGet, "/v1/shipments/shp_sbx_spring/tracking", key))
+				var v trackingView
+				if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &v) != nil || len(v.Events) > 0 && v.Status != v.Events[len(v.Events)-1].Status {
+					t.Errorf("a read while the clock moves = %d %s", rec.Code, rec.Body)
+					return
+				}
+			}
+		}()
+	}
+	for i := range 200 {
+		e.setClock(t, key, formatTimestamp(time.Date(2026, 3, 28, 17, 0, 0, 0, time.UTC).Add(time.Duration(i)*6*time.Minute)))
+	}
+	close(stop)
+	wg.Wait()
+}
+
+// TestRunWithClock: -clock (or SANDBOX_CLOCK) is the start instant: every clock starts
+// frozen there and the moving shipment's events are placed after it.
+func TestRunWithClock(t *testing.T) {
+	base, _, _, stop := startRun(t, "-clock", "2026-03-29T01:00:00Z")
+	status, body := httpGet(t, base+"/test_helpers/clock", "Bearer sk_test_sandbox_none")
+	if want := `{"frozen_time":"2026-03-29T01:00:00Z","now":"2026-03-29T01:00:00Z","started_at":"2026-03-29T01:00:00Z"}`; status != 200 || body != want {
+		t.Errorf("GET clock = %d %s, want %s", status, body, want)
+	}
+	_, body = httpGet(t, base+"/shipments/shp_sbx_moving/tracking", "Bearer sk_test_sandbox_all")
+	if !strings.Contains(body, `"status":"pre_transit","events":[{"status":"pre_transit","description":"Label created","timestamp":"2026-03-29T01:00:00Z"`) || strings.Count(body, `"description"`) != 1 {
+		t.Errorf("shp_sbx_moving at -clock = %s, want only its label at the start instant", body)
+	}
+	if _, body = httpGet(t, base+"/shipments/shp_sbx_spring/tracking", "Bearer sk_test_sandbox_all"); strings.Count(body, `"description"`) != 2 {
+		t.Errorf("shp_sbx_spring at 01:00Z = %s, want its first two events", body)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // tracking.go: every fixture's tracking view, lookup by number, normalization.
 
 func TestTrackingViewsOfEveryFixture(t *testing.T) {
@@ -2646,17 +3074,32 @@ func TestNormalizeEvents(t *testing.T) {
 		ev("2026-11-20T09:00:00", "in_transit", "Naive", &here),
 		ev(1763629200, "in_transit", "A number", &here),
 		ev(nil, "in_transit", "Null", &here),
-		{Status: "in_transit", Description: &here}, // no timestamp at all
+		{Status: "in_transit", Description: &here},                     // no timestamp at all
+		{Status: "out_for_delivery", Description: &here},               // after 90 minutes: 11:30Z
+		{Status: "out_for_delivery", Description: &here},               // the same again: a duplicate
+		ev("2026-11-20T11:30:00Z", "out_for_delivery", "Other", &here), // the same instant as the scheduled one: after it, as sent
 	}
-	events, n := normalizeEvents(raw)
+	after := make([]time.Duration, len(raw))
+	for i := range after {
+		after[i] = -1
+	}
+	after[9], after[10] = 90*time.Minute, 90*time.Minute
+	start := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+	stamped, n := normalizeEvents(raw, after, start)
+	var events []trackingEvent
+	for _, e := range stamped {
+		events = append(events, e.trackingEvent)
+	}
 	want := []trackingEvent{
 		{"in_transit", "Same instant", "2026-11-20T10:00:00Z", ""},
 		{"in_transit", "Another description", "2026-11-20T10:00:00Z", "Here, GB"},
 		{"in_transit", "Same instant", "2026-11-20T11:00:00Z", "Here, GB"},
+		{"out_for_delivery", "Here, GB", "2026-11-20T11:30:00Z", ""},
+		{"out_for_delivery", "Other", "2026-11-20T11:30:00Z", "Here, GB"},
 		{"delivered", "Delivered", "2026-11-20T12:00:00Z", "Here, GB"},
 	}
-	if !slices.Equal(events, want) || n.dropped != 4 || n.duplicates != 1 {
-		t.Errorf("normalizeEvents = %+v, %+v\nwant %+v, 4 dropped, 1 duplicate", events, n, want)
+	if !slices.Equal(events, want) || n.dropped != 4 || n.duplicates != 2 {
+		t.Errorf("normalizeEvents = %+v, %+v\nwant %+v, 4 dropped, 2 duplicates", events, n, want)
 	}
 }
 
@@ -2966,7 +3409,7 @@ func TestSeedOrders(t *testing.T) {
 	if a[0].id != "ord_seed_0000999" || a[999].id != "ord_seed_0000000" {
 		t.Errorf("seeded ids run %s..%s, want ord_seed_0000999 (newest)..ord_seed_0000000", a[0].id, a[999].id)
 	}
-	if _, err := loadDataset("test", defaultDataset, 10, slog.New(slog.DiscardHandler)); err != nil {
+	if _, err := loadDataset("test", defaultDataset, 10, testNow, slog.New(slog.DiscardHandler)); err != nil {
 		t.Errorf("seeding the default dataset: %v", err)
 	}
 }
@@ -3001,7 +3444,7 @@ func checkOrderIndex(t testing.TB, ix *orderIndex) {
 }
 
 func TestOrderIndexOfSeededOrders(t *testing.T) {
-	sb, err := loadDataset("test", defaultDataset, 1000, slog.New(slog.DiscardHandler))
+	sb, err := loadDataset("test", defaultDataset, 1000, testNow, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -3109,7 +3552,7 @@ func TestCursorBindsEnvironment(t *testing.T) {
 // document.
 func TestErrorCodes(t *testing.T) {
 	contract := map[code]int{
-		"invalid_cursor": 400, "missing_api_key": 401, "invalid_api_key": 401, "expired_api_key": 401, "revoked_api_key": 401,
+		"invalid_cursor": 400, "malformed_json": 400, "missing_api_key": 401, "invalid_api_key": 401, "expired_api_key": 401, "revoked_api_key": 401,
 		"insufficient_scope": 403, "not_found": 404, "route_not_found": 404, "method_not_allowed": 405, "body_too_large": 413,
 		"unknown_parameter": 422, "invalid_parameter": 422, "rate_limited": 429, "internal_error": 500,
 		"provider_not_confirmed": 502, "live_not_released": 503, "provider_unavailable": 503,
@@ -3464,7 +3907,7 @@ func FuzzLoadDataset(f *testing.F) {
 		f.Add([]byte(d))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		sb, err := loadDataset("fuzz.json", data, 0, slog.New(slog.DiscardHandler))
+		sb, err := loadDataset("fuzz.json", data, 0, testNow, slog.New(slog.DiscardHandler))
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "dataset fuzz.json: $") {
 				t.Fatalf("refusal %q does not name the file and a JSON path", err)
@@ -3486,8 +3929,8 @@ func FuzzLoadDataset(f *testing.F) {
 				}
 			}
 			for sid, sh := range tn.shipments.byID {
-				if checkID("$", sid) != nil || !json.Valid(sh.view.bytes) {
-					t.Fatalf("shipment %q loaded as %s", sid, sh.view.bytes)
+				if checkID("$", sid) != nil || !json.Valid(sh.full.bytes) || !json.Valid(sh.view(0)) {
+					t.Fatalf("shipment %q loaded as %s", sid, sh.full.bytes)
 				}
 			}
 			for number := range tn.shipments.byTrackingNumber {
@@ -3572,7 +4015,7 @@ func (w *benchWriter) Write(b []byte) (int, error) {
 // benchmark runs it) and the log on.
 func benchEnv(b *testing.B, seed int) *env {
 	b.Helper()
-	sb, err := loadDataset("bench", defaultDataset, seed, slog.New(slog.DiscardHandler))
+	sb, err := loadDataset("bench", defaultDataset, seed, testNow, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -3608,6 +4051,36 @@ func BenchmarkGetOrder(b *testing.B) {
 
 func BenchmarkTrackingByID(b *testing.B) {
 	benchServe(b, benchEnv(b, 0).h, newRequest("GET", "/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_all"), 200)
+}
+
+// BenchmarkClock: the same reads with the tenant's clock frozen in the middle of the data
+// (3 of shp_sbx_spring's 5 events; half of the orders), against the wall clock.
+func BenchmarkClock(b *testing.B) {
+	for _, frozen := range []bool{false, true} {
+		e := benchEnv(b, 1000000)
+		ix := &e.sb.tenants[seedTenant].orders
+		if frozen {
+			at := ix.all.orders[len(ix.all.orders)/2].createdAt
+			e.sb.tenants[seedTenant].clock.freeze(&at)
+			shp := e.sb.tenants[seedTenant].shipments.byID["shp_sbx_spring"]
+			// The tracking read is measured with the clock at the third event.
+			b.Run("frozen/tracking_by_id", func(b *testing.B) {
+				e.sb.tenants[seedTenant].clock.freeze(&shp.instants[2])
+				benchServe(b, e.h, newRequest("GET", "/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_all"), 200)
+				e.sb.tenants[seedTenant].clock.freeze(&at)
+			})
+			b.Run("frozen/list_orders", func(b *testing.B) {
+				benchServe(b, e.h, newRequest("GET", "/v1/orders?limit=100", "sk_test_sandbox_all"), 200)
+			})
+			continue
+		}
+		b.Run("wall/tracking_by_id", func(b *testing.B) {
+			benchServe(b, e.h, newRequest("GET", "/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_all"), 200)
+		})
+		b.Run("wall/list_orders", func(b *testing.B) {
+			benchServe(b, e.h, newRequest("GET", "/v1/orders?limit=100", "sk_test_sandbox_all"), 200)
+		})
+	}
 }
 
 func BenchmarkTrackingByNumber(b *testing.B) {

@@ -378,18 +378,21 @@ func (q *orderQuery) filterTag() tag {
 	return tagOf("orders", string(b))
 }
 
-// page finds one page: the list it is taken from, and its orders list.orders[i:j], found
-// by a binary search to its start and end. It reports whether more follow.
-func (ix *orderIndex) page(q *orderQuery, after *cursorPosition) (list *orderList, i, j int, more bool) {
+// page finds one page as the tenant's clock shows the orders at at (those created at or
+// before it): the list it is taken from, and its orders list.orders[i:j], found by a binary
+// search to its start and end. It reports whether more follow.
+func (ix *orderIndex) page(q *orderQuery, after *cursorPosition, at time.Time) (list *orderList, i, j int, more bool) {
 	list = &ix.all
 	if q.status >= 0 {
 		list = &ix.byStatus[q.status]
 	}
 	orders := list.orders
-	start, end := 0, len(orders)
-	if q.hasTo {
-		start = sort.Search(len(orders), func(i int) bool { return !orders[i].createdAt.After(q.to) })
+	to := at // the clock bounds every list as created_to would
+	if q.hasTo && q.to.Before(at) {
+		to = q.to
 	}
+	start := sort.Search(len(orders), func(i int) bool { return !orders[i].createdAt.After(to) })
+	end := len(orders)
 	if after != nil {
 		start = max(start, sort.Search(len(orders), func(i int) bool {
 			c := orders[i].createdAt.Compare(after.createdAt)
@@ -408,13 +411,13 @@ func (ix *orderIndex) page(q *orderQuery, after *cursorPosition) (list *orderLis
 
 var errOrderNotFound = &apiError{code: codeNotFound, detail: "No imported order with this ID exists in this account and environment."}
 
-// serveGet answers GET /v1/orders/{id}.
-func (ix *orderIndex) serveGet(w http.ResponseWriter, r *http.Request) error {
+// serveGet answers GET /v1/orders/{id}: an order created after at does not exist yet.
+func (ix *orderIndex) serveGet(w http.ResponseWriter, r *http.Request, at time.Time) error {
 	o := ix.byID[r.PathValue("id")]
-	if o == nil {
+	if o == nil || o.createdAt.After(at) {
 		return errOrderNotFound
 	}
-	writeBody(w, http.StatusOK, jsonContentType, o.resource)
+	writeBody(w, http.StatusOK, jsonContentType, o.resource.length, o.resource.bytes)
 	return nil
 }
 
@@ -430,7 +433,7 @@ func newOrderLister(cursors *cursorSigner) *orderLister {
 	return &orderLister{cursors: cursors, pages: sync.Pool{New: func() any { return new([]byte) }}}
 }
 
-func (ls *orderLister) serveList(w http.ResponseWriter, r *http.Request, ix *orderIndex) error {
+func (ls *orderLister) serveList(w http.ResponseWriter, r *http.Request, ix *orderIndex, at time.Time) error {
 	q, err := parseOrderQuery(r.URL.RawQuery)
 	if err != nil {
 		return err
@@ -444,7 +447,7 @@ func (ls *orderLister) serveList(w http.ResponseWriter, r *http.Request, ix *ord
 		}
 		after = &pos
 	}
-	list, i, j, more := ix.page(&q, after)
+	list, i, j, more := ix.page(&q, after, at)
 	buf := ls.pages.Get().(*[]byte)
 	defer ls.pages.Put(buf)
 	b := append((*buf)[:0], `{"data":[`...)
@@ -460,6 +463,6 @@ func (ls *orderLister) serveList(w http.ResponseWriter, r *http.Request, ix *ord
 		b = append(b, `,"next_cursor":null,"has_more":false}}`...)
 	}
 	*buf = b
-	writeBody(w, http.StatusOK, jsonContentType, bodyOf(b))
+	writeBody(w, http.StatusOK, jsonContentType, []string{strconv.Itoa(len(b))}, b)
 	return nil
 }

@@ -1,5 +1,5 @@
 // tracking.go is shipments and their tracking: raw carrier events normalized at load, the
-// prepared tracking views, and the two tracking operations.
+// tracking views prepared once, shown as the tenant's clock allows, and the two operations.
 package main
 
 import (
@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sort"
+	"strconv"
 	"time"
 )
 
@@ -18,9 +20,11 @@ var trackingStatuses = []string{
 
 // rawEvent is a carrier event as the dataset holds it, before normalization. The timestamp
 // is kept raw: a value that is not an RFC 3339 string drops the event, it does not refuse
-// the dataset.
+// the dataset. After is the dataset author's schedule instead of a timestamp: the event
+// happens that long after the sandbox's start instant.
 type rawEvent struct {
 	Timestamp   json.RawMessage `json:"timestamp"`
+	After       json.RawMessage `json:"after"`
 	Status      string          `json:"status"`
 	Description *string         `json:"description"`
 	Location    *string         `json:"location"`
@@ -49,29 +53,27 @@ type normalization struct {
 	duplicates int // same instant and description as an earlier event
 }
 
+// stampedEvent is a normalized event with its instant.
+type stampedEvent struct {
+	at time.Time
+	trackingEvent
+}
+
 // normalizeEvents turns raw carrier events into stored events: events whose timestamp is
-// not strict RFC 3339 with an offset are dropped; instants are kept and written in UTC;
-// an event with the instant and description of an earlier one is a duplicate (the first is
-// kept); events are ordered oldest first, stable for equal instants; a missing location is "".
-func normalizeEvents(raw []rawEvent) ([]trackingEvent, normalization) {
-	type stamped struct {
-		at time.Time
-		ev trackingEvent
-	}
+// not strict RFC 3339 with an offset are dropped; an event scheduled with after happens at
+// start plus after; instants are kept and written in UTC; an event with the instant and
+// description of an earlier one is a duplicate (the first is kept); events are ordered
+// oldest first, stable for equal instants; a missing location is "".
+func normalizeEvents(raw []rawEvent, after []time.Duration, start time.Time) ([]stampedEvent, normalization) {
 	type identity struct {
 		at          time.Time
 		description string
 	}
 	var n normalization
-	kept := make([]stamped, 0, len(raw))
+	kept := make([]stampedEvent, 0, len(raw))
 	seen := make(map[identity]bool, len(raw))
-	for _, e := range raw {
-		var s string
-		err := json.Unmarshal(e.Timestamp, &s)
-		var at time.Time
-		if err == nil {
-			at, err = parseTimestamp(s)
-		}
+	for i, e := range raw {
+		at, err := eventInstant(e, after[i], start)
 		if err != nil {
 			n.dropped++
 			continue
@@ -86,14 +88,43 @@ func normalizeEvents(raw []rawEvent) ([]trackingEvent, normalization) {
 		if e.Location != nil {
 			ev.Location = *e.Location
 		}
-		kept = append(kept, stamped{at, ev})
+		kept = append(kept, stampedEvent{at, ev})
 	}
-	slices.SortStableFunc(kept, func(a, b stamped) int { return a.at.Compare(b.at) })
-	events := make([]trackingEvent, len(kept))
-	for i, k := range kept {
-		events[i] = k.ev
+	slices.SortStableFunc(kept, func(a, b stampedEvent) int { return a.at.Compare(b.at) })
+	return kept, n
+}
+
+// eventInstant is when a raw event happened: start plus after (-1 when it has none), or
+// its timestamp as the carrier sent it.
+func eventInstant(e rawEvent, after time.Duration, start time.Time) (time.Time, error) {
+	if after >= 0 {
+		return start.Add(after).UTC(), nil
 	}
-	return events, n
+	var s string
+	if err := json.Unmarshal(e.Timestamp, &s); err != nil {
+		return time.Time{}, err
+	}
+	return parseTimestamp(s)
+}
+
+// readAfter checks a raw event's schedule: null or absent (-1), or a JSON string holding a
+// Go duration of zero or more, and never beside a timestamp.
+func readAfter(path string, e rawEvent) (time.Duration, error) {
+	if len(e.After) == 0 || string(e.After) == "null" {
+		return -1, nil
+	}
+	if len(e.Timestamp) != 0 && string(e.Timestamp) != "null" {
+		return 0, &datasetError{path: path + ".after", reason: "an event has a timestamp or an after, not both"}
+	}
+	var s string
+	if json.Unmarshal(e.After, &s) != nil {
+		return 0, &datasetError{path: path + ".after", reason: "must be a string holding a duration such as \"90s\" or \"2m30s\""}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, &datasetError{path: path + ".after", reason: strconv.Quote(s) + " is not a duration of zero or more, such as \"90s\" or \"2m30s\""}
+	}
+	return d, nil
 }
 
 // shipmentRecord is a shipment as the dataset holds it.
@@ -110,10 +141,75 @@ type shipmentRecord struct {
 	Events                []json.RawMessage `json:"events"`
 }
 
-// shipment is a stored shipment: its tracking view is encoded once, at load.
+// shipment is a stored shipment, its tracking view prepared once: the view with every event
+// (the usual answer, written as it is), and, for a clock that hides later events, the
+// parts a view of the first k events is made of. A view is a head (which names the status,
+// so there is one per status) and the first k events' JSON, which is one slice of events.
 type shipment struct {
-	view body
+	full     body
+	heads    [][]byte    // indexed like trackingStatuses: the view up to `"events":[`
+	events   []byte      // every event's JSON, joined by commas
+	ends     []int       // where each event's JSON ends in events
+	instants []time.Time // when each event happened, oldest first
+	statuses []uint8     // each event's status, an index into trackingStatuses
 }
+
+// newShipment prepares a shipment's view. Each event is encoded once.
+func newShipment(rec shipmentRecord, events []stampedEvent) (*shipment, error) {
+	s := &shipment{heads: make([][]byte, len(trackingStatuses))}
+	for _, e := range events {
+		b, err := marshalJSON(e.trackingEvent)
+		if err != nil {
+			return nil, err
+		}
+		if len(s.events) > 0 {
+			s.events = append(s.events, ',')
+		}
+		s.events = append(s.events, b...)
+		s.ends = append(s.ends, len(s.events))
+		s.instants = append(s.instants, e.at)
+		s.statuses = append(s.statuses, uint8(slices.Index(trackingStatuses, e.Status)))
+	}
+	for i, status := range trackingStatuses {
+		view, err := marshalJSON(trackingView{ShipmentID: rec.ID, Reference: rec.Reference, TrackingNumber: rec.TrackingNumber, Status: status, Events: []trackingEvent{}})
+		if err != nil {
+			return nil, err
+		}
+		s.heads[i] = view[:len(view)-len("]}")]
+	}
+	s.full = bodyOf(s.view(len(events)))
+	return s, nil
+}
+
+// view is the tracking view of the first k events, as one slice.
+func (s *shipment) view(k int) []byte {
+	head, events := s.parts(k)
+	return append(append(append([]byte(nil), head...), events...), "]}"...)
+}
+
+// parts are the view of the first k events but for its closing "]}": the head of the
+// status of the last shown event (pre_transit when none), and the events' JSON.
+func (s *shipment) parts(k int) (head, events []byte) {
+	if k == 0 {
+		return s.heads[0], nil
+	}
+	return s.heads[s.statuses[k-1]], s.events[:s.ends[k-1]]
+}
+
+// write answers with the view as the clock shows it at at: the events at or before at.
+func (s *shipment) write(w http.ResponseWriter, at time.Time) {
+	k := sort.Search(len(s.instants), func(i int) bool { return s.instants[i].After(at) })
+	if k == len(s.instants) {
+		writeBody(w, http.StatusOK, jsonContentType, s.full.length, s.full.bytes)
+		return
+	}
+	head, events := s.parts(k)
+	length := []string{strconv.Itoa(len(head) + len(events) + len("]}"))}
+	writeBody(w, http.StatusOK, jsonContentType, length, head, events, viewEnd)
+}
+
+// viewEnd closes a tracking view's events and the view; never modified.
+var viewEnd = []byte("]}")
 
 // shipmentIndex is a tenant's shipments, by id and by primary tracking number.
 type shipmentIndex struct {
@@ -125,9 +221,10 @@ func newShipmentIndex() shipmentIndex {
 	return shipmentIndex{byID: map[string]*shipment{}, byTrackingNumber: map[string]*shipment{}}
 }
 
-// addShipment checks one dataset shipment, normalizes its events, prepares its view and files it.
-// A tracking number held by more than one shipment of the tenant is ambiguous.
-func (ix *shipmentIndex) addShipment(path, where string, rec shipmentRecord) (normalization, error) {
+// addShipment checks one dataset shipment, normalizes its events (those scheduled with
+// after happen after start), prepares its view and files it. A tracking number held by more
+// than one shipment of the tenant is ambiguous.
+func (ix *shipmentIndex) addShipment(path, where string, rec shipmentRecord, start time.Time) (normalization, error) {
 	if err := checkShipment(path, rec); err != nil {
 		return normalization{}, err
 	}
@@ -135,6 +232,7 @@ func (ix *shipmentIndex) addShipment(path, where string, rec shipmentRecord) (no
 		return normalization{}, &datasetError{path: path + ".id", reason: fmt.Sprintf("duplicate shipment id %q in %s", rec.ID, where)}
 	}
 	raw := make([]rawEvent, len(rec.Events))
+	after := make([]time.Duration, len(rec.Events))
 	for i, msg := range rec.Events {
 		epath := fmt.Sprintf("%s.events[%d]", path, i)
 		if err := decodeStrict(msg, epath, &raw[i]); err != nil {
@@ -146,17 +244,16 @@ func (ix *shipmentIndex) addShipment(path, where string, rec shipmentRecord) (no
 		if raw[i].Description == nil {
 			return normalization{}, &datasetError{path: epath + ".description", reason: "required"}
 		}
+		var err error
+		if after[i], err = readAfter(epath, raw[i]); err != nil {
+			return normalization{}, err
+		}
 	}
-	events, n := normalizeEvents(raw)
-	status := "pre_transit"
-	if len(events) > 0 {
-		status = events[len(events)-1].Status
-	}
-	view, err := marshalJSON(trackingView{ShipmentID: rec.ID, Reference: rec.Reference, TrackingNumber: rec.TrackingNumber, Status: status, Events: events})
+	events, n := normalizeEvents(raw, after, start)
+	s, err := newShipment(rec, events)
 	if err != nil {
 		return n, err
 	}
-	s := &shipment{view: bodyOf(view)}
 	ix.byID[rec.ID] = s
 	if number := rec.TrackingNumber; number != nil {
 		if _, taken := ix.byTrackingNumber[*number]; taken {
@@ -202,23 +299,24 @@ var (
 	errTrackingAmbiguous = &apiError{code: codeNotFound, detail: "This tracking number belongs to more than one shipment in this account and environment; look the shipment up by its ID."}
 )
 
-// serveByID answers GET /v1/shipments/{id}/tracking.
-func (ix *shipmentIndex) serveByID(w http.ResponseWriter, r *http.Request) error {
+// serveByID answers GET /v1/shipments/{id}/tracking as the tenant's clock shows it at at.
+// A shipment is always found; the events after at are not shown yet.
+func (ix *shipmentIndex) serveByID(w http.ResponseWriter, r *http.Request, at time.Time) error {
 	s := ix.byID[r.PathValue("id")]
 	if s == nil {
 		return errShipmentNotFound
 	}
-	writeBody(w, http.StatusOK, jsonContentType, s.view)
+	s.write(w, at)
 	return nil
 }
 
 // serveByNumber answers GET /v1/tracking/{tracking_number}: an exact match on the primary
 // tracking number within the key's account and environment.
-func (ix *shipmentIndex) serveByNumber(w http.ResponseWriter, r *http.Request) error {
+func (ix *shipmentIndex) serveByNumber(w http.ResponseWriter, r *http.Request, at time.Time) error {
 	s, known := ix.byTrackingNumber[r.PathValue("tracking_number")]
 	switch {
 	case s != nil:
-		writeBody(w, http.StatusOK, jsonContentType, s.view)
+		s.write(w, at)
 		return nil
 	case known:
 		return errTrackingAmbiguous
