@@ -13,6 +13,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"html/template"
 	"io"
 	"log/slog"
 	mrand "math/rand/v2"
@@ -24,6 +25,7 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,6 +59,8 @@ func main() {
 // tests shorten.
 type config struct {
 	addr         string
+	addrName     string // what the user set the address with: -addr, or SANDBOX_ADDR
+	corsOrigin   string // -cors-origin: "" for none
 	rate         int
 	seedOrders   int
 	dataFile     string
@@ -112,6 +116,13 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 		cfg.clock = &at
 		return nil
 	})
+	fs.Func("cors-origin", "answer browsers of this `origin` (scheme://host[:port], or *) with CORS headers (default: none)", func(s string) error {
+		if s != "*" && !validOrigin.MatchString(s) {
+			return errors.New("want one origin such as http://localhost:3000, or *")
+		}
+		cfg.corsOrigin = s
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(usage, "Usage: sandbox [flags]; each flag falls back to SANDBOX_<NAME> (e.g. SANDBOX_SEED_ORDERS).")
@@ -125,6 +136,10 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	cfg.addrName = "-addr"
+	if !given["addr"] && getenv("SANDBOX_ADDR") != "" {
+		cfg.addrName = "SANDBOX_ADDR"
+	}
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		name := "SANDBOX_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
@@ -138,6 +153,9 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	})
 	return cfg, err
 }
+
+// validOrigin is one web origin: scheme://host[:port], nothing after it.
+var validOrigin = regexp.MustCompile(`^https?://(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?$`)
 
 // wholeNumber is a flag's parser of a whole number from 0 to max.
 func wholeNumber(dst *int, max int) func(string) error {
@@ -194,11 +212,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer boundHeapGrowth(getenv)()
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
-		return fmt.Errorf("-addr %s: %w", cfg.addr, err)
+		return fmt.Errorf("%s %s: %w", cfg.addrName, cfg.addr, err)
 	}
 	base := baseURL(ln.Addr())
 	stopping := make(chan struct{})
-	srv, err := newServer(sb, serverOptions{rate: cfg.rate, cursorSecret: cfg.cursorSecret, baseURL: base, log: logger, access: logs, stopping: stopping})
+	srv, err := newServer(sb, serverOptions{rate: cfg.rate, cursorSecret: cfg.cursorSecret, baseURL: base, log: logger, access: logs,
+		stopping: stopping, corsOrigin: cfg.corsOrigin, loopback: isLoopback(ln.Addr())})
 	if err != nil {
 		ln.Close()
 		return err
@@ -208,7 +227,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			t.clock.freeze(cfg.clock)
 		}
 	}
-	printBanner(stdout, base, sb.keyLines)
+	printBanner(stdout, base, sb.keyLines, exposure(ln.Addr(), cfg.addrName, cfg.addr))
 	logger.Info("serving", "base_url", base, "orders", sb.orderCount, "shipments", sb.shipmentCount)
 	var draining int64
 	err = serve(ctx, newHTTPServer(cfg, srv.handler(), logger), ln, func() {
@@ -345,12 +364,33 @@ func baseURL(addr net.Addr) string {
 	return "http://" + net.JoinHostPort(host, port) + "/v1"
 }
 
+// isLoopback reports whether addr is a loopback address only: then the landing page may
+// show the sandbox keys.
+func isLoopback(addr net.Addr) bool {
+	host, _, _ := net.SplitHostPort(addr.String())
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// exposure is the banner's line for an address other machines can reach, or "".
+func exposure(addr net.Addr, name, value string) string {
+	host, _, _ := net.SplitHostPort(addr.String())
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return fmt.Sprintf("Listening on every network interface (%s %s): other machines can reach this sandbox. The landing page does not show the keys.\n", name, value)
+	}
+	if !isLoopback(addr) {
+		return fmt.Sprintf("Listening on %s (%s %s), not loopback: other machines may reach this sandbox. The landing page does not show the keys.\n", host, name, value)
+	}
+	return ""
+}
+
 // printBanner writes the start-up banner in one write, so that a reader of stdout sees it
 // whole or not at all.
-func printBanner(w io.Writer, base string, keys []keyLine) {
+func printBanner(w io.Writer, base string, keys []keyLine, exposed string) {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "Shipping API sandbox (v1, developer preview): local sandbox, no carrier or marketplace is called.\n")
-	fmt.Fprintf(&b, "Base URL: %s\n", base)
+	fmt.Fprintf(&b, "Base URL: %s (open it in a browser for the keys and fixtures)\n", base)
+	b.WriteString(exposed)
 	fmt.Fprintf(&b, "API keys (send as Authorization: Bearer <key>):\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	for _, k := range keys {
@@ -544,13 +584,17 @@ type serverOptions struct {
 	log          *slog.Logger     // start-up notes, panics, net/http's own reports
 	access       *logBuffer       // the access log: one line per request; nil for none
 	stopping     <-chan struct{}  // closed when the server starts shutting down
+	corsOrigin   string           // "": no CORS headers
+	loopback     bool             // listening on loopback only: the landing page shows the keys
 	now          func() time.Time // the wall clock: tenants' clocks follow it, and the rate limit uses it
 }
 
 // server is the service over one loaded dataset.
 type server struct {
 	inFlight atomic.Int64 // requests being answered, for the shutdown's message
-	started  time.Time    // the start instant
+	cors     *cors        // nil: no CORS headers
+	landing  *landing
+	started  time.Time // the start instant
 	keys     keyring
 	rate     *rateLimit // nil: no rate limit
 	lister   *orderLister
@@ -581,7 +625,13 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
+	var c *cors
+	if o.corsOrigin != "" {
+		c = &cors{origin: []string{o.corsOrigin}}
+	}
 	return &server{
+		cors:     c,
+		landing:  newLanding(sb, o.baseURL, o.loopback),
 		started:  sb.start,
 		keys:     sb.keys,
 		rate:     newRateLimit(o.rate, o.now()),
@@ -662,6 +712,7 @@ func (s *server) routes() []route {
 		{"POST /v1/test_helpers/clock", s.testHelper(s.setClock)},
 		{"GET /v1/openapi.json", capDeclared(s.openAPI.serve)},
 		{"GET /healthz", s.helper(s.health)},
+		{"GET /{$}", capDeclared(readBody(s.landingPage))},
 	}
 }
 
@@ -725,7 +776,7 @@ func (s *server) handler(extra ...route) http.Handler {
 		}
 	}
 	for _, path := range paths {
-		mux.Handle(path, s.observe(path, methodNotAllowed(allow[path])))
+		mux.Handle(path, s.observe(path, s.cors.preflight(allow[path], methodNotAllowed(allow[path]))))
 	}
 	mux.Handle("/", s.observe("/", routeNotFound))
 	return cleanPaths(s.observe("", routeNotFound), mux)
@@ -938,6 +989,9 @@ func (s *server) observe(route string, next callHandler) http.Handler {
 		h["Request-Id"] = sw.idHeader[:]
 		h["Cache-Control"] = noStore
 		h["X-Content-Type-Options"] = noSniff
+		if p := r.URL.Path; p == "/healthz" || p == "/v1" || strings.HasPrefix(p, "/v1/") {
+			s.cors.allow(h) // not on the landing page, nor on paths outside the API
+		}
 		defer s.finish(sw, r.Method, route, time.Now())
 		next(sw, r, &sw.c)
 	})
@@ -1195,3 +1249,155 @@ func (l *logBuffer) Close() error {
 	_, err := l.out.Write(b)
 	return err
 }
+
+// Browsers: with -cors-origin, every answer under /v1 and /healthz carries the CORS headers
+// that let a front end of that origin read it, and a preflight on a known path is answered
+// before any key is looked at.
+
+// cors is the -cors-origin setting.
+type cors struct {
+	origin []string // the Access-Control-Allow-Origin value
+}
+
+// Header values of CORS answers, shared, never modified.
+var (
+	varyOrigin    = []string{"Origin"}
+	exposeHeaders = []string{"Request-Id, RateLimit, RateLimit-Policy, Retry-After, Preference-Applied, WWW-Authenticate"}
+	maxAge        = []string{"600"}
+)
+
+// allow sets the headers every answer of a browser's origin carries.
+func (c *cors) allow(h http.Header) {
+	if c == nil {
+		return
+	}
+	h["Access-Control-Allow-Origin"] = c.origin
+	h["Vary"] = varyOrigin
+	h["Access-Control-Expose-Headers"] = exposeHeaders
+}
+
+// preflight answers a CORS preflight (OPTIONS with Origin and
+// Access-Control-Request-Method) on a known path with 204 and the path's methods; any
+// other request goes to next.
+func (c *cors) preflight(methods []string, next callHandler) callHandler {
+	if c == nil {
+		return next
+	}
+	allowMethods := []string{strings.Join(methods, ", ")}
+	return func(w http.ResponseWriter, r *http.Request, call *call) {
+		if r.Method != http.MethodOptions || r.Header.Get("Origin") == "" || r.Header.Get("Access-Control-Request-Method") == "" {
+			next(w, r, call)
+			return
+		}
+		h := w.Header()
+		h["Access-Control-Allow-Methods"] = allowMethods
+		if asked := r.Header.Values("Access-Control-Request-Headers"); len(asked) > 0 {
+			h["Access-Control-Allow-Headers"] = []string{strings.Join(asked, ", ")}
+		}
+		h["Access-Control-Max-Age"] = maxAge
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// The landing page: what a person who opens the base address in a browser needs.
+
+//go:embed landing.html
+var landingHTML string
+
+// landing is the page's template and what it shows that does not change.
+type landing struct {
+	page      *template.Template
+	sandbox   *sandbox
+	baseURL   string
+	showKeys  bool // only while the sandbox listens on loopback
+	tenantIDs []tenantID
+}
+
+func newLanding(sb *sandbox, baseURL string, showKeys bool) *landing {
+	l := &landing{page: template.Must(template.New("landing").Parse(landingHTML)), sandbox: sb, baseURL: baseURL, showKeys: showKeys}
+	// The first key's tenant first, then the rest by name.
+	first := tenantID{}
+	if len(sb.keyLines) > 0 {
+		first = sb.keyLines[0].tenantID
+	}
+	for id := range sb.tenants {
+		l.tenantIDs = append(l.tenantIDs, id)
+	}
+	slices.SortFunc(l.tenantIDs, func(a, b tenantID) int {
+		if (a == first) != (b == first) {
+			if a == first {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.String(), b.String())
+	})
+	return l
+}
+
+// Page data, as the template reads it.
+type (
+	landingData struct {
+		BaseURL   string
+		HealthURL string
+		ShowKeys  bool
+		Keys      []landingKey
+		Tenants   []landingTenant
+		Curl      string
+	}
+	landingKey    struct{ Key, Tenant, Scopes, State string }
+	landingTenant struct {
+		Name       string
+		Now        string
+		Shipments  []landingShipment
+		Orders     []landingOrder
+		MoreOrders int
+	}
+	landingShipment struct {
+		ID, TrackingNumber, Status string
+		Shared                     bool
+		Dropped                    int
+	}
+	landingOrder struct{ ID, Status, CreatedAt string }
+)
+
+const landingOrders = 20 // orders shown per tenant, then a count
+
+// landingPage answers GET /: the page, as each tenant's clock shows it now.
+func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
+	l := s.landing
+	d := landingData{BaseURL: l.baseURL, HealthURL: strings.TrimSuffix(l.baseURL, "/v1") + "/healthz", ShowKeys: l.showKeys}
+	for _, k := range l.sandbox.keyLines {
+		d.Keys = append(d.Keys, landingKey{k.key, k.tenant, k.scopes, k.state})
+	}
+	if l.showKeys && len(d.Keys) > 0 {
+		d.Curl = "curl -H 'Authorization: Bearer " + d.Keys[0].Key + "' " + l.baseURL + "/orders"
+	}
+	for _, id := range l.tenantIDs {
+		t := l.sandbox.tenants[id]
+		at := t.clock.now(s.now)
+		lt := landingTenant{Name: id.String(), Now: formatTimestamp(at)}
+		for _, sh := range t.shipments.list {
+			ls := landingShipment{ID: sh.id, Status: sh.statusAt(at), Dropped: sh.dropped}
+			if sh.trackingNumber != nil {
+				ls.TrackingNumber = *sh.trackingNumber
+				ls.Shared = t.shipments.byTrackingNumber[*sh.trackingNumber] == nil
+			}
+			lt.Shipments = append(lt.Shipments, ls)
+		}
+		orders := t.orders.visible(at)
+		for _, o := range orders[:min(len(orders), landingOrders)] {
+			lt.Orders = append(lt.Orders, landingOrder{o.id, orderStatuses[o.status], formatTimestamp(o.createdAt)})
+		}
+		lt.MoreOrders = len(orders) - len(lt.Orders)
+		d.Tenants = append(d.Tenants, lt)
+	}
+	var b bytes.Buffer
+	if err := l.page.Execute(&b, d); err != nil {
+		s.writeError(w, c, err)
+		return
+	}
+	writeBody(w, http.StatusOK, htmlContentType, []string{strconv.Itoa(b.Len())}, b.Bytes())
+}
+
+var htmlContentType = []string{"text/html; charset=utf-8"}

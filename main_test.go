@@ -87,7 +87,9 @@ type envOptions struct {
 	secret string // -cursor-secret
 	step   time.Duration
 	extra  []route
-	quiet  bool // log to io.Discard rather than keep the log
+	quiet  bool   // log to io.Discard rather than keep the log
+	cors   string // -cors-origin
+	remote bool   // listening where other machines reach it: the page hides the keys
 }
 
 // env is one sandbox under test. Its methods take the caller's own t, so that a failure
@@ -134,7 +136,8 @@ func newEnv(t testing.TB, o envOptions) *env {
 		clock.step = 0
 	}
 	stopping := make(chan struct{})
-	s, err := newServer(sb, serverOptions{rate: rate, cursorSecret: o.secret, log: log, access: access, now: clock.now, stopping: stopping})
+	s, err := newServer(sb, serverOptions{rate: rate, cursorSecret: o.secret, log: log, access: access, now: clock.now, stopping: stopping,
+		corsOrigin: o.cors, loopback: !o.remote})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,6 +224,9 @@ func checkResponse(t testing.TB, r *http.Request, rep reply) {
 	if !requestIDPattern.MatchString(id) {
 		t.Errorf("%s %s: Request-Id = %q, want req_ and 20 characters", r.Method, r.URL, id)
 	}
+	if r.Method == http.MethodOptions && rep.status == http.StatusNoContent && len(rep.body) == 0 {
+		return // a CORS preflight: transport for browsers, with the common headers only
+	}
 	for name, want := range map[string]string{"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", "Content-Length": strconv.Itoa(len(rep.body))} {
 		if got := rep.header.Get(name); got != want {
 			t.Errorf("%s %s: %s = %q, want %q", r.Method, r.URL, name, got, want)
@@ -234,7 +240,7 @@ func checkResponse(t testing.TB, r *http.Request, rep reply) {
 		if p.Type != "about:blank" || p.Status != rep.status || p.Title != http.StatusText(rep.status) || p.RequestID != id || p.Detail == "" || p.Code == "" {
 			t.Errorf("%s %s: problem %+v does not match status %d and Request-Id %s", r.Method, r.URL, p, rep.status, id)
 		}
-	} else if ct := rep.header.Get("Content-Type"); ct != "application/json" {
+	} else if ct := rep.header.Get("Content-Type"); ct != "application/json" && !(r.URL.Path == "/" && ct == "text/html; charset=utf-8") {
 		t.Errorf("%s %s: Content-Type = %q, want application/json", r.Method, r.URL, ct)
 	}
 	if err := theOpenAPI(t).checkResponse(r, rep); err != nil {
@@ -367,7 +373,7 @@ func (d *openAPI) response(r *http.Request, status int) (map[string]any, error) 
 	if status != http.StatusNotFound {
 		return nil, fmt.Errorf("an undocumented path answered %d, not 404", status)
 	}
-	return d.resolve(map[string]any{"$ref": "#/components/responses/RouteNotFound"}), nil
+	return d.resolve(map[string]any{"$ref": "#/components/responses/NotFound"}), nil
 }
 
 // checkResponse validates a response's body and headers against the document.
@@ -381,7 +387,7 @@ func (d *openAPI) checkResponse(r *http.Request, rep reply) error {
 	if media == nil {
 		return fmt.Errorf("Content-Type %q is not documented", ct)
 	}
-	if schema := media["schema"]; schema != nil && r.Method != http.MethodHead {
+	if schema := media["schema"]; schema != nil && r.Method != http.MethodHead && strings.HasSuffix(ct, "json") {
 		dec := json.NewDecoder(bytes.NewReader(rep.body))
 		dec.UseNumber()
 		var v any
@@ -398,8 +404,11 @@ func (d *openAPI) checkResponse(r *http.Request, rep reply) error {
 	}
 	for name, values := range rep.header {
 		switch name {
-		case "Content-Type", "Content-Length", "Date", "Connection":
-			continue
+		case "Content-Type", "Content-Length", "Date", "Connection", "Vary":
+			continue // transport, not the API's
+		}
+		if strings.HasPrefix(name, "Access-Control-") {
+			continue // CORS, for browsers (-cors-origin), not the API's
 		}
 		h := documented[name]
 		if h == nil {
@@ -434,9 +443,9 @@ func (d *openAPI) validate(schema, v any, at string, observe func(ref, prop stri
 	}
 	for kw := range s {
 		switch kw {
-		case "type", "enum", "required", "properties", "additionalProperties", "items", "pattern", "minimum", "maximum", "minLength":
+		case "type", "enum", "required", "properties", "additionalProperties", "items", "pattern", "minimum", "maximum", "minLength", "maxLength":
 		default:
-			if !annotations[kw] {
+			if !annotations[kw] && !strings.HasPrefix(kw, "x-") {
 				return fmt.Errorf("%s: the validator does not know keyword %q", at, kw)
 			}
 		}
@@ -465,6 +474,11 @@ func (d *openAPI) validate(schema, v any, at string, observe func(ref, prop stri
 		if n, ok := s["minLength"].(json.Number); ok {
 			if min, _ := n.Int64(); int64(len([]rune(str))) < min {
 				return fmt.Errorf("%s: %q is shorter than %d", at, str, min)
+			}
+		}
+		if n, ok := s["maxLength"].(json.Number); ok {
+			if max, _ := n.Int64(); int64(len([]rune(str))) > max {
+				return fmt.Errorf("%s: %q is longer than %d", at, str, max)
 			}
 		}
 	}
@@ -826,6 +840,8 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"-port", "1"}, env(), `flag provided but not defined: -port`},
 		{[]string{"serve"}, env(), `unexpected argument "serve": the sandbox takes flags only (see -h)`},
 		{nil, env("SANDBOX_RATE", "fast"), `invalid value "fast" for SANDBOX_RATE (the fallback of -rate): want a whole number from 0 to 1000000000`},
+		{[]string{"-cors-origin", "localhost:3000"}, env(), `invalid value "localhost:3000" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
+		{[]string{"-cors-origin", "http://localhost:3000/app"}, env(), `invalid value "http://localhost:3000/app" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
 		{[]string{"-clock", "2026-11-23 10:00"}, env(), `invalid value "2026-11-23 10:00" for flag -clock: want an RFC 3339 timestamp with an offset, such as 2026-03-29T01:00:00Z`},
 		{nil, env("SANDBOX_CLOCK", "now"), `invalid value "now" for SANDBOX_CLOCK (the fallback of -clock): want an RFC 3339 timestamp with an offset, such as 2026-03-29T01:00:00Z`},
 		{nil, env("SANDBOX_SEED_ORDERS", "many"), `invalid value "many" for SANDBOX_SEED_ORDERS (the fallback of -seed-orders): want a whole number from 0 to 5000000`},
@@ -1053,7 +1069,8 @@ func TestRoutesMethodsAndPaths(t *testing.T) {
 		status         int
 		code           string
 	}{
-		{"GET", "/", 404, "route_not_found"},
+		{"GET", "/index.html", 404, "route_not_found"},
+		{"POST", "/", 405, "method_not_allowed"},
 		{"GET", "/v1", 404, "route_not_found"},
 		{"GET", "/v1/", 404, "route_not_found"},
 		{"GET", "/v2/orders", 404, "route_not_found"},
@@ -2145,7 +2162,11 @@ func TestOpenAPIRoutes(t *testing.T) {
 	}
 	var routed []string
 	for _, rt := range s.routes() {
-		routed = append(routed, rt.pattern)
+		pattern := strings.Replace(rt.pattern, "/{$}", "/", 1)
+		routed = append(routed, pattern)
+		if method, path, _ := strings.Cut(pattern, " "); method == "GET" {
+			routed = append(routed, "HEAD "+path) // a GET pattern serves HEAD
+		}
 	}
 	slices.Sort(documented)
 	slices.Sort(routed)
@@ -2337,6 +2358,161 @@ func TestOpenAPIServedDocument(t *testing.T) {
 				t.Errorf("Host %q: a servers entry is %s, want it at %s", host, u[1], want)
 			}
 		}
+	}
+}
+
+// TestOpenAPIDocumentForClients: what generated clients and linters need of the served
+// document: HEAD beside each GET, a described schema for the document itself, every error
+// code with a description, bounds on the cursor, a license, no unused component, and no
+// advice against the + rule.
+func TestOpenAPIDocumentForClients(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	body := e.get(t, "/v1/openapi.json", "").body
+	var doc map[string]any
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for path, item := range asMap(doc["paths"]) {
+		_, get := asMap(item)["get"]
+		_, head := asMap(item)["head"]
+		if get != head {
+			t.Errorf("%s: GET documented %v, HEAD documented %v; want HEAD beside each GET", path, get, head)
+		}
+	}
+	self := asMap(asMap(asMap(asMap(asMap(asMap(asMap(doc["paths"])["/openapi.json"])["get"])["responses"])["200"])["content"])["application/json"])["schema"]
+	if req := fmt.Sprint(asMap(self)["required"]); req != "[openapi info paths]" {
+		t.Errorf("the document's own schema requires %s, want openapi, info and paths", req)
+	}
+	schemas := asMap(asMap(doc["components"])["schemas"])
+	codeSchema := asMap(asMap(asMap(schemas["Problem"])["properties"])["code"])
+	descriptions := asMap(codeSchema["x-enumDescriptions"])
+	for c := range codeStatus {
+		if d, _ := descriptions[string(c)].(string); !strings.HasPrefix(d, strconv.Itoa(codeStatus[c])+": ") || !strings.Contains(fmt.Sprint(codeSchema["description"]), string(c)+": ") {
+			t.Errorf("code %s has no one-line description starting with its status: %q", c, d)
+		}
+	}
+	if len(descriptions) != len(codeStatus) {
+		t.Errorf("%d code descriptions, want %d", len(descriptions), len(codeStatus))
+	}
+	cursor := asMap(asMap(asMap(doc["components"])["parameters"])["Cursor"])["schema"]
+	if n := fmt.Sprint(asMap(cursor)["maxLength"]); n != strconv.Itoa(maxCursorLen) {
+		t.Errorf("cursor maxLength = %s, want %d (the longest cursor accepted)", n, maxCursorLen)
+	}
+	if name, _ := asMap(asMap(doc["info"])["license"])["name"].(string); name == "" {
+		t.Error("info.license has no name")
+	}
+	for kind, items := range asMap(doc["components"]) {
+		for name := range asMap(items) {
+			if kind != "securitySchemes" && !bytes.Contains(body, []byte(`"#/components/`+kind+`/`+name+`"`)) {
+				t.Errorf("component %s/%s is not used", kind, name)
+			}
+		}
+	}
+	if bytes.Contains(body, []byte("needs no escaping")) || !bytes.Contains(body, []byte("%2B")) {
+		t.Error("the document advises against the + rule, or does not say to send + as %2B")
+	}
+}
+
+// TestLandingPage: GET / (that exact path) is a small HTML page with the base URL, the keys
+// (only on loopback), each tenant's shipments and orders as its clock shows them, and links.
+func TestLandingPage(t *testing.T) {
+	e := newEnv(t, envOptions{seed: 50, step: -1, rate: -1})
+	rep := e.get(t, "/", "")
+	page := string(rep.body)
+	if rep.status != 200 || rep.header.Get("Content-Type") != "text/html; charset=utf-8" {
+		t.Fatalf("GET / = %d %s", rep.status, rep.header.Get("Content-Type"))
+	}
+	for _, want := range []string{
+		`<link rel="icon" href="data:,">`, "http://127.0.0.1:8080/v1", `href="http://127.0.0.1:8080/v1/openapi.json"`, `href="http://127.0.0.1:8080/healthz"`,
+		"curl -H &#39;Authorization: Bearer sk_test_sandbox_all&#39; http://127.0.0.1:8080/v1/orders",
+		"<code>sk_test_sandbox_expired</code></td><td>acct_sandbox/test</td><td>tracking:read orders:read</td><td>expired 2026-01-01T00:00:00Z",
+		"<code>sk_live_sandbox_all</code>", "<code>shp_sbx_spring</code></td><td><code>SBX1000000001</code></td><td>delivered",
+		"<code>shp_sbx_twin_a</code></td><td><code>SBX2000000000</code></td><td>in_transit</td><td class=\"note\">number shared",
+		"<code>shp_sbx_naive</code></td><td><code>SBX1000000003</code></td><td>in_transit</td><td class=\"note\"> 3 raw events dropped",
+		"<code>shp_sbx_unlabelled</code></td><td><span class=\"note\">none</span>", "and 31 more.", "<code>ord_other_0001</code>",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	if strings.Contains(page, "<script") || strings.Contains(page, "src=") || strings.Index(page, "<h2>acct_sandbox/test") > strings.Index(page, "<h2>acct_other/test") {
+		t.Error("the page has a script or an external asset, or the first key's tenant is not first")
+	}
+	// The clock: a shipment's status and the orders as the tenant's clock shows them.
+	e.setClock(t, "sk_test_sandbox_all", "2026-03-29T01:30:00Z")
+	page = string(e.get(t, "/", "").body)
+	if !strings.Contains(page, "<code>shp_sbx_spring</code></td><td><code>SBX1000000001</code></td><td>in_transit") || !strings.Contains(page, "None yet.") {
+		t.Error("the page does not follow the tenant's clock")
+	}
+	// Listening where others reach it: no key on the page.
+	remote := newEnv(t, envOptions{remote: true})
+	if page := string(remote.get(t, "/", "").body); strings.Contains(page, "sk_test_") || strings.Contains(page, "curl") {
+		t.Error("the page shows keys while the sandbox is not on loopback")
+	}
+	// Only the exact path.
+	wantProblem(t, e.get(t, "/index.html", ""), 404, "route_not_found", "")
+}
+
+// TestCORS: with -cors-origin every answer under /v1 and /healthz, errors included, lets that
+// origin read it; a preflight on a known path is answered before any key; without the flag
+// no CORS header is sent and OPTIONS is 405.
+func TestCORS(t *testing.T) {
+	e := newEnv(t, envOptions{cors: "http://localhost:3000"})
+	for _, tt := range []struct {
+		target, key string
+		status      int
+		cors        bool
+	}{
+		{"/v1/orders", "sk_test_sandbox_all", 200, true},
+		{"/v1/orders", "", 401, true},
+		{"/v1/nope", "", 404, true},
+		{"/healthz", "", 200, true},
+		{"/", "", 200, false},
+		{"/nope", "", 404, false},
+	} {
+		rep := e.get(t, tt.target, tt.key, "Origin", "http://elsewhere.test")
+		got := rep.header.Get("Access-Control-Allow-Origin")
+		if rep.status != tt.status || (got == "http://localhost:3000") != tt.cors {
+			t.Errorf("GET %s = %d with Access-Control-Allow-Origin %q; want %d, CORS %v", tt.target, rep.status, got, tt.status, tt.cors)
+		}
+		if tt.cors && (rep.header.Get("Vary") != "Origin" || rep.header.Get("Access-Control-Expose-Headers") != "Request-Id, RateLimit, RateLimit-Policy, Retry-After, Preference-Applied, WWW-Authenticate") {
+			t.Errorf("GET %s: Vary %q, Expose-Headers %q", tt.target, rep.header.Get("Vary"), rep.header.Get("Access-Control-Expose-Headers"))
+		}
+	}
+	preflight := func(env *env, target string) reply {
+		return env.do(t, newRequest(http.MethodOptions, target, "", "Origin", "http://localhost:3000", "Access-Control-Request-Method", "POST", "Access-Control-Request-Headers", "authorization, prefer"))
+	}
+	rep := preflight(e, "/v1/test_helpers/clock")
+	if rep.status != 204 || rep.header.Get("Access-Control-Allow-Methods") != "GET, HEAD, POST" || rep.header.Get("Access-Control-Allow-Headers") != "authorization, prefer" ||
+		rep.header.Get("Access-Control-Max-Age") != "600" || rep.header.Get("Access-Control-Allow-Origin") != "http://localhost:3000" {
+		t.Errorf("preflight = %d %v", rep.status, rep.header)
+	}
+	wantProblem(t, preflight(e, "/v1/nope"), 404, "route_not_found", "")
+	wantProblem(t, e.do(t, newRequest(http.MethodOptions, "/v1/orders", "")), 405, "method_not_allowed", "") // not a preflight
+	off := newEnv(t, envOptions{})
+	wantProblem(t, preflight(off, "/v1/orders"), 405, "method_not_allowed", "")
+	if rep := off.get(t, "/v1/orders", "sk_test_sandbox_all", "Origin", "http://localhost:3000"); rep.header.Get("Access-Control-Allow-Origin") != "" {
+		t.Error("a CORS header without -cors-origin")
+	}
+}
+
+// TestBannerSaysWhereItListens: an address other machines reach is said so on the banner.
+func TestBannerSaysWhereItListens(t *testing.T) {
+	for _, tt := range []struct{ addr, want string }{
+		{"127.0.0.1:8080", ""},
+		{"[::1]:8080", ""},
+		{"0.0.0.0:8080", "Listening on every network interface (-addr :8080)"},
+		{"[::]:8080", "Listening on every network interface (-addr :8080)"},
+		{"192.0.2.7:8080", "Listening on 192.0.2.7 (-addr :8080), not loopback"},
+	} {
+		addr, _ := net.ResolveTCPAddr("tcp", tt.addr)
+		if got := exposure(addr, "-addr", ":8080"); !strings.HasPrefix(got, tt.want) || (tt.want == "") != (got == "") {
+			t.Errorf("exposure(%s) = %q, want %q...", tt.addr, got, tt.want)
+		}
+	}
+	err := run(context.Background(), nil, func(k string) string { return map[string]string{"SANDBOX_ADDR": "nonsense"}[k] }, io.Discard, io.Discard)
+	if want := "SANDBOX_ADDR nonsense: listen tcp: address nonsense: missing port in address"; err == nil || err.Error() != want {
+		t.Errorf("run with SANDBOX_ADDR=nonsense = %v, want %s", err, want)
 	}
 }
 

@@ -409,6 +409,12 @@ func (ix *orderIndex) page(q *orderQuery, after *cursorPosition, at time.Time) (
 	return list, start, start + n, end-start > n
 }
 
+// visible are the orders the clock shows at at, newest first.
+func (ix *orderIndex) visible(at time.Time) []*importedOrder {
+	orders := ix.all.orders
+	return orders[sort.Search(len(orders), func(i int) bool { return !orders[i].createdAt.After(at) }):]
+}
+
 var errOrderNotFound = &apiError{code: codeNotFound, detail: "No imported order with this ID exists in this account and environment."}
 
 // serveGet answers GET /v1/orders/{id}: an order created after at does not exist yet.

@@ -146,17 +146,20 @@ type shipmentRecord struct {
 // parts a view of the first k events is made of. A view is a head (which names the status,
 // so there is one per status) and the first k events' JSON, which is one slice of events.
 type shipment struct {
-	full     body
-	heads    [][]byte    // indexed like trackingStatuses: the view up to `"events":[`
-	events   []byte      // every event's JSON, joined by commas
-	ends     []int       // where each event's JSON ends in events
-	instants []time.Time // when each event happened, oldest first
-	statuses []uint8     // each event's status, an index into trackingStatuses
+	id             string
+	trackingNumber *string
+	dropped        int // raw events not interpretable, dropped at load
+	full           body
+	heads          [][]byte    // indexed like trackingStatuses: the view up to `"events":[`
+	events         []byte      // every event's JSON, joined by commas
+	ends           []int       // where each event's JSON ends in events
+	instants       []time.Time // when each event happened, oldest first
+	statuses       []uint8     // each event's status, an index into trackingStatuses
 }
 
 // newShipment prepares a shipment's view. Each event is encoded once.
 func newShipment(rec shipmentRecord, events []stampedEvent) (*shipment, error) {
-	s := &shipment{heads: make([][]byte, len(trackingStatuses))}
+	s := &shipment{id: rec.ID, trackingNumber: rec.TrackingNumber, heads: make([][]byte, len(trackingStatuses))}
 	for _, e := range events {
 		b, err := marshalJSON(e.trackingEvent)
 		if err != nil {
@@ -196,9 +199,22 @@ func (s *shipment) parts(k int) (head, events []byte) {
 	return s.heads[s.statuses[k-1]], s.events[:s.ends[k-1]]
 }
 
+// shown is how many events the clock shows at at: those at or before it.
+func (s *shipment) shown(at time.Time) int {
+	return sort.Search(len(s.instants), func(i int) bool { return s.instants[i].After(at) })
+}
+
+// statusAt is the shipment's status as the clock shows it at at.
+func (s *shipment) statusAt(at time.Time) string {
+	if k := s.shown(at); k > 0 {
+		return trackingStatuses[s.statuses[k-1]]
+	}
+	return trackingStatuses[0]
+}
+
 // write answers with the view as the clock shows it at at: the events at or before at.
 func (s *shipment) write(w http.ResponseWriter, at time.Time) {
-	k := sort.Search(len(s.instants), func(i int) bool { return s.instants[i].After(at) })
+	k := s.shown(at)
 	if k == len(s.instants) {
 		writeBody(w, http.StatusOK, jsonContentType, s.full.length, s.full.bytes)
 		return
@@ -213,6 +229,7 @@ var viewEnd = []byte("]}")
 
 // shipmentIndex is a tenant's shipments, by id and by primary tracking number.
 type shipmentIndex struct {
+	list             []*shipment // in the dataset's order
 	byID             map[string]*shipment
 	byTrackingNumber map[string]*shipment // nil value: the number is ambiguous
 }
@@ -254,6 +271,8 @@ func (ix *shipmentIndex) addShipment(path, where string, rec shipmentRecord, sta
 	if err != nil {
 		return n, err
 	}
+	s.dropped = n.dropped
+	ix.list = append(ix.list, s)
 	ix.byID[rec.ID] = s
 	if number := rec.TrackingNumber; number != nil {
 		if _, taken := ix.byTrackingNumber[*number]; taken {
