@@ -2361,6 +2361,84 @@ func TestOpenAPIServedDocument(t *testing.T) {
 	}
 }
 
+// TestReadmeExamples: the README's shell examples, run as written against a sandbox this
+// test starts (its address in place of 127.0.0.1:8080), each must exit 0; the quick start's
+// curl answers what the README shows. A sandbox the README starts itself (go run .) is this
+// build, on a free port.
+func TestReadmeExamples(t *testing.T) {
+	for _, tool := range []string{"bash", "curl", "jq"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed: the README's shell examples are not run", tool)
+		}
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := sandboxBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, stdout := startProcess(t, io.Discard)
+	waitFor(t, "the banner", func() bool { return strings.Contains(stdout.String(), "Base URL: ") })
+	host := regexp.MustCompile(`Base URL: http://(\S+)/v1`).FindStringSubmatch(stdout.String())[1]
+	defer cmd.Process.Signal(syscall.SIGTERM)
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spare := free.Addr().String()
+	free.Close()
+	blocks := regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
+	ran := 0
+	for i, b := range blocks {
+		block := b[1]
+		if !strings.Contains(block, "curl") {
+			continue // starting the sandbox: this test has done that
+		}
+		ran++
+		script := "set -euo pipefail\nH='Authorization: Bearer sk_test_sandbox_all'\nB=http://127.0.0.1:8080/v1\n" + block
+		script = strings.NewReplacer("127.0.0.1:8080", host, "127.0.0.1:8181", spare, "go run .", bin).Replace(script)
+		sh := exec.Command("bash", "-c", script)
+		sh.Dir = t.TempDir()
+		var stderr bytes.Buffer
+		sh.Stderr = &stderr
+		out, err := sh.Output()
+		if err != nil {
+			t.Errorf("README shell block %d failed: %v\n%s\noutput:\n%s%s", i, err, block, out, stderr.Bytes())
+			continue
+		}
+		if strings.HasPrefix(block, "curl --fail-with-body -H 'Authorization: Bearer sk_test_sandbox_all' http://127.0.0.1:8080/v1/orders\n") {
+			shown := regexp.MustCompile("(?s)```json\n(\\{\"data\".*?)\n```").FindStringSubmatch(string(readme))
+			if shown == nil || string(out) != shown[1] {
+				t.Errorf("the quick start's curl answers %s, the README shows %v", out, shown)
+			}
+		}
+	}
+	if ran < 5 {
+		t.Errorf("only %d shell blocks with curl found in the README", ran)
+	}
+}
+
+// TestReadmeDatasetExample: the README's example dataset loads.
+func TestReadmeDatasetExample(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```json\n(\\{\n  \"accounts\".*?)```").FindStringSubmatch(string(readme))
+	if m == nil {
+		t.Fatal("no example dataset in the README")
+	}
+	sb, err := loadDataset("README.md", []byte(m[1]), 0, testNow, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := sb.tenants[tenantID{"acct_acme", "test"}].shipments.byID["shp_acme_1"]; s == nil || len(s.instants) != 2 {
+		t.Errorf("the README's example shipment did not load with its two events")
+	}
+}
+
 // TestOpenAPIDocumentForClients: what generated clients and linters need of the served
 // document: HEAD beside each GET, a described schema for the document itself, every error
 // code with a description, bounds on the cursor, a license, no unused component, and no
