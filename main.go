@@ -229,15 +229,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	printBanner(stdout, base, sb.keyLines, exposure(ln.Addr(), cfg.addrName, cfg.addr))
 	logger.Info("serving", "base_url", base, "orders", sb.orderCount, "shipments", sb.shipmentCount)
-	var draining int64
 	err = serve(ctx, newHTTPServer(cfg, srv.handler(), logger), ln, func() {
 		stopBy = time.Now().Add(cfg.shutdownTimeout)
-		draining = srv.inFlight.Load()
-		say(stdout, stopBy, fmt.Sprintf("Shutting down: %d requests in flight may take up to %v to finish.\n", draining, cfg.drainTimeout))
+		say(stdout, stopBy, fmt.Sprintf("Shutting down: requests in flight may take up to %v to finish.\n", cfg.drainTimeout))
 		close(stopping)
 	}, cfg.drainTimeout)
 	if err == nil {
-		say(stdout, stopBy, fmt.Sprintf("Stopped: %d requests drained.\n", draining))
+		say(stdout, stopBy, fmt.Sprintf("Stopped: %d requests drained.\n", srv.drained.Load()))
 	}
 	return err
 }
@@ -591,8 +589,11 @@ type serverOptions struct {
 
 // server is the service over one loaded dataset.
 type server struct {
-	inFlight atomic.Int64 // requests being answered, for the shutdown's message
-	cors     *cors        // nil: no CORS headers
+	// drained counts the requests that finished after shutdown began, for the stopped
+	// line. Only those write it: a counter every request wrote twice cost 5% of GETs by id
+	// end to end (compare.sh 0.83 against 0.88), its cache line bouncing between cores.
+	drained  atomic.Int64
+	cors     *cors // nil: no CORS headers
 	landing  *landing
 	started  time.Time // the start instant
 	keys     keyring
@@ -982,7 +983,6 @@ func (sw *statusWriter) Unwrap() http.ResponseWriter { return sw.ResponseWriter 
 // internals, and logs one line per request with route, the pattern's path.
 func (s *server) observe(route string, next callHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.inFlight.Add(1)
 		sw := &statusWriter{ResponseWriter: w, c: call{id: newRequestID()}}
 		sw.idHeader[0] = sw.c.id
 		h := w.Header()
@@ -1012,7 +1012,11 @@ func (s *server) finish(sw *statusWriter, method, route string, start time.Time)
 		}
 	}
 	s.logRequest(method, route, &sw.c, time.Since(start))
-	s.inFlight.Add(-1)
+	select {
+	case <-s.stopping:
+		s.drained.Add(1)
+	default:
+	}
 	if cut {
 		panic(http.ErrAbortHandler)
 	}
@@ -1085,9 +1089,11 @@ func (s *server) logRequest(method, route string, c *call, d time.Duration) {
 	if c.key != nil {
 		account, environment = c.key.tenant.id.account, c.key.tenant.id.environment
 	}
-	s.access.append(func(b []byte) []byte {
-		return appendRequestLine(b, time.Now(), method, route, c.status, d, c.id, account, environment)
-	})
+	// Formatted here, outside the log's lock, in a buffer that stays on the stack (Write
+	// only copies it): formatted under the lock, lines from two cores queued on it and the
+	// sandbox served 8% fewer GETs by id than before (compare.sh 0.82 against 0.89-0.91).
+	var buf [512]byte
+	s.access.Write(appendRequestLine(buf[:0], time.Now(), method, route, c.status, d, c.id, account, environment))
 }
 
 // maxLogValue bounds a logged value a client controls: longer, it is logged as its first
@@ -1184,25 +1190,19 @@ func (l *logBuffer) flushEvery(every time.Duration) {
 	}
 }
 
+// Write copies p into the buffer (or, once closed, into scratch space on its way out), so
+// that p never escapes: a caller may hand it a buffer on its stack.
 func (l *logBuffer) Write(p []byte) (int, error) {
-	l.append(func(b []byte) []byte { return append(b, p...) })
-	return len(p), nil
-}
-
-// append appends a line to the buffer with line, which appends it: a line is formatted in
-// place rather than in a buffer of its own (which would escape to the heap through out).
-func (l *logBuffer) append(line func([]byte) []byte) {
 	l.mu.Lock()
 	for len(l.buf) >= logMaxBacklog && !l.closed {
 		l.room.Wait()
 	}
 	if l.closed {
 		defer l.mu.Unlock()
-		l.scratch = line(l.scratch[:0])
-		l.out.Write(l.scratch)
-		return
+		l.scratch = append(l.scratch[:0], p...)
+		return l.out.Write(l.scratch)
 	}
-	l.buf = line(l.buf)
+	l.buf = append(l.buf, p...)
 	full := len(l.buf) >= logFlushSize
 	l.mu.Unlock()
 	if full {
@@ -1211,6 +1211,7 @@ func (l *logBuffer) append(line func([]byte) []byte) {
 		default: // the flusher is told already
 		}
 	}
+	return len(p), nil
 }
 
 // closeWithin is Close, but gives up after d: a destination that has stopped reading

@@ -1899,7 +1899,7 @@ func TestSignalDrainsAndSaysSo(t *testing.T) {
 	}
 	took, status := waitExit(t, cmd, start, 15*time.Second)
 	out := stdout.String()
-	if status != 0 || !strings.Contains(out, "Shutting down: 1 requests in flight") || !strings.Contains(out, "Stopped: 1 requests drained.") {
+	if status != 0 || !strings.Contains(out, "Shutting down: requests in flight may take up to 10s to finish.") || !strings.Contains(out, "Stopped: 1 requests drained.") {
 		t.Errorf("exit status %d after %v, stdout:\n%s\nwant 0, and the shutting-down and stopped lines with 1 request", status, took, out)
 	}
 }
