@@ -78,16 +78,17 @@ func (m *macScratch) mac(body []byte) []byte {
 	return m.h.Sum(m.sum[:0])
 }
 
-// appendSigned appends the cursor for the page that ends at pos to dst.
-func (c *cursorSigner) appendSigned(dst []byte, owner, filters tag, pos cursorPosition) []byte {
+// appendSigned appends the cursor for the page that ends at the order created at createdAt
+// with this id to dst.
+func (c *cursorSigner) appendSigned(dst []byte, owner, filters tag, createdAt time.Time, id []byte) []byte {
 	m := c.macs.Get().(*macScratch)
 	defer c.macs.Put(m)
 	b := append(m.text[:0], cursorVersion)
 	b = append(b, owner[:]...)
 	b = append(b, filters[:]...)
-	b = binary.BigEndian.AppendUint64(b, uint64(pos.createdAt.Unix()))
-	b = binary.BigEndian.AppendUint32(b, uint32(pos.createdAt.Nanosecond()))
-	b = append(b, pos.id...)
+	b = binary.BigEndian.AppendUint64(b, uint64(createdAt.Unix()))
+	b = binary.BigEndian.AppendUint32(b, uint32(createdAt.Nanosecond()))
+	b = append(b, id...)
 	b = append(b, m.mac(b)...)
 	return strictBase64.AppendEncode(dst, b)
 }

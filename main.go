@@ -478,8 +478,10 @@ func decodeDataset(data []byte, seed int, start time.Time, log *slog.Logger) (*s
 		return nil, err
 	}
 	for _, t := range sb.tenants {
-		t.orders.build()
-		sb.orderCount += len(t.orders.all.orders)
+		if err := t.orders.build(); err != nil {
+			return nil, err
+		}
+		sb.orderCount += t.orders.count()
 	}
 	return sb, nil
 }
@@ -547,7 +549,7 @@ func (sb *sandbox) fileShipment(path string, rec shipmentRecord, t *tenant, log 
 	if rec.OrderID != nil {
 		orderID := *rec.OrderID
 		for id, other := range sb.tenants {
-			if other != t && other.orders.byID[orderID] != nil && t.orders.byID[orderID] == nil {
+			if other != t && other.orders.has(orderID) && !t.orders.has(orderID) {
 				return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("order %q belongs to %s, not to %s: shipment %q cannot be linked across accounts or environments", orderID, id, t.id, rec.ID)}
 			}
 		}
@@ -1386,11 +1388,12 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 			}
 			lt.Shipments = append(lt.Shipments, ls)
 		}
-		orders := t.orders.visible(at)
-		for _, o := range orders[:min(len(orders), landingOrders)] {
-			lt.Orders = append(lt.Orders, landingOrder{o.id, orderStatuses[o.status], formatTimestamp(o.createdAt)})
+		ix := &t.orders
+		first := ix.visible(at)
+		for i := first; i < min(ix.count(), first+landingOrders); i++ {
+			lt.Orders = append(lt.Orders, landingOrder{string(ix.id(i)), orderStatuses[ix.records[i].status], formatTimestamp(ix.createdAt(i))})
 		}
-		lt.MoreOrders = len(orders) - len(lt.Orders)
+		lt.MoreOrders = ix.count() - first - len(lt.Orders)
 		d.Tenants = append(d.Tenants, lt)
 	}
 	var b bytes.Buffer

@@ -2009,18 +2009,18 @@ func TestShutdownGraceRunsOut(t *testing.T) {
 func TestRunBoundsHeapGrowth(t *testing.T) {
 	current := func() int { p := debug.SetGCPercent(100); debug.SetGCPercent(p); return p }
 	before := current()
-	_, _, _, stop := startRunWithEnv(t, nil, "-seed-orders", "200000")
+	_, _, _, stop := startRunWithEnv(t, nil, "-seed-orders", "600000")
 	during := current()
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	if during < 10 || during >= 100 {
-		t.Errorf("GC percentage %d while serving 200,000 orders, want 10 to 99", during)
+		t.Errorf("GC percentage %d while serving 600,000 orders, want 10 to 99", during)
 	}
 	if after := current(); after != before {
 		t.Errorf("GC percentage %d after run returned, want %d as before", after, before)
 	}
-	_, _, _, stop = startRunWithEnv(t, map[string]string{"GOGC": "100"}, "-seed-orders", "200000")
+	_, _, _, stop = startRunWithEnv(t, map[string]string{"GOGC": "100"}, "-seed-orders", "600000")
 	during = current()
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -3644,56 +3644,67 @@ func TestPaginationWalks(t *testing.T) {
 }
 
 func TestSeedOrders(t *testing.T) {
-	seeded := func() []*importedOrder {
+	seeded := func() *orderIndex {
 		ix := newOrderIndex(tag{})
 		if err := ix.seedOrders(1000); err != nil {
 			t.Fatal(err)
 		}
-		return ix.all.orders
+		if err := ix.build(); err != nil {
+			t.Fatal(err)
+		}
+		return &ix
 	}
 	a, b := seeded(), seeded()
-	for i := range a {
-		if a[i].id != b[i].id || !a[i].createdAt.Equal(b[i].createdAt) || a[i].status != b[i].status || a[i].platform != b[i].platform {
-			t.Fatalf("seeding is not deterministic at %d", i)
-		}
-		if i > 0 && !newer(a[i-1], a[i]) {
-			t.Fatalf("seeded orders not in list order at %d: %s then %s", i, a[i-1].id, a[i].id)
-		}
+	if !bytes.Equal(a.bytes, b.bytes) || !slices.Equal(a.records, b.records) {
+		t.Fatal("seeding is not deterministic")
 	}
-	if a[0].id != "ord_seed_0000999" || a[999].id != "ord_seed_0000000" {
-		t.Errorf("seeded ids run %s..%s, want ord_seed_0000999 (newest)..ord_seed_0000000", a[0].id, a[999].id)
+	checkOrderIndex(t, a)
+	if first, last := string(a.id(0)), string(a.id(999)); first != "ord_seed_0000999" || last != "ord_seed_0000000" {
+		t.Errorf("seeded ids run %s..%s, want ord_seed_0000999 (newest)..ord_seed_0000000", first, last)
 	}
 	if _, err := loadDataset("test", defaultDataset, 10, testNow, slog.New(slog.DiscardHandler)); err != nil {
 		t.Errorf("seeding the default dataset: %v", err)
 	}
+	clash := dataset(`{"id":"acct_sandbox","environments":["test"]}`, "", "", `{"id":"ord_seed_0000004","account":"acct_sandbox","environment":"test","merchant_reference":"R","platform":"ebay","status":"fulfilled","created_at":"2026-11-01T00:00:00Z"}`)
+	if _, err := loadDataset("clash.json", []byte(clash), 5, testNow, slog.New(slog.DiscardHandler)); err == nil || err.Error() != `-seed-orders: order id "ord_seed_0000004" is already in the dataset` {
+		t.Errorf("a dataset order with a seeded id = %v", err)
+	}
 }
 
-// checkOrderIndex: the list of all orders and each status list hold their orders in list
-// order, each status list only its status and together all orders, and each block is
-// exactly its orders' resources joined by commas, allocated to its size.
+// checkOrderIndex: every order is valid JSON that encoding/json would write the same way,
+// in list order; each status list holds only its status, in list order, and together all
+// orders; every id is found by the id table, and no other.
 func checkOrderIndex(t testing.TB, ix *orderIndex) {
 	t.Helper()
-	total := 0
-	for n, l := range append([]orderList{ix.all}, ix.byStatus...) {
-		var want []byte
-		for k, o := range l.orders {
-			if n > 0 && o.status != n-1 {
-				t.Fatalf("order %q (%s) is in the %s list", o.id, orderStatuses[o.status], orderStatuses[n-1])
-			}
-			if k > 0 && !newer(l.orders[k-1], o) {
-				t.Fatalf("list %d: order %q comes after %q", n, o.id, l.orders[k-1].id)
-			}
-			want = append(append(want, o.resource.bytes...), ',')
+	for i := range ix.count() {
+		var o map[string]any
+		if err := json.Unmarshal(ix.resource(i), &o); err != nil {
+			t.Fatalf("order %d is not JSON: %s", i, ix.resource(i))
 		}
-		if !bytes.Equal(l.joined, want) || cap(l.joined) != len(l.joined) || len(l.starts) != len(l.orders)+1 {
-			t.Fatalf("list %d: block of %d bytes (capacity %d, %d starts) is not its %d orders joined", n, len(l.joined), cap(l.joined), len(l.starts), len(l.orders))
+		if o["id"] != string(ix.id(i)) || o["status"] != orderStatuses[ix.records[i].status] || o["created_at"] != formatTimestamp(ix.createdAt(i)) {
+			t.Fatalf("order %d's record does not match its JSON %s", i, ix.resource(i))
 		}
-		if n > 0 {
-			total += len(l.orders)
+		if i > 0 && !ix.createdAt(i).Before(ix.createdAt(i-1)) && !(ix.createdAt(i).Equal(ix.createdAt(i-1)) && string(ix.id(i)) < string(ix.id(i-1))) {
+			t.Fatalf("order %s comes after %s", ix.id(i), ix.id(i-1))
+		}
+		if got := ix.table.find(ix, string(ix.id(i))); got != i {
+			t.Fatalf("the id table finds %s at %d, want %d", ix.id(i), got, i)
 		}
 	}
-	if total != len(ix.all.orders) {
-		t.Fatalf("the status lists hold %d orders, the list of all %d", total, len(ix.all.orders))
+	if ix.table.find(ix, "no such order") != -1 {
+		t.Fatal("the id table finds an order that does not exist")
+	}
+	total := 0
+	for s, list := range ix.byStatus {
+		for k, i := range list {
+			if int(ix.records[i].status) != s || k > 0 && list[k-1] >= i {
+				t.Fatalf("the %s list holds order %d (%s) at %d", orderStatuses[s], i, orderStatuses[ix.records[i].status], k)
+			}
+		}
+		total += len(list)
+	}
+	if total != ix.count() {
+		t.Fatalf("the status lists hold %d orders, the list of all %d", total, ix.count())
 	}
 }
 
@@ -3781,7 +3792,7 @@ func TestCursorBinding(t *testing.T) {
 // sign is the cursor for the page that ends at pos, as a string (the server appends
 // cursors straight into its pages).
 func (c *cursorSigner) sign(tenant, filters tag, pos cursorPosition) string {
-	return string(c.appendSigned(nil, tenant, filters, pos))
+	return string(c.appendSigned(nil, tenant, filters, pos.createdAt, []byte(pos.id)))
 }
 
 // TestCursorBindsEnvironment: the environment is part of the tenant a cursor is bound to.
@@ -4174,12 +4185,13 @@ func FuzzLoadDataset(f *testing.F) {
 					t.Fatalf("tenant %q loaded", id)
 				}
 			}
-			for oid, o := range tn.orders.byID {
-				if checkID("$", oid) != nil || checkID("$", o.merchantReference) != nil {
-					t.Fatalf("order %q (reference %q) loaded", oid, o.merchantReference)
+			for i := range tn.orders.count() {
+				var o struct {
+					MerchantReference string `json:"merchant_reference"`
 				}
-				if !json.Valid(o.resource.bytes) {
-					t.Fatalf("order %q is prepared as invalid JSON: %s", o.id, o.resource.bytes)
+				json.Unmarshal(tn.orders.resource(i), &o)
+				if checkID("$", string(tn.orders.id(i))) != nil || checkID("$", o.MerchantReference) != nil {
+					t.Fatalf("order %q (reference %q) loaded", tn.orders.id(i), o.MerchantReference)
 				}
 			}
 			for sid, sh := range tn.shipments.byID {
@@ -4314,7 +4326,7 @@ func BenchmarkClock(b *testing.B) {
 		e := benchEnv(b, 1000000)
 		ix := &e.sb.tenants[seedTenant].orders
 		if frozen {
-			at := ix.all.orders[len(ix.all.orders)/2].createdAt
+			at := ix.createdAt(ix.count() / 2)
 			e.sb.tenants[seedTenant].clock.freeze(&at)
 			shp := e.sb.tenants[seedTenant].shipments.byID["shp_sbx_spring"]
 			// The tracking read is measured with the clock at the third event.
@@ -4347,11 +4359,10 @@ func BenchmarkListOrders(b *testing.B) {
 	for _, n := range []int{1000, 1000000} {
 		e := benchEnv(b, n)
 		ix := &e.sb.tenants[seedTenant].orders
-		all := ix.all.orders
-		oldest := all[len(all)-1].createdAt
-		middle := all[len(all)/2]
+		oldest := ix.createdAt(ix.count() - 1)
+		middle := ix.count() / 2
 		q := orderQuery{status: -1}
-		deep := e.srv.lister.cursors.sign(ix.tag, q.filterTag(), cursorPosition{middle.createdAt, middle.id})
+		deep := e.srv.lister.cursors.sign(ix.tag, q.filterTag(), cursorPosition{ix.createdAt(middle), string(ix.id(middle))})
 		cases := []struct{ name, query string }{
 			{"no_filter", "limit=100"},
 			{"status", "limit=100&status=fulfilled"},
@@ -4365,6 +4376,27 @@ func BenchmarkListOrders(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkOrderStore: what 1,000,000 orders cost to build and hold: the heap they keep
+// per order, and the time to seed and store them.
+func BenchmarkOrderStore(b *testing.B) {
+	const n = 1000000
+	var before, after runtimeMem
+	var kept *sandbox
+	for b.Loop() {
+		kept = nil
+		before.read()
+		sb, err := loadDataset("bench", defaultDataset, n, testNow, slog.New(slog.DiscardHandler))
+		if err != nil {
+			b.Fatal(err)
+		}
+		kept = sb
+	}
+	after.read()
+	b.ReportMetric(float64(after.heap-before.heap)/n, "heap-bytes/order")
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/1M-orders")
+	runtime.KeepAlive(kept)
 }
 
 func sha256Sum(s string) [32]byte { return sha256.Sum256([]byte(s)) }

@@ -5,7 +5,10 @@ package main
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"hash/maphash"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -44,9 +47,8 @@ type orderRecord struct {
 	RawMarketplaceData json.RawMessage `json:"raw_marketplace_data"`
 }
 
-// importedOrder is a stored order. Its resource (exactly the spec's six fields: id,
-// merchant_reference, platform, status, shipment_id, created_at) is encoded once, when the
-// dataset is loaded and its links are made.
+// importedOrder is an order as the dataset gives it, kept while the dataset loads; build
+// stores it as a record and its resource's bytes.
 type importedOrder struct {
 	id                string
 	createdAt         time.Time
@@ -54,12 +56,12 @@ type importedOrder struct {
 	merchantReference string
 	platform          string
 	shipmentID        *string
-	resource          body
 }
 
-// appendResource appends the order as the API shows it. It is written by hand rather than
-// with encoding/json because -seed-orders encodes a million orders at start-up; a test
-// checks that it matches encoding/json.
+// appendResource appends the order as the API shows it (exactly the spec's six fields: id,
+// merchant_reference, platform, status, shipment_id, created_at). It is written by hand
+// rather than with encoding/json because -seed-orders encodes a million orders at start-up;
+// a test checks that it matches encoding/json.
 func (o *importedOrder) appendResource(b []byte) []byte {
 	b = append(b, `{"id":`...)
 	b = appendJSONString(b, o.id)
@@ -88,36 +90,38 @@ func newer(a, b *importedOrder) bool {
 	return a.id > b.id
 }
 
-// orderIndex holds a tenant's orders in list order (created_at descending, id descending),
-// once in all and once per status, so that any page is found by binary search.
+// orderIndex holds a tenant's orders in list order (created_at descending, id descending)
+// in storage the garbage collector need not walk: every order's JSON in one block, a
+// fixed-size record per order, the lists per status as indexes, and the ids in an
+// open-addressing table of indexes. No part of it holds a pointer per order.
 type orderIndex struct {
 	tag      tag // binds cursors to the tenant
-	byID     map[string]*importedOrder
-	all      orderList
-	byStatus []orderList // indexed like orderStatuses
+	pending  []*importedOrder
+	byID     map[string]*importedOrder // while loading: the dataset's orders
+	seeds    int                       // -seed-orders, generated at build
+	records  []storedOrder             // in list order
+	bytes    []byte                    // each order's JSON in list order, each followed by a comma
+	ids      []byte                    // each order's id, in list order
+	byStatus [][]int32                 // indexes into records, per status, in list order
+	table    idTable
+	lengths  map[int][]string // one Content-Length value for each length an order has
+}
+
+// storedOrder is one order's record: where its JSON and id are, its created_at, its status.
+type storedOrder struct {
+	sec    int64  // created_at: seconds since 1970 (negative before)
+	off    uint32 // where its JSON starts in bytes; it ends a comma before the next's
+	nsec   int32
+	idOff  uint32 // where its id starts in ids
+	idLen  uint8
+	status uint8
 }
 
 func newOrderIndex(owner tag) orderIndex {
 	return orderIndex{tag: owner, byID: map[string]*importedOrder{}}
 }
 
-// orderList is orders in list order with their resources joined in one block, each
-// followed by a comma, so that the data of any page is one slice of the block.
-type orderList struct {
-	orders []*importedOrder
-	joined []byte
-	starts []int // where each order's resource starts in joined, then len(joined)
-}
-
-// data is the JSON of orders[i:j], comma-separated.
-func (l *orderList) data(i, j int) []byte {
-	if i == j {
-		return nil
-	}
-	return l.joined[l.starts[i] : l.starts[j]-1]
-}
-
-// addOrder checks one dataset order and files it; build puts the index in order.
+// addOrder checks one dataset order and keeps it for build.
 func (ix *orderIndex) addOrder(path, where string, rec orderRecord) error {
 	for _, f := range []struct{ name, value string }{{"id", rec.ID}, {"merchant_reference", rec.MerchantReference}} {
 		if err := checkID(path+"."+f.name, f.value); err != nil {
@@ -137,20 +141,14 @@ func (ix *orderIndex) addOrder(path, where string, rec orderRecord) error {
 	if ix.byID[rec.ID] != nil {
 		return &datasetError{path: path + ".id", reason: fmt.Sprintf("duplicate order id %q in %s", rec.ID, where)}
 	}
-	ix.file(&importedOrder{
-		id:                rec.ID,
-		createdAt:         at,
-		status:            slices.Index(orderStatuses, rec.Status),
-		merchantReference: rec.MerchantReference,
-		platform:          rec.Platform,
-	})
+	o := &importedOrder{id: rec.ID, createdAt: at, status: slices.Index(orderStatuses, rec.Status), merchantReference: rec.MerchantReference, platform: rec.Platform}
+	ix.byID[o.id] = o
+	ix.pending = append(ix.pending, o)
 	return nil
 }
 
-func (ix *orderIndex) file(o *importedOrder) {
-	ix.byID[o.id] = o
-	ix.all.orders = append(ix.all.orders, o)
-}
+// has reports whether the dataset gives an order of this id.
+func (ix *orderIndex) has(id string) bool { return ix.byID[id] != nil }
 
 // link records that the shipment shipmentID was created with the order orderID: the
 // order's shipment_id. One order can be linked once (a second link is the API's 409).
@@ -166,79 +164,185 @@ func (ix *orderIndex) link(path, where, orderID, shipmentID string) error {
 	return nil
 }
 
-// seedOrders adds n deterministic orders, in list order (newest first). Sequence numbers grow
-// with time: ord_seed_0000000 is the oldest. Every status and platform occurs (4 and 5 are
-// coprime, so all 20 pairs do), and every fourth order shares its created_at with the
-// next, so that the id tie-break is exercised. Seeded orders were never imported from a
-// marketplace, so they carry no marketplace token or payload.
+// seedOrders asks build for n deterministic orders. Sequence numbers grow with time:
+// ord_seed_0000000 is the oldest, created 7 minutes before the next, but that every fourth
+// shares its created_at with the next (so the id tie-break is exercised); the newest is
+// created 2026-10-31T23:00:00Z. Every status and platform occurs (4 and 5 are coprime, so
+// all 20 pairs do). Seeded orders carry no marketplace token or payload.
 func (ix *orderIndex) seedOrders(n int) error {
-	width := max(7, len(strconv.Itoa(n-1)))
-	newest := time.Date(2026, 10, 31, 23, 0, 0, 0, time.UTC)
-	byID := make(map[string]*importedOrder, len(ix.byID)+n)
-	for id, o := range ix.byID {
-		byID[id] = o
-	}
-	ix.byID = byID
-	ix.all.orders = slices.Grow(ix.all.orders, n)
-	orders := make([]importedOrder, n) // one block, not a million allocations
-	for j := range orders {
-		k := n - 1 - j // the j-th newest
-		id := fmt.Sprintf("ord_seed_%0*d", width, k)
-		if ix.byID[id] != nil {
+	for id := range ix.byID {
+		if k, ok := seedNumber(id, n); ok && k < n {
 			return fmt.Errorf("-seed-orders: order id %q is already in the dataset", id)
 		}
-		orders[j] = importedOrder{
-			id:                id,
-			createdAt:         newest.Add(-time.Duration(j-j/4) * 7 * time.Minute),
-			status:            k % len(orderStatuses),
-			merchantReference: fmt.Sprintf("SEED-%0*d", width, k),
-			platform:          platforms[k%len(platforms)],
-		}
-		ix.file(&orders[j])
 	}
+	ix.seeds = n
 	return nil
 }
 
-// build sorts the orders filed into list order, encodes each order's resource once, into
-// the list of all orders (where GET /v1/orders/{id} finds it too), and makes the lists per
-// status from those bytes.
-func (ix *orderIndex) build() {
-	all := ix.all.orders
-	slices.SortFunc(all, func(a, b *importedOrder) int {
+// seededOrder is the j-th newest of n seeded orders, in scratch (reused: nothing of it is
+// kept but the bytes build writes).
+func seededOrder(scratch *importedOrder, idBuf, refBuf []byte, j, n int) {
+	width := seedWidth(n)
+	k := n - 1 - j
+	newest := time.Date(2026, 10, 31, 23, 0, 0, 0, time.UTC)
+	*scratch = importedOrder{
+		id:                string(appendPadded(append(idBuf[:0], "ord_seed_"...), k, width)),
+		createdAt:         newest.Add(-time.Duration(j-j/4) * 7 * time.Minute),
+		status:            k % len(orderStatuses),
+		merchantReference: string(appendPadded(append(refBuf[:0], "SEED-"...), k, width)),
+		platform:          platforms[k%len(platforms)],
+	}
+}
+
+func seedWidth(n int) int { return max(7, len(strconv.Itoa(n-1))) }
+
+// seedNumber reads k from an id ord_seed_<k> as n seeded orders write it.
+func seedNumber(id string, n int) (int, bool) {
+	digits, ok := strings.CutPrefix(id, "ord_seed_")
+	if !ok || len(digits) != seedWidth(n) {
+		return 0, false
+	}
+	return parseWhole(digits, n)
+}
+
+// appendPadded appends n in decimal, zero-padded to width digits.
+func appendPadded(b []byte, n, width int) []byte {
+	var d [20]byte
+	s := strconv.AppendInt(d[:0], int64(n), 10)
+	for range width - len(s) {
+		b = append(b, '0')
+	}
+	return append(b, s...)
+}
+
+// build stores the dataset's orders and the seeded ones in list order. Seeded orders are
+// made newest first and merged with the dataset's, so that a million are written straight
+// into the block, with no allocation each.
+func (ix *orderIndex) build() error {
+	slices.SortFunc(ix.pending, func(a, b *importedOrder) int {
 		if newer(a, b) {
 			return -1
 		}
 		return 1 // ids are unique in a tenant: no two orders are equal
 	})
-	ix.all = join(all, func(b []byte, o *importedOrder) []byte { return o.appendResource(b) })
-	lengths := map[int][]string{} // one Content-Length value for each length, not one an order
-	for i, o := range all {
-		b := ix.all.data(i, i+1)
-		if lengths[len(b)] == nil {
-			lengths[len(b)] = []string{strconv.Itoa(len(b))}
+	n := len(ix.pending) + ix.seeds
+	ix.records = make([]storedOrder, 0, n)
+	ix.bytes = make([]byte, 0, n*180)
+	ix.ids = make([]byte, 0, n*16)
+	ix.byStatus = make([][]int32, len(orderStatuses))
+	ix.lengths = map[int][]string{}
+	var seed importedOrder
+	var idBuf, refBuf [32]byte
+	j := 0 // the next seeded order, newest first
+	if ix.seeds > 0 {
+		seededOrder(&seed, idBuf[:], refBuf[:], 0, ix.seeds)
+	}
+	for p := 0; p < len(ix.pending) || j < ix.seeds; {
+		if j == ix.seeds || p < len(ix.pending) && newer(ix.pending[p], &seed) {
+			if err := ix.store(ix.pending[p]); err != nil {
+				return err
+			}
+			p++
+			continue
 		}
-		o.resource = body{b[:len(b):len(b)], lengths[len(b)]}
+		if err := ix.store(&seed); err != nil {
+			return err
+		}
+		if j++; j < ix.seeds {
+			seededOrder(&seed, idBuf[:], refBuf[:], j, ix.seeds)
+		}
 	}
-	perStatus := make([][]*importedOrder, len(orderStatuses))
-	for _, o := range all {
-		perStatus[o.status] = append(perStatus[o.status], o)
-	}
-	ix.byStatus = make([]orderList, len(orderStatuses))
-	for s, orders := range perStatus {
-		ix.byStatus[s] = join(orders, func(b []byte, o *importedOrder) []byte { return append(b, o.resource.bytes...) })
-	}
+	ix.pending, ix.byID = nil, nil
+	ix.table = newIDTable(ix)
+	return nil
 }
 
-// join makes the list of orders: each order's bytes as put by appendOrder, and a comma.
-func join(orders []*importedOrder, appendOrder func([]byte, *importedOrder) []byte) orderList {
-	l := orderList{orders: orders, starts: make([]int, 0, len(orders)+1)}
-	for _, o := range orders {
-		l.starts = append(l.starts, len(l.joined))
-		l.joined = append(appendOrder(l.joined, o), ',')
+// store appends one order, the next in list order.
+func (ix *orderIndex) store(o *importedOrder) error {
+	start := len(ix.bytes)
+	ix.bytes = append(o.appendResource(ix.bytes), ',')
+	if len(ix.bytes) > math.MaxUint32 || len(ix.records) >= math.MaxInt32 {
+		return errors.New("the orders of one account and environment exceed 4 GiB of JSON")
 	}
-	l.starts = append(l.starts, len(l.joined))
-	l.joined = slices.Clip(l.joined)
-	return l
+	i := int32(len(ix.records))
+	ix.records = append(ix.records, storedOrder{sec: o.createdAt.Unix(), nsec: int32(o.createdAt.Nanosecond()), off: uint32(start),
+		idOff: uint32(len(ix.ids)), idLen: uint8(len(o.id)), status: uint8(o.status)})
+	ix.ids = append(ix.ids, o.id...)
+	ix.byStatus[o.status] = append(ix.byStatus[o.status], i)
+	if size := len(ix.bytes) - 1 - start; ix.lengths[size] == nil {
+		ix.lengths[size] = []string{strconv.Itoa(size)}
+	}
+	return nil
+}
+
+// count is how many orders the tenant has.
+func (ix *orderIndex) count() int { return len(ix.records) }
+
+// resource is the JSON of order i.
+func (ix *orderIndex) resource(i int) []byte {
+	return ix.bytes[ix.records[i].off:ix.end(i)]
+}
+
+// end is where order i's JSON ends in bytes.
+func (ix *orderIndex) end(i int) int {
+	if i+1 < len(ix.records) {
+		return int(ix.records[i+1].off) - 1
+	}
+	return len(ix.bytes) - 1
+}
+
+// id is order i's id.
+func (ix *orderIndex) id(i int) []byte {
+	r := &ix.records[i]
+	return ix.ids[r.idOff : r.idOff+uint32(r.idLen)]
+}
+
+// createdAt is order i's created_at.
+func (ix *orderIndex) createdAt(i int) time.Time {
+	return time.Unix(ix.records[i].sec, int64(ix.records[i].nsec)).UTC()
+}
+
+// after reports whether order i was created after at.
+func (ix *orderIndex) after(i int, at time.Time) bool {
+	r := &ix.records[i]
+	return r.sec > at.Unix() || r.sec == at.Unix() && r.nsec > int32(at.Nanosecond())
+}
+
+// idTable finds an order by its id: open addressing over slots holding index+1 (0 is
+// empty), so that a million ids cost four bytes each and nothing for the collector.
+type idTable struct {
+	seed  maphash.Seed
+	slots []int32
+}
+
+func newIDTable(ix *orderIndex) idTable {
+	size := 16
+	for size < 2*len(ix.records) {
+		size *= 2
+	}
+	t := idTable{seed: maphash.MakeSeed(), slots: make([]int32, size)}
+	for i := range ix.records {
+		h := int(maphash.Bytes(t.seed, ix.id(i)) & uint64(size-1))
+		for t.slots[h] != 0 {
+			h = (h + 1) & (size - 1)
+		}
+		t.slots[h] = int32(i + 1)
+	}
+	return t
+}
+
+// find is the index of the order with this id, or -1.
+func (t *idTable) find(ix *orderIndex, id string) int {
+	if len(t.slots) == 0 {
+		return -1
+	}
+	mask := len(t.slots) - 1
+	for h := int(maphash.String(t.seed, id) & uint64(mask)); t.slots[h] != 0; h = (h + 1) & mask {
+		if i := int(t.slots[h] - 1); string(ix.id(i)) == id {
+			return i
+		}
+	}
+	return -1
 }
 
 // orderQuery is a parsed GET /v1/orders query.
@@ -378,52 +482,88 @@ func (q *orderQuery) filterTag() tag {
 	return tagOf("orders", string(b))
 }
 
-// page finds one page as the tenant's clock shows the orders at at (those created at or
-// before it): the list it is taken from, and its orders list.orders[i:j], found by a binary
-// search to its start and end. It reports whether more follow.
-func (ix *orderIndex) page(q *orderQuery, after *cursorPosition, at time.Time) (list *orderList, i, j int, more bool) {
-	list = &ix.all
-	if q.status >= 0 {
-		list = &ix.byStatus[q.status]
+// orderPage is one page of a list: the orders at positions i to j of the list of all
+// orders, or of one status's list.
+type orderPage struct {
+	status int // -1: the list of all orders
+	i, j   int
+	more   bool
+}
+
+// index is the record index of the order at position k of the page's list.
+func (ix *orderIndex) index(status, k int) int {
+	if status < 0 {
+		return k
 	}
-	orders := list.orders
+	return int(ix.byStatus[status][k])
+}
+
+// page finds one page as the tenant's clock shows the orders at at (those created at or
+// before it), by a binary search to its start and end in the list it is taken from. It
+// reports whether more follow.
+func (ix *orderIndex) page(q *orderQuery, after *cursorPosition, at time.Time) orderPage {
+	n := len(ix.records)
+	if q.status >= 0 {
+		n = len(ix.byStatus[q.status])
+	}
+	order := func(k int) int { return ix.index(q.status, k) }
 	to := at // the clock bounds every list as created_to would
 	if q.hasTo && q.to.Before(at) {
 		to = q.to
 	}
-	start := sort.Search(len(orders), func(i int) bool { return !orders[i].createdAt.After(to) })
-	end := len(orders)
+	start := sort.Search(n, func(k int) bool { return !ix.after(order(k), to) })
+	end := n
 	if after != nil {
-		start = max(start, sort.Search(len(orders), func(i int) bool {
-			c := orders[i].createdAt.Compare(after.createdAt)
-			return c < 0 || (c == 0 && orders[i].id < after.id)
+		start = max(start, sort.Search(n, func(k int) bool {
+			i := order(k)
+			c := ix.createdAt(i).Compare(after.createdAt)
+			return c < 0 || (c == 0 && string(ix.id(i)) < after.id)
 		}))
 	}
 	if q.hasFrom {
-		end = sort.Search(len(orders), func(i int) bool { return orders[i].createdAt.Before(q.from) })
+		end = sort.Search(n, func(k int) bool { return ix.createdAt(order(k)).Before(q.from) })
 	}
 	if start >= end {
-		return list, 0, 0, false
+		return orderPage{status: q.status}
 	}
-	n := min(q.limit, end-start)
-	return list, start, start + n, end-start > n
+	count := min(q.limit, end-start)
+	return orderPage{q.status, start, start + count, end-start > count}
 }
 
-// visible are the orders the clock shows at at, newest first.
-func (ix *orderIndex) visible(at time.Time) []*importedOrder {
-	orders := ix.all.orders
-	return orders[sort.Search(len(orders), func(i int) bool { return !orders[i].createdAt.After(at) }):]
+// appendData appends the page's orders' JSON, comma-separated: one slice of the block for
+// the list of all orders, one copy per order for a status's list.
+func (ix *orderIndex) appendData(b []byte, pg orderPage) []byte {
+	if pg.i == pg.j {
+		return b
+	}
+	if pg.status < 0 {
+		return append(b, ix.bytes[ix.records[pg.i].off:ix.end(pg.j-1)]...)
+	}
+	for k := pg.i; k < pg.j; k++ {
+		if k > pg.i {
+			b = append(b, ',')
+		}
+		b = append(b, ix.resource(ix.index(pg.status, k))...)
+	}
+	return b
+}
+
+// visible is the position of the newest order the clock shows at at: those before it are
+// not created yet.
+func (ix *orderIndex) visible(at time.Time) int {
+	return sort.Search(len(ix.records), func(i int) bool { return !ix.after(i, at) })
 }
 
 var errOrderNotFound = &apiError{code: codeNotFound, detail: "No imported order with this ID exists in this account and environment."}
 
 // serveGet answers GET /v1/orders/{id}: an order created after at does not exist yet.
 func (ix *orderIndex) serveGet(w http.ResponseWriter, r *http.Request, at time.Time) error {
-	o := ix.byID[r.PathValue("id")]
-	if o == nil || o.createdAt.After(at) {
+	i := ix.table.find(ix, r.PathValue("id"))
+	if i < 0 || ix.after(i, at) {
 		return errOrderNotFound
 	}
-	writeBody(w, http.StatusOK, jsonContentType, o.resource.length, o.resource.bytes)
+	b := ix.resource(i)
+	writeBody(w, http.StatusOK, jsonContentType, ix.lengths[len(b)], b)
 	return nil
 }
 
@@ -453,17 +593,17 @@ func (ls *orderLister) serveList(w http.ResponseWriter, r *http.Request, ix *ord
 		}
 		after = &pos
 	}
-	list, i, j, more := ix.page(&q, after, at)
+	pg := ix.page(&q, after, at)
 	buf := ls.pages.Get().(*[]byte)
 	defer ls.pages.Put(buf)
 	b := append((*buf)[:0], `{"data":[`...)
-	b = append(b, list.data(i, j)...)
+	b = ix.appendData(b, pg)
 	b = append(b, `],"pagination":{"limit":`...)
 	b = strconv.AppendInt(b, int64(q.limit), 10)
-	if more {
-		last := list.orders[j-1]
+	if pg.more {
+		last := ix.index(pg.status, pg.j-1)
 		b = append(b, `,"next_cursor":"`...)
-		b = ls.cursors.appendSigned(b, ix.tag, filters, cursorPosition{last.createdAt, last.id})
+		b = ls.cursors.appendSigned(b, ix.tag, filters, ix.createdAt(last), ix.id(last))
 		b = append(b, `","has_more":true}}`...)
 	} else {
 		b = append(b, `,"next_cursor":null,"has_more":false}}`...)
