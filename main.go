@@ -222,12 +222,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ln.Close()
 		return err
 	}
+	exposed := exposure(ln.Addr(), cfg.addrName, cfg.addr)
 	if cfg.clock != nil {
 		for _, t := range sb.tenants {
 			t.clock.freeze(cfg.clock)
 		}
+		exposed += "Every sandbox clock is frozen at " + formatTimestamp(*cfg.clock) + " (-clock); POST /v1/test_helpers/clock moves one.\n"
 	}
-	printBanner(stdout, base, sb.keyLines, exposure(ln.Addr(), cfg.addrName, cfg.addr))
+	printBanner(stdout, base, sb.keyLines, exposed)
 	logger.Info("serving", "base_url", base, "orders", sb.orderCount, "shipments", sb.shipmentCount)
 	err = serve(ctx, newHTTPServer(cfg, srv.handler(), logger), ln, func() {
 		stopBy = time.Now().Add(cfg.shutdownTimeout)
@@ -383,12 +385,12 @@ func exposure(addr net.Addr, name, value string) string {
 }
 
 // printBanner writes the start-up banner in one write, so that a reader of stdout sees it
-// whole or not at all.
-func printBanner(w io.Writer, base string, keys []keyLine, exposed string) {
+// whole or not at all; notes are lines of its own (where it listens, a frozen clock).
+func printBanner(w io.Writer, base string, keys []keyLine, notes string) {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "Shipping API sandbox (v1, developer preview): local sandbox, no carrier or marketplace is called.\n")
 	fmt.Fprintf(&b, "Base URL: %s (open it in a browser for the keys and fixtures)\n", base)
-	b.WriteString(exposed)
+	b.WriteString(notes)
 	fmt.Fprintf(&b, "API keys (send as Authorization: Bearer <key>):\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	for _, k := range keys {
@@ -714,7 +716,7 @@ func (s *server) routes() []route {
 		{"GET /v1/test_helpers/clock", s.testHelper(s.getClock)},
 		{"POST /v1/test_helpers/clock", s.testHelper(s.setClock)},
 		{"GET /v1/openapi.json", capDeclared(s.openAPI.serve)},
-		{"GET /healthz", s.helper(s.health)},
+		{"GET /healthz", s.public(s.health)},
 		{"GET /{$}", capDeclared(readBody(s.landingPage))},
 	}
 }
@@ -769,7 +771,7 @@ func (s *server) handler(extra ...route) http.Handler {
 	var paths []string
 	for _, rt := range append(s.routes(), extra...) {
 		method, path, _ := strings.Cut(rt.pattern, " ")
-		mux.Handle(rt.pattern, s.observe(path, rt.handler))
+		mux.Handle(rt.pattern, s.serveRoute(path, rt.handler))
 		if allow[path] == nil {
 			paths = append(paths, path)
 		}
@@ -779,10 +781,10 @@ func (s *server) handler(extra ...route) http.Handler {
 		}
 	}
 	for _, path := range paths {
-		mux.Handle(path, s.observe(path, s.cors.preflight(allow[path], methodNotAllowed(allow[path]))))
+		mux.Handle(path, s.serveRoute(path, s.cors.preflight(allow[path], methodNotAllowed(allow[path]))))
 	}
-	mux.Handle("/", s.observe("/", routeNotFound))
-	return cleanPaths(s.observe("", routeNotFound), mux)
+	mux.Handle("/", s.serveRoute("/", routeNotFound))
+	return cleanPaths(s.serveRoute("", routeNotFound), mux)
 }
 
 // operation wraps a v1 operation in its checks, in the contract's order: (route and method
@@ -815,8 +817,8 @@ func (s *server) answer(h tenantHandler) callHandler {
 	}
 }
 
-// helper wraps an unauthenticated helper (health, OpenAPI document) that writes prepared bytes.
-func (s *server) helper(b body) callHandler {
+// public serves prepared bytes to anyone, without a key (GET /healthz).
+func (s *server) public(b body) callHandler {
 	return capDeclared(readBody(func(w http.ResponseWriter, r *http.Request, c *call) {
 		writeBody(w, http.StatusOK, jsonContentType, b.length, b.bytes)
 	}))
@@ -980,10 +982,10 @@ func (sw *statusWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection's own writer.
 func (sw *statusWriter) Unwrap() http.ResponseWriter { return sw.ResponseWriter }
 
-// observe adapts a route's handler to net/http: it gives the request its call and every
+// serveRoute adapts a route's handler to net/http: it gives the request its call and every
 // answer its request id and common headers, turns a panic into a 500 that shows no
 // internals, and logs one line per request with route, the pattern's path.
-func (s *server) observe(route string, next callHandler) http.Handler {
+func (s *server) serveRoute(route string, next callHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w, c: call{id: newRequestID()}}
 		sw.idHeader[0] = sw.c.id

@@ -2383,12 +2383,14 @@ func TestReadmeExamples(t *testing.T) {
 	waitFor(t, "the banner", func() bool { return strings.Contains(stdout.String(), "Base URL: ") })
 	host := regexp.MustCompile(`Base URL: http://(\S+)/v1`).FindStringSubmatch(stdout.String())[1]
 	defer cmd.Process.Signal(syscall.SIGTERM)
-	free, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	spare := func() string { // a free port for a sandbox a block starts itself
+		free, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer free.Close()
+		return free.Addr().String()
 	}
-	spare := free.Addr().String()
-	free.Close()
 	blocks := regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
 	ran := 0
 	for i, b := range blocks {
@@ -2398,8 +2400,11 @@ func TestReadmeExamples(t *testing.T) {
 		}
 		ran++
 		script := "set -euo pipefail\nH='Authorization: Bearer sk_test_sandbox_all'\nB=http://127.0.0.1:8080/v1\n" + block
-		script = strings.NewReplacer("127.0.0.1:8080", host, "127.0.0.1:8181", spare, "go run .", bin).Replace(script)
-		sh := exec.Command("bash", "-c", script)
+		script = strings.NewReplacer("127.0.0.1:8080", host, "127.0.0.1:8181", spare(), "127.0.0.1:8282", spare(),
+			"go run .", bin, "go build -o sandbox . && ", "", "./sandbox ", bin+" ").Replace(script)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		sh := exec.CommandContext(ctx, "bash", "-c", script)
 		sh.Dir = t.TempDir()
 		var stderr bytes.Buffer
 		sh.Stderr = &stderr
@@ -3191,7 +3196,10 @@ func TestClockUnderConcurrency(t *testing.T) {
 // TestRunWithClock: -clock (or SANDBOX_CLOCK) is the start instant: every clock starts
 // frozen there and the moving shipment's events are placed after it.
 func TestRunWithClock(t *testing.T) {
-	base, _, _, stop := startRun(t, "-clock", "2026-03-29T01:00:00Z")
+	base, stdout, _, stop := startRun(t, "-clock", "2026-03-29T01:00:00Z")
+	if !strings.Contains(stdout.String(), "Every sandbox clock is frozen at 2026-03-29T01:00:00Z (-clock)") {
+		t.Errorf("the banner does not say the clocks are frozen:\n%s", stdout)
+	}
 	status, body := httpGet(t, base+"/test_helpers/clock", "Bearer sk_test_sandbox_none")
 	if want := `{"frozen_time":"2026-03-29T01:00:00Z","now":"2026-03-29T01:00:00Z","started_at":"2026-03-29T01:00:00Z"}`; status != 200 || body != want {
 		t.Errorf("GET clock = %d %s, want %s", status, body, want)
