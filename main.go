@@ -715,7 +715,7 @@ func (s *server) routes() []route {
 		{"GET /v1/orders/{id}", s.operation(scopeOrdersRead, noParams(getOrder))},
 		{"GET /v1/test_helpers/clock", s.testHelper(s.getClock)},
 		{"POST /v1/test_helpers/clock", s.testHelper(s.setClock)},
-		{"GET /v1/openapi.json", capDeclared(s.openAPI.serve)},
+		{"GET /v1/openapi.json", capDeclared(readBody(s.openAPI.serve))},
 		{"GET /healthz", s.public(s.health)},
 		{"GET /{$}", capDeclared(readBody(s.landingPage))},
 	}

@@ -1358,6 +1358,12 @@ func TestBodyLimit(t *testing.T) {
 		}
 		return r
 	}
+	// The routes without a key cap streamed bodies too.
+	for _, target := range []string{"/healthz", "/v1/openapi.json", "/"} {
+		r := httptest.NewRequest(http.MethodGet, "http://127.0.0.1:8080"+target, chunkedBody{io.LimitReader(neverEnding('z'), maxBodyBytes+1)})
+		r.ContentLength = -1
+		wantProblem(t, e.do(t, r), 413, "body_too_large", "")
+	}
 	for _, declared := range []bool{true, false} {
 		if rep := e.do(t, body(maxBodyBytes, declared, "sk_test_sandbox_all")); rep.status != 200 {
 			t.Errorf("a body of exactly 262144 bytes (declared %v) = %s, want 200", declared, rep)
@@ -3691,6 +3697,11 @@ func checkOrderIndex(t testing.TB, ix *orderIndex) {
 		}
 		if o["id"] != string(ix.id(i)) || o["status"] != orderStatuses[ix.records[i].status] || o["created_at"] != formatTimestamp(ix.createdAt(i)) {
 			t.Fatalf("order %d's record does not match its JSON %s", i, ix.resource(i))
+		}
+		var fields orderJSON
+		json.Unmarshal(ix.resource(i), &fields)
+		if want, _ := marshalJSON(fields); !bytes.Equal(ix.resource(i), want) {
+			t.Fatalf("order %d is written %s, encoding/json writes %s", i, ix.resource(i), want)
 		}
 		if i > 0 && !ix.createdAt(i).Before(ix.createdAt(i-1)) && !(ix.createdAt(i).Equal(ix.createdAt(i-1)) && string(ix.id(i)) < string(ix.id(i-1))) {
 			t.Fatalf("order %s comes after %s", ix.id(i), ix.id(i-1))
