@@ -139,8 +139,8 @@ type keyring map[[sha256.Size]byte]*apiKey
 
 // keyLine is what the start-up banner says of a key: the one place its text is kept.
 type keyLine struct {
-	key, tenant, scopes, state string
-	tenantID                   tenantID
+	key, scopes, state string
+	tenant             tenantID
 }
 
 // keyRecord is a key as the dataset holds it.
@@ -180,7 +180,7 @@ func (kr keyring) addKey(path string, rec keyRecord, t *tenant, firstUse map[[sh
 			}
 		}
 	}
-	line := keyLine{key: rec.Key, tenant: t.id.String(), scopes: k.scopes.String(), state: "active", tenantID: t.id}
+	line := keyLine{key: rec.Key, tenant: t.id, scopes: k.scopes.String(), state: "active"}
 	if rec.ExpiresAt != nil {
 		at, err := timestampField(path+".expires_at", *rec.ExpiresAt)
 		if err != nil {

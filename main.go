@@ -154,8 +154,13 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	return cfg, err
 }
 
-// validOrigin is one web origin: scheme://host[:port], nothing after it.
-var validOrigin = regexp.MustCompile(`^https?://(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?$`)
+// hostPort is a host (a name, an IPv4 address or a bracketed IPv6 one) and an optional port.
+const hostPort = `(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?`
+
+var (
+	validOrigin = regexp.MustCompile(`^https?://` + hostPort + `$`) // one web origin, nothing after it
+	validHost   = regexp.MustCompile(`^` + hostPort + `$`)          // how a client may name the sandbox
+)
 
 // wholeNumber is a flag's parser of a whole number from 0 to max.
 func wholeNumber(dst *int, max int) func(string) error {
@@ -394,7 +399,7 @@ func printBanner(w io.Writer, base string, keys []keyLine, notes string) {
 	fmt.Fprintf(&b, "API keys (send as Authorization: Bearer <key>):\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	for _, k := range keys {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", k.key, k.tenant, k.scopes, k.state)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", k.key, k.tenant.String(), k.scopes, k.state)
 	}
 	tw.Flush()
 	if len(keys) > 0 {
@@ -687,9 +692,6 @@ func markServers(node map[string]any) {
 		entry["url"] = originMark + u.Path
 	}
 }
-
-// validHost is a host[:port] as a client may name the sandbox.
-var validHost = regexp.MustCompile(`^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?$`)
 
 func (d *openAPIDoc) serve(w http.ResponseWriter, r *http.Request, c *call) {
 	origin := d.fallback
@@ -993,8 +995,8 @@ func (s *server) serveRoute(route string, next callHandler) http.Handler {
 		h["Request-Id"] = sw.idHeader[:]
 		h["Cache-Control"] = noStore
 		h["X-Content-Type-Options"] = noSniff
-		if p := r.URL.Path; p == "/healthz" || p == "/v1" || strings.HasPrefix(p, "/v1/") {
-			s.cors.allow(h) // not on the landing page, nor on paths outside the API
+		if s.cors != nil && s.cors.applies(r.URL.Path) {
+			s.cors.allow(h)
 		}
 		defer s.finish(sw, r.Method, route, time.Now())
 		next(sw, r, &sw.c)
@@ -1271,11 +1273,14 @@ var (
 	maxAge        = []string{"600"}
 )
 
+// applies reports whether an answer at path carries the CORS headers: under /v1 and
+// /healthz, not on the landing page nor on paths outside the API.
+func (c *cors) applies(path string) bool {
+	return path == "/healthz" || path == "/v1" || strings.HasPrefix(path, "/v1/")
+}
+
 // allow sets the headers every answer of a browser's origin carries.
 func (c *cors) allow(h http.Header) {
-	if c == nil {
-		return
-	}
 	h["Access-Control-Allow-Origin"] = c.origin
 	h["Vary"] = varyOrigin
 	h["Access-Control-Expose-Headers"] = exposeHeaders
@@ -1323,7 +1328,7 @@ func newLanding(sb *sandbox, baseURL string, showKeys bool) *landing {
 	// The first key's tenant first, then the rest by name.
 	first := tenantID{}
 	if len(sb.keyLines) > 0 {
-		first = sb.keyLines[0].tenantID
+		first = sb.keyLines[0].tenant
 	}
 	for id := range sb.tenants {
 		l.tenantIDs = append(l.tenantIDs, id)
@@ -1373,7 +1378,7 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 	l := s.landing
 	d := landingData{BaseURL: l.baseURL, HealthURL: strings.TrimSuffix(l.baseURL, "/v1") + "/healthz", ShowKeys: l.showKeys}
 	for _, k := range l.sandbox.keyLines {
-		d.Keys = append(d.Keys, landingKey{k.key, k.tenant, k.scopes, k.state})
+		d.Keys = append(d.Keys, landingKey{k.key, k.tenant.String(), k.scopes, k.state})
 	}
 	if l.showKeys && len(d.Keys) > 0 {
 		d.Curl = "curl -H 'Authorization: Bearer " + d.Keys[0].Key + "' " + l.baseURL + "/orders"
