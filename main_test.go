@@ -1779,35 +1779,56 @@ headers:
 	}
 }
 
-// TestGracefulShutdown: shutdown begins while a request's body is still streaming; new
-// connections are refused, the request is answered in full, and serve returns nil.
-func TestGracefulShutdown(t *testing.T) {
-	e := newEnv(t, envOptions{})
+// shutdownRig serves h with serve and grace on loopback, and sends it request on a
+// connection of its own: the request's body is streaming when the rig returns, once the
+// handler has it. cancel starts the shutdown; serve's error arrives on stopped.
+type shutdownRig struct {
+	addr    string
+	conn    net.Conn
+	cancel  func()
+	stopped chan error
+}
+
+func startShutdownRig(t *testing.T, h http.Handler, grace time.Duration, request string) *shutdownRig {
+	t.Helper()
 	arrived := make(chan struct{})
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	signalled := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		close(arrived)
-		e.h.ServeHTTP(w, r)
+		h.ServeHTTP(w, r)
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan error, 1)
+	rig := &shutdownRig{addr: ln.Addr().String(), cancel: cancel, stopped: make(chan error, 1)}
 	go func() {
-		stopped <- serve(ctx, newHTTPServer(defaultConfig(), h, slog.New(slog.DiscardHandler)), ln, func() {}, 10*time.Second)
+		rig.stopped <- serve(ctx, newHTTPServer(defaultConfig(), signalled, slog.New(slog.DiscardHandler)), ln, func() {}, grace)
 	}()
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
+	if rig.conn, err = net.Dial("tcp", rig.addr); err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(20 * time.Second))
-	io.WriteString(conn, "GET /v1/orders/ord_sbx_0001 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_sandbox_all\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
-	<-arrived // the handler is reading the body
-	cancel()
+	t.Cleanup(func() { rig.conn.Close() })
+	rig.conn.SetDeadline(time.Now().Add(20 * time.Second))
+	io.WriteString(rig.conn, request)
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request never reached the handler")
+	}
+	return rig
+}
+
+// TestGracefulShutdown: shutdown begins while a request's body is still streaming; new
+// connections are refused, the request is answered in full, and serve returns nil.
+func TestGracefulShutdown(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	rig := startShutdownRig(t, e.h, 10*time.Second,
+		"GET /v1/orders/ord_sbx_0001 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_sandbox_all\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+	conn, stopped := rig.conn, rig.stopped
+	rig.cancel()
 	waitFor(t, "new connections to be refused", func() bool {
-		c, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second)
+		c, err := net.DialTimeout("tcp", rig.addr, time.Second)
 		if err == nil {
 			c.Close()
 		}
@@ -1968,35 +1989,13 @@ func TestLogBufferCloseIsBounded(t *testing.T) {
 // TestShutdownGraceRunsOut: a request still in flight when the grace period ends is cut
 // off, and serve says so rather than report a clean drain.
 func TestShutdownGraceRunsOut(t *testing.T) {
-	entered := make(chan struct{})
-	reading := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
-		io.Copy(io.Discard, r.Body)
-	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- serve(ctx, newHTTPServer(defaultConfig(), reading, slog.New(slog.DiscardHandler)), ln, func() {}, 100*time.Millisecond)
-	}()
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	reading := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) })
 	// A body that never ends keeps the request in flight.
-	io.WriteString(conn, "GET /v1/orders HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n")
+	rig := startShutdownRig(t, reading, 100*time.Millisecond, "GET /v1/orders HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n")
+	conn := rig.conn
+	rig.cancel()
 	select {
-	case <-entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the request never reached the handler")
-	}
-	cancel()
-	select {
-	case err := <-done:
+	case err := <-rig.stopped:
 		if err == nil || !strings.Contains(err.Error(), "cut off") {
 			t.Errorf("serve = %v, want an error saying requests were cut off", err)
 		}
