@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -37,11 +38,19 @@ type sandboxClock struct {
 	frozen atomic.Pointer[time.Time] // nil: it follows the wall clock
 }
 
-func (c *sandboxClock) now(wall func() time.Time) time.Time {
+// clockReading is one reading of a tenant's clock: the instant it showed, and whether it
+// was frozen there. A request reads its tenant's clock once, when its key is found, and
+// that reading judges everything it answers: two readings could disagree.
+type clockReading struct {
+	now    time.Time
+	frozen bool
+}
+
+func (c *sandboxClock) read(wall func() time.Time) clockReading {
 	if f := c.frozen.Load(); f != nil {
-		return *f
+		return clockReading{*f, true}
 	}
-	return wall()
+	return clockReading{wall(), false}
 }
 
 // freeze stops the clock at at; a nil at makes it follow the wall clock again.
@@ -219,16 +228,31 @@ func isBearerToken(s string) bool {
 }
 
 // call is one request to the service as its wrappers see it, handed from one to the next:
-// its id (in the answer and the log), the key that made it once requireKey has found one,
-// and the status it was answered with.
+// its id (in the answer and the log), the key that made it and its tenant's clock once
+// requireKey has found one, the instant its resources are judged at, and the status it
+// was answered with.
 type call struct {
 	id     string
 	key    *apiKey
+	clock  clockReading // the tenant's clock, read once when the key was found
+	at     time.Time    // what the answer shows is judged at this instant: clock.now, or Prefer's clock
 	status int
 }
 
 // callHandler is a handler that is handed the request's call.
 type callHandler func(w http.ResponseWriter, r *http.Request, c *call)
+
+// wrapper is one check a request passes on its way to its handler: it answers, or hands
+// the request on to next.
+type wrapper func(next callHandler) callHandler
+
+// chain wraps h in ws, the first outermost: a request passes them in the order listed.
+func chain(h callHandler, ws ...wrapper) callHandler {
+	for i := len(ws) - 1; i >= 0; i-- {
+		h = ws[i](h)
+	}
+	return h
+}
 
 var (
 	errMissingKey = &apiError{code: codeMissingAPIKey, detail: "Send an API key as Authorization: Bearer <API_KEY>."}
@@ -262,9 +286,9 @@ func bearerToken(h http.Header) (string, error) {
 	return token, nil
 }
 
-// authenticate finds the active key a request carries; a key is expired at and after its
-// expires_at as now tells it for the key's tenant.
-func (kr keyring) authenticate(h http.Header, now func(*tenant) time.Time) (*apiKey, error) {
+// authenticate finds the key a request carries, unless it is unknown or revoked; its
+// expiry is judged by the caller, at the instant the caller reads.
+func (kr keyring) authenticate(h http.Header) (*apiKey, error) {
 	token, err := bearerToken(h)
 	if err != nil {
 		return nil, err
@@ -275,10 +299,13 @@ func (kr keyring) authenticate(h http.Header, now func(*tenant) time.Time) (*api
 		return nil, errUnknownKey
 	case k.revoked:
 		return nil, errRevokedKey
-	case !k.expiresAt.IsZero() && !now(k.tenant).Before(k.expiresAt):
-		return nil, errExpiredKey
 	}
 	return k, nil
+}
+
+// expiredAt reports whether the key has expired at at: at and after its expires_at.
+func (k *apiKey) expiredAt(at time.Time) bool {
+	return !k.expiresAt.IsZero() && !at.Before(k.expiresAt)
 }
 
 // wwwAuthenticate is the header's key as Header holds it: Header.Set would canonicalize
@@ -288,18 +315,32 @@ var (
 	bearerRealm     = []string{`Bearer realm="sandbox"`}
 )
 
-// requireKey answers 401 unless the request carries an active key, which it hands on. now
-// is the time a key's expiry is judged at, for its tenant.
-func requireKey(keys keyring, now func(*tenant) time.Time, next callHandler) callHandler {
-	return func(w http.ResponseWriter, r *http.Request, c *call) {
-		k, err := keys.authenticate(r.Header, now)
-		if err != nil {
-			w.Header()[wwwAuthenticate] = bearerRealm
-			writeProblem(w, c.id, err)
-			return
+// requireKey answers 401 unless the request carries an active key, which it hands on with
+// its tenant's clock, read once. A key's expiry is judged by that reading, or, for the clock
+// operations (expiryByWall), by the wall clock, so that a tenant can always move its clock back.
+func requireKey(keys keyring, wall func() time.Time, expiryByWall bool) wrapper {
+	return func(next callHandler) callHandler {
+		return func(w http.ResponseWriter, r *http.Request, c *call) {
+			k, err := keys.authenticate(r.Header)
+			if err == nil {
+				c.clock = k.tenant.clock.read(wall)
+				c.at = c.clock.now
+				judged := c.clock.now
+				if expiryByWall {
+					judged = wall()
+				}
+				if k.expiredAt(judged) {
+					err = errExpiredKey
+				}
+			}
+			if err != nil {
+				w.Header()[wwwAuthenticate] = bearerRealm
+				writeProblem(w, c.id, err)
+				return
+			}
+			c.key = k
+			next(w, r, c)
 		}
-		c.key = k
-		next(w, r, c)
 	}
 }
 
@@ -315,16 +356,18 @@ func refuseLive(next callHandler) callHandler {
 }
 
 // requireScope answers 403 unless the key holds the operation's scope.
-func requireScope(need scope, next callHandler) callHandler {
+func requireScope(need scope) wrapper {
 	challenge := []string{`Bearer error="insufficient_scope", scope="` + need.String() + `"`}
 	err := &apiError{code: codeInsufficientScope, detail: "The API key lacks the " + need.String() + " scope this operation requires."}
-	return func(w http.ResponseWriter, r *http.Request, c *call) {
-		if c.key.scopes&need == 0 {
-			w.Header()[wwwAuthenticate] = challenge
-			writeProblem(w, c.id, err)
-			return
+	return func(next callHandler) callHandler {
+		return func(w http.ResponseWriter, r *http.Request, c *call) {
+			if c.key.scopes&need == 0 {
+				w.Header()[wwwAuthenticate] = challenge
+				writeProblem(w, c.id, err)
+				return
+			}
+			next(w, r, c)
 		}
-		next(w, r, c)
 	}
 }
 
@@ -377,21 +420,23 @@ func (l *rateLimit) take(b *bucket, now time.Time) (remaining int, ok bool, wait
 // limitRate answers 429 when the key's bucket is empty, and states the limit on every
 // answer to a keyed call from here on (IETF draft RateLimit header fields). A full bucket
 // is one second's worth, so the time until it is full again (t) is always 1 second.
-func limitRate(l *rateLimit, now func() time.Time, next callHandler) callHandler {
-	if l == nil {
-		return next
-	}
-	return func(w http.ResponseWriter, r *http.Request, c *call) {
-		remaining, ok, wait := l.take(&c.key.bucket, now())
-		h := w.Header()
-		h.Set("RateLimit-Policy", l.policy)
-		h.Set("RateLimit", `"default";r=`+strconv.Itoa(remaining)+`;t=1`)
-		if !ok {
-			h.Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
-			writeProblem(w, c.id, errRateLimit)
-			return
+func limitRate(l *rateLimit, now func() time.Time) wrapper {
+	return func(next callHandler) callHandler {
+		if l == nil {
+			return next
 		}
-		next(w, r, c)
+		return func(w http.ResponseWriter, r *http.Request, c *call) {
+			remaining, ok, wait := l.take(&c.key.bucket, now())
+			h := w.Header()
+			h.Set("RateLimit-Policy", l.policy)
+			h.Set("RateLimit", `"default";r=`+strconv.Itoa(remaining)+`;t=1`)
+			if !ok {
+				h.Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
+				writeProblem(w, c.id, errRateLimit)
+				return
+			}
+			next(w, r, c)
+		}
 	}
 }
 
@@ -404,12 +449,44 @@ type clockAnswer struct {
 	StartedAt  string  `json:"started_at"`
 }
 
-// writeClock answers with t's clock as it is.
-func writeClock(w http.ResponseWriter, t *tenant, wall func() time.Time, started time.Time) error {
-	a := clockAnswer{Now: formatTimestamp(t.clock.now(wall)), StartedAt: formatTimestamp(started)}
-	if f := t.clock.frozen.Load(); f != nil {
-		frozen := formatTimestamp(*f)
-		a.FrozenTime = &frozen
+// clockHelpers serve the clock operations of every tenant.
+type clockHelpers struct {
+	started time.Time // the start instant
+	wall    func() time.Time
+}
+
+// get answers GET /v1/test_helpers/clock: the tenant's clock as the request read it.
+func (h clockHelpers) get(w http.ResponseWriter, r *http.Request, c *call) error {
+	return h.write(w, c.clock)
+}
+
+// set answers POST /v1/test_helpers/clock: it freezes the tenant's clock at the body's
+// frozen_time, or lets it follow the wall clock again (null), and answers the clock it set.
+// A body that is refused changes nothing.
+func (h clockHelpers) set(w http.ResponseWriter, r *http.Request, c *call) error {
+	b, err := io.ReadAll(r.Body) // in memory: readBody read it
+	if err != nil {
+		return err
+	}
+	frozen, err := parseClockBody(b)
+	if err != nil {
+		return err
+	}
+	c.key.tenant.clock.freeze(frozen)
+	set := clockReading{frozen: frozen != nil}
+	if set.frozen {
+		set.now = *frozen
+	} else {
+		set.now = h.wall()
+	}
+	return h.write(w, set)
+}
+
+// write answers with one reading of a tenant's clock: frozen_time and now always agree.
+func (h clockHelpers) write(w http.ResponseWriter, clock clockReading) error {
+	a := clockAnswer{Now: formatTimestamp(clock.now), StartedAt: formatTimestamp(h.started)}
+	if clock.frozen {
+		a.FrozenTime = &a.Now
 	}
 	b, err := marshalJSON(a)
 	if err != nil {

@@ -604,7 +604,7 @@ type server struct {
 	drained  atomic.Int64
 	cors     *cors // nil: no CORS headers
 	landing  *landing
-	started  time.Time // the start instant
+	clocks   clockHelpers
 	keys     keyring
 	rate     *rateLimit // nil: no rate limit
 	lister   *orderLister
@@ -642,7 +642,7 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 	return &server{
 		cors:     c,
 		landing:  newLanding(sb, o.baseURL, o.loopback),
-		started:  sb.start,
+		clocks:   clockHelpers{started: sb.start, wall: o.now},
 		keys:     sb.keys,
 		rate:     newRateLimit(o.rate, o.now()),
 		lister:   newOrderLister(newCursorSigner(secret)),
@@ -715,53 +715,33 @@ func (s *server) routes() []route {
 		{"GET /v1/tracking/{tracking_number}", s.operation(scopeTrackingRead, noParams(trackingByNumber))},
 		{"GET /v1/orders", s.operation(scopeOrdersRead, s.listOrders)},
 		{"GET /v1/orders/{id}", s.operation(scopeOrdersRead, noParams(getOrder))},
-		{"GET /v1/test_helpers/clock", s.testHelper(s.getClock)},
-		{"POST /v1/test_helpers/clock", s.testHelper(s.setClock)},
-		{"GET /v1/openapi.json", capDeclared(readBody(s.openAPI.serve))},
+		{"GET /v1/test_helpers/clock", s.testHelper(s.clocks.get)},
+		{"POST /v1/test_helpers/clock", s.testHelper(s.clocks.set)},
+		{"GET /v1/openapi.json", chain(s.openAPI.serve, capDeclared, readBody)},
 		{"GET /healthz", s.public(s.health)},
-		{"GET /{$}", capDeclared(readBody(s.landingPage))},
+		{"GET /{$}", chain(s.landingPage, capDeclared, readBody)},
 	}
 }
 
-// tenantHandler is an operation's own work, for the tenant of the key that called it as
-// the tenant's clock shows it at at: it writes the answer, or returns the error to answer with.
-type tenantHandler func(w http.ResponseWriter, r *http.Request, t *tenant, at time.Time) error
+// keyedHandler is the work of a route called with a key, once every check has passed: c
+// holds the key, its tenant and the instant the answer is judged at. It writes the answer,
+// or returns the error to answer with.
+type keyedHandler func(w http.ResponseWriter, r *http.Request, c *call) error
 
-func trackingByID(w http.ResponseWriter, r *http.Request, t *tenant, at time.Time) error {
-	return t.shipments.serveByID(w, r, at)
+func trackingByID(w http.ResponseWriter, r *http.Request, c *call) error {
+	return c.key.tenant.shipments.serveByID(w, r, c.at)
 }
 
-func trackingByNumber(w http.ResponseWriter, r *http.Request, t *tenant, at time.Time) error {
-	return t.shipments.serveByNumber(w, r, at)
+func trackingByNumber(w http.ResponseWriter, r *http.Request, c *call) error {
+	return c.key.tenant.shipments.serveByNumber(w, r, c.at)
 }
 
-func getOrder(w http.ResponseWriter, r *http.Request, t *tenant, at time.Time) error {
-	return t.orders.serveGet(w, r, at)
+func getOrder(w http.ResponseWriter, r *http.Request, c *call) error {
+	return c.key.tenant.orders.serveGet(w, r, c.at)
 }
 
-func (s *server) listOrders(w http.ResponseWriter, r *http.Request, t *tenant, at time.Time) error {
-	return s.lister.serveList(w, r, &t.orders, at)
-}
-
-// getClock answers GET /v1/test_helpers/clock: the tenant's clock.
-func (s *server) getClock(w http.ResponseWriter, r *http.Request, t *tenant, _ time.Time) error {
-	return writeClock(w, t, s.now, s.started)
-}
-
-// setClock answers POST /v1/test_helpers/clock: it freezes the tenant's clock at the
-// body's frozen_time, or lets it follow the wall clock again (null). A body that is refused
-// changes nothing.
-func (s *server) setClock(w http.ResponseWriter, r *http.Request, t *tenant, _ time.Time) error {
-	b, err := io.ReadAll(r.Body) // in memory: readBody read it
-	if err != nil {
-		return err
-	}
-	frozen, err := parseClockBody(b)
-	if err != nil {
-		return err
-	}
-	t.clock.freeze(frozen)
-	return writeClock(w, t, s.now, s.started)
+func (s *server) listOrders(w http.ResponseWriter, r *http.Request, c *call) error {
+	return s.lister.serveList(w, r, &c.key.tenant.orders, c.at)
 }
 
 // handler is the whole service: each route of the table with its wrappers, a 405 with the
@@ -792,28 +772,25 @@ func (s *server) handler(extra ...route) http.Handler {
 // operation wraps a v1 operation in its checks, in the contract's order: (route and method
 // by the mux), declared body size (413), key (401, expiry judged by the tenant's clock),
 // live environment (503), rate limit (429), scope (403), simulated answer (Prefer),
-// streamed body size (413); h then checks parameters and the resource at the tenant's clock.
-func (s *server) operation(need scope, h tenantHandler) callHandler {
-	return capDeclared(requireKey(s.keys, s.tenantNow, refuseLive(limitRate(s.rate, s.now, requireScope(need, s.simulate(readBody(s.answer(h))))))))
+// streamed body size (413); h then checks parameters and the resource.
+func (s *server) operation(need scope, h keyedHandler) callHandler {
+	return chain(s.answer(h), capDeclared, requireKey(s.keys, s.now, false), refuseLive, limitRate(s.rate, s.now),
+		requireScope(need), s.simulate, readBody)
 }
 
 // testHelper wraps a clock operation: the checks of an operation but the scope (any active
 // key of the tenant may use the clock), with a key's expiry judged by the wall clock, so
 // that a tenant can always move its clock back; it takes no query parameters.
-func (s *server) testHelper(h tenantHandler) callHandler {
-	wall := func(*tenant) time.Time { return s.now() }
-	return capDeclared(requireKey(s.keys, wall, refuseLive(limitRate(s.rate, s.now, s.simulate(readBody(s.answer(noParams(h))))))))
+func (s *server) testHelper(h keyedHandler) callHandler {
+	return chain(s.answer(noParams(h)), capDeclared, requireKey(s.keys, s.now, true), refuseLive, limitRate(s.rate, s.now),
+		s.simulate, readBody)
 }
 
-// tenantNow is the tenant's clock now.
-func (s *server) tenantNow(t *tenant) time.Time { return t.clock.now(s.now) }
-
-// answer runs an operation's own work for the caller's tenant at its clock, and answers
-// with the error it returns.
-func (s *server) answer(h tenantHandler) callHandler {
+// answer runs an operation's own work for the caller's tenant at the request's instant,
+// and answers with the error it returns.
+func (s *server) answer(h keyedHandler) callHandler {
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
-		t := c.key.tenant
-		if err := h(w, r, t, s.tenantNow(t)); err != nil {
+		if err := h(w, r, c); err != nil {
 			s.writeError(w, c, err)
 		}
 	}
@@ -821,18 +798,18 @@ func (s *server) answer(h tenantHandler) callHandler {
 
 // public serves prepared bytes to anyone, without a key (GET /healthz).
 func (s *server) public(b body) callHandler {
-	return capDeclared(readBody(func(w http.ResponseWriter, r *http.Request, c *call) {
+	return chain(func(w http.ResponseWriter, r *http.Request, c *call) {
 		writeBody(w, http.StatusOK, jsonContentType, b.length, b.bytes)
-	}))
+	}, capDeclared, readBody)
 }
 
 // noParams wraps an operation that takes no query parameters: any is unknown (422).
-func noParams(h tenantHandler) tenantHandler {
-	return func(w http.ResponseWriter, r *http.Request, t *tenant, at time.Time) error {
+func noParams(h keyedHandler) keyedHandler {
+	return func(w http.ResponseWriter, r *http.Request, c *call) error {
 		if err := refuseParams(r.URL.RawQuery); err != nil {
 			return err
 		}
-		return h(w, r, t, at)
+		return h(w, r, c)
 	}
 }
 
@@ -905,14 +882,37 @@ func readBody(next callHandler) callHandler {
 			return
 		}
 		if err != nil {
-			// The client broke the body's framing or went away: no answer can be
-			// delivered as a whole, so the connection is cut.
-			c.status = statusClientClosedRequest
-			panic(http.ErrAbortHandler)
+			abort(c) // the client broke the body's framing or went away
 		}
 		r.Body = io.NopCloser(bytes.NewReader(b))
 		next(w, r, c)
 	}
+}
+
+// readAhead reads a request's body into memory, up to one byte past the cap, and leaves
+// it for readBody to judge: net/http notices a client that goes away only once the body is
+// read, so a delay reads it first.
+func readAhead(r *http.Request, c *call) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+	if err != nil {
+		abort(c)
+	}
+	rest := io.Reader(http.NoBody)
+	if len(b) > maxBodyBytes {
+		rest = r.Body // readBody refuses it: 413, and the connection is closed
+	}
+	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b), rest))
+}
+
+// abort ends a request whose client went away or cannot be answered whole: nothing is sent
+// (net/http cuts the connection rather than let a part pass for a whole answer), and the
+// request is logged 499.
+func abort(c *call) {
+	c.status = statusClientClosedRequest
+	panic(http.ErrAbortHandler)
 }
 
 // simulate applies a test client's Prefer header. It runs right after the scope check, so
@@ -934,6 +934,7 @@ func (s *server) simulate(next callHandler) callHandler {
 			w.Header().Set("Preference-Applied", p.applied)
 		}
 		if p.delay > 0 {
+			readAhead(r, c)
 			t := time.NewTimer(p.delay)
 			select {
 			case <-t.C:
@@ -941,11 +942,9 @@ func (s *server) simulate(next callHandler) callHandler {
 				// The server is shutting down: answer now, so that draining is not held up.
 				t.Stop()
 			case <-r.Context().Done():
-				// The client went away: abort, so that net/http sends nothing rather
-				// than an empty success.
+				// The client went away: nothing is sent rather than an empty success.
 				t.Stop()
-				c.status = statusClientClosedRequest
-				panic(http.ErrAbortHandler)
+				abort(c)
 			}
 		}
 		if p.answer != nil {
@@ -1385,7 +1384,7 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	for _, id := range l.tenantIDs {
 		t := l.sandbox.tenants[id]
-		at := t.clock.now(s.now)
+		at := t.clock.read(s.now).now
 		lt := landingTenant{Name: id.String(), Now: formatTimestamp(at)}
 		for _, sh := range t.shipments.list {
 			ls := landingShipment{ID: sh.id, Status: sh.statusAt(at), Dropped: sh.dropped}

@@ -1251,6 +1251,44 @@ func TestHalfClosedClientGetsNoEmptySuccess(t *testing.T) {
 	}
 }
 
+// TestADelayWatchesAClientThatSentABody: net/http watches a connection only once the body
+// is read, so a Prefer delay reads it first: a client with a body that goes away during
+// the delay is logged 499 at once and changes nothing; the body is judged after the delay.
+func TestADelayWatchesAClientThatSentABody(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	conn, err := net.Dial("tcp", serveTCP(t, e.h, defaultConfig()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"frozen_time":"2020-01-01T00:00:00Z"}`
+	io.WriteString(conn, "POST /v1/test_helpers/clock HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_sandbox_all\r\nPrefer: delay=3000\r\n"+
+		"Content-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+	conn.Close()
+	start := time.Now()
+	waitFor(t, "the gone client's request to be logged 499", func() bool {
+		return strings.Contains(e.logs.String(), `"route":"/v1/test_helpers/clock","status":499`)
+	})
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the gone client was noticed after %v, want at once, not after the delay", took)
+	}
+	if c := e.readClock(t, "sk_test_sandbox_all"); c.FrozenTime != "" {
+		t.Errorf("the clock is %+v after an aborted request, want it unchanged", c)
+	}
+	// A body is judged after the delay: over the cap, 413; not JSON, 400.
+	for _, tt := range []struct {
+		body string
+		code string
+	}{{strings.Repeat(" ", maxBodyBytes+1), "body_too_large"}, {"frozen", "malformed_json"}} {
+		start := time.Now()
+		r := newBodyRequest(http.MethodPost, "/v1/test_helpers/clock", "sk_test_sandbox_all", tt.body, "Prefer", "delay=50")
+		r.ContentLength = -1 // streamed: not refused before the key
+		rep := e.do(t, r)
+		if took := time.Since(start); took < 50*time.Millisecond || string(rep.problem(t).Code) != tt.code {
+			t.Errorf("a %d-byte body with delay=50 = %s after %v, want %s after the delay", len(tt.body), rep, took, tt.code)
+		}
+	}
+}
+
 // TestKeptAliveConnectionsCutPartialHeaders: after a first request, headers that arrive
 // partly and then stall are cut off, as on a new connection: within 30 s by default.
 func TestKeptAliveConnectionsCutPartialHeaders(t *testing.T) {
@@ -3193,6 +3231,67 @@ func TestClockUnderConcurrency(t *testing.T) {
 	}
 	for i := range 200 {
 		e.setClock(t, key, formatTimestamp(time.Date(2026, 3, 28, 17, 0, 0, 0, time.UTC).Add(time.Duration(i)*6*time.Minute)))
+	}
+	close(stop)
+	wg.Wait()
+}
+
+// TestOneClockReadingPerRequest: a request's tenant clock is read once, when its key is
+// found, and that reading judges the key's expiry and everything the answer shows. The
+// wall clock here moves on 320 days at every reading, so that any second reading shows.
+func TestOneClockReadingPerRequest(t *testing.T) {
+	e := newEnv(t, envOptions{rate: -1})
+	e.clock.mu.Lock()
+	e.clock.t, e.clock.step = time.Date(2025, 12, 31, 0, 0, 0, 0, time.UTC), 320*24*time.Hour
+	e.clock.mu.Unlock()
+	// sk_test_sandbox_expired is active before 2026-01-01, when ord_sbx_0001 (2026-11-01)
+	// does not exist yet: no single instant lets it read that order.
+	if rep := e.get(t, "/v1/orders", "sk_test_sandbox_expired"); rep.status != 200 || string(rep.body) != `{"data":[],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}` {
+		t.Errorf("sk_test_sandbox_expired on 2025-12-31 = %s, want 200 and no order: its key and its page judged at one instant", rep)
+	}
+}
+
+// TestClockAnswersAgreeWhileTheClockMoves: while another request freezes and unfreezes the
+// clock, every GET clock answer is one reading: frozen_time, when set, is now; and no page
+// of the expired key holds an order that only a later instant shows.
+func TestClockAnswersAgreeWhileTheClockMoves(t *testing.T) {
+	e := newEnv(t, envOptions{rate: -1, quiet: true})
+	const frozen, past = "2026-03-29T01:00:00Z", "2025-06-01T00:00:00Z"
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				rec := httptest.NewRecorder()
+				e.h.ServeHTTP(rec, newRequest(http.MethodGet, "/v1/test_helpers/clock", "sk_test_sandbox_all"))
+				var c struct {
+					FrozenTime *string `json:"frozen_time"`
+					Now        string  `json:"now"`
+				}
+				if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &c) != nil || c.FrozenTime != nil && *c.FrozenTime != c.Now || c.FrozenTime == nil && (c.Now == frozen || c.Now == past) {
+					t.Errorf("GET clock while it moves = %d %s: two readings in one answer", rec.Code, rec.Body)
+					return
+				}
+				rec = httptest.NewRecorder()
+				e.h.ServeHTTP(rec, newRequest(http.MethodGet, "/v1/orders", "sk_test_sandbox_expired"))
+				if rec.Code == 200 && strings.Contains(rec.Body.String(), "ord_sbx_0001") {
+					t.Errorf("sk_test_sandbox_expired read %s while the clock moved", rec.Body)
+					return
+				}
+			}
+		}()
+	}
+	for range 3000 {
+		e.setClock(t, "sk_test_sandbox_all", past)
+		e.setClock(t, "sk_test_sandbox_all", frozen)
+		e.setClock(t, "sk_test_sandbox_all", "")
 	}
 	close(stop)
 	wg.Wait()
