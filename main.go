@@ -19,10 +19,10 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
-	"regexp"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -60,6 +60,7 @@ func main() {
 type config struct {
 	addr         string
 	addrName     string // what the user set the address with: -addr, or SANDBOX_ADDR
+	dataName     string // and the dataset: -data, or SANDBOX_DATA
 	corsOrigin   string // -cors-origin: "" for none
 	rate         int
 	seedOrders   int
@@ -117,7 +118,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 		return nil
 	})
 	fs.Func("cors-origin", "answer browsers of this `origin` (scheme://host[:port], or *) with CORS headers (default: none)", func(s string) error {
-		if s != "*" && !validOrigin.MatchString(s) {
+		if s != "*" && !validOrigin(s) {
 			return errors.New("want one origin such as http://localhost:3000, or *")
 		}
 		cfg.corsOrigin = s
@@ -128,6 +129,10 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 			fmt.Fprintln(usage, "Usage: sandbox [flags]; each flag falls back to SANDBOX_<NAME> (e.g. SANDBOX_SEED_ORDERS).")
 			fs.SetOutput(usage)
 			fs.PrintDefaults()
+			return cfg, err
+		}
+		if strings.HasPrefix(err.Error(), "flag provided but not defined") {
+			return cfg, fmt.Errorf("%w (see -h for the flags)", err)
 		}
 		return cfg, err
 	}
@@ -136,9 +141,12 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	cfg.addrName = "-addr"
+	cfg.addrName, cfg.dataName = "-addr", "-data"
 	if !given["addr"] && getenv("SANDBOX_ADDR") != "" {
 		cfg.addrName = "SANDBOX_ADDR"
+	}
+	if !given["data"] && getenv("SANDBOX_DATA") != "" {
+		cfg.dataName = "SANDBOX_DATA"
 	}
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -154,13 +162,87 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	return cfg, err
 }
 
-// hostPort is a host (a name, an IPv4 address or a bracketed IPv6 one) and an optional port.
-const hostPort = `(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?`
+// How a browser or a client names the sandbox: a host (a lower-case DNS name, an IPv4
+// address, or a bracketed IPv6 address) and an optional port, 1 to 65535.
 
-var (
-	validOrigin = regexp.MustCompile(`^https?://` + hostPort + `$`) // one web origin, nothing after it
-	validHost   = regexp.MustCompile(`^` + hostPort + `$`)          // how a client may name the sandbox
-)
+// validOrigin reports whether s is one web origin as a browser writes it in Origin:
+// http or https, a valid lower-case host, and no port the scheme has by default.
+func validOrigin(s string) bool {
+	scheme, hostPort, ok := strings.Cut(s, "://")
+	if !ok || scheme != "http" && scheme != "https" || s != strings.ToLower(s) {
+		return false
+	}
+	_, port, ok := splitHostPort(hostPort)
+	return ok && !(scheme == "http" && port == "80" || scheme == "https" && port == "443")
+}
+
+// splitHostPort splits a valid host[:port] (lower-case); ok is false for anything else.
+func splitHostPort(s string) (host, port string, ok bool) {
+	if strings.HasPrefix(s, "[") {
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return "", "", false
+		}
+		host, port = s[:end+1], strings.TrimPrefix(s[end+1:], ":")
+		if len(s) > end+1 && s[end+1] != ':' {
+			return "", "", false
+		}
+		ip, err := netip.ParseAddr(host[1:end])
+		ok = err == nil && ip.Is6() && ip.Zone() == "" && validPort(port, len(s) > end+1)
+		return host, port, ok
+	}
+	host, port, hasPort := strings.Cut(s, ":")
+	return host, port, validHostName(host) && validPort(port, hasPort)
+}
+
+// validPort reports whether port is 1 to 65535 without leading zeros, or absent (given false).
+func validPort(port string, given bool) bool {
+	if !given {
+		return true
+	}
+	n, ok := parseWhole(port, 65535)
+	return ok && n > 0 && port[0] != '0'
+}
+
+// validHostName reports whether h is a lower-case DNS name (labels of letters, digits and
+// inner hyphens, the last not all digits, no trailing dot) or an IPv4 address (four decimal
+// octets, no leading zeros).
+func validHostName(h string) bool {
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	labels := strings.Split(h, ".")
+	if last := labels[len(labels)-1]; last != "" && strings.Trim(last, "0123456789") == "" {
+		ip, err := netip.ParseAddr(h)
+		return err == nil && ip.Is4()
+	}
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' || strings.Trim(l, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// originOf is the origin a request named the sandbox by: http:// and its Host, lower-cased,
+// when that is a valid host[:port]; else fallback, the banner's.
+func originOf(r *http.Request, fallback string) string {
+	host := strings.ToLower(r.Host)
+	if _, _, ok := splitHostPort(host); ok {
+		return "http://" + host
+	}
+	return fallback
+}
+
+// namesLoopback reports whether a valid host names this machine's loopback: localhost,
+// 127.0.0.0/8 or [::1].
+func namesLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	return err == nil && ip.IsLoopback()
+}
 
 // wholeNumber is a flag's parser of a whole number from 0 to max.
 func wholeNumber(dst *int, max int) func(string) error {
@@ -196,10 +278,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}()
 	logger := slog.New(slog.NewJSONHandler(logs, nil))
 
-	data, name := defaultDataset, "embedded default dataset"
+	data, name := defaultDataset, defaultDatasetName
 	if cfg.dataFile != "" {
 		if data, err = os.ReadFile(cfg.dataFile); err != nil {
-			return fmt.Errorf("-data: %w", err)
+			return fmt.Errorf("%s: %w", cfg.dataName, err)
 		}
 		name = cfg.dataFile
 	}
@@ -435,7 +517,12 @@ type datasetFile struct {
 // put in list order and encoded. Events scheduled with after happen after start. It logs,
 // per shipment, the raw events it dropped. A refusal names file and the JSON path.
 func loadDataset(file string, data []byte, seed int, start time.Time, log *slog.Logger) (*sandbox, error) {
-	sb, err := decodeDataset(data, seed, start, log)
+	// The default dataset's fixtures drop raw events on purpose: that is no warning.
+	dropped := slog.LevelWarn
+	if file == defaultDatasetName {
+		dropped = slog.LevelInfo
+	}
+	sb, err := decodeDataset(data, seed, start, log, dropped)
 	var de *datasetError
 	if errors.As(err, &de) {
 		de.file = file
@@ -443,7 +530,10 @@ func loadDataset(file string, data []byte, seed int, start time.Time, log *slog.
 	return sb, err
 }
 
-func decodeDataset(data []byte, seed int, start time.Time, log *slog.Logger) (*sandbox, error) {
+// defaultDatasetName names the embedded default dataset.
+const defaultDatasetName = "embedded default dataset"
+
+func decodeDataset(data []byte, seed int, start time.Time, log *slog.Logger, dropped slog.Level) (*sandbox, error) {
 	var ds datasetFile
 	if err := decodeDatasetFile(data, &ds); err != nil {
 		return nil, err
@@ -475,7 +565,7 @@ func decodeDataset(data []byte, seed int, start time.Time, log *slog.Logger) (*s
 	}
 	if err == nil {
 		err = eachRecord(sb.tenants, "shipments", ds.Shipments, func(path string, rec shipmentRecord, t *tenant) error {
-			return sb.fileShipment(path, rec, t, log)
+			return sb.fileShipment(path, rec, t, log, dropped)
 		})
 	}
 	if err == nil && seed > 0 {
@@ -548,7 +638,7 @@ func eachRecord[T record](ts tenants, name string, list []json.RawMessage, add f
 
 // fileShipment files a shipment under its tenant and makes the link to the order it was
 // created with, which must be of the same account and environment.
-func (sb *sandbox) fileShipment(path string, rec shipmentRecord, t *tenant, log *slog.Logger) error {
+func (sb *sandbox) fileShipment(path string, rec shipmentRecord, t *tenant, log *slog.Logger, dropped slog.Level) error {
 	n, err := t.shipments.addShipment(path, t.id.String(), rec, sb.start)
 	if err != nil {
 		return err
@@ -570,7 +660,11 @@ func (sb *sandbox) fileShipment(path string, rec shipmentRecord, t *tenant, log 
 	}
 	sb.shipmentCount++
 	if n.dropped > 0 {
-		log.Warn("dataset: raw events dropped: timestamp not RFC 3339 with an offset", "shipment", rec.ID, "tenant", t.id.String(), "dropped", n.dropped)
+		msg := "dataset: raw events dropped: timestamp not RFC 3339 with an offset"
+		if dropped < slog.LevelWarn {
+			msg = "dataset: raw events dropped, as this fixture means to show: timestamp not RFC 3339 with an offset"
+		}
+		log.Log(context.Background(), dropped, msg, "shipment", rec.ID, "tenant", t.id.String(), "dropped", n.dropped)
 	}
 	if n.duplicates > 0 {
 		log.Info("dataset: duplicate events suppressed", "shipment", rec.ID, "tenant", t.id.String(), "duplicates", n.duplicates)
@@ -698,11 +792,7 @@ func markServers(node map[string]any) {
 }
 
 func (d *openAPIDoc) serve(w http.ResponseWriter, r *http.Request, c *call) {
-	origin := d.fallback
-	if validHost.MatchString(r.Host) {
-		origin = "http://" + r.Host
-	}
-	b := bodyOf(bytes.Join(d.cuts, []byte(origin)))
+	b := bodyOf(bytes.Join(d.cuts, []byte(originOf(r, d.fallback))))
 	writeBody(w, http.StatusOK, jsonContentType, b.length, b.bytes)
 }
 

@@ -105,9 +105,9 @@ type env struct {
 
 func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
-	data := o.data
+	data, name := o.data, "test"
 	if data == nil {
-		data = defaultDataset
+		data, name = defaultDataset, defaultDatasetName
 	}
 	logs := &lockedBuffer{}
 	var out io.Writer = logs
@@ -116,7 +116,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	access := newLogBuffer(out, 0) // each line straight out
 	log := slog.New(slog.NewJSONHandler(access, nil))
-	sb, err := loadDataset("test", data, o.seed, testNow, log)
+	sb, err := loadDataset(name, data, o.seed, testNow, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -819,6 +819,9 @@ func TestParseConfig(t *testing.T) {
 			return c.clock != nil && c.clock.Equal(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
 		}},
 		{"no -clock", nil, env(), func(c config) bool { return c.clock == nil }},
+		{"origins", []string{"-cors-origin", "https://app.example.com:8443"}, env(), func(c config) bool { return c.corsOrigin == "https://app.example.com:8443" }},
+		{"an IPv6 origin", []string{"-cors-origin", "http://[::1]:3000"}, env(), func(c config) bool { return c.corsOrigin == "http://[::1]:3000" }},
+		{"any origin", []string{"-cors-origin", "*"}, env(), func(c config) bool { return c.corsOrigin == "*" }},
 		{"a flag beats its variable", []string{"-rate", "9"}, env("SANDBOX_RATE", "fast"), func(c config) bool { return c.rate == 9 }},
 	}
 	for _, tt := range good {
@@ -837,11 +840,20 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"-rate", "2.5"}, env(), `invalid value "2.5" for flag -rate: want a whole number from 0 to 1000000000`},
 		{[]string{"-seed-orders", "-5"}, env(), `invalid value "-5" for flag -seed-orders: want a whole number from 0 to 5000000`},
 		{[]string{"-seed-orders", "5000001"}, env(), `invalid value "5000001" for flag -seed-orders: want a whole number from 0 to 5000000`},
-		{[]string{"-port", "1"}, env(), `flag provided but not defined: -port`},
+		{[]string{"-port", "1"}, env(), `flag provided but not defined: -port (see -h for the flags)`},
 		{[]string{"serve"}, env(), `unexpected argument "serve": the sandbox takes flags only (see -h)`},
 		{nil, env("SANDBOX_RATE", "fast"), `invalid value "fast" for SANDBOX_RATE (the fallback of -rate): want a whole number from 0 to 1000000000`},
 		{[]string{"-cors-origin", "localhost:3000"}, env(), `invalid value "localhost:3000" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
 		{[]string{"-cors-origin", "http://localhost:3000/app"}, env(), `invalid value "http://localhost:3000/app" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
+		{[]string{"-cors-origin", "http://localhost:99999"}, env(), `invalid value "http://localhost:99999" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
+		{[]string{"-cors-origin", "http://..."}, env(), `invalid value "http://..." for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
+		{[]string{"-cors-origin", "http://[:]"}, env(), `invalid value "http://[:]" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
+		{[]string{"-cors-origin", "http://-"}, env(), `invalid value "http://-" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
+		{[]string{"-cors-origin", "http://x:0"}, env(), `invalid value "http://x:0" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
+		{[]string{"-cors-origin", "http://LOCALHOST:3000"}, env(), `invalid value "http://LOCALHOST:3000" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
+		{[]string{"-cors-origin", "http://localhost:80"}, env(), `invalid value "http://localhost:80" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
+		{[]string{"-cors-origin", "https://app.test:443"}, env(), `invalid value "https://app.test:443" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
+		{[]string{"-cors-origin", "ftp://localhost:3000"}, env(), `invalid value "ftp://localhost:3000" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
 		{[]string{"-clock", "2026-11-23 10:00"}, env(), `invalid value "2026-11-23 10:00" for flag -clock: want an RFC 3339 timestamp with an offset, such as 2026-03-29T01:00:00Z`},
 		{nil, env("SANDBOX_CLOCK", "now"), `invalid value "now" for SANDBOX_CLOCK (the fallback of -clock): want an RFC 3339 timestamp with an offset, such as 2026-03-29T01:00:00Z`},
 		{nil, env("SANDBOX_SEED_ORDERS", "many"), `invalid value "many" for SANDBOX_SEED_ORDERS (the fallback of -seed-orders): want a whole number from 0 to 5000000`},
@@ -866,24 +878,28 @@ func TestRunRefusesABadStart(t *testing.T) {
 	defer taken.Close()
 	tests := []struct {
 		args []string
+		env  map[string]string
 		want string
 	}{
-		{[]string{"-addr", taken.Addr().String()}, "-addr " + taken.Addr().String() + ": listen tcp " + taken.Addr().String() + ": bind: address already in use"},
-		{[]string{"-addr", "nonsense"}, "-addr nonsense: listen tcp: address nonsense: missing port in address"},
-		{[]string{"-data", "testdata/no-such-file.json"}, "-data: open testdata/no-such-file.json: no such file or directory"},
-		{[]string{"-seed-orders", "-5"}, `invalid value "-5" for flag -seed-orders: want a whole number from 0 to 5000000`},
+		{[]string{"-addr", taken.Addr().String()}, nil, "-addr " + taken.Addr().String() + ": listen tcp " + taken.Addr().String() + ": bind: address already in use"},
+		{[]string{"-addr", "nonsense"}, nil, "-addr nonsense: listen tcp: address nonsense: missing port in address"},
+		{[]string{"-data", "testdata/no-such-file.json"}, nil, "-data: open testdata/no-such-file.json: no such file or directory"},
+		{nil, map[string]string{"SANDBOX_DATA": "missing.json"}, "SANDBOX_DATA: open missing.json: no such file or directory"},
+		{[]string{"-data", "missing.json"}, map[string]string{"SANDBOX_DATA": "other.json"}, "-data: open missing.json: no such file or directory"},
+		{[]string{"-h2"}, nil, "flag provided but not defined: -h2 (see -h for the flags)"},
+		{[]string{"-seed-orders", "-5"}, nil, `invalid value "-5" for flag -seed-orders: want a whole number from 0 to 5000000`},
 	}
 	for _, tt := range tests {
-		err := run(context.Background(), tt.args, func(string) string { return "" }, io.Discard, io.Discard)
+		err := run(context.Background(), tt.args, func(k string) string { return tt.env[k] }, io.Discard, io.Discard)
 		if err == nil || err.Error() != tt.want {
-			t.Errorf("run(%q) = %v, want %s", tt.args, err, tt.want)
+			t.Errorf("run(%q, %v) = %v, want %s", tt.args, tt.env, err, tt.want)
 		}
 	}
 }
 
 // TestRunServesTheDefaultSandbox is the README's first use: go run ., then curl.
 func TestRunServesTheDefaultSandbox(t *testing.T) {
-	base, stdout, _, stop := startRun(t)
+	base, stdout, stderr, stop := startRun(t)
 	if !strings.HasPrefix(base, "http://127.0.0.1:") || !strings.HasSuffix(base, "/v1") {
 		t.Errorf("base URL %q, want http://127.0.0.1:<port>/v1", base)
 	}
@@ -913,6 +929,11 @@ func TestRunServesTheDefaultSandbox(t *testing.T) {
 	}
 	if err := stop(); err != nil {
 		t.Errorf("run = %v after its context was cancelled, want nil", err)
+	}
+	// The fixtures drop raw events on purpose: a default start warns of nothing.
+	if log := stderr.String(); strings.Contains(log, `"level":"WARN"`) || strings.Contains(log, `"level":"ERROR"`) ||
+		!strings.Contains(log, `"level":"INFO","msg":"dataset: raw events dropped, as this fixture means to show: timestamp not RFC 3339 with an offset","shipment":"shp_sbx_naive"`) {
+		t.Errorf("a default start logged a warning, or not the naive fixture's dropped events at INFO:\n%s", log)
 	}
 }
 
@@ -2428,6 +2449,21 @@ func TestOpenAPIServedDocument(t *testing.T) {
 		"bad host":         "http://127.0.0.1:8080",
 		"a/b":              "http://127.0.0.1:8080",
 		"":                 "http://127.0.0.1:8080",
+		"LOCALHOST:8080":   "http://localhost:8080",
+		"192.0.2.2:19183":  "http://192.0.2.2:19183",
+		"example.com:80":   "http://example.com:80",
+		"...":              "http://127.0.0.1:8080",
+		"-":                "http://127.0.0.1:8080",
+		"[:]":              "http://127.0.0.1:8080",
+		"a.b:99999":        "http://127.0.0.1:8080",
+		"a.b:0":            "http://127.0.0.1:8080",
+		"a.b:080":          "http://127.0.0.1:8080",
+		"1.2.3":            "http://127.0.0.1:8080",
+		"01.2.3.4":         "http://127.0.0.1:8080",
+		"[1.2.3.4]":        "http://127.0.0.1:8080",
+		"a.b.":             "http://127.0.0.1:8080",
+		"a-.b":             "http://127.0.0.1:8080",
+		"[::1]x":           "http://127.0.0.1:8080",
 	} {
 		r := newRequest(http.MethodGet, "/v1/openapi.json", "")
 		r.Host = host
@@ -3683,6 +3719,16 @@ func TestOrderQueryValidation(t *testing.T) {
 			}
 			wantProblem(t, rep, tt.status, tt.code, tt.param)
 		})
+	}
+	// A + that became a space is named, with what to send instead.
+	for _, q := range []string{"created_from=2026-11-01T10:30:00+01:00", "created_to=2026-11-01T10:30:00.5+01:00"} {
+		p := wantProblem(t, e.get(t, "/v1/orders?"+q, "sk_test_sandbox_all"), 422, "invalid_parameter", strings.Split(q, "=")[0])
+		if !strings.Contains(p.Detail, "a query reads a literal + as a space. Send the + as %2B") || !strings.Contains(p.Detail, " in Z") {
+			t.Errorf("%s: detail %q does not say to send + as %%2B or use Z", q, p.Detail)
+		}
+	}
+	if p := wantProblem(t, e.get(t, "/v1/orders?created_from=2026-11-01%2010:30:00Z", "sk_test_sandbox_all"), 422, "invalid_parameter", "created_from"); strings.Contains(p.Detail, "%2B") {
+		t.Errorf("a space for T is not a lost +: detail %q", p.Detail)
 	}
 	// The operations that take no parameters refuse any.
 	for _, target := range []string{"/v1/orders/ord_sbx_0001?expand=shipment", "/v1/shipments/shp_sbx_spring/tracking?limit=1", "/v1/tracking/SBX1000000001?carrier=x"} {

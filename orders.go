@@ -448,6 +448,9 @@ func (q *orderQuery) set(name, value string) error {
 		}
 	case "created_from", "created_to":
 		t, err := parseTimestamp(value)
+		if _, plus := parseTimestamp(strings.Replace(value, " ", "+", 1)); err != nil && plus == nil {
+			return paramError(codeInvalidParameter, name, "The value of "+name+" has a space where its offset's + should be: a query reads a literal + as a space. Send the + as %2B (such as 2026-11-01T00:00:00%2B01:00), or give the instant in Z.")
+		}
 		if err != nil {
 			return paramError(codeInvalidParameter, name, "The value of "+name+" "+err.Error()+".")
 		}
