@@ -476,7 +476,9 @@ func exposure(addr net.Addr, name, value string) string {
 func printBanner(w io.Writer, base string, keys []keyLine, notes string) {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "Shipping API sandbox (v1, developer preview): local sandbox, no carrier or marketplace is called.\n")
-	fmt.Fprintf(&b, "Base URL: %s (open it in a browser for the keys and fixtures)\n", base)
+	origin := strings.TrimSuffix(base, "/v1")
+	fmt.Fprintf(&b, "In a browser: %s/ shows the keys, the fixtures and what moves on the sandbox clock.\n", origin)
+	fmt.Fprintf(&b, "Base URL: %s for API clients; every operation is described in %s/openapi.json\n", base, base)
 	b.WriteString(notes)
 	fmt.Fprintf(&b, "API keys (send as Authorization: Bearer <key>):\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
@@ -711,6 +713,7 @@ type server struct {
 	access   *logBuffer
 	stopping <-chan struct{}
 	openAPI  *openAPIDoc
+	origin   string // the banner's origin: the address a request names, when its Host does not
 	health   body
 }
 
@@ -729,7 +732,7 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 		secret = make([]byte, 32)
 		rand.Read(secret)
 	}
-	doc, err := newOpenAPIDoc(o.baseURL)
+	doc, err := newOpenAPIDoc()
 	if err != nil {
 		return nil, err
 	}
@@ -749,6 +752,7 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 		access:   o.access,
 		stopping: o.stopping,
 		openAPI:  doc,
+		origin:   strings.TrimSuffix(o.baseURL, "/v1"),
 		health:   bodyOf([]byte(`{"status":"ok"}`)),
 	}, nil
 }
@@ -757,14 +761,13 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 // entry (the top level's and any path's) naming the address that serves it: the document
 // is cut where each entry's origin stands, and each answer joins the cuts with its own.
 type openAPIDoc struct {
-	cuts     [][]byte
-	fallback string // the banner's origin, for a request whose Host is not a host[:port]
+	cuts [][]byte
 }
 
 // originMark stands for the serving origin in the prepared document.
 const originMark = "http://origin.invalid"
 
-func newOpenAPIDoc(base string) (*openAPIDoc, error) {
+func newOpenAPIDoc() (*openAPIDoc, error) {
 	var doc map[string]any
 	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
 		return nil, fmt.Errorf("openapi.json: %w", err)
@@ -777,8 +780,7 @@ func newOpenAPIDoc(base string) (*openAPIDoc, error) {
 	if err != nil {
 		return nil, err
 	}
-	u, _ := url.Parse(base)
-	return &openAPIDoc{cuts: bytes.Split(b, []byte(originMark)), fallback: u.Scheme + "://" + u.Host}, nil
+	return &openAPIDoc{cuts: bytes.Split(b, []byte(originMark))}, nil
 }
 
 // markServers puts originMark in place of the origin of each of node's servers.
@@ -791,8 +793,10 @@ func markServers(node map[string]any) {
 	}
 }
 
-func (d *openAPIDoc) serve(w http.ResponseWriter, r *http.Request, c *call) {
-	b := bodyOf(bytes.Join(d.cuts, []byte(originOf(r, d.fallback))))
+// serveOpenAPI answers GET /v1/openapi.json: the document, its servers at the address the
+// request used.
+func (s *server) serveOpenAPI(w http.ResponseWriter, r *http.Request, c *call) {
+	b := bodyOf(bytes.Join(s.openAPI.cuts, []byte(originOf(r, s.origin))))
 	writeBody(w, http.StatusOK, jsonContentType, b.length, b.bytes)
 }
 
@@ -811,7 +815,7 @@ func (s *server) routes() []route {
 		{"GET /v1/orders/{id}", s.operation(scopeOrdersRead, noParams(getOrder))},
 		{"GET /v1/test_helpers/clock", s.testHelper(s.clocks.get)},
 		{"POST /v1/test_helpers/clock", s.testHelper(s.clocks.set)},
-		{"GET /v1/openapi.json", chain(s.openAPI.serve, capDeclared, readBody)},
+		{"GET /v1/openapi.json", chain(s.serveOpenAPI, capDeclared, readBody)},
 		{"GET /healthz", s.public(s.health)},
 		{"GET /{$}", chain(s.landingPage, capDeclared, readBody)},
 	}
@@ -857,7 +861,14 @@ func (s *server) handler(extra ...route) http.Handler {
 		}
 	}
 	for _, path := range paths {
-		mux.Handle(path, s.serveRoute(path, s.cors.preflight(allow[path], methodNotAllowed(allow[path]))))
+		h := methodNotAllowed(allow[path], s.cors == nil && path != "/{$}")
+		if path != "/{$}" { // the page is no API: no CORS there
+			h = s.cors.preflight(allow[path], h)
+		}
+		mux.Handle(path, s.serveRoute(path, h))
+	}
+	for _, path := range []string{"/v1", "/v1/{$}"} {
+		mux.Handle(path, s.serveRoute(path, s.v1Root))
 	}
 	mux.Handle("/", s.serveRoute("/", routeNotFound))
 	return cleanPaths(s.serveRoute("", routeNotFound), mux)
@@ -921,16 +932,30 @@ func routeNotFound(w http.ResponseWriter, r *http.Request, c *call) {
 	writeProblem(w, c.id, errRouteNotFound)
 }
 
-// methodNotAllowed answers 405 with the path's methods in Allow.
-func methodNotAllowed(methods []string) callHandler {
+// methodNotAllowed answers 405 with the path's methods in Allow. When no browser is
+// answered (no -cors-origin), a CORS preflight's detail says how to be.
+func methodNotAllowed(methods []string, hintCORS bool) callHandler {
 	allow := strings.Join(methods, ", ")
 	last := len(methods) - 1
 	detail := "This path answers " + strings.Join(methods[:last], ", ") + " and " + methods[last] + " only."
 	err := &apiError{code: codeMethodNotAllowed, detail: detail}
+	hinted := &apiError{code: codeMethodNotAllowed, detail: detail + " This is a browser's CORS preflight: start the sandbox with -cors-origin and your app's origin (such as -cors-origin http://localhost:3000) to let a browser app call it."}
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
 		w.Header().Set("Allow", allow)
+		if hintCORS && isPreflight(r) {
+			writeProblem(w, c.id, hinted)
+			return
+		}
 		writeProblem(w, c.id, err)
 	}
+}
+
+// v1Root answers /v1 and /v1/, whatever the method: no operation is there; a person is
+// sent to the page, a client to the document, at the address the request used.
+func (s *server) v1Root(w http.ResponseWriter, r *http.Request, c *call) {
+	origin := originOf(r, s.origin)
+	writeProblem(w, c.id, &apiError{code: codeRouteNotFound, detail: "No operation is served at " + r.URL.Path +
+		" itself; the operations are under it. In a browser, open " + origin + "/ for the keys and fixtures; clients find every operation in " + origin + "/v1/openapi.json."})
 }
 
 // maxBodyBytes is the request body limit: 256 KiB.
@@ -1388,7 +1413,7 @@ func (c *cors) preflight(methods []string, next callHandler) callHandler {
 	}
 	allowMethods := []string{strings.Join(methods, ", ")}
 	return func(w http.ResponseWriter, r *http.Request, call *call) {
-		if r.Method != http.MethodOptions || r.Header.Get("Origin") == "" || r.Header.Get("Access-Control-Request-Method") == "" {
+		if !isPreflight(r) {
 			next(w, r, call)
 			return
 		}
@@ -1400,6 +1425,12 @@ func (c *cors) preflight(methods []string, next callHandler) callHandler {
 		h["Access-Control-Max-Age"] = maxAge
 		w.WriteHeader(http.StatusNoContent)
 	}
+}
+
+// isPreflight reports whether r is a CORS preflight: OPTIONS with Origin and
+// Access-Control-Request-Method.
+func isPreflight(r *http.Request) bool {
+	return r.Method == http.MethodOptions && r.Header.Get("Origin") != "" && r.Header.Get("Access-Control-Request-Method") != ""
 }
 
 // The landing page: what a person who opens the base address in a browser needs.

@@ -908,6 +908,16 @@ func TestRunServesTheDefaultSandbox(t *testing.T) {
 			t.Errorf("start-up output does not list key %s:\n%s", key, stdout)
 		}
 	}
+	// The page for a browser, the base URL for clients; no line sends a browser to /v1.
+	origin := strings.TrimSuffix(base, "/v1")
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if strings.Contains(line, "browser") && (!strings.HasPrefix(line, "In a browser: "+origin+"/ ") || strings.Contains(line, "/v1")) {
+			t.Errorf("the banner's line for a browser is %q, want it to name %s/ and no /v1", line, origin)
+		}
+	}
+	if !strings.Contains(stdout.String(), "Base URL: "+base+" for API clients") {
+		t.Errorf("the banner has no line with the base URL for clients:\n%s", stdout)
+	}
 	if !regexp.MustCompile(`sk_test_sandbox_expired +acct_sandbox/test +tracking:read orders:read +expired 2026-01-01T00:00:00Z\n`).MatchString(stdout.String()) {
 		t.Errorf("the banner does not say sk_test_sandbox_expired has expired:\n%s", stdout)
 	}
@@ -1193,6 +1203,20 @@ func TestRoutesMethodsAndPaths(t *testing.T) {
 	}
 	if rep := e.get(t, "/healthz", ""); string(rep.body) != `{"status":"ok"}` {
 		t.Errorf("GET /healthz = %s, want {\"status\":\"ok\"}", rep)
+	}
+	// /v1 and /v1/ are no operation, whatever the method: their 404 sends a person to the
+	// page and a client to the document, at the address the request used.
+	for _, tt := range []struct{ method, target, host, origin string }{
+		{"GET", "/v1", "127.0.0.1:8080", "http://127.0.0.1:8080"},
+		{"POST", "/v1/", "localhost:9000", "http://localhost:9000"},
+		{"DELETE", "/v1", "bad host", "http://127.0.0.1:8080"},
+	} {
+		r := newRequest(tt.method, tt.target, "")
+		r.Host = tt.host
+		p := wantProblem(t, e.do(t, r), 404, "route_not_found", "")
+		if !strings.Contains(p.Detail, "open "+tt.origin+"/ for the keys") || !strings.Contains(p.Detail, tt.origin+"/v1/openapi.json") {
+			t.Errorf("%s %s (Host %s): detail %q does not name %s/ and the document", tt.method, tt.target, tt.host, p.Detail, tt.origin)
+		}
 	}
 }
 
@@ -2690,8 +2714,23 @@ func TestCORS(t *testing.T) {
 	}
 	wantProblem(t, preflight(e, "/v1/nope"), 404, "route_not_found", "")
 	wantProblem(t, e.do(t, newRequest(http.MethodOptions, "/v1/orders", "")), 405, "method_not_allowed", "") // not a preflight
+	// The page is no API: a preflight there is a 405 like any OPTIONS, without CORS.
+	rep = preflight(e, "/")
+	wantProblem(t, rep, 405, "method_not_allowed", "")
+	if rep.header.Get("Access-Control-Allow-Origin") != "" || rep.header.Get("Access-Control-Allow-Methods") != "" {
+		t.Errorf("a preflight on / got CORS headers: %v", rep.header)
+	}
+	// Without the flag a preflight is 405, and its detail names the flag (not on /).
 	off := newEnv(t, envOptions{})
-	wantProblem(t, preflight(off, "/v1/orders"), 405, "method_not_allowed", "")
+	if p := wantProblem(t, preflight(off, "/v1/orders"), 405, "method_not_allowed", ""); !strings.Contains(p.Detail, "-cors-origin") {
+		t.Errorf("a preflight without -cors-origin: detail %q does not name the flag", p.Detail)
+	}
+	if p := wantProblem(t, preflight(off, "/"), 405, "method_not_allowed", ""); strings.Contains(p.Detail, "-cors-origin") {
+		t.Errorf("a preflight on the page: detail %q names the flag", p.Detail)
+	}
+	if p := wantProblem(t, off.do(t, newRequest(http.MethodOptions, "/v1/orders", "")), 405, "method_not_allowed", ""); strings.Contains(p.Detail, "-cors-origin") {
+		t.Errorf("an OPTIONS that is no preflight: detail %q names the flag", p.Detail)
+	}
 	if rep := off.get(t, "/v1/orders", "sk_test_sandbox_all", "Origin", "http://localhost:3000"); rep.header.Get("Access-Control-Allow-Origin") != "" {
 		t.Error("a CORS header without -cors-origin")
 	}
