@@ -50,7 +50,10 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
-		say(os.Stderr, time.Now().Add(time.Second), "sandbox: "+err.Error()+"\n")
+		// run has left finalLineWait of its bound for this line.
+		errs := newConsole(os.Stderr)
+		errs.say("sandbox: " + err.Error() + "\n")
+		errs.close(time.Now().Add(finalLineWait))
 		os.Exit(1)
 	}
 }
@@ -72,8 +75,9 @@ type config struct {
 	readTimeout       time.Duration
 	writeTimeout      time.Duration
 	idleTimeout       time.Duration
-	drainTimeout      time.Duration // how long in-flight requests may take to finish after a signal
-	shutdownTimeout   time.Duration // how long after a signal the process has exited
+	drainTimeout      time.Duration // how long after a signal in-flight requests may take to finish
+	shutdownTimeout   time.Duration // how long after a signal while serving the process has exited
+	loadStopTimeout   time.Duration // how long after a signal while loading the process has exited
 	maxHeaderBytes    int
 	logFlushInterval  time.Duration
 }
@@ -93,6 +97,7 @@ func defaultConfig() config {
 		idleTimeout:      30 * time.Second,
 		drainTimeout:     10 * time.Second,
 		shutdownTimeout:  15 * time.Second,
+		loadStopTimeout:  2 * time.Second,
 		maxHeaderBytes:   64 << 10,
 		logFlushInterval: 200 * time.Millisecond,
 	}
@@ -257,9 +262,10 @@ func wholeNumber(dst *int, max int) func(string) error {
 }
 
 // run is the whole program: it returns when ctx is cancelled and in-flight requests have
-// finished, or when start-up fails. Once ctx is cancelled it returns within
-// cfg.shutdownTimeout, whatever its outputs do.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
+// finished, or when start-up fails. Once ctx is cancelled (a signal) it returns within the
+// bound that applies, less twice finalLineWait, whatever its outputs do:
+// cfg.loadStopTimeout while loading, cfg.shutdownTimeout once serving.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, err := parseConfig(args, getenv, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -267,21 +273,33 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	stop := watchStop(ctx)
+	out := newConsole(stdout)
 	logs := newLogBuffer(stderr, cfg.logFlushInterval)
-	stopBy := time.Now().Add(cfg.shutdownTimeout) // moved to the signal's time when it comes
-	defer func() {
-		// Every way out writes the log out, but stops waiting for a destination that has
-		// stopped reading two seconds before the bound: main's last line may take one.
-		if lerr := logs.closeWithin(time.Until(stopBy) - 2*time.Second); err == nil {
-			err = lerr
-		}
-	}()
-	logger := slog.New(slog.NewJSONHandler(logs, nil))
+	bound, err := loadAndServe(ctx, cfg, getenv, stop, out, logs)
+	// Every way out writes what waits, but only until the bound from the signal (from
+	// now, without one), less what main's own last line may take and as much again for
+	// a machine whose cores are all busy to schedule the way out.
+	deadline := stop.deadline(bound - 2*finalLineWait)
+	if !out.close(deadline) && err == nil {
+		err = errors.New("stdout stopped reading: the lines not written by the end were lost")
+	}
+	if lerr := logs.closeWithin(time.Until(deadline)); err == nil {
+		err = lerr
+	}
+	return err
+}
 
+// loadAndServe loads the dataset and serves it until ctx is cancelled. It returns the bound
+// that applies to the way out: cfg.loadStopTimeout until it serves, then
+// cfg.shutdownTimeout.
+func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, stop *stopSignal, out *console, logs *logBuffer) (time.Duration, error) {
+	logger := slog.New(slog.NewJSONHandler(logs, nil))
 	data, name := defaultDataset, defaultDatasetName
 	if cfg.dataFile != "" {
+		var err error
 		if data, err = os.ReadFile(cfg.dataFile); err != nil {
-			return fmt.Errorf("%s: %w", cfg.dataName, err)
+			return cfg.loadStopTimeout, fmt.Errorf("%s: %w", cfg.dataName, err)
 		}
 		name = cfg.dataFile
 	}
@@ -290,16 +308,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if cfg.clock != nil {
 		start = *cfg.clock
 	}
-	say(stdout, stopBy, loadingLine(name, cfg.seedOrders))
+	out.say(loadingLine(name, cfg.seedOrders))
 	sb, err := loadUnlessStopped(ctx, func() (*sandbox, error) { return loadDataset(name, data, cfg.seedOrders, start, logger) })
 	if err != nil {
-		stopBy = time.Now().Add(cfg.shutdownTimeout)
-		return err
+		return cfg.loadStopTimeout, err
 	}
 	defer boundHeapGrowth(getenv)()
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", cfg.addrName, cfg.addr, err)
+		return cfg.loadStopTimeout, fmt.Errorf("%s %s: %w", cfg.addrName, cfg.addr, err)
 	}
 	base := baseURL(ln.Addr())
 	stopping := make(chan struct{})
@@ -307,7 +324,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		stopping: stopping, corsOrigin: cfg.corsOrigin, loopback: isLoopback(ln.Addr())})
 	if err != nil {
 		ln.Close()
-		return err
+		return cfg.loadStopTimeout, err
 	}
 	exposed := exposure(ln.Addr(), cfg.addrName, cfg.addr)
 	if cfg.clock != nil {
@@ -316,17 +333,84 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		exposed += "Every sandbox clock is frozen at " + formatTimestamp(*cfg.clock) + " (-clock); POST /v1/test_helpers/clock moves one.\n"
 	}
-	printBanner(stdout, base, sb.keyLines, exposed)
+	out.say(banner(base, sb.keyLines, exposed))
 	logger.Info("serving", "base_url", base, "orders", sb.orderCount, "shipments", sb.shipmentCount)
 	err = serve(ctx, newHTTPServer(cfg, srv.handler(), logger), ln, func() {
-		stopBy = time.Now().Add(cfg.shutdownTimeout)
-		say(stdout, stopBy, fmt.Sprintf("Shutting down: requests in flight may take up to %v to finish.\n", cfg.drainTimeout))
+		out.say(fmt.Sprintf("Shutting down: requests in flight may take up to %v to finish.\n", cfg.drainTimeout))
 		close(stopping)
-	}, cfg.drainTimeout)
+	}, stop, cfg.drainTimeout)
 	if err == nil {
-		say(stdout, stopBy, fmt.Sprintf("Stopped: %d requests drained.\n", srv.drained.Load()))
+		out.say(fmt.Sprintf("Stopped: %d requests drained.\n", srv.drained.Load()))
 	}
-	return err
+	return cfg.shutdownTimeout, err
+}
+
+// finalLineWait is how long main's last line (run's error) may wait for stderr: run's
+// own waits end twice that before the bound.
+const finalLineWait = 500 * time.Millisecond
+
+// stopSignal is when ctx was cancelled: every wait on the way out is a deadline from that
+// instant, not a sum of waits.
+type stopSignal struct{ at atomic.Pointer[time.Time] }
+
+func watchStop(ctx context.Context) *stopSignal {
+	s := &stopSignal{}
+	context.AfterFunc(ctx, func() {
+		now := time.Now()
+		s.at.Store(&now)
+	})
+	return s
+}
+
+// deadline is d after the signal, or after now when there has been none.
+func (s *stopSignal) deadline(d time.Duration) time.Time {
+	if at := s.at.Load(); at != nil {
+		return at.Add(d)
+	}
+	return time.Now().Add(d)
+}
+
+// console writes lines for a person (the banner, the loading and shutdown lines) in order,
+// from a goroutine of its own, so that the program never waits for a terminal or pipe
+// that has stopped reading, which cannot be given a deadline of its own.
+type console struct {
+	lines   chan string
+	written chan struct{} // closed once every line said is written
+}
+
+// consoleBacklog is how many lines may wait for a destination; more are dropped.
+const consoleBacklog = 64
+
+func newConsole(w io.Writer) *console {
+	c := &console{lines: make(chan string, consoleBacklog), written: make(chan struct{})}
+	go func() {
+		defer close(c.written)
+		for line := range c.lines {
+			w.Write([]byte(line))
+		}
+	}()
+	return c
+}
+
+// say queues line, each written whole by one write.
+func (c *console) say(line string) {
+	select {
+	case c.lines <- line:
+	default: // the destination is far behind: the line is dropped rather than wait
+	}
+}
+
+// close waits until every line is written or deadline passes, and reports which.
+func (c *console) close(deadline time.Time) bool {
+	close(c.lines)
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-c.written:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // loadingLine says what start-up is doing while a large dataset loads.
@@ -354,22 +438,6 @@ func loadUnlessStopped(ctx context.Context, load func() (*sandbox, error)) (*san
 		return l.sb, l.err
 	case <-ctx.Done():
 		return nil, errors.New("stopped while loading the dataset: nothing was served")
-	}
-}
-
-// say writes line to w, unless w is still not done at deadline: a terminal or pipe that
-// has stopped reading cannot be given a deadline of its own, so say stops waiting for it.
-func say(w io.Writer, deadline time.Time, line string) {
-	done := make(chan struct{})
-	go func() {
-		w.Write([]byte(line))
-		close(done)
-	}()
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
 	}
 }
 
@@ -416,8 +484,8 @@ func newHTTPServer(cfg config, h http.Handler, log *slog.Logger) *http.Server {
 }
 
 // serve serves until ctx is cancelled, then stops accepting, tells waiting requests to
-// stop waiting, and lets in-flight requests finish within grace.
-func serve(ctx context.Context, hs *http.Server, ln net.Listener, stopping func(), grace time.Duration) error {
+// stop waiting, and lets in-flight requests finish within grace of the signal.
+func serve(ctx context.Context, hs *http.Server, ln net.Listener, stopping func(), stop *stopSignal, grace time.Duration) error {
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	select {
@@ -426,12 +494,12 @@ func serve(ctx context.Context, hs *http.Server, ln net.Listener, stopping func(
 	case <-ctx.Done():
 	}
 	stopping()
-	// ctx is already cancelled: shutting down gets a fresh deadline of its own.
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	// ctx is already cancelled: shutting down gets a deadline of its own.
+	sctx, cancel := context.WithDeadline(context.Background(), stop.deadline(grace))
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
 		hs.Close() // past the grace period: cut what is left
-		return fmt.Errorf("shutdown: requests still in flight after %v were cut off: %w", grace, err)
+		return fmt.Errorf("shutdown: requests still in flight when the drain ended were cut off: %w", err)
 	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return err
@@ -471,10 +539,10 @@ func exposure(addr net.Addr, name, value string) string {
 	return ""
 }
 
-// printBanner writes the start-up banner in one write, so that a reader of stdout sees it
+// banner is the start-up banner, written in one write so that a reader of stdout sees it
 // whole or not at all; notes are lines of its own (where it listens, a frozen clock).
-func printBanner(w io.Writer, base string, keys []keyLine, notes string) {
-	var b bytes.Buffer
+func banner(base string, keys []keyLine, notes string) string {
+	var b strings.Builder
 	fmt.Fprintf(&b, "Shipping API sandbox (v1, developer preview): local sandbox, no carrier or marketplace is called.\n")
 	origin := strings.TrimSuffix(base, "/v1")
 	fmt.Fprintf(&b, "In a browser: %s/ shows the keys, the fixtures and what moves on the sandbox clock.\n", origin)
@@ -487,9 +555,9 @@ func printBanner(w io.Writer, base string, keys []keyLine, notes string) {
 	}
 	tw.Flush()
 	if len(keys) > 0 {
-		fmt.Fprintf(&b, "Try: curl -H 'Authorization: Bearer %s' %s/orders\n", keys[0].key, base)
+		fmt.Fprintf(&b, "Try: curl -s -H 'Authorization: Bearer %s' %s/orders\n", keys[0].key, base)
 	}
-	w.Write(b.Bytes())
+	return b.String()
 }
 
 // sandbox is a loaded dataset.
