@@ -56,8 +56,14 @@ func (c *sandboxClock) read(wall func() time.Time) clockReading {
 // freeze stops the clock at at; a nil at makes it follow the wall clock again.
 func (c *sandboxClock) freeze(at *time.Time) { c.frozen.Store(at) }
 
-// tenants are a dataset's declared accounts and environments.
-type tenants map[tenantID]*tenant
+// tenants are a dataset's declared accounts and environments, by id and in the order the
+// dataset declares them.
+type tenants struct {
+	byID map[tenantID]*tenant
+	list []*tenant
+}
+
+func newTenants() tenants { return tenants{byID: map[tenantID]*tenant{}} }
 
 var environments = []string{"test", "live"}
 
@@ -67,7 +73,7 @@ type accountRecord struct {
 }
 
 // addAccount declares an account's environments as tenants.
-func (ts tenants) addAccount(path string, rec accountRecord) error {
+func (ts *tenants) addAccount(path string, rec accountRecord) error {
 	if err := checkID(path+".id", rec.ID); err != nil {
 		return err
 	}
@@ -80,10 +86,12 @@ func (ts tenants) addAccount(path string, rec accountRecord) error {
 			return err
 		}
 		id := tenantID{rec.ID, env}
-		if ts[id] != nil {
+		if ts.byID[id] != nil {
 			return &datasetError{path: epath, reason: fmt.Sprintf("duplicate: %s is declared more than once", id)}
 		}
-		ts[id] = &tenant{id: id, live: env == "live", shipments: newShipmentIndex(), orders: newOrderIndex(tagOf("tenant", rec.ID, env))}
+		t := &tenant{id: id, live: env == "live", shipments: newShipmentIndex(), orders: newOrderIndex(tagOf("tenant", rec.ID, env))}
+		ts.byID[id] = t
+		ts.list = append(ts.list, t)
 	}
 	return nil
 }
@@ -96,10 +104,10 @@ func (ts tenants) find(path, account, environment string) (*tenant, error) {
 	if err := required(path+".environment", environment); err != nil {
 		return nil, err
 	}
-	if t := ts[tenantID{account, environment}]; t != nil {
+	if t := ts.byID[tenantID{account, environment}]; t != nil {
 		return t, nil
 	}
-	for id := range ts {
+	for id := range ts.byID {
 		if id.account == account {
 			return nil, &datasetError{path: path + ".environment", reason: fmt.Sprintf("account %q declares no environment %q in $.accounts", account, environment)}
 		}

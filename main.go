@@ -328,7 +328,7 @@ func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, s
 	}
 	exposed := exposure(ln.Addr(), cfg.addrName, cfg.addr)
 	if cfg.clock != nil {
-		for _, t := range sb.tenants {
+		for _, t := range sb.tenants.list {
 			t.clock.freeze(cfg.clock)
 		}
 		exposed += "Every sandbox clock is frozen at " + formatTimestamp(*cfg.clock) + " (-clock); POST /v1/test_helpers/clock moves one.\n"
@@ -611,7 +611,7 @@ func decodeDataset(data []byte, seed int, start time.Time, log *slog.Logger, dro
 	if len(ds.Accounts) == 0 {
 		return nil, &datasetError{path: "$.accounts", reason: "at least one account is required"}
 	}
-	sb := &sandbox{start: start, tenants: tenants{}, keys: keyring{}}
+	sb := &sandbox{start: start, tenants: newTenants(), keys: keyring{}}
 	for i, raw := range ds.Accounts {
 		path := fmt.Sprintf("$.accounts[%d]", i)
 		var rec accountRecord
@@ -644,7 +644,7 @@ func decodeDataset(data []byte, seed int, start time.Time, log *slog.Logger, dro
 	if err != nil {
 		return nil, err
 	}
-	for _, t := range sb.tenants {
+	for _, t := range sb.tenants.list {
 		if err := t.orders.build(); err != nil {
 			return nil, err
 		}
@@ -718,9 +718,9 @@ func (sb *sandbox) fileShipment(path string, rec shipmentRecord, t *tenant, log 
 		if !t.orders.has(orderID) {
 			// Only a refusal asks the other tenants, to name the order's owner: loading
 			// stays linear in the number of tenants.
-			for id, other := range sb.tenants {
+			for _, other := range sb.tenants.list {
 				if other.orders.has(orderID) {
-					return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("order %q belongs to %s, not to %s: shipment %q cannot be linked across accounts or environments", orderID, id, t.id, rec.ID)}
+					return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("order %q belongs to %s, not to %s: shipment %q cannot be linked across accounts or environments", orderID, other.id, t.id, rec.ID)}
 				}
 			}
 		}
@@ -744,7 +744,7 @@ func (sb *sandbox) fileShipment(path string, rec shipmentRecord, t *tenant, log 
 
 // addSeedOrders adds n generated orders to acct_sandbox/test.
 func (sb *sandbox) addSeedOrders(n int) error {
-	t := sb.tenants[seedTenant]
+	t := sb.tenants.byID[seedTenant]
 	if t == nil {
 		return fmt.Errorf("-seed-orders: the dataset has no account %s with environment %s to seed", seedTenant.account, seedTenant.environment)
 	}
@@ -810,7 +810,7 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 	}
 	return &server{
 		cors:     c,
-		landing:  newLanding(sb, o.baseURL, o.loopback),
+		landing:  newLanding(sb, o.loopback),
 		clocks:   clockHelpers{started: sb.start, wall: o.now},
 		keys:     sb.keys,
 		rate:     newRateLimit(o.rate, o.now()),
@@ -1292,15 +1292,19 @@ func (s *server) logRequest(method, route string, c *call, d time.Duration) {
 // maxLogValue-3 bytes (cut at a UTF-8 boundary) and "...".
 const maxLogValue = 256
 
-func boundLogValue(s string) string {
-	if len(s) <= maxLogValue {
+func boundLogValue(s string) string { return boundValue(s, maxLogValue) }
+
+// boundValue is s, or, when s is over max bytes, its first max-3 bytes (cut at a UTF-8
+// boundary) and "...".
+func boundValue(s string, max int) string {
+	if len(s) <= max {
 		return s
 	}
-	cut := maxLogValue - 3
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
+	end := max - 3
+	for end > 0 && !utf8.RuneStart(s[end]) {
+		end--
 	}
-	return s[:cut] + "..."
+	return s[:end] + "..."
 }
 
 func appendRequestLine(b []byte, at time.Time, method, route string, status int, d time.Duration, id, account, environment string) []byte {
@@ -1501,98 +1505,123 @@ func isPreflight(r *http.Request) bool {
 	return r.Method == http.MethodOptions && r.Header.Get("Origin") != "" && r.Header.Get("Access-Control-Request-Method") != ""
 }
 
-// The landing page: what a person who opens the base address in a browser needs.
+// The landing page, GET /: what a person who opens the sandbox in a browser needs. It is
+// bounded whatever the dataset: at most pageTenants tenants, and for each at most pageRows
+// keys, shipments and orders, then a count of the rest; every value cut at pageValue bytes.
 
 //go:embed landing.html
 var landingHTML string
 
-// landing is the page's template and what it shows that does not change.
+const (
+	pageTenants = 20
+	pageRows    = 20
+	pageValue   = 64
+)
+
+// landing is the page's template and what it shows that does not depend on the request.
 type landing struct {
-	page      *template.Template
-	sandbox   *sandbox
-	baseURL   string
-	showKeys  bool // only while the sandbox listens on loopback
-	tenantIDs []tenantID
+	page        *template.Template
+	loopback    bool // the sandbox listens on loopback only: a loopback Host may see the keys
+	tenants     []landingTenantKeys
+	moreTenants int
 }
 
-func newLanding(sb *sandbox, baseURL string, showKeys bool) *landing {
-	l := &landing{page: template.Must(template.New("landing").Parse(landingHTML)), sandbox: sb, baseURL: baseURL, showKeys: showKeys}
-	// The first key's tenant first, then the rest by name.
-	first := tenantID{}
+// landingTenantKeys is a shown tenant with the keys the page may show of it.
+type landingTenantKeys struct {
+	t        *tenant
+	name     string
+	keys     []landingKey
+	moreKeys int
+}
+
+func newLanding(sb *sandbox, loopback bool) *landing {
+	l := &landing{page: template.Must(template.New("landing").Funcs(template.FuncMap{"count": groupDigits}).Parse(landingHTML)), loopback: loopback}
+	// The first key's tenant first, then the rest in the order the dataset declares them.
+	order := sb.tenants.list
 	if len(sb.keyLines) > 0 {
-		first = sb.keyLines[0].tenant
+		first := sb.tenants.byID[sb.keyLines[0].tenant]
+		order = append([]*tenant{first}, slices.DeleteFunc(slices.Clone(order), func(t *tenant) bool { return t == first })...)
 	}
-	for id := range sb.tenants {
-		l.tenantIDs = append(l.tenantIDs, id)
+	shown := map[tenantID]int{}
+	for i, t := range order[:min(len(order), pageTenants)] {
+		shown[t.id] = i
+		l.tenants = append(l.tenants, landingTenantKeys{t: t, name: cut(t.id.String())})
 	}
-	slices.SortFunc(l.tenantIDs, func(a, b tenantID) int {
-		if (a == first) != (b == first) {
-			if a == first {
-				return -1
-			}
-			return 1
+	l.moreTenants = len(order) - len(l.tenants)
+	for _, k := range sb.keyLines {
+		i, ok := shown[k.tenant]
+		if !ok {
+			continue
 		}
-		return strings.Compare(a.String(), b.String())
-	})
+		if tk := &l.tenants[i]; len(tk.keys) < pageRows {
+			tk.keys = append(tk.keys, landingKey{cut(k.key), k.scopes, k.state})
+		} else {
+			tk.moreKeys++
+		}
+	}
 	return l
 }
 
 // Page data, as the template reads it.
 type (
 	landingData struct {
-		BaseURL   string
-		HealthURL string
-		ShowKeys  bool
-		Keys      []landingKey
-		Tenants   []landingTenant
-		Curl      string
+		Origin, BaseURL string
+		ShowKeys        bool
+		Curl            string
+		Tenants         []landingTenant
+		MoreTenants     int
 	}
-	landingKey    struct{ Key, Tenant, Scopes, State string }
+	landingKey    struct{ Key, Scopes, State string }
 	landingTenant struct {
-		Name       string
-		Now        string
-		Shipments  []landingShipment
-		Orders     []landingOrder
-		MoreOrders int
+		Name, Now     string
+		Frozen        bool
+		Keys          []landingKey
+		MoreKeys      int
+		Shipments     []landingShipment
+		MoreShipments int
+		Orders        []landingOrder
+		MoreOrders    int
 	}
 	landingShipment struct {
 		ID, TrackingNumber, Status string
 		Shared                     bool
 		Dropped                    int
 	}
-	landingOrder struct{ ID, Status, CreatedAt string }
+	landingOrder struct{ ID, Status, ShipmentID, CreatedAt string }
 )
 
-const landingOrders = 20 // orders shown per tenant, then a count
-
-// landingPage answers GET /: the page, as each tenant's clock shows it now.
+// landingPage answers GET /: the page, each tenant as its clock, read once, shows it. Its
+// links name the address the browser used; the keys are shown only to a loopback Host of a
+// sandbox listening on loopback, so that a page under another name (DNS rebinding) shows none.
 func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 	l := s.landing
-	d := landingData{BaseURL: l.baseURL, HealthURL: strings.TrimSuffix(l.baseURL, "/v1") + "/healthz", ShowKeys: l.showKeys}
-	for _, k := range l.sandbox.keyLines {
-		d.Keys = append(d.Keys, landingKey{k.key, k.tenant.String(), k.scopes, k.state})
-	}
-	if l.showKeys && len(d.Keys) > 0 {
-		d.Curl = "curl -H 'Authorization: Bearer " + d.Keys[0].Key + "' " + l.baseURL + "/orders"
-	}
-	for _, id := range l.tenantIDs {
-		t := l.sandbox.tenants[id]
-		at := t.clock.read(s.now).now
-		lt := landingTenant{Name: id.String(), Now: formatTimestamp(at)}
-		for _, sh := range t.shipments.list {
-			ls := landingShipment{ID: sh.id, Status: sh.statusAt(at), Dropped: sh.dropped}
+	origin := originOf(r, s.origin)
+	host, _, valid := splitHostPort(strings.ToLower(r.Host))
+	d := landingData{Origin: origin, BaseURL: origin + "/v1", ShowKeys: l.loopback && valid && namesLoopback(host), MoreTenants: l.moreTenants}
+	for _, tk := range l.tenants {
+		clock := tk.t.clock.read(s.now)
+		lt := landingTenant{Name: tk.name, Now: formatTimestamp(clock.now), Frozen: clock.frozen}
+		if d.ShowKeys {
+			lt.Keys, lt.MoreKeys = tk.keys, tk.moreKeys
+			if d.Curl == "" && len(tk.keys) > 0 {
+				d.Curl = "curl -s -H 'Authorization: Bearer " + tk.keys[0].Key + "' " + d.BaseURL + "/orders"
+			}
+		}
+		shipments, more := tk.t.shipments.firstShown(clock.now, pageRows)
+		for _, sh := range shipments {
+			ls := landingShipment{ID: cut(sh.id), Status: sh.statusAt(clock.now), Dropped: sh.dropped}
 			if sh.trackingNumber != nil {
-				ls.TrackingNumber = *sh.trackingNumber
-				ls.Shared = t.shipments.byTrackingNumber[*sh.trackingNumber] == nil
+				ls.TrackingNumber = cut(*sh.trackingNumber)
+				ls.Shared = tk.t.shipments.sharedAt(*sh.trackingNumber, clock.now)
 			}
 			lt.Shipments = append(lt.Shipments, ls)
 		}
-		ix := &t.orders
-		first := ix.visible(at)
-		for i := first; i < min(ix.count(), first+landingOrders); i++ {
-			lt.Orders = append(lt.Orders, landingOrder{string(ix.id(i)), orderStatuses[ix.records[i].status], formatTimestamp(ix.createdAt(i))})
+		lt.MoreShipments = more
+		orders, more := tk.t.orders.firstListed(clock.now, pageRows)
+		for _, o := range orders {
+			lt.Orders = append(lt.Orders, landingOrder{cut(o.id), o.status, cut(o.shipmentID), formatTimestamp(o.createdAt)})
 		}
-		lt.MoreOrders = ix.count() - first - len(lt.Orders)
+		lt.MoreOrders = more
 		d.Tenants = append(d.Tenants, lt)
 	}
 	var b bytes.Buffer
@@ -1601,6 +1630,19 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	writeBody(w, http.StatusOK, htmlContentType, []string{strconv.Itoa(b.Len())}, b.Bytes())
+}
+
+// cut bounds a shown value: over pageValue bytes, it is its first pageValue-3 bytes (cut at
+// a UTF-8 boundary) and "...".
+func cut(s string) string { return boundValue(s, pageValue) }
+
+// groupDigits writes n with its digits grouped by commas: 99,980.
+func groupDigits(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 var htmlContentType = []string{"text/html; charset=utf-8"}

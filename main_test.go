@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"log/slog"
 	"maps"
@@ -2644,7 +2645,7 @@ func TestReadmeDatasetExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := sb.tenants[tenantID{"acct_acme", "test"}].shipments.byID["shp_acme_1"]; s == nil || len(s.instants) != 2 {
+	if s := sb.tenants.byID[tenantID{"acct_acme", "test"}].shipments.byID["shp_acme_1"]; s == nil || len(s.instants) != 2 {
 		t.Errorf("the README's example shipment did not load with its two events")
 	}
 }
@@ -2702,7 +2703,8 @@ func TestOpenAPIDocumentForClients(t *testing.T) {
 }
 
 // TestLandingPage: GET / (that exact path) is a small HTML page with the base URL, the keys
-// (only on loopback), each tenant's shipments and orders as its clock shows them, and links.
+// (only to a loopback Host on loopback), each tenant's keys, shipments and orders as its
+// clock shows them, and links, all at the address the browser used.
 func TestLandingPage(t *testing.T) {
 	e := newEnv(t, envOptions{seed: 50, step: -1, rate: -1})
 	rep := e.get(t, "/", "")
@@ -2711,34 +2713,133 @@ func TestLandingPage(t *testing.T) {
 		t.Fatalf("GET / = %d %s", rep.status, rep.header.Get("Content-Type"))
 	}
 	for _, want := range []string{
-		`<link rel="icon" href="data:,">`, "http://127.0.0.1:8080/v1", `href="http://127.0.0.1:8080/v1/openapi.json"`, `href="http://127.0.0.1:8080/healthz"`,
-		"curl -H &#39;Authorization: Bearer sk_test_sandbox_all&#39; http://127.0.0.1:8080/v1/orders",
-		"<code>sk_test_sandbox_expired</code></td><td>acct_sandbox/test</td><td>tracking:read orders:read</td><td>expired 2026-01-01T00:00:00Z",
-		"<code>sk_live_sandbox_all</code>", "<code>shp_sbx_spring</code></td><td><code>SBX1000000001</code></td><td>delivered",
-		"<code>shp_sbx_twin_a</code></td><td><code>SBX2000000000</code></td><td>in_transit</td><td class=\"note\">number shared",
-		"<code>shp_sbx_naive</code></td><td><code>SBX1000000003</code></td><td>in_transit</td><td class=\"note\"> 3 raw events dropped",
-		"<code>shp_sbx_unlabelled</code></td><td><span class=\"note\">none</span>", "and 31 more.", "<code>ord_other_0001</code>",
+		`<link rel="icon" href="data:,">`, "<code>http://127.0.0.1:8080/v1</code>", `href="http://127.0.0.1:8080/v1/openapi.json"`, `href="http://127.0.0.1:8080/healthz"`,
+		"curl -s -H &#39;Authorization: Bearer sk_test_sandbox_all&#39; http://127.0.0.1:8080/v1/orders",
+		"<tr><td>sk_test_sandbox_expired<td>tracking:read orders:read<td>expired 2026-01-01T00:00:00Z\n",
+		"<tr><td>sk_live_sandbox_all<td>", "<tr><td>shp_sbx_spring<td>SBX1000000001<td>delivered<td",
+		"<tr><td>shp_sbx_twin_a<td>SBX2000000000<td>in_transit<td class=\"n\">number shared",
+		"<tr><td>shp_sbx_naive<td>SBX1000000003<td>in_transit<td class=\"n\"> 3 raw events dropped",
+		"<tr><td>shp_sbx_unlabelled<td><span class=\"n\">none</span>", "and 31 more orders",
+		"<tr><td>ord_other_0001<td>fulfilled<td>shp_other_1<td>2026-10-14T09:00:00Z\n",
+		"Sandbox clock 2026-11-22T12:00:00Z, following the wall clock",
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %q", want)
 		}
 	}
-	if strings.Contains(page, "<script") || strings.Contains(page, "src=") || strings.Index(page, "<h2>acct_sandbox/test") > strings.Index(page, "<h2>acct_other/test") {
-		t.Error("the page has a script or an external asset, or the first key's tenant is not first")
+	if strings.Contains(page, "<script") || strings.Contains(page, "src=") || strings.Index(page, "<h2>acct_sandbox/test") > strings.Index(page, "<h2>acct_sandbox/live") ||
+		strings.Index(page, "<h2>acct_sandbox/live") > strings.Index(page, "<h2>acct_other/test") {
+		t.Error("the page has a script or an external asset, or its tenants are not the first key's, then the dataset's order")
 	}
 	// The clock: a shipment's status and the orders as the tenant's clock shows them.
 	e.setClock(t, "sk_test_sandbox_all", "2026-03-29T01:30:00Z")
 	page = string(e.get(t, "/", "").body)
-	if !strings.Contains(page, "<code>shp_sbx_spring</code></td><td><code>SBX1000000001</code></td><td>in_transit") || !strings.Contains(page, "None yet.") {
+	if !strings.Contains(page, "<tr><td>shp_sbx_spring<td>SBX1000000001<td>in_transit<td") || !strings.Contains(page, "None yet.") ||
+		!strings.Contains(page, "Sandbox clock 2026-03-29T01:30:00Z, frozen") {
 		t.Error("the page does not follow the tenant's clock")
 	}
-	// Listening where others reach it: no key on the page.
+	// The keys only to a loopback Host: a page reached under another name (DNS rebinding)
+	// shows none; the links name the Host the browser used.
+	for _, tt := range []struct {
+		host    string
+		keys    bool
+		baseURL string
+	}{
+		{"127.0.0.1:8080", true, "http://127.0.0.1:8080/v1"},
+		{"LOCALHOST:9999", true, "http://localhost:9999/v1"},
+		{"127.0.0.2", true, "http://127.0.0.2/v1"},
+		{"[::1]:8080", true, "http://[::1]:8080/v1"},
+		{"attacker.example", false, "http://attacker.example/v1"},
+		{"attacker.example:8080", false, "http://attacker.example:8080/v1"},
+		{"192.0.2.2:19183", false, "http://192.0.2.2:19183/v1"},
+		{"localhost.attacker.example", false, "http://localhost.attacker.example/v1"},
+		{"bad host", false, "http://127.0.0.1:8080/v1"},
+	} {
+		r := newRequest(http.MethodGet, "/", "")
+		r.Host = tt.host
+		page := string(e.do(t, r).body)
+		if strings.Contains(page, "sk_test_") != tt.keys || !strings.Contains(page, "Base URL: <code>"+tt.baseURL+"</code>") || !strings.Contains(page, `href="`+tt.baseURL+`/openapi.json"`) {
+			t.Errorf("Host %q: keys shown %v, want %v; want the base URL %s", tt.host, strings.Contains(page, "sk_test_"), tt.keys, tt.baseURL)
+		}
+	}
+	// Listening where others reach it: no key on the page, whatever the Host.
 	remote := newEnv(t, envOptions{remote: true})
 	if page := string(remote.get(t, "/", "").body); strings.Contains(page, "sk_test_") || strings.Contains(page, "curl") {
 		t.Error("the page shows keys while the sandbox is not on loopback")
 	}
 	// Only the exact path.
 	wantProblem(t, e.get(t, "/index.html", ""), 404, "route_not_found", "")
+}
+
+// pageDataset is a dataset of tenants accounts, each with keys keys, shipments shipments
+// (each linked to an order) and orders orders, every id of width bytes made of fill.
+func pageDataset(tenants, keys, shipments, orders, width int, fill string) []byte {
+	id := func(prefix string, i int) string {
+		s := fmt.Sprintf("%s%d", prefix, i)
+		return s + strings.Repeat(fill, max(0, width-len(s)))
+	}
+	var as, ks, ss, os []string
+	for a := range tenants {
+		acct := id("a", a)[:max(1, width-len("/test"))]
+		as = append(as, `{"id":"`+acct+`","environments":["test"]}`)
+		for k := range keys {
+			key := strings.ReplaceAll(id(fmt.Sprintf("k%d_", a), k), "&", "+") // a key is a Bearer credential
+			ks = append(ks, `{"key":"`+key+`","account":"`+acct+`","environment":"test","scopes":["orders:read"]}`)
+		}
+		for o := range orders {
+			os = append(os, `{"id":"`+id(fmt.Sprintf("o%d_", a), o)+`","account":"`+acct+`","environment":"test","merchant_reference":"R","platform":"ebay","status":"fulfilled","created_at":"2026-11-01T00:00:00Z"}`)
+		}
+		for s := range shipments {
+			link := ""
+			if s < orders {
+				link = `,"order_id":"` + id(fmt.Sprintf("o%d_", a), s) + `"`
+			}
+			ss = append(ss, `{"id":"`+id(fmt.Sprintf("s%d_", a), s)+`","account":"`+acct+`","environment":"test","reference":"R","tracking_number":"`+id(fmt.Sprintf("t%d_", a), s)+`"`+link+`}`)
+		}
+	}
+	return []byte(dataset(strings.Join(as, ","), strings.Join(ks, ","), strings.Join(ss, ","), strings.Join(os, ",")))
+}
+
+// TestLandingPageIsBounded: whatever the dataset, the page shows at most 20 tenants, and of
+// each at most 20 keys, shipments and orders, then how many more; a value over 64 bytes is
+// cut to 61 and "..."; the page is at most 256 KiB when every value is under 64 bytes,
+// 1 MiB whatever the values.
+func TestLandingPageIsBounded(t *testing.T) {
+	for _, tt := range []struct {
+		name                             string
+		tenants, keys, shipments, orders int
+		width                            int
+		fill                             string
+		limit                            int
+		want                             []string
+	}{
+		{"100,000 shipments", 1, 1, 100000, 1, 12, "x", 256 << 10, []string{"and 99,980 more shipments"}},
+		{"40,000 tenants", 40000, 1, 1, 1, 12, "x", 256 << 10, []string{"and 39,980 more accounts and environments"}},
+		{"values of 63 bytes", 25, 25, 25, 25, 63, "x", 256 << 10, []string{"and 5 more keys", "and 5 more shipments", "and 5 more orders", "and 5 more accounts"}},
+		{"values of 255 bytes to escape", 25, 25, 25, 25, 255, "&", 1 << 20, []string{"&amp;&amp;..."}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, envOptions{data: pageDataset(tt.tenants, tt.keys, tt.shipments, tt.orders, tt.width, tt.fill), quiet: true})
+			page := string(e.get(t, "/", "").body)
+			t.Logf("%d bytes", len(page))
+			if len(page) > tt.limit {
+				t.Errorf("the page is %d bytes, want at most %d", len(page), tt.limit)
+			}
+			if n := strings.Count(page, "<h2>"); n != min(tt.tenants, 20) {
+				t.Errorf("%d tenants shown, want %d", n, min(tt.tenants, 20))
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(page, want) {
+					t.Errorf("the page lacks %q", want)
+				}
+			}
+			for _, cell := range regexp.MustCompile(`<td>([^<]*)`).FindAllStringSubmatch(page, -1) {
+				if raw := html.UnescapeString(cell[1]); len(raw) > 64 {
+					t.Fatalf("a shown value of %d bytes: %q", len(raw), raw)
+				}
+			}
+		})
+	}
 }
 
 // TestCORS: with -cors-origin every answer under /v1 and /healthz, errors included, lets that
@@ -4017,7 +4118,7 @@ func TestOrderIndexOfSeededOrders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tn := range sb.tenants {
+	for _, tn := range sb.tenants.list {
 		checkOrderIndex(t, &tn.orders)
 	}
 }
@@ -4483,7 +4584,7 @@ func FuzzLoadDataset(f *testing.F) {
 			}
 			return
 		}
-		for id, tn := range sb.tenants {
+		for id, tn := range sb.tenants.byID {
 			for _, s := range []string{id.account, id.environment} {
 				if checkID("$", s) != nil {
 					t.Fatalf("tenant %q loaded", id)
@@ -4628,16 +4729,16 @@ func BenchmarkTrackingByID(b *testing.B) {
 func BenchmarkClock(b *testing.B) {
 	for _, frozen := range []bool{false, true} {
 		e := benchEnv(b, 1000000)
-		ix := &e.sb.tenants[seedTenant].orders
+		ix := &e.sb.tenants.byID[seedTenant].orders
 		if frozen {
 			at := ix.createdAt(ix.count() / 2)
-			e.sb.tenants[seedTenant].clock.freeze(&at)
-			shp := e.sb.tenants[seedTenant].shipments.byID["shp_sbx_spring"]
+			e.sb.tenants.byID[seedTenant].clock.freeze(&at)
+			shp := e.sb.tenants.byID[seedTenant].shipments.byID["shp_sbx_spring"]
 			// The tracking read is measured with the clock at the third event.
 			b.Run("frozen/tracking_by_id", func(b *testing.B) {
-				e.sb.tenants[seedTenant].clock.freeze(&shp.instants[2])
+				e.sb.tenants.byID[seedTenant].clock.freeze(&shp.instants[2])
 				benchServe(b, e.h, newRequest("GET", "/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_all"), 200)
-				e.sb.tenants[seedTenant].clock.freeze(&at)
+				e.sb.tenants.byID[seedTenant].clock.freeze(&at)
 			})
 			b.Run("frozen/list_orders", func(b *testing.B) {
 				benchServe(b, e.h, newRequest("GET", "/v1/orders?limit=100", "sk_test_sandbox_all"), 200)
@@ -4662,7 +4763,7 @@ func BenchmarkTrackingByNumber(b *testing.B) {
 func BenchmarkListOrders(b *testing.B) {
 	for _, n := range []int{1000, 1000000} {
 		e := benchEnv(b, n)
-		ix := &e.sb.tenants[seedTenant].orders
+		ix := &e.sb.tenants.byID[seedTenant].orders
 		oldest := ix.createdAt(ix.count() - 1)
 		middle := ix.count() / 2
 		q := orderQuery{status: -1}
@@ -4684,6 +4785,30 @@ func BenchmarkListOrders(b *testing.B) {
 
 // BenchmarkOrderStore: what 1,000,000 orders cost to build and hold: the heap they keep
 // per order, and the time to seed and store them.
+// BenchmarkLandingPage: GET / costs the same whatever the dataset.
+func BenchmarkLandingPage(b *testing.B) {
+	for _, tt := range []struct {
+		name string
+		data []byte
+	}{
+		{"default", defaultDataset},
+		{"shipments=100000", pageDataset(1, 1, 100000, 1, 12, "x")},
+		{"tenants=40000", pageDataset(40000, 1, 1, 1, 12, "x")},
+	} {
+		b.Run(tt.name, func(b *testing.B) {
+			sb, err := loadDataset("bench", tt.data, 0, testNow, slog.New(slog.DiscardHandler))
+			if err != nil {
+				b.Fatal(err)
+			}
+			s, err := newServer(sb, serverOptions{access: newLogBuffer(io.Discard, time.Hour), loopback: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchServe(b, s.handler(), newRequest(http.MethodGet, "/", ""), 200)
+		})
+	}
+}
+
 // BenchmarkLoadAccounts: loading 20,000 accounts, each with an order and a shipment,
 // linked or not.
 func BenchmarkLoadAccounts(b *testing.B) {

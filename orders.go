@@ -105,6 +105,7 @@ type orderIndex struct {
 	byStatus [][]int32                 // indexes into records, per status, in list order
 	table    idTable
 	lengths  map[int][]string // one Content-Length value for each length an order has
+	links    map[int32]string // the shipment each linked order (by record index) is linked to
 }
 
 // storedOrder is one order's record: where its JSON and id are, its created_at, its status.
@@ -231,6 +232,7 @@ func (ix *orderIndex) build() error {
 	ix.ids = make([]byte, 0, n*16)
 	ix.byStatus = make([][]int32, len(orderStatuses))
 	ix.lengths = map[int][]string{}
+	ix.links = map[int32]string{}
 	var seed importedOrder
 	var idBuf, refBuf [32]byte
 	j := 0 // the next seeded order, newest first
@@ -269,6 +271,9 @@ func (ix *orderIndex) store(o *importedOrder) error {
 		idOff: uint32(len(ix.ids)), idLen: uint8(len(o.id)), status: uint8(o.status)})
 	ix.ids = append(ix.ids, o.id...)
 	ix.byStatus[o.status] = append(ix.byStatus[o.status], i)
+	if o.shipmentID != nil {
+		ix.links[i] = *o.shipmentID
+	}
 	if size := len(ix.bytes) - 1 - start; ix.lengths[size] == nil {
 		ix.lengths[size] = []string{strconv.Itoa(size)}
 	}
@@ -555,6 +560,22 @@ func (ix *orderIndex) appendData(b []byte, pg orderPage) []byte {
 // not created yet.
 func (ix *orderIndex) visible(at time.Time) int {
 	return sort.Search(len(ix.records), func(i int) bool { return !ix.after(i, at) })
+}
+
+// listedOrder is an order as a list shows it at an instant.
+type listedOrder struct {
+	id, status, shipmentID string // shipmentID "" for none
+	createdAt              time.Time
+}
+
+// firstListed is the first n orders GET /v1/orders lists at at, and how many more it does.
+func (ix *orderIndex) firstListed(at time.Time, n int) ([]listedOrder, int) {
+	first := ix.visible(at)
+	var orders []listedOrder
+	for i := first; i < min(len(ix.records), first+n); i++ {
+		orders = append(orders, listedOrder{string(ix.id(i)), orderStatuses[ix.records[i].status], ix.links[int32(i)], ix.createdAt(i)})
+	}
+	return orders, len(ix.records) - first - len(orders)
 }
 
 var errOrderNotFound = &apiError{code: codeNotFound, detail: "No imported order with this ID exists in this account and environment."}

@@ -312,6 +312,19 @@ func checkShipment(path string, rec shipmentRecord) error {
 	return nil
 }
 
+// firstShown is the first n shipments, in the dataset's order, that are found at at, and
+// how many more are.
+func (ix *shipmentIndex) firstShown(at time.Time, n int) ([]*shipment, int) {
+	k := min(n, len(ix.list))
+	return ix.list[:k], len(ix.list) - k
+}
+
+// sharedAt reports whether more than one shipment found at at holds this tracking number:
+// a lookup by number then answers 404.
+func (ix *shipmentIndex) sharedAt(number string, at time.Time) bool {
+	return ix.byTrackingNumber[number] == nil
+}
+
 var (
 	errShipmentNotFound  = &apiError{code: codeNotFound, detail: "No shipment with this ID exists in this account and environment."}
 	errTrackingNotFound  = &apiError{code: codeNotFound, detail: "No shipment with this primary tracking number exists in this account and environment."}
