@@ -112,10 +112,22 @@ func writeProblem(w http.ResponseWriter, requestID string, err error) {
 	writeBody(w, e.status(), problemContentType, b.length, b.bytes)
 }
 
+// statusTitle is a status's reason phrase as RFC 9110 names it: Go's StatusText keeps the
+// older names of 413 and 422.
+func statusTitle(status int) string {
+	switch status {
+	case http.StatusRequestEntityTooLarge:
+		return "Content Too Large"
+	case http.StatusUnprocessableEntity:
+		return "Unprocessable Content"
+	}
+	return http.StatusText(status)
+}
+
 func appendProblem(b []byte, e *apiError, requestID string) []byte {
 	status := e.status()
 	b = append(b, `{"type":"about:blank","title":`...)
-	b = appendJSONString(b, http.StatusText(status))
+	b = appendJSONString(b, statusTitle(status))
 	b = append(b, `,"status":`...)
 	b = strconv.AppendInt(b, int64(status), 10)
 	b = append(b, `,"detail":`...)

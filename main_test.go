@@ -238,7 +238,7 @@ func checkResponse(t testing.TB, r *http.Request, rep reply) {
 			t.Errorf("%s %s: error Content-Type = %q, want application/problem+json", r.Method, r.URL, ct)
 		}
 		p := rep.problem(t)
-		if p.Type != "about:blank" || p.Status != rep.status || p.Title != http.StatusText(rep.status) || p.RequestID != id || p.Detail == "" || p.Code == "" {
+		if p.Type != "about:blank" || p.Status != rep.status || p.Title != rfc9110Titles[rep.status] || p.RequestID != id || p.Detail == "" || p.Code == "" {
 			t.Errorf("%s %s: problem %+v does not match status %d and Request-Id %s", r.Method, r.URL, p, rep.status, id)
 		}
 	} else if ct := rep.header.Get("Content-Type"); ct != "application/json" && !(r.URL.Path == "/" && ct == "text/html; charset=utf-8") {
@@ -247,6 +247,13 @@ func checkResponse(t testing.TB, r *http.Request, rep reply) {
 	if err := theOpenAPI(t).checkResponse(r, rep); err != nil {
 		t.Errorf("%s %s answered %d, which the OpenAPI document does not allow: %v\nbody: %s", r.Method, r.URL, rep.status, err, rep.body)
 	}
+}
+
+// rfc9110Titles are the reason phrases of RFC 9110 (429: RFC 6585) that problem titles are.
+var rfc9110Titles = map[int]string{
+	400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
+	413: "Content Too Large", 422: "Unprocessable Content", 429: "Too Many Requests", 500: "Internal Server Error",
+	502: "Bad Gateway", 503: "Service Unavailable",
 }
 
 // wantProblem checks an error response's status, code and param.
@@ -355,9 +362,6 @@ func (d *openAPI) response(r *http.Request, status int) (map[string]any, error) 
 			continue
 		}
 		method := strings.ToLower(r.Method)
-		if method == "head" {
-			method = "get"
-		}
 		op, _ := dp.item[method].(map[string]any)
 		if op == nil {
 			if status != http.StatusMethodNotAllowed {
@@ -374,6 +378,9 @@ func (d *openAPI) response(r *http.Request, status int) (map[string]any, error) 
 	if status != http.StatusNotFound {
 		return nil, fmt.Errorf("an undocumented path answered %d, not 404", status)
 	}
+	if r.Method == http.MethodHead {
+		return d.resolve(map[string]any{"$ref": "#/components/responses/HeadNotFound"}), nil
+	}
 	return d.resolve(map[string]any{"$ref": "#/components/responses/NotFound"}), nil
 }
 
@@ -384,11 +391,15 @@ func (d *openAPI) checkResponse(r *http.Request, rep reply) error {
 		return err
 	}
 	ct := rep.header.Get("Content-Type")
-	media, _ := resp["content"].(map[string]any)[ct].(map[string]any)
-	if media == nil {
+	media := asMap(asMap(resp["content"])[ct])
+	if r.Method == http.MethodHead {
+		if resp["content"] != nil {
+			return fmt.Errorf("a HEAD answer %d is documented with a body", rep.status)
+		}
+	} else if media == nil {
 		return fmt.Errorf("Content-Type %q is not documented", ct)
 	}
-	if schema := media["schema"]; schema != nil && r.Method != http.MethodHead && strings.HasSuffix(ct, "json") {
+	if schema := media["schema"]; media != nil && schema != nil && strings.HasSuffix(ct, "json") {
 		dec := json.NewDecoder(bytes.NewReader(rep.body))
 		dec.UseNumber()
 		var v any
@@ -402,6 +413,9 @@ func (d *openAPI) checkResponse(r *http.Request, rep reply) error {
 	documented := map[string]map[string]any{}
 	for name, h := range asMap(resp["headers"]) {
 		documented[http.CanonicalHeaderKey(name)] = d.resolve(h)
+		if documented[http.CanonicalHeaderKey(name)]["required"] == true && rep.header.Get(name) == "" {
+			return fmt.Errorf("required header %s is missing", name)
+		}
 	}
 	for name, values := range rep.header {
 		switch name {
@@ -428,7 +442,7 @@ func asMap(v any) map[string]any { m, _ := v.(map[string]any); return m }
 
 // schemaKeywords are the keywords the validator applies; annotations are accepted and
 // ignored; anything else is an error.
-var annotations = map[string]bool{"description": true, "examples": true, "format": true, "default": true, "title": true}
+var annotations = map[string]bool{"description": true, "examples": true, "format": true, "default": true, "title": true, "required": true}
 
 // validate checks v against schema. observe, when set, is told each (schema, property)
 // pair a value has, for schemas reached through a $ref.
@@ -4265,7 +4279,7 @@ func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
 func TestProblemBodyIsWhatEncodingJSONWrites(t *testing.T) {
 	for _, e := range []*apiError{errRouteNotFound, errCursorForged, paramError(codeUnknownParameter, "\xff <&> \"x\"", "odd \u2028 detail"), paramError(codeUnknownParameter, "", "")} {
 		status := e.status()
-		want, err := marshalJSON(problem{"about:blank", http.StatusText(status), status, e.detail, e.code, e.param, "req_x"})
+		want, err := marshalJSON(problem{"about:blank", rfc9110Titles[status], status, e.detail, e.code, e.param, "req_x"})
 		if err != nil {
 			t.Fatal(err)
 		}
