@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -274,6 +276,58 @@ func parseTimestamp(s string) (time.Time, error) {
 	return t, nil
 }
 
+// relativeInstant is an instant of a dataset's schedule relative to the start instant:
+// start, or start then + or - then an unsigned Go duration (digits, an optional fraction, a
+// unit), lower case, no spaces.
+var relativeInstant = regexp.MustCompile(`^start(?:([+-])((?:[0-9]+(?:\.[0-9]+)?(?:ns|us|µs|μs|ms|s|m|h))+))?$`)
+
+var errNotInstant = errors.New("is not an instant: RFC 3339 with an offset (2026-11-01T09:30:00Z), or relative to the start instant (start, start+90s, start-10m, start+1h30m)")
+
+// parseInstant reads an instant of a dataset's schedule: strict RFC 3339 with an offset, or
+// relative to start. Instants outside the years 0000 to 9999 are refused.
+func parseInstant(s string, start time.Time) (time.Time, error) {
+	m := relativeInstant.FindStringSubmatch(s)
+	if m == nil {
+		if !strings.HasPrefix(s, "start") {
+			if t, err := parseTimestamp(s); err == nil || errors.Is(err, errOutOfRFC3339) {
+				return t, err
+			}
+		}
+		return time.Time{}, errNotInstant
+	}
+	d, err := time.ParseDuration("0s" + m[2]) // "" when s is start alone
+	if err != nil {
+		return time.Time{}, errOutOfRFC3339 // past what a duration holds: some 292 years
+	}
+	if m[1] == "-" {
+		d = -d
+	}
+	t := start.Add(d).UTC()
+	if t.Year() < firstRFC3339Year || t.Year() > lastRFC3339Year {
+		return time.Time{}, errOutOfRFC3339
+	}
+	return t, nil
+}
+
+// instant is a time as the indexes keep it: seconds and nanoseconds since 1970 in UTC. It
+// holds no pointer for the collector to walk (a time.Time holds one).
+type instant struct {
+	sec  int64
+	nsec int32
+}
+
+// dawn is before every instant, never after every one.
+var (
+	dawn  = instant{math.MinInt64, 0}
+	never = instant{math.MaxInt64, 0}
+)
+
+func instantOf(t time.Time) instant { return instant{t.Unix(), int32(t.Nanosecond())} }
+
+func (a instant) after(b instant) bool { return a.sec > b.sec || a.sec == b.sec && a.nsec > b.nsec }
+
+func (a instant) time() time.Time { return time.Unix(a.sec, int64(a.nsec)).UTC() }
+
 // formatTimestamp writes an instant as responses do: UTC, suffix Z, fractional seconds
 // only when non-zero.
 func formatTimestamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
@@ -402,9 +456,55 @@ func timestampField(path, value string) (time.Time, error) {
 	return t, nil
 }
 
+// instantField reads an instant of the dataset's schedule (an order's or a shipment's):
+// RFC 3339, or relative to start; anything else refuses the dataset.
+func instantField(path, value string, start time.Time) (time.Time, error) {
+	t, err := parseInstant(value, start)
+	if err != nil {
+		return time.Time{}, &datasetError{path: path, reason: strconv.Quote(value) + " " + err.Error()}
+	}
+	return t, nil
+}
+
+// A timeline is what a dataset schedules to happen, as the landing page lists it: an
+// order's import and its changes, a shipment's creation and its events scheduled with after.
+
+// happening is one entry of a tenant's timeline: one thing at one instant.
+type happening struct {
+	at   time.Time
+	kind happeningKind
+	id   string // the order's or the shipment's
+	what string // what happens: "imported", "now fulfilled", an event's status and description
+}
+
+// happeningKind orders the entries of one instant.
+type happeningKind uint8
+
+const (
+	shipmentCreated happeningKind = iota
+	orderImported
+	orderChanged
+	shipmentEvent
+)
+
+// sortHappenings puts a timeline in order: oldest first, ties by kind, then id, then as given.
+func sortHappenings(h []happening) {
+	slices.SortStableFunc(h, func(a, b happening) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		if a.kind != b.kind {
+			return int(a.kind) - int(b.kind)
+		}
+		return strings.Compare(a.id, b.id)
+	})
+}
+
 // Simulated answers: a test-environment client may ask, with the RFC 7240 Prefer header,
 // for an answer the sandbox never gives on its own (code=429|500|502|503) and/or for a
-// delay (delay=MS), to rehearse how its integration copes.
+// delay (delay=MS), to rehearse how its integration copes, and for the instant its
+// request's resources are judged at (clock="<RFC 3339>"), so that parallel tests on one
+// tenant each keep their own time.
 
 const maxPreferDelay = 10 * time.Second
 
@@ -420,20 +520,24 @@ var simulatedCodes = map[string]*apiError{
 type preference struct {
 	answer  *apiError // nil, or one of simulatedCodes
 	delay   time.Duration
-	applied string // the Preference-Applied value, "" when nothing is applied
+	clock   *time.Time // the instant the request's resources are judged at; nil: the tenant's clock
+	applied string     // the Preference-Applied value, "" when nothing is applied
 }
 
 // maxPreferences is how many preferences of a request are read; the rest are ignored, so
 // that a long header costs no more than a short one.
 const maxPreferences = 16
 
+var errPreferClock = paramError(codeInvalidParameter, "Prefer", `Prefer clock must be an RFC 3339 timestamp with an offset, such as clock="2026-11-01T09:30:00Z".`)
+
 // parsePrefer reads the Prefer header fields (RFC 7240, section 2): comma-separated
 // preferences, each a token with an optional value (token or quoted string) and optional
 // parameters after ";". Names are case-insensitive; the first instance of a preference
-// counts; preferences other than code and delay are ignored, as the RFC says.
-func parsePrefer(fields []string) (preference, error) {
+// counts; preferences other than code, delay and (where readClock) clock are ignored, as
+// the RFC says. Faults are judged in the order sent.
+func parsePrefer(fields []string, readClock bool) (preference, error) {
 	var p preference
-	var seenCode, seenDelay bool
+	var seenCode, seenDelay, seenClock bool
 	var applied []string
 	read := 0
 	for _, field := range fields {
@@ -455,6 +559,14 @@ func parsePrefer(fields []string) (preference, error) {
 				}
 				p.delay = time.Duration(ms) * time.Millisecond
 				applied = append(applied, "delay="+strconv.Itoa(ms))
+			case readClock && strings.EqualFold(name, "clock") && !seenClock:
+				seenClock = true
+				at, err := parseTimestamp(value)
+				if err != nil {
+					return p, errPreferClock
+				}
+				p.clock = &at
+				applied = append(applied, `clock="`+formatTimestamp(at)+`"`)
 			}
 		}
 	}

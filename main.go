@@ -26,6 +26,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -630,7 +631,7 @@ func decodeDataset(data []byte, seed int, start time.Time, log *slog.Logger, dro
 	})
 	if err == nil {
 		err = eachRecord(sb.tenants, "orders", ds.Orders, func(path string, rec orderRecord, t *tenant) error {
-			return t.orders.addOrder(path, t.id.String(), rec)
+			return t.orders.addOrder(path, t.id.String(), rec, start)
 		})
 	}
 	if err == nil {
@@ -645,6 +646,7 @@ func decodeDataset(data []byte, seed int, start time.Time, log *slog.Logger, dro
 		return nil, err
 	}
 	for _, t := range sb.tenants.list {
+		t.shipments.build()
 		if err := t.orders.build(); err != nil {
 			return nil, err
 		}
@@ -709,7 +711,7 @@ func eachRecord[T record](ts tenants, name string, list []json.RawMessage, add f
 // fileShipment files a shipment under its tenant and makes the link to the order it was
 // created with, which must be of the same account and environment.
 func (sb *sandbox) fileShipment(path string, rec shipmentRecord, t *tenant, log *slog.Logger, dropped slog.Level) error {
-	n, err := t.shipments.addShipment(path, t.id.String(), rec, sb.start)
+	s, n, err := t.shipments.addShipment(path, t.id.String(), rec, sb.start)
 	if err != nil {
 		return err
 	}
@@ -724,7 +726,7 @@ func (sb *sandbox) fileShipment(path string, rec shipmentRecord, t *tenant, log 
 				}
 			}
 		}
-		if err := t.orders.link(path+".order_id", t.id.String(), orderID, rec.ID); err != nil {
+		if err := t.orders.link(path, t.id.String(), orderID, rec.ID, s.createdAt); err != nil {
 			return err
 		}
 	}
@@ -948,7 +950,7 @@ func (s *server) handler(extra ...route) http.Handler {
 // streamed body size (413); h then checks parameters and the resource.
 func (s *server) operation(need scope, h keyedHandler) callHandler {
 	return chain(s.answer(h), capDeclared, requireKey(s.keys, s.now, false), refuseLive, limitRate(s.rate, s.now),
-		requireScope(need), s.simulate, readBody)
+		requireScope(need), s.simulate(true), readBody)
 }
 
 // testHelper wraps a clock operation: the checks of an operation but the scope (any active
@@ -956,7 +958,7 @@ func (s *server) operation(need scope, h keyedHandler) callHandler {
 // that a tenant can always move its clock back; it takes no query parameters.
 func (s *server) testHelper(h keyedHandler) callHandler {
 	return chain(s.answer(noParams(h)), capDeclared, requireKey(s.keys, s.now, true), refuseLive, limitRate(s.rate, s.now),
-		s.simulate, readBody)
+		s.simulate(false), readBody)
 }
 
 // answer runs an operation's own work for the caller's tenant at the request's instant,
@@ -1102,46 +1104,54 @@ func abort(c *call) {
 	panic(http.ErrAbortHandler)
 }
 
-// simulate applies a test client's Prefer header. It runs right after the scope check, so
-// a live key, a missing or bad key, a rate-limited key and a key without the scope get
-// exactly what they would get without the header, and a simulated answer shows no data.
-func (s *server) simulate(next callHandler) callHandler {
-	return func(w http.ResponseWriter, r *http.Request, c *call) {
-		fields := r.Header["Prefer"]
-		if len(fields) == 0 {
+// simulate applies a test client's Prefer header: a simulated answer, a delay and, where
+// readClock (not on the clock operations, which ignore it), the instant the request's
+// resources are judged at. It runs right after the scope check, so a live key, a missing or
+// bad key, a rate-limited key and a key without the scope get exactly what they would get
+// without the header, a simulated answer shows no data, and a key's expiry is judged by its
+// tenant's clock, not by Prefer's.
+func (s *server) simulate(readClock bool) wrapper {
+	return func(next callHandler) callHandler {
+		return func(w http.ResponseWriter, r *http.Request, c *call) {
+			fields := r.Header["Prefer"]
+			if len(fields) == 0 {
+				next(w, r, c)
+				return
+			}
+			p, err := parsePrefer(fields, readClock)
+			if err != nil {
+				writeProblem(w, c.id, err)
+				return
+			}
+			if p.applied != "" {
+				w.Header().Set("Preference-Applied", p.applied)
+			}
+			if p.clock != nil {
+				c.at = *p.clock
+			}
+			if p.delay > 0 {
+				readAhead(r, c)
+				t := time.NewTimer(p.delay)
+				select {
+				case <-t.C:
+				case <-s.stopping:
+					// The server is shutting down: answer now, so that draining is not held up.
+					t.Stop()
+				case <-r.Context().Done():
+					// The client went away: nothing is sent rather than an empty success.
+					t.Stop()
+					abort(c)
+				}
+			}
+			if p.answer != nil {
+				if p.answer.code == codeRateLimited || p.answer.code == codeProviderUnavailable {
+					w.Header().Set("Retry-After", "1")
+				}
+				writeProblem(w, c.id, p.answer)
+				return
+			}
 			next(w, r, c)
-			return
 		}
-		p, err := parsePrefer(fields)
-		if err != nil {
-			writeProblem(w, c.id, err)
-			return
-		}
-		if p.applied != "" {
-			w.Header().Set("Preference-Applied", p.applied)
-		}
-		if p.delay > 0 {
-			readAhead(r, c)
-			t := time.NewTimer(p.delay)
-			select {
-			case <-t.C:
-			case <-s.stopping:
-				// The server is shutting down: answer now, so that draining is not held up.
-				t.Stop()
-			case <-r.Context().Done():
-				// The client went away: nothing is sent rather than an empty success.
-				t.Stop()
-				abort(c)
-			}
-		}
-		if p.answer != nil {
-			if p.answer.code == codeRateLimited || p.answer.code == codeProviderUnavailable {
-				w.Header().Set("Retry-After", "1")
-			}
-			writeProblem(w, c.id, p.answer)
-			return
-		}
-		next(w, r, c)
 	}
 }
 
@@ -1581,8 +1591,12 @@ type (
 		MoreShipments int
 		Orders        []landingOrder
 		MoreOrders    int
+		Past, Future  []landingHappening
+		MorePast      int
+		MoreFuture    int
 	}
-	landingShipment struct {
+	landingHappening struct{ At, ID, What string }
+	landingShipment  struct {
 		ID, TrackingNumber, Status string
 		Shared                     bool
 		Dropped                    int
@@ -1622,6 +1636,14 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 			lt.Orders = append(lt.Orders, landingOrder{cut(o.id), o.status, cut(o.shipmentID), formatTimestamp(o.createdAt)})
 		}
 		lt.MoreOrders = more
+		past, future, morePast, moreFuture := around(clock.now, pageHappenings, tk.t.shipments.happenings, tk.t.orders.happenings)
+		for _, h := range past {
+			lt.Past = append(lt.Past, landingHappening{formatTimestamp(h.at), cut(h.id), cut(h.what)})
+		}
+		for _, h := range future {
+			lt.Future = append(lt.Future, landingHappening{formatTimestamp(h.at), cut(h.id), cut(h.what)})
+		}
+		lt.MorePast, lt.MoreFuture = morePast, moreFuture
 		d.Tenants = append(d.Tenants, lt)
 	}
 	var b bytes.Buffer
@@ -1630,6 +1652,26 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	writeBody(w, http.StatusOK, htmlContentType, []string{strconv.Itoa(b.Len())}, b.Bytes())
+}
+
+// pageHappenings is how many happenings of a tenant's timeline the page shows each side of
+// its clock.
+const pageHappenings = 10
+
+// around is the last n happenings at or before at and the next n after it of a timeline
+// kept in sorted parts, and how many more there are on each side.
+func around(at time.Time, n int, parts ...[]happening) (past, future []happening, morePast, moreFuture int) {
+	for _, part := range parts {
+		k := sort.Search(len(part), func(k int) bool { return part[k].at.After(at) })
+		past = append(past, part[max(0, k-n):k]...)
+		future = append(future, part[k:min(len(part), k+n)]...)
+		morePast += k
+		moreFuture += len(part) - k
+	}
+	sortHappenings(past)
+	sortHappenings(future)
+	past, future = past[max(0, len(past)-n):], future[:min(len(future), n)]
+	return past, future, morePast - len(past), moreFuture - len(future)
 }
 
 // cut bounds a shown value: over pageValue bytes, it is its first pageValue-3 bytes (cut at

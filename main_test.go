@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -1043,7 +1044,7 @@ func TestDatasetRefusals(t *testing.T) {
 		{"key expiry without offset", dataset(dsAccounts, `{"key":"sk_x","account":"acct_a","environment":"test","scopes":[],"expires_at":"2026-01-01T00:00:00"}`, "", ""), `$.keys[0].expires_at: "2026-01-01T00:00:00" is not an RFC 3339 timestamp with an offset and a four-digit year, such as 2026-11-01T09:30:00Z`},
 		{"unknown order status", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"fulfilled"`, `"shipped"`, 1)), `$.orders[0].status: unknown order status "shipped"; want one of unfulfilled, partially_fulfilled, fulfilled, cancelled`},
 		{"unknown platform", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"ebay"`, `"woocommerce"`, 1)), `$.orders[0].platform: unknown platform "woocommerce"; want one of amazon, ebay, etsy, shopify, tiktok_shop`},
-		{"order created_at without offset", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `00:00:00Z`, `00:00:00`, 1)), `$.orders[0].created_at: "2026-11-01T00:00:00" is not an RFC 3339 timestamp with an offset and a four-digit year, such as 2026-11-01T09:30:00Z`},
+		{"order created_at without offset", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `00:00:00Z`, `00:00:00`, 1)), `$.orders[0].created_at: "2026-11-01T00:00:00" is not an instant: RFC 3339 with an offset (2026-11-01T09:30:00Z), or relative to the start instant (start, start+90s, start-10m, start+1h30m)`},
 		{"order created_at not a string", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"2026-11-01T00:00:00Z"`, `1762000000`, 1)), `$.orders[0].created_at: must be a string, not number`},
 		{"order shipment_id set directly", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"status"`, `"shipment_id":"shp_1","status"`, 1)), `$.orders[0].shipment_id: unknown field`},
 		{"duplicate order id", dataset(dsAccounts, "", "", dsOrder+","+dsOrder), `$.orders[1].id: duplicate order id "ord_1" in acct_a/test`},
@@ -3612,6 +3613,593 @@ func TestRunWithClock(t *testing.T) {
 	}
 }
 
+// Timelines: what a dataset schedules to move, and the acct_sync tenant built on it.
+
+// listAt is what GET /v1/orders query shows key at Prefer clock at (zero: the tenant's
+// clock), as "id:status:shipment" items, walking every page of limit.
+func (e *env) listAt(t testing.TB, key, query string, limit int, at time.Time) []string {
+	t.Helper()
+	var items []string
+	cursor := ""
+	for pages := 0; pages < 1000; pages++ {
+		q := query + "&limit=" + strconv.Itoa(limit)
+		if cursor != "" {
+			q += "&cursor=" + url.QueryEscape(cursor)
+		}
+		var rep reply
+		if at.IsZero() {
+			rep = e.get(t, "/v1/orders?"+q, key)
+		} else {
+			rep = e.get(t, "/v1/orders?"+q, key, "Prefer", `clock="`+formatTimestamp(at)+`"`)
+		}
+		p := decodePage(t, rep)
+		if p.Pagination.HasMore && len(p.Data) != limit {
+			t.Fatalf("a page with more after it holds %d orders, limit %d", len(p.Data), limit)
+		}
+		for _, o := range p.Data {
+			link := "-"
+			if o.ShipmentID != nil {
+				link = *o.ShipmentID
+			}
+			items = append(items, strings.TrimPrefix(o.ID, "ord_sync_")+":"+o.Status+":"+link)
+		}
+		if !p.Pagination.HasMore {
+			return items
+		}
+		cursor = *p.Pagination.NextCursor
+	}
+	t.Fatal("the walk does not end")
+	return nil
+}
+
+// TestSyncTenantWalkThrough: acct_sync at each instant of its table, its clock frozen
+// there: which orders are listed, in which status and with which link, what GET by id and
+// the tracking operations answer, and what each status filter lists.
+func TestSyncTenantWalkThrough(t *testing.T) {
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	const key = "sk_test_sync_all"
+	tests := []struct {
+		after    time.Duration
+		list     string
+		hidden   []string // orders GET by id answers 404 for
+		tracking string   // shp_sync_1's status and events shown, or 404
+		statuses map[string]string
+	}{
+		{0, "0005:unfulfilled:- 0004:fulfilled:- 0003:unfulfilled:- 0001:unfulfilled:-", []string{"0002", "0006"}, "404",
+			map[string]string{"unfulfilled": "0005 0003 0001", "fulfilled": "0004", "cancelled": "", "partially_fulfilled": ""}},
+		{30*time.Second - time.Nanosecond, "0005:unfulfilled:- 0004:fulfilled:- 0003:unfulfilled:- 0001:unfulfilled:-", []string{"0002", "0006"}, "404", nil},
+		{30 * time.Second, "0005:cancelled:- 0004:fulfilled:- 0003:unfulfilled:- 0001:unfulfilled:-", []string{"0002", "0006"}, "404",
+			map[string]string{"unfulfilled": "0003 0001", "cancelled": "0005"}},
+		{45 * time.Second, "0006:unfulfilled:- 0005:cancelled:- 0004:fulfilled:- 0003:unfulfilled:- 0001:unfulfilled:-", []string{"0002"}, "404", nil},
+		{60*time.Second - time.Nanosecond, "0006:unfulfilled:- 0005:cancelled:- 0004:fulfilled:- 0003:unfulfilled:- 0001:unfulfilled:-", []string{"0002"}, "404", nil},
+		{60 * time.Second, "0006:unfulfilled:- 0005:cancelled:- 0004:fulfilled:- 0003:unfulfilled:- 0001:partially_fulfilled:shp_sync_1", []string{"0002"}, "pre_transit 1",
+			map[string]string{"unfulfilled": "0006 0003", "partially_fulfilled": "0001", "fulfilled": "0004", "cancelled": "0005"}},
+		{90 * time.Second, "0006:unfulfilled:- 0005:cancelled:- 0004:fulfilled:- 0003:unfulfilled:- 0002:unfulfilled:- 0001:partially_fulfilled:shp_sync_1", nil, "pre_transit 1",
+			map[string]string{"unfulfilled": "0006 0003 0002"}},
+		{100 * time.Second, "0006:unfulfilled:- 0005:cancelled:- 0004:fulfilled:- 0003:unfulfilled:- 0002:unfulfilled:- 0001:partially_fulfilled:shp_sync_1", nil, "in_transit 2", nil},
+		{120 * time.Second, "0006:unfulfilled:- 0005:cancelled:- 0004:fulfilled:- 0003:unfulfilled:- 0002:unfulfilled:- 0001:fulfilled:shp_sync_1", nil, "in_transit 2",
+			map[string]string{"fulfilled": "0004 0001", "partially_fulfilled": ""}},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint("start+", tt.after), func(t *testing.T) {
+			at := testNow.Add(tt.after)
+			e.setClock(t, key, formatTimestamp(at))
+			for _, limit := range []int{1, 2, 100} {
+				if got := strings.Join(e.listAt(t, key, "", limit, time.Time{}), " "); got != tt.list {
+					t.Errorf("limit %d: the list is %s, want %s", limit, got, tt.list)
+				}
+			}
+			for _, item := range strings.Fields(tt.list) {
+				parts := strings.Split(item, ":")
+				rep := e.get(t, "/v1/orders/ord_sync_"+parts[0], key)
+				var o orderJSON
+				if rep.status != 200 || json.Unmarshal(rep.body, &o) != nil || o.Status != parts[1] || (o.ShipmentID == nil) != (parts[2] == "-") {
+					t.Errorf("GET ord_sync_%s = %s, want it as the list shows it: %s", parts[0], rep, item)
+				}
+			}
+			for _, id := range tt.hidden {
+				wantProblem(t, e.get(t, "/v1/orders/ord_sync_"+id, key), 404, "not_found", "")
+			}
+			for _, target := range []string{"/v1/shipments/shp_sync_1/tracking", "/v1/tracking/SYNC1000000001"} {
+				rep := e.get(t, target, key)
+				if tt.tracking == "404" {
+					wantProblem(t, rep, 404, "not_found", "")
+					continue
+				}
+				if n, status := eventsOf(t, rep); fmt.Sprint(status, " ", n) != tt.tracking {
+					t.Errorf("%s shows %s with %d events, want %s", target, status, n, tt.tracking)
+				}
+			}
+			for status, want := range tt.statuses {
+				var got []string
+				for _, item := range e.listAt(t, key, "status="+status, 1, time.Time{}) {
+					got = append(got, strings.Split(item, ":")[0])
+				}
+				if strings.Join(got, " ") != want {
+					t.Errorf("status=%s lists %v, want %s", status, got, want)
+				}
+			}
+		})
+	}
+	// Order 0006 appears at the head of the list, so a created_from watermark sees it;
+	// 0002 lands behind it.
+	e.setClock(t, key, formatTimestamp(testNow))
+	head := e.listAt(t, key, "", 100, time.Time{})[0]
+	watermark := testNow.Add(-time.Minute) // 0005's created_at, the newest seen at the start
+	if head != "0005:unfulfilled:-" {
+		t.Fatalf("the head at the start is %s", head)
+	}
+	e.setClock(t, key, formatTimestamp(testNow.Add(2*time.Minute)))
+	got := e.listAt(t, key, "created_from="+formatTimestamp(watermark), 100, time.Time{})
+	if strings.Join(got, " ") != "0006:unfulfilled:- 0005:cancelled:-" {
+		t.Errorf("polling from the watermark at +2m lists %v: want 0006 and 0005, and 0002 missed", got)
+	}
+}
+
+// TestPreferClock: Prefer clock judges one request's resources at its instant and stores
+// nothing, beside a tenant clock moved elsewhere; the key is still judged by the tenant's
+// clock; Preference-Applied echoes it in the order sent; the clock operations ignore it.
+func TestPreferClock(t *testing.T) {
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	const key = "sk_test_sync_all"
+	e.setClock(t, key, formatTimestamp(testNow.Add(2*time.Minute))) // everything has happened
+	at90 := testNow.Add(90 * time.Second)
+	for _, tt := range []struct {
+		prefer, applied string
+		list            string
+	}{
+		{`clock="` + formatTimestamp(testNow) + `"`, `clock="2026-11-22T12:00:00Z"`, "0005:unfulfilled:- 0004:fulfilled:- 0003:unfulfilled:- 0001:unfulfilled:-"},
+		{"clock=2026-11-22T13:01:30+01:00", `clock="2026-11-22T12:01:30Z"`, "0006:unfulfilled:- 0005:cancelled:- 0004:fulfilled:- 0003:unfulfilled:- 0002:unfulfilled:- 0001:partially_fulfilled:shp_sync_1"},
+		{`delay=0, Clock="2026-11-22T12:00:45.5Z", clock="2000-01-01T00:00:00Z"`, `delay=0, clock="2026-11-22T12:00:45.5Z"`, "0006:unfulfilled:- 0005:cancelled:- 0004:fulfilled:- 0003:unfulfilled:- 0001:unfulfilled:-"},
+	} {
+		rep := e.get(t, "/v1/orders", key, "Prefer", tt.prefer)
+		if got := rep.header.Get("Preference-Applied"); got != tt.applied {
+			t.Errorf("Prefer %s: Preference-Applied %q, want %q", tt.prefer, got, tt.applied)
+		}
+		var items []string
+		for _, o := range decodePage(t, rep).Data {
+			link := "-"
+			if o.ShipmentID != nil {
+				link = *o.ShipmentID
+			}
+			items = append(items, strings.TrimPrefix(o.ID, "ord_sync_")+":"+o.Status+":"+link)
+		}
+		if strings.Join(items, " ") != tt.list {
+			t.Errorf("Prefer %s lists %v, want %s", tt.prefer, items, tt.list)
+		}
+	}
+	// Every operation reads it; nothing is stored.
+	wantProblem(t, e.get(t, "/v1/orders/ord_sync_0002", key, "Prefer", `clock="`+formatTimestamp(testNow)+`"`), 404, "not_found", "")
+	wantProblem(t, e.get(t, "/v1/tracking/SYNC1000000001", key, "Prefer", `clock="`+formatTimestamp(at90.Add(-time.Minute))+`"`), 404, "not_found", "")
+	if n, status := eventsOf(t, e.get(t, "/v1/shipments/shp_sync_1/tracking", key, "Prefer", `clock="`+formatTimestamp(at90)+`"`)); n != 1 || status != "pre_transit" {
+		t.Errorf("shp_sync_1 at +90s: %d events, %s", n, status)
+	}
+	if c := e.readClock(t, key); c.FrozenTime != "2026-11-22T12:02:00Z" {
+		t.Errorf("the tenant's clock is %+v after requests with Prefer clock, want it where it was", c)
+	}
+	// With code: echoed in the order sent, the code answers.
+	rep := e.get(t, "/v1/orders", key, "Prefer", `clock="2026-11-22T12:00:00Z", code=503`)
+	wantProblem(t, rep, 503, "provider_unavailable", "")
+	if got := rep.header.Get("Preference-Applied"); got != `clock="2026-11-22T12:00:00Z", code=503` {
+		t.Errorf("Preference-Applied %q", got)
+	}
+	// A bad value is 422 naming Prefer, judged with code and delay in the order sent.
+	for _, tt := range []struct{ prefer, code string }{
+		{`clock="yesterday"`, "invalid_parameter"},
+		{`clock="2026-11-22T12:00:00"`, "invalid_parameter"},
+		{"clock=2026-11-22T12:00:00+01:00", ""},
+		{`clock="2026-11-22T24:00:00Z"`, "invalid_parameter"},
+		{`code=418, clock="bad"`, "invalid_parameter"},
+		{`clock="bad", code=503`, "invalid_parameter"},
+		{`clock="2026-11-22T12:00:00Z", clock="bad"`, ""},
+	} {
+		rep := e.get(t, "/v1/orders", key, "Prefer", tt.prefer)
+		if tt.code == "" {
+			if rep.status != 200 {
+				t.Errorf("Prefer %s = %s, want 200", tt.prefer, rep)
+			}
+			continue
+		}
+		p := wantProblem(t, rep, 422, tt.code, "Prefer")
+		if strings.Contains(tt.prefer, "code=418") != strings.Contains(p.Detail, "code") {
+			t.Errorf("Prefer %s: detail %q, want the first fault sent", tt.prefer, p.Detail)
+		}
+	}
+	// The key is judged by the tenant's clock, before Prefer: an expired key stays expired.
+	wantProblem(t, e.get(t, "/v1/orders", "sk_test_sandbox_expired", "Prefer", `clock="2025-01-01T00:00:00Z"`), 401, "expired_api_key", "")
+	// The clock operations ignore it: neither applied nor echoed, a bad one no fault.
+	for _, prefer := range []string{`clock="2000-01-01T00:00:00Z"`, `clock="bad"`} {
+		rep := e.get(t, "/v1/test_helpers/clock", key, "Prefer", prefer)
+		if c := decodeClock(t, rep); c.Now != "2026-11-22T12:02:00Z" || rep.header.Get("Preference-Applied") != "" {
+			t.Errorf("GET clock with Prefer %s = %+v, Preference-Applied %q; want the tenant's clock, nothing applied", prefer, c, rep.header.Get("Preference-Applied"))
+		}
+	}
+	// Parallel tests on one tenant each keep their own time.
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			at := testNow.Add(time.Duration(i) * 15 * time.Second)
+			for range 50 {
+				rec := httptest.NewRecorder()
+				e.h.ServeHTTP(rec, newRequest(http.MethodGet, "/v1/orders/ord_sync_0002", key, "Prefer", `clock="`+formatTimestamp(at)+`"`))
+				if found := rec.Code == 200; found != !at.Before(at90) {
+					t.Errorf("at %s ord_sync_0002 answered %d", formatTimestamp(at), rec.Code)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestTimelineRefusals: the dataset's schedule is checked at load; a bad instant, change or
+// link refuses the dataset with its JSON path.
+func TestTimelineRefusals(t *testing.T) {
+	order := func(members string) string {
+		return `{"id":"ord_1","account":"acct_a","environment":"test","merchant_reference":"R1","platform":"ebay","status":"unfulfilled","created_at":"2026-11-01T00:00:00Z"` + members + `}`
+	}
+	created := func(at string) string { return strings.Replace(order(""), `"2026-11-01T00:00:00Z"`, `"`+at+`"`, 1) }
+	shipment := func(members string) string {
+		return `{"id":"shp_1","account":"acct_a","environment":"test","reference":"S","order_id":"ord_1"` + members + `}`
+	}
+	const notInstant = ` is not an instant: RFC 3339 with an offset (2026-11-01T09:30:00Z), or relative to the start instant (start, start+90s, start-10m, start+1h30m)`
+	tests := []struct{ name, shipments, orders, want string }{
+		{"start+0 without a unit", "", created("start+0"), `$.orders[0].created_at: "start+0"` + notInstant},
+		{"a space", "", created("start + 90s"), `$.orders[0].created_at: "start + 90s"` + notInstant},
+		{"upper case", "", created("START+90s"), `$.orders[0].created_at: "START+90s"` + notInstant},
+		{"an upper-case unit", "", created("start+90S"), `$.orders[0].created_at: "start+90S"` + notInstant},
+		{"a second sign", "", created("start+-5s"), `$.orders[0].created_at: "start+-5s"` + notInstant},
+		{"a bare number", "", created("start+90"), `$.orders[0].created_at: "start+90"` + notInstant},
+		{"a sign alone", "", created("start+"), `$.orders[0].created_at: "start+"` + notInstant},
+		{"now", "", created("now"), `$.orders[0].created_at: "now"` + notInstant},
+		{"past a duration", "", created("start+9999999999h"), `$.orders[0].created_at: "start+9999999999h" is an instant outside the years 0000 to 9999 in UTC, which RFC 3339 cannot write`},
+		{"imported before created", "", order(`,"imported_at":"2026-10-31T23:59:59Z"`), `$.orders[0].imported_at: 2026-10-31T23:59:59Z is before the order's created_at 2026-11-01T00:00:00Z: an order is imported once it exists`},
+		{"imported_at not an instant", "", order(`,"imported_at":"later"`), `$.orders[0].imported_at: "later"` + notInstant},
+		{"imported_at a number", "", order(`,"imported_at":5`), `$.orders[0].imported_at: must be a string, not number`},
+		{"a change to the same status", "", order(`,"changes":[{"status":"unfulfilled","at":"2026-11-02T00:00:00Z"}]`), `$.orders[0].changes[0].status: "unfulfilled" is the status the order has already: a change changes it`},
+		{"a change to an unknown status", "", order(`,"changes":[{"status":"shipped","at":"2026-11-02T00:00:00Z"}]`), `$.orders[0].changes[0].status: unknown order status "shipped"; want one of unfulfilled, partially_fulfilled, fulfilled, cancelled`},
+		{"a change at created_at", "", order(`,"changes":[{"status":"fulfilled","at":"2026-11-01T00:00:00Z"}]`), `$.orders[0].changes[0].at: 2026-11-01T00:00:00Z is not after the order's created_at 2026-11-01T00:00:00Z: changes follow each other`},
+		{"changes out of order", "", order(`,"changes":[{"status":"fulfilled","at":"2026-11-03T00:00:00Z"},{"status":"cancelled","at":"2026-11-02T00:00:00Z"}]`), `$.orders[0].changes[1].at: 2026-11-02T00:00:00Z is not after the change before, 2026-11-03T00:00:00Z: changes follow each other`},
+		{"two changes to one status", "", order(`,"changes":[{"status":"fulfilled","at":"2026-11-02T00:00:00Z"},{"status":"fulfilled","at":"2026-11-03T00:00:00Z"}]`), `$.orders[0].changes[1].status: "fulfilled" is the status the order has already: a change changes it`},
+		{"a change without at", "", order(`,"changes":[{"status":"fulfilled"}]`), `$.orders[0].changes[0].at: "" is not an instant: RFC 3339 with an offset (2026-11-01T09:30:00Z), or relative to the start instant (start, start+90s, start-10m, start+1h30m)`},
+		{"a change with another member", "", order(`,"changes":[{"status":"fulfilled","at":"2026-11-02T00:00:00Z","by":"x"}]`), `$.orders[0].changes[0].by: unknown field`},
+		{"a change's member twice", "", order(`,"changes":[{"status":"fulfilled","Status":"cancelled","at":"2026-11-02T00:00:00Z"}]`), `$.orders[0].changes[0].Status: duplicate member: "status" is given already`},
+		{"changes not a list", "", order(`,"changes":{"status":"fulfilled"}`), `$.orders[0].changes: must be an array, not object`},
+		{"a shipment's created_at not an instant", shipment(`,"created_at":"soon"`), order(""), `$.shipments[0].created_at: "soon"` + notInstant},
+		{"a link before the import", shipment(`,"created_at":"2026-11-01T12:00:00Z"`), order(`,"imported_at":"2026-11-02T00:00:00Z"`), `$.shipments[0].created_at: shipment "shp_1" is created at 2026-11-01T12:00:00Z, before its order "ord_1" is imported at 2026-11-02T00:00:00Z: a shipment is created with an order the account has`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := loadDataset("bad.json", []byte(dataset(dsAccounts, "", tt.shipments, tt.orders)), 0, testNow, slog.New(slog.DiscardHandler))
+			if want := "dataset bad.json: " + tt.want; err == nil || err.Error() != want {
+				t.Errorf("loadDataset = %v\nwant %s", err, want)
+			}
+		})
+	}
+	// What loads: every form of a relative instant, null and [] for no changes, a change
+	// before the import, a link at the import, and rules judged once the start is known.
+	for _, orders := range []string{
+		created("start"), created("start+90s"), created("start-10m"), created("start+1h30m"), created("start+0s"), created("start+1.5h"), created("start+250ms"),
+		created("start+1us"), created("start+1µs"), created("start+2h45m30.5s"), created("start-292h"),
+		order(`,"changes":null`), order(`,"changes":[]`), order(`,"imported_at":null`),
+		order(`,"imported_at":"2026-11-03T00:00:00Z","changes":[{"status":"fulfilled","at":"2026-11-02T00:00:00Z"}]`),
+		order(`,"imported_at":"start-1s"`),
+	} {
+		if _, err := loadDataset("ok.json", []byte(dataset(dsAccounts, "", "", orders)), 0, testNow, slog.New(slog.DiscardHandler)); err != nil {
+			t.Errorf("%s: %v, want it loaded", orders, err)
+		}
+	}
+	if _, err := loadDataset("ok.json", []byte(dataset(dsAccounts, "", shipment(`,"created_at":"2026-11-02T00:00:00Z"`), order(`,"imported_at":"2026-11-02T00:00:00Z"`))), 0, testNow, slog.New(slog.DiscardHandler)); err != nil {
+		t.Errorf("a shipment created as its order is imported: %v, want it loaded", err)
+	}
+	late := time.Date(9999, 6, 1, 0, 0, 0, 0, time.UTC)
+	_, err := loadDataset("late.json", []byte(dataset(dsAccounts, "", "", created("start+8784h"))), 0, late, slog.New(slog.DiscardHandler))
+	if want := `dataset late.json: $.orders[0].created_at: "start+8784h" is an instant outside the years 0000 to 9999 in UTC, which RFC 3339 cannot write`; err == nil || err.Error() != want {
+		t.Errorf("a year past 9999 from a late start: %v, want %s", err, want)
+	}
+	mixed := dataset(dsAccounts, "", "", order(`,"imported_at":"start"`))
+	if _, err := loadDataset("mixed.json", []byte(mixed), 0, time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC), slog.New(slog.DiscardHandler)); err != nil {
+		t.Errorf("imported at a start after created_at: %v", err)
+	}
+	if _, err := loadDataset("mixed.json", []byte(mixed), 0, time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC), slog.New(slog.DiscardHandler)); err == nil {
+		t.Error("imported at a start before created_at: loaded, want it refused")
+	}
+}
+
+// TestShipmentCreation: before its created_at a shipment is not found by id or number, and
+// the order it was created with shows no link; a number is ambiguous only while two
+// shipments found at that instant hold it.
+func TestShipmentCreation(t *testing.T) {
+	key := `{"key":"sk_test_a","account":"acct_a","environment":"test","scopes":["tracking:read","orders:read"]}`
+	ship := func(id, number, created, orderID string) string {
+		s := `{"id":"` + id + `","account":"acct_a","environment":"test","reference":"S","tracking_number":"` + number + `"`
+		if created != "" {
+			s += `,"created_at":"` + created + `"`
+		}
+		if orderID != "" {
+			s += `,"order_id":"` + orderID + `"`
+		}
+		return s + `,"events":[{"timestamp":"2026-11-01T00:00:00Z","status":"in_transit","description":"Early scan"}]}`
+	}
+	data := dataset(dsAccounts, key, ship("shp_always", "T1", "", "")+","+ship("shp_later", "T1", "2026-11-05T00:00:00Z", "ord_1")+","+ship("shp_alone", "T2", "2026-11-05T00:00:00.5Z", ""), dsOrder)
+	e := newEnv(t, envOptions{data: []byte(data), rate: -1, step: -1})
+	for _, tt := range []struct {
+		at                       string
+		later, alone, byT1, byT2 int
+		link                     string
+	}{
+		{"2026-11-04T23:59:59.999999999Z", 404, 404, 200, 404, "null"},
+		{"2026-11-05T00:00:00Z", 200, 404, 404, 404, `"shp_later"`},
+		{"2026-11-05T00:00:00.5Z", 200, 200, 404, 200, `"shp_later"`},
+	} {
+		e.setClock(t, "sk_test_a", tt.at)
+		for target, want := range map[string]int{"/v1/shipments/shp_later/tracking": tt.later, "/v1/shipments/shp_alone/tracking": tt.alone,
+			"/v1/tracking/T1": tt.byT1, "/v1/tracking/T2": tt.byT2, "/v1/shipments/shp_always/tracking": 200} {
+			rep := e.get(t, target, "sk_test_a")
+			if rep.status != want {
+				t.Errorf("at %s GET %s = %s, want %d", tt.at, target, rep, want)
+			}
+			if want == 200 && strings.Contains(target, "shp_later") {
+				if n, _ := eventsOf(t, rep); n != 1 {
+					t.Errorf("a shipment found shows its events by their own instants: %d, want 1", n)
+				}
+			}
+		}
+		if rep := e.get(t, "/v1/orders/ord_1", "sk_test_a"); !strings.Contains(string(rep.body), `"shipment_id":`+tt.link) {
+			t.Errorf("at %s ord_1 = %s, want shipment_id %s", tt.at, rep, tt.link)
+		}
+		if got := string(e.get(t, "/v1/tracking/T1", "sk_test_a").body); tt.byT1 == 200 && !strings.Contains(got, "shp_always") {
+			t.Errorf("at %s T1 finds %s, want shp_always", tt.at, got)
+		}
+	}
+}
+
+// movingDataset is n orders of acct_a/test, some imported late, some changing status, some
+// linked to a shipment created later, from a seeded generator; start is the start instant.
+func movingDataset(n int, seed uint64) string {
+	rnd := rand.New(rand.NewPCG(seed, 1))
+	base := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	var orders, shipments []string
+	for i := range n {
+		created := base.Add(time.Duration(rnd.IntN(3000)) * time.Minute / 10) // some share an instant
+		status := rnd.IntN(len(orderStatuses))
+		o := fmt.Sprintf(`{"id":"ord_%04d","account":"acct_a","environment":"test","merchant_reference":"R","platform":"ebay","status":%q,"created_at":%q`, i, orderStatuses[status], formatTimestamp(created))
+		imported := created
+		if rnd.IntN(4) == 0 {
+			imported = created.Add(time.Duration(rnd.IntN(120)) * time.Minute)
+			o += fmt.Sprintf(`,"imported_at":%q`, formatTimestamp(imported))
+		}
+		if rnd.IntN(3) == 0 {
+			var changes []string
+			at := created
+			for range 1 + rnd.IntN(3) {
+				at = at.Add(time.Duration(1+rnd.IntN(90)) * time.Minute)
+				status = (status + 1 + rnd.IntN(len(orderStatuses)-1)) % len(orderStatuses)
+				changes = append(changes, fmt.Sprintf(`{"status":%q,"at":%q}`, orderStatuses[status], formatTimestamp(at)))
+			}
+			o += `,"changes":[` + strings.Join(changes, ",") + `]`
+		}
+		orders = append(orders, o+"}")
+		if rnd.IntN(5) == 0 {
+			s := fmt.Sprintf(`{"id":"shp_%04d","account":"acct_a","environment":"test","reference":"S","order_id":"ord_%04d"`, i, i)
+			if rnd.IntN(2) == 0 {
+				s += fmt.Sprintf(`,"created_at":%q`, formatTimestamp(imported.Add(time.Duration(rnd.IntN(60))*time.Minute)))
+			}
+			shipments = append(shipments, s+"}")
+		}
+	}
+	key := `{"key":"sk_test_a","account":"acct_a","environment":"test","scopes":["tracking:read","orders:read"]}`
+	return dataset(dsAccounts, key, strings.Join(shipments, ","), strings.Join(orders, ","))
+}
+
+// modelOrder is an order of movingDataset as the rules say it shows.
+type modelOrder struct {
+	id, status string
+	link       *string
+	created    time.Time
+	imported   time.Time
+	changes    []statusChange
+	linkedAt   time.Time
+}
+
+// TestPagesUnderAMovingTimeline: every list of a dataset whose orders move, at instants
+// between their changes, walked with every limit and filter, is exactly the orders the
+// rules show at that instant, newest first, each once, as GET by id shows it.
+func TestPagesUnderAMovingTimeline(t *testing.T) {
+	data := movingDataset(400, 7)
+	var raw struct {
+		Orders    []orderRecord    `json:"orders"`
+		Shipments []shipmentRecord `json:"shipments"`
+	}
+	if err := json.Unmarshal([]byte(data), &raw); err != nil {
+		t.Fatal(err)
+	}
+	var model []modelOrder
+	links := map[string]shipmentRecord{}
+	for _, s := range raw.Shipments {
+		links[*s.OrderID] = s
+	}
+	for _, r := range raw.Orders {
+		m := modelOrder{id: r.ID, status: r.Status}
+		m.created, _ = parseTimestamp(r.CreatedAt)
+		m.imported = m.created
+		if r.ImportedAt != nil {
+			m.imported, _ = parseTimestamp(*r.ImportedAt)
+		}
+		for _, c := range r.Changes {
+			var cr changeRecord
+			json.Unmarshal(c, &cr)
+			at, _ := parseTimestamp(cr.At)
+			m.changes = append(m.changes, statusChange{at, slices.Index(orderStatuses, cr.Status)})
+		}
+		if s, ok := links[r.ID]; ok {
+			m.link = &s.ID
+			if s.CreatedAt != nil {
+				m.linkedAt, _ = parseTimestamp(*s.CreatedAt)
+			}
+		}
+		model = append(model, m)
+	}
+	slices.SortFunc(model, func(a, b modelOrder) int {
+		if c := b.created.Compare(a.created); c != 0 {
+			return c
+		}
+		return strings.Compare(b.id, a.id)
+	})
+	expect := func(at time.Time, status string, from, to *time.Time) []string {
+		var items []string
+		for _, m := range model {
+			if m.imported.After(at) || from != nil && m.created.Before(*from) || to != nil && m.created.After(*to) {
+				continue
+			}
+			s := m.status
+			for _, c := range m.changes {
+				if !c.at.After(at) {
+					s = orderStatuses[c.status]
+				}
+			}
+			if status != "" && s != status {
+				continue
+			}
+			link := "-"
+			if m.link != nil && (m.linkedAt.IsZero() || !m.linkedAt.After(at)) {
+				link = *m.link
+			}
+			items = append(items, m.id+":"+s+":"+link)
+		}
+		return items
+	}
+	e := newEnv(t, envOptions{data: []byte(data), rate: -1, step: -1, quiet: true})
+	from, to := time.Date(2026, 11, 1, 2, 0, 0, 0, time.UTC), time.Date(2026, 11, 1, 4, 30, 0, 0, time.UTC)
+	for _, at := range []time.Time{
+		time.Date(2026, 10, 31, 0, 0, 0, 0, time.UTC), time.Date(2026, 11, 1, 1, 7, 30, 0, time.UTC), time.Date(2026, 11, 1, 3, 0, 1, 0, time.UTC),
+		time.Date(2026, 11, 1, 4, 44, 0, 0, time.UTC), time.Date(2026, 11, 1, 6, 0, 0, 0, time.UTC), time.Date(2026, 11, 3, 0, 0, 0, 0, time.UTC),
+	} {
+		e.setClock(t, "sk_test_a", formatTimestamp(at))
+		for _, status := range append([]string{""}, orderStatuses...) {
+			for _, limit := range []int{1, 7, 100} {
+				for _, bounds := range []struct {
+					query    string
+					from, to *time.Time
+				}{{"", nil, nil}, {"&created_from=" + formatTimestamp(from) + "&created_to=" + formatTimestamp(to), &from, &to}} {
+					query := bounds.query
+					if status != "" {
+						query += "&status=" + status
+					}
+					got := e.listAt(t, "sk_test_a", query, limit, time.Time{})
+					// listAt strips the ord_sync_ prefix only: these ids keep theirs.
+					if want := expect(at, status, bounds.from, bounds.to); !slices.Equal(got, want) {
+						i := firstDifference(got, want)
+						t.Fatalf("at %s, %q, limit %d: %d orders, want %d; first difference at %d: %v, want %v", formatTimestamp(at), query, limit, len(got), len(want), i, got[i:min(len(got), i+1)], want[i:min(len(want), i+1)])
+					}
+				}
+			}
+		}
+		// GET by id agrees with the list, and is 404 before the import.
+		for _, m := range model {
+			rep := e.get(t, "/v1/orders/"+m.id, "sk_test_a")
+			want := expect(at, "", nil, nil)
+			shown := slices.IndexFunc(want, func(item string) bool { return strings.HasPrefix(item, m.id+":") })
+			if (rep.status == 200) != (shown >= 0) {
+				t.Fatalf("at %s GET %s = %d, but the list shows it: %v", formatTimestamp(at), m.id, rep.status, shown >= 0)
+			}
+			if shown >= 0 {
+				var o orderJSON
+				json.Unmarshal(rep.body, &o)
+				link := "-"
+				if o.ShipmentID != nil {
+					link = *o.ShipmentID
+				}
+				if got := o.ID + ":" + o.Status + ":" + link; got != want[shown] {
+					t.Fatalf("at %s GET %s = %s, the list shows %s", formatTimestamp(at), m.id, got, want[shown])
+				}
+			}
+		}
+	}
+	// A cursor holds a position, not a state: a page walk whose clock moves between pages
+	// neither repeats nor skips an order it shows at each page's instant.
+	e.setClock(t, "sk_test_a", "2026-11-01T03:00:00Z")
+	p := decodePage(t, e.get(t, "/v1/orders?limit=50", "sk_test_a"))
+	e.setClock(t, "sk_test_a", "2026-11-03T00:00:00Z")
+	var rest []string
+	for cursor := p.Pagination.NextCursor; cursor != nil; {
+		next := decodePage(t, e.get(t, "/v1/orders?limit=50&cursor="+url.QueryEscape(*cursor), "sk_test_a"))
+		for _, o := range next.Data {
+			link := "-"
+			if o.ShipmentID != nil {
+				link = *o.ShipmentID
+			}
+			rest = append(rest, o.ID+":"+o.Status+":"+link)
+		}
+		cursor = next.Pagination.NextCursor
+	}
+	last := p.Data[len(p.Data)-1]
+	var want []string
+	for _, item := range expect(time.Date(2026, 11, 3, 0, 0, 0, 0, time.UTC), "", nil, nil) {
+		id := strings.Split(item, ":")[0]
+		m := model[slices.IndexFunc(model, func(m modelOrder) bool { return m.id == id })]
+		lastCreated, _ := parseTimestamp(last.CreatedAt)
+		if c := m.created.Compare(lastCreated); c < 0 || c == 0 && id < last.ID {
+			want = append(want, item)
+		}
+	}
+	if !slices.Equal(rest, want) {
+		t.Errorf("the pages after a cursor under a moved clock: %d orders, want %d", len(rest), len(want))
+	}
+}
+
+// TestLandingPageShowsTimelines: each tenant's timeline, the last 10 happenings at or
+// before its clock marked shown and the next 10 marked to come, with how many more.
+func TestLandingPageShowsTimelines(t *testing.T) {
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	page := string(e.get(t, "/", "").body)
+	sync := page[strings.Index(page, "<h2>acct_sync/test"):]
+	for _, want := range []string{
+		"<tr><td>2026-11-22T11:50:00Z<td>ord_sync_0001<td>imported, unfulfilled<td>shown\n",
+		"<tr><td>2026-11-22T11:59:00Z<td>ord_sync_0005<td>imported, unfulfilled<td>shown\n",
+		"<tr><td>2026-11-22T12:00:30Z<td>ord_sync_0005<td>now cancelled<td class=\"n\">to come\n",
+		"<tr><td>2026-11-22T12:01:00Z<td>shp_sync_1<td>created<td class=\"n\">to come\n<tr><td>2026-11-22T12:01:00Z<td>ord_sync_0001<td>now partially_fulfilled<td class=\"n\">to come\n<tr><td>2026-11-22T12:01:00Z<td>shp_sync_1<td>pre_transit: Label created<td class=\"n\">to come\n",
+		"<tr><td>2026-11-22T12:01:30Z<td>ord_sync_0002<td>imported, unfulfilled<td class=\"n\">to come\n",
+		"<tr><td>ord_sync_0005<td>unfulfilled<td><td>2026-11-22T11:59:00Z\n",
+	} {
+		if !strings.Contains(sync, want) {
+			t.Errorf("acct_sync's section lacks %q", want)
+		}
+	}
+	if strings.Contains(sync, "ord_sync_0002<td>unfulfilled") || strings.Contains(sync, "<td>shp_sync_1<td>SYNC") {
+		t.Error("the page shows an order not imported yet, or a shipment not created yet")
+	}
+	// Moved on: everything shown; the shipment found and the link shown.
+	e.setClock(t, "sk_test_sync_all", "2026-11-22T12:02:00Z")
+	page = string(e.get(t, "/", "").body)
+	sync = page[strings.Index(page, "<h2>acct_sync/test"):]
+	for _, want := range []string{"<tr><td>shp_sync_1<td>SYNC1000000001<td>in_transit<td", "<tr><td>ord_sync_0001<td>fulfilled<td>shp_sync_1<td>2026-11-22T11:50:00Z\n",
+		"and 2 more before", "<tr><td>2026-11-22T12:02:00Z<td>ord_sync_0001<td>now fulfilled<td>shown\n"} {
+		if !strings.Contains(sync, want) {
+			t.Errorf("acct_sync's section at +2m lacks %q", want)
+		}
+	}
+	if strings.Contains(sync, "to come") {
+		t.Error("at +2m something of acct_sync is still to come")
+	}
+	// A long timeline: 10 each side, then counts.
+	var orders []string
+	for i := range 50 {
+		imported := fmt.Sprintf("start+%dm", i-20)
+		if i < 20 {
+			imported = fmt.Sprintf("start-%dm", 20-i)
+		}
+		orders = append(orders, fmt.Sprintf(`{"id":"ord_%02d","account":"acct_a","environment":"test","merchant_reference":"R","platform":"ebay","status":"unfulfilled","created_at":"start-100m","imported_at":%q}`, i, imported))
+	}
+	long := newEnv(t, envOptions{data: []byte(dataset(dsAccounts, dsKey, "", strings.Join(orders, ","))), rate: -1, step: -1})
+	page = string(long.get(t, "/", "").body)
+	if strings.Count(page, "<td>shown\n") != 10 || strings.Count(page, "to come\n") != 10+1 || !strings.Contains(page, "and 11 more before") || !strings.Contains(page, "and 19 more to come") {
+		t.Errorf("a timeline of 50 imports, 21 of them shown: the page shows %d and %d to come", strings.Count(page, "<td>shown\n"), strings.Count(page, "to come\n"))
+	}
+}
+
 // tracking.go: every fixture's tracking view, lookup by number, normalization.
 
 func TestTrackingViewsOfEveryFixture(t *testing.T) {
@@ -4113,17 +4701,24 @@ func checkOrderIndex(t testing.TB, ix *orderIndex) {
 	if ix.table.find(ix, "no such order") != -1 {
 		t.Fatal("the id table finds an order that does not exist")
 	}
-	total := 0
+	// Each order is in its status's list, or, with a timeline, in the list of those that move.
+	total := len(ix.moving)
 	for s, list := range ix.byStatus {
 		for k, i := range list {
-			if int(ix.records[i].status) != s || k > 0 && list[k-1] >= i {
+			if int(ix.records[i].status) != s || ix.records[i].moves || k > 0 && list[k-1] >= i {
 				t.Fatalf("the %s list holds order %d (%s) at %d", orderStatuses[s], i, orderStatuses[ix.records[i].status], k)
 			}
 		}
 		total += len(list)
 	}
-	if total != ix.count() {
-		t.Fatalf("the status lists hold %d orders, the list of all %d", total, ix.count())
+	for k, i := range ix.moving {
+		tl := ix.timelines[k]
+		if !ix.records[i].moves || k > 0 && ix.moving[k-1] >= i || tl.first >= tl.end || ix.states[tl.first].from != dawn {
+			t.Fatalf("order %d is at %d of those that move, with timeline %+v", i, k, tl)
+		}
+	}
+	if total != ix.count() || len(ix.imports) != len(ix.moving) {
+		t.Fatalf("the status lists and those that move hold %d orders, the list of all %d", total, ix.count())
 	}
 }
 
@@ -4561,19 +5156,23 @@ func FuzzOrderQuery(f *testing.F) {
 }
 
 func FuzzParsePrefer(f *testing.F) {
-	for _, s := range []string{"code=503", "delay=100", "code=500, delay=10000", `code="429"; x=y`, "respond-async", "code=200", "delay=-1", `a="b,c", code=502`, ";;,=", ""} {
+	for _, s := range []string{"code=503", "delay=100", "code=500, delay=10000", `code="429"; x=y`, "respond-async", "code=200", "delay=-1", `a="b,c", code=502`, ";;,=", "",
+		`clock="2026-11-01T09:30:00Z"`, "clock=2026-11-01T09:30:00+01:00, code=503", `clock="yesterday"`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, header string) {
-		p, err := parsePrefer([]string{header})
+		p, err := parsePrefer([]string{header}, true)
 		if err != nil {
 			if e := asAPIError(err); e == nil || e.code != codeInvalidParameter || e.param == nil || *e.param != "Prefer" {
 				t.Fatalf("parsePrefer(%q) = %+v, want invalid_parameter naming Prefer", header, err)
 			}
 			return
 		}
-		if p.delay < 0 || p.delay > maxPreferDelay {
+		if p.delay < 0 || p.delay > maxPreferDelay || p.clock != nil && !strings.Contains(p.applied, `clock="`+formatTimestamp(*p.clock)+`"`) {
 			t.Fatalf("parsePrefer(%q) accepted %+v", header, p)
+		}
+		if q, err := parsePrefer([]string{header}, false); err == nil && q.clock != nil || err != nil && strings.Contains(err.Error(), "clock") {
+			t.Fatalf("parsePrefer(%q) without the clock read it: %+v, %v", header, q, err)
 		}
 	})
 }

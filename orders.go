@@ -34,17 +34,32 @@ const (
 
 // orderRecord is an imported order as the dataset holds it. A dataset may give the
 // marketplace token and the raw marketplace payload, as imported orders carry them; the
-// API never shows them, so the sandbox does not keep them.
+// API never shows them, so the sandbox does not keep them. Its instants may be relative to
+// the start instant; imported_at and changes schedule what moves.
 type orderRecord struct {
-	ID                 string          `json:"id"`
-	Account            string          `json:"account"`
-	Environment        string          `json:"environment"`
-	MerchantReference  string          `json:"merchant_reference"`
-	Platform           string          `json:"platform"`
-	Status             string          `json:"status"`
-	CreatedAt          string          `json:"created_at"`
-	MarketplaceToken   string          `json:"marketplace_token"`
-	RawMarketplaceData json.RawMessage `json:"raw_marketplace_data"`
+	ID                 string            `json:"id"`
+	Account            string            `json:"account"`
+	Environment        string            `json:"environment"`
+	MerchantReference  string            `json:"merchant_reference"`
+	Platform           string            `json:"platform"`
+	Status             string            `json:"status"`
+	CreatedAt          string            `json:"created_at"`
+	ImportedAt         *string           `json:"imported_at"` // absent: its created_at
+	Changes            []json.RawMessage `json:"changes"`
+	MarketplaceToken   string            `json:"marketplace_token"`
+	RawMarketplaceData json.RawMessage   `json:"raw_marketplace_data"`
+}
+
+// changeRecord is one change of an order's status, as the dataset holds it.
+type changeRecord struct {
+	Status string `json:"status"`
+	At     string `json:"at"`
+}
+
+// statusChange is an order's status from an instant on.
+type statusChange struct {
+	at     time.Time
+	status int // index into orderStatuses
 }
 
 // importedOrder is an order as the dataset gives it, kept while the dataset loads; build
@@ -52,17 +67,26 @@ type orderRecord struct {
 type importedOrder struct {
 	id                string
 	createdAt         time.Time
-	status            int // index into orderStatuses
+	importedAt        time.Time // listed and retrieved from then on
+	status            int       // index into orderStatuses: its first status
+	changes           []statusChange
 	merchantReference string
 	platform          string
 	shipmentID        *string
+	linkedAt          time.Time // when the link shows: its shipment's creation (zero: always)
+}
+
+// moves reports whether what the order shows depends on the instant beyond its created_at:
+// an import after it, a change of status, or a link that appears after its import.
+func (o *importedOrder) moves() bool {
+	return !o.importedAt.Equal(o.createdAt) || len(o.changes) > 0 || o.shipmentID != nil && o.linkedAt.After(o.importedAt)
 }
 
 // appendResource appends the order as the API shows it (exactly the spec's six fields: id,
-// merchant_reference, platform, status, shipment_id, created_at). It is written by hand
-// rather than with encoding/json because -seed-orders encodes a million orders at start-up;
-// a test checks that it matches encoding/json.
-func (o *importedOrder) appendResource(b []byte) []byte {
+// merchant_reference, platform, status, shipment_id, created_at) with this status and
+// link. It is written by hand rather than with encoding/json because -seed-orders encodes
+// a million orders at start-up; a test checks that it matches encoding/json.
+func (o *importedOrder) appendResource(b []byte, status int, linked bool) []byte {
 	b = append(b, `{"id":`...)
 	b = appendJSONString(b, o.id)
 	b = append(b, `,"merchant_reference":`...)
@@ -70,9 +94,9 @@ func (o *importedOrder) appendResource(b []byte) []byte {
 	b = append(b, `,"platform":`...)
 	b = appendJSONString(b, o.platform)
 	b = append(b, `,"status":`...)
-	b = appendJSONString(b, orderStatuses[o.status])
+	b = appendJSONString(b, orderStatuses[status])
 	b = append(b, `,"shipment_id":`...)
-	if o.shipmentID == nil {
+	if o.shipmentID == nil || !linked {
 		b = append(b, "null"...)
 	} else {
 		b = appendJSONString(b, *o.shipmentID)
@@ -93,22 +117,31 @@ func newer(a, b *importedOrder) bool {
 // orderIndex holds a tenant's orders in list order (created_at descending, id descending)
 // in storage the garbage collector need not walk: every order's JSON in one block, a
 // fixed-size record per order, the lists per status as indexes, and the ids in an
-// open-addressing table of indexes. No part of it holds a pointer per order.
+// open-addressing table of indexes. No part of it holds a pointer per order. The few
+// orders whose showing moves with the clock (a late import, a change, a link that appears)
+// keep a timeline beside: the states they pass through, each with its JSON.
 type orderIndex struct {
-	tag      tag // binds cursors to the tenant
-	pending  []*importedOrder
-	byID     map[string]*importedOrder // while loading: the dataset's orders
-	seeds    int                       // -seed-orders, generated at build
-	records  []storedOrder             // in list order
-	bytes    []byte                    // each order's JSON in list order, each followed by a comma
-	ids      []byte                    // each order's id, in list order
-	byStatus [][]int32                 // indexes into records, per status, in list order
-	table    idTable
-	lengths  map[int][]string // one Content-Length value for each length an order has
-	links    map[int32]string // the shipment each linked order (by record index) is linked to
+	tag        tag // binds cursors to the tenant
+	pending    []*importedOrder
+	byID       map[string]*importedOrder // while loading: the dataset's orders
+	seeds      int                       // -seed-orders, generated at build
+	records    []storedOrder             // in list order
+	bytes      []byte                    // each order's JSON in list order, each followed by a comma
+	ids        []byte                    // each order's id, in list order
+	byStatus   [][]int32                 // indexes of the orders without a timeline, per status, in list order
+	table      idTable
+	lengths    map[int][]string // one Content-Length value for each length an order has
+	links      map[int32]string // the shipment each linked order (by record index) is linked to
+	moving     []int32          // indexes of the orders with a timeline, in list order
+	timelines  []orderTimeline  // theirs, in the same order
+	states     []orderState     // every timeline's states, in order
+	stateJSON  []byte           // every state's JSON
+	imports    []instant        // the imports of the orders with a timeline, sorted
+	happenings []happening      // what the dataset schedules for the orders, in order
 }
 
-// storedOrder is one order's record: where its JSON and id are, its created_at, its status.
+// storedOrder is one order's record: where its JSON and id are, its created_at, its status
+// (for an order with a timeline, its last).
 type storedOrder struct {
 	sec    int64  // created_at: seconds since 1970 (negative before)
 	off    uint32 // where its JSON starts in bytes; it ends a comma before the next's
@@ -116,14 +149,30 @@ type storedOrder struct {
 	idOff  uint32 // where its id starts in ids
 	idLen  uint8
 	status uint8
+	moves  bool // it has a timeline
+}
+
+// orderTimeline is when an order is imported and the states it passes through.
+type orderTimeline struct {
+	imported   instant
+	first, end uint32 // its states are states[first:end]
+}
+
+// orderState is what an order shows from an instant on.
+type orderState struct {
+	from      instant // dawn for the first
+	off, size uint32  // its JSON in stateJSON
+	status    uint8
+	linked    bool
 }
 
 func newOrderIndex(owner tag) orderIndex {
 	return orderIndex{tag: owner, byID: map[string]*importedOrder{}}
 }
 
-// addOrder checks one dataset order and keeps it for build.
-func (ix *orderIndex) addOrder(path, where string, rec orderRecord) error {
+// addOrder checks one dataset order, its instants read against start, and keeps it for
+// build.
+func (ix *orderIndex) addOrder(path, where string, rec orderRecord, start time.Time) error {
 	for _, f := range []struct{ name, value string }{{"id", rec.ID}, {"merchant_reference", rec.MerchantReference}} {
 		if err := checkID(path+"."+f.name, f.value); err != nil {
 			return err
@@ -135,33 +184,103 @@ func (ix *orderIndex) addOrder(path, where string, rec orderRecord) error {
 	if err := oneOf(path+".status", "order status", rec.Status, orderStatuses); err != nil {
 		return err
 	}
-	at, err := timestampField(path+".created_at", rec.CreatedAt)
+	at, err := instantField(path+".created_at", rec.CreatedAt, start)
 	if err != nil {
 		return err
 	}
 	if ix.byID[rec.ID] != nil {
 		return &datasetError{path: path + ".id", reason: fmt.Sprintf("duplicate order id %q in %s", rec.ID, where)}
 	}
-	o := &importedOrder{id: rec.ID, createdAt: at, status: slices.Index(orderStatuses, rec.Status), merchantReference: rec.MerchantReference, platform: rec.Platform}
+	o := &importedOrder{id: rec.ID, createdAt: at, importedAt: at, status: slices.Index(orderStatuses, rec.Status), merchantReference: rec.MerchantReference, platform: rec.Platform}
+	if rec.ImportedAt != nil {
+		if o.importedAt, err = instantField(path+".imported_at", *rec.ImportedAt, start); err != nil {
+			return err
+		}
+		if o.importedAt.Before(o.createdAt) {
+			return &datasetError{path: path + ".imported_at", reason: fmt.Sprintf("%s is before the order's created_at %s: an order is imported once it exists", formatTimestamp(o.importedAt), formatTimestamp(o.createdAt))}
+		}
+	}
+	if o.changes, err = readChanges(path+".changes", rec.Changes, o, start); err != nil {
+		return err
+	}
+	if rec.ImportedAt != nil || relativeInstant.MatchString(rec.CreatedAt) {
+		ix.happenings = append(ix.happenings, happening{at: o.importedAt, kind: orderImported, id: o.id, what: "imported, " + orderStatuses[o.statusAt(o.importedAt)]})
+	}
+	for _, c := range o.changes {
+		ix.happenings = append(ix.happenings, happening{at: c.at, kind: orderChanged, id: o.id, what: "now " + orderStatuses[c.status]})
+	}
 	ix.byID[o.id] = o
 	ix.pending = append(ix.pending, o)
 	return nil
+}
+
+// readChanges checks an order's changes: each a status of the vocabulary unlike the one
+// before, at an instant after the one before (the first after created_at).
+func readChanges(path string, list []json.RawMessage, o *importedOrder, start time.Time) ([]statusChange, error) {
+	var changes []statusChange
+	status, after, afterWhat := o.status, o.createdAt, "the order's created_at"
+	for i, raw := range list {
+		cpath := fmt.Sprintf("%s[%d]", path, i)
+		var rec changeRecord
+		if err := decodeStrict(raw, cpath, &rec); err != nil {
+			return nil, err
+		}
+		if err := oneOf(cpath+".status", "order status", rec.Status, orderStatuses); err != nil {
+			return nil, err
+		}
+		next := slices.Index(orderStatuses, rec.Status)
+		if next == status {
+			return nil, &datasetError{path: cpath + ".status", reason: fmt.Sprintf("%q is the status the order has already: a change changes it", rec.Status)}
+		}
+		at, err := instantField(cpath+".at", rec.At, start)
+		if err != nil {
+			return nil, err
+		}
+		if !at.After(after) {
+			return nil, &datasetError{path: cpath + ".at", reason: fmt.Sprintf("%s is not after %s %s: changes follow each other", formatTimestamp(at), afterWhat, formatTimestamp(after))}
+		}
+		changes = append(changes, statusChange{at, next})
+		status, after, afterWhat = next, at, "the change before,"
+	}
+	return changes, nil
+}
+
+// linkedBy reports whether the order's link shows at at: from its shipment's creation on.
+func (o *importedOrder) linkedBy(at time.Time) bool {
+	return o.shipmentID != nil && (o.linkedAt.IsZero() || !o.linkedAt.After(at))
+}
+
+// statusAt is the order's status at at: that of its last change at or before it.
+func (o *importedOrder) statusAt(at time.Time) int {
+	status := o.status
+	for _, c := range o.changes {
+		if c.at.After(at) {
+			break
+		}
+		status = c.status
+	}
+	return status
 }
 
 // has reports whether the dataset gives an order of this id.
 func (ix *orderIndex) has(id string) bool { return ix.byID[id] != nil }
 
 // link records that the shipment shipmentID was created with the order orderID: the
-// order's shipment_id. One order can be linked once (a second link is the API's 409).
-func (ix *orderIndex) link(path, where, orderID, shipmentID string) error {
+// order's shipment_id, shown from createdAt on (zero: the shipment always existed). One
+// order can be linked once (a second link is the API's 409), and not by a shipment created
+// before the order is imported.
+func (ix *orderIndex) link(path, where, orderID, shipmentID string, createdAt time.Time) error {
 	o := ix.byID[orderID]
 	if o == nil {
-		return &datasetError{path: path, reason: fmt.Sprintf("no order %q in %s to link shipment %q to", orderID, where, shipmentID)}
+		return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("no order %q in %s to link shipment %q to", orderID, where, shipmentID)}
 	}
 	if o.shipmentID != nil {
-		return &datasetError{path: path, reason: fmt.Sprintf("order %q is already linked to shipment %q; linking it to shipment %q too is a conflict (409)", orderID, *o.shipmentID, shipmentID)}
+		return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("order %q is already linked to shipment %q; linking it to shipment %q too is a conflict (409)", orderID, *o.shipmentID, shipmentID)}
 	}
-	o.shipmentID = &shipmentID
+	if !createdAt.IsZero() && createdAt.Before(o.importedAt) {
+		return &datasetError{path: path + ".created_at", reason: fmt.Sprintf("shipment %q is created at %s, before its order %q is imported at %s: a shipment is created with an order the account has", shipmentID, formatTimestamp(createdAt), orderID, formatTimestamp(o.importedAt))}
+	}
+	o.shipmentID, o.linkedAt = &shipmentID, createdAt
 	return nil
 }
 
@@ -193,6 +312,7 @@ func seededOrder(scratch *importedOrder, idBuf, refBuf []byte, j, n int) {
 		merchantReference: string(appendPadded(append(refBuf[:0], "SEED-"...), k, width)),
 		platform:          platforms[k%len(platforms)],
 	}
+	scratch.importedAt = scratch.createdAt
 }
 
 func seedWidth(n int) int { return max(7, len(strconv.Itoa(n-1))) }
@@ -256,28 +376,103 @@ func (ix *orderIndex) build() error {
 	}
 	ix.pending, ix.byID = nil, nil
 	ix.table = newIDTable(ix)
+	slices.SortFunc(ix.imports, func(a, b instant) int {
+		if a.after(b) {
+			return 1
+		}
+		if b.after(a) {
+			return -1
+		}
+		return 0
+	})
+	sortHappenings(ix.happenings)
 	return nil
 }
 
-// store appends one order, the next in list order.
+// store appends one order, the next in list order, and its timeline if it has one.
 func (ix *orderIndex) store(o *importedOrder) error {
 	start := len(ix.bytes)
-	ix.bytes = append(o.appendResource(ix.bytes), ',')
+	last := o.statusAt(maxTime)
+	ix.bytes = append(o.appendResource(ix.bytes, last, true), ',')
 	if len(ix.bytes) > math.MaxUint32 || len(ix.records) >= math.MaxInt32 {
 		return errors.New("the orders of one account and environment exceed 4 GiB of JSON")
 	}
 	i := int32(len(ix.records))
 	ix.records = append(ix.records, storedOrder{sec: o.createdAt.Unix(), nsec: int32(o.createdAt.Nanosecond()), off: uint32(start),
-		idOff: uint32(len(ix.ids)), idLen: uint8(len(o.id)), status: uint8(o.status)})
+		idOff: uint32(len(ix.ids)), idLen: uint8(len(o.id)), status: uint8(last), moves: o.moves()})
 	ix.ids = append(ix.ids, o.id...)
-	ix.byStatus[o.status] = append(ix.byStatus[o.status], i)
 	if o.shipmentID != nil {
 		ix.links[i] = *o.shipmentID
 	}
-	if size := len(ix.bytes) - 1 - start; ix.lengths[size] == nil {
+	ix.length(len(ix.bytes) - 1 - start)
+	if !o.moves() {
+		ix.byStatus[o.status] = append(ix.byStatus[o.status], i)
+		return nil
+	}
+	ix.moving = append(ix.moving, i)
+	ix.imports = append(ix.imports, instantOf(o.importedAt))
+	tl := orderTimeline{imported: instantOf(o.importedAt), first: uint32(len(ix.states))}
+	// A state begins at dawn, at each change, and when the link appears.
+	begins := []time.Time{minTime}
+	for _, c := range o.changes {
+		begins = append(begins, c.at)
+	}
+	if o.shipmentID != nil && !o.linkedAt.IsZero() {
+		begins = append(begins, o.linkedAt)
+	}
+	slices.SortFunc(begins, time.Time.Compare)
+	for k, from := range slices.Compact(begins) {
+		at := from
+		if k == 0 {
+			at = minTime
+		}
+		status, linked := o.statusAt(at), o.linkedBy(at)
+		if k > 0 {
+			if prev := ix.states[len(ix.states)-1]; int(prev.status) == status && prev.linked == linked {
+				continue
+			}
+		}
+		off := len(ix.stateJSON)
+		ix.stateJSON = o.appendResource(ix.stateJSON, status, linked)
+		st := orderState{from: dawn, off: uint32(off), size: uint32(len(ix.stateJSON) - off), status: uint8(status), linked: linked}
+		if k > 0 {
+			st.from = instantOf(from)
+		}
+		ix.states = append(ix.states, st)
+		ix.length(int(st.size))
+	}
+	tl.end = uint32(len(ix.states))
+	ix.timelines = append(ix.timelines, tl)
+	return nil
+}
+
+// The first and last instants a dataset can name.
+var (
+	minTime = time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+)
+
+// length keeps one Content-Length value for each size an order's JSON has.
+func (ix *orderIndex) length(size int) {
+	if ix.lengths[size] == nil {
 		ix.lengths[size] = []string{strconv.Itoa(size)}
 	}
-	return nil
+}
+
+// showsAs is the state the list shows an order with a timeline in at at, and whether it
+// shows it at all: from its import on.
+func (ix *orderIndex) showsAs(tl *orderTimeline, at instant) (*orderState, bool) {
+	if tl.imported.after(at) {
+		return nil, false
+	}
+	states := ix.states[tl.first:tl.end]
+	k := sort.Search(len(states), func(k int) bool { return states[k].from.after(at) })
+	return &states[k-1], true
+}
+
+// stateJSONOf is a state's JSON.
+func (ix *orderIndex) stateJSONOf(st *orderState) []byte {
+	return ix.stateJSON[st.off : st.off+st.size]
 }
 
 // count is how many orders the tenant has.
@@ -490,76 +685,116 @@ func (q *orderQuery) filterTag() tag {
 	return tagOf("orders", string(b))
 }
 
-// orderPage is one page of a list: the orders at positions i to j of the list of all
-// orders, or of one status's list.
-type orderPage struct {
-	status int // -1: the list of all orders
-	i, j   int
-	more   bool
-}
-
-// index is the record index of the order at position k of the page's list.
-func (ix *orderIndex) index(status, k int) int {
-	if status < 0 {
-		return k
-	}
-	return int(ix.byStatus[status][k])
-}
-
-// page finds one page as the tenant's clock shows the orders at at (those created at or
-// before it), by a binary search to its start and end in the list it is taken from. It
-// reports whether more follow.
-func (ix *orderIndex) page(q *orderQuery, after *cursorPosition, at time.Time) orderPage {
+// span is where the list a query asks for lies as the clock shows it at at, in positions
+// of the list of all orders, after the position after: from the newest created at or before
+// both at and created_to (an order is listed from its import, which is never before its
+// created_at), to the last created at or after created_from.
+func (ix *orderIndex) span(q *orderQuery, after *cursorPosition, at time.Time) (lo, hi int) {
 	n := len(ix.records)
-	if q.status >= 0 {
-		n = len(ix.byStatus[q.status])
-	}
-	order := func(k int) int { return ix.index(q.status, k) }
-	to := at // the clock bounds every list as created_to would
+	to := at
 	if q.hasTo && q.to.Before(at) {
 		to = q.to
 	}
-	start := sort.Search(n, func(k int) bool { return !ix.after(order(k), to) })
-	end := n
+	lo = sort.Search(n, func(i int) bool { return !ix.after(i, to) })
 	if after != nil {
-		start = max(start, sort.Search(n, func(k int) bool {
-			i := order(k)
+		lo = max(lo, sort.Search(n, func(i int) bool {
 			c := ix.createdAt(i).Compare(after.createdAt)
 			return c < 0 || (c == 0 && string(ix.id(i)) < after.id)
 		}))
 	}
+	hi = n
 	if q.hasFrom {
-		end = sort.Search(n, func(k int) bool { return ix.createdAt(order(k)).Before(q.from) })
+		hi = sort.Search(n, func(i int) bool { return ix.createdAt(i).Before(q.from) })
 	}
-	if start >= end {
-		return orderPage{status: q.status}
-	}
-	count := min(q.limit, end-start)
-	return orderPage{q.status, start, start + count, end-start > count}
+	return lo, max(lo, hi)
 }
 
-// appendData appends the page's orders' JSON, comma-separated: one slice of the block for
-// the list of all orders, one copy per order for a status's list.
-func (ix *orderIndex) appendData(b []byte, pg orderPage) []byte {
-	if pg.i == pg.j {
-		return b
+// listed calls yield with what the list of status (-1: every status) shows at at between
+// positions lo and hi, in list order, until yield returns false: orders without a timeline
+// as runs of positions i to j (body nil; for a status's list one order a run), and each
+// order with a timeline that shows at at, one at a time, with the body it shows. It visits
+// no order outside [lo, hi) and, beyond what it yields, only orders with a timeline.
+func (ix *orderIndex) listed(status, lo, hi int, at time.Time, yield func(i, j int, body []byte) bool) {
+	now := instantOf(at)
+	m, mEnd := searchIndexes(ix.moving, lo), searchIndexes(ix.moving, hi)
+	var still []int32 // a status's orders without a timeline
+	if status >= 0 {
+		list := ix.byStatus[status]
+		still = list[searchIndexes(list, lo):searchIndexes(list, hi)]
 	}
-	if pg.status < 0 {
-		return append(b, ix.bytes[ix.records[pg.i].off:ix.end(pg.j-1)]...)
+	for pos := lo; ; m++ {
+		next := hi // the next order with a timeline
+		if m < mEnd {
+			next = int(ix.moving[m])
+		}
+		if status < 0 {
+			if pos < next && !yield(pos, next, nil) {
+				return
+			}
+		} else {
+			for ; len(still) > 0 && int(still[0]) < next; still = still[1:] {
+				if !yield(int(still[0]), int(still[0])+1, nil) {
+					return
+				}
+			}
+		}
+		if m == mEnd {
+			return
+		}
+		if st, ok := ix.showsAs(&ix.timelines[m], now); ok && (status < 0 || int(st.status) == status) && !yield(next, next+1, ix.stateJSONOf(st)) {
+			return
+		}
+		pos = next + 1
 	}
-	for k := pg.i; k < pg.j; k++ {
-		if k > pg.i {
+}
+
+// searchIndexes is the first place in list, ascending record indexes, holding i or more.
+func searchIndexes(list []int32, i int) int {
+	return sort.Search(len(list), func(k int) bool { return int(list[k]) >= i })
+}
+
+// appendPage appends the orders of one page, comma-separated, to b: the first limit orders
+// the list of status shows at at between lo and hi. It returns the record index of the
+// page's last order, and whether more follow.
+func (ix *orderIndex) appendPage(b []byte, status, limit, lo, hi int, at time.Time) ([]byte, int, bool) {
+	n, last, more := 0, -1, false
+	ix.listed(status, lo, hi, at, func(i, j int, body []byte) bool {
+		if n == limit {
+			more = true
+			return false
+		}
+		if n > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, ix.resource(ix.index(pg.status, k))...)
-	}
-	return b
+		if body != nil {
+			b = append(b, body...)
+			n, last = n+1, i
+			return true
+		}
+		take := min(j-i, limit-n)
+		b = append(b, ix.bytes[ix.records[i].off:ix.end(i+take-1)]...) // a run is one slice of the block
+		n, last = n+take, i+take-1
+		if take < j-i {
+			more = true
+			return false
+		}
+		return true
+	})
+	return b, last, more
 }
 
-// visible is the position of the newest order the clock shows at at: those before it are
-// not created yet.
+// visible is the position of the newest order that may show at at: none before it was
+// created yet.
 func (ix *orderIndex) visible(at time.Time) int {
 	return sort.Search(len(ix.records), func(i int) bool { return !ix.after(i, at) })
+}
+
+// listedCount is how many orders the list of all shows at at, without a scan: those
+// without a timeline created by then, and those with one imported by then.
+func (ix *orderIndex) listedCount(at time.Time) int {
+	lo, now := ix.visible(at), instantOf(at)
+	still := len(ix.records) - lo - (len(ix.moving) - searchIndexes(ix.moving, lo))
+	return still + sort.Search(len(ix.imports), func(k int) bool { return ix.imports[k].after(now) })
 }
 
 // listedOrder is an order as a list shows it at an instant.
@@ -570,23 +805,45 @@ type listedOrder struct {
 
 // firstListed is the first n orders GET /v1/orders lists at at, and how many more it does.
 func (ix *orderIndex) firstListed(at time.Time, n int) ([]listedOrder, int) {
-	first := ix.visible(at)
 	var orders []listedOrder
-	for i := first; i < min(len(ix.records), first+n); i++ {
-		orders = append(orders, listedOrder{string(ix.id(i)), orderStatuses[ix.records[i].status], ix.links[int32(i)], ix.createdAt(i)})
-	}
-	return orders, len(ix.records) - first - len(orders)
+	ix.listed(-1, ix.visible(at), len(ix.records), at, func(i, j int, body []byte) bool {
+		for ; i < j && len(orders) < n; i++ {
+			status, link := int(ix.records[i].status), ix.links[int32(i)]
+			if body != nil {
+				st, _ := ix.showsAs(ix.timelineOf(i), instantOf(at))
+				if status = int(st.status); !st.linked {
+					link = ""
+				}
+			}
+			orders = append(orders, listedOrder{string(ix.id(i)), orderStatuses[status], link, ix.createdAt(i)})
+		}
+		return len(orders) < n
+	})
+	return orders, ix.listedCount(at) - len(orders)
+}
+
+// timelineOf is the timeline of order i, which has one.
+func (ix *orderIndex) timelineOf(i int) *orderTimeline {
+	return &ix.timelines[searchIndexes(ix.moving, i)]
 }
 
 var errOrderNotFound = &apiError{code: codeNotFound, detail: "No imported order with this ID exists in this account and environment."}
 
-// serveGet answers GET /v1/orders/{id}: an order created after at does not exist yet.
+// serveGet answers GET /v1/orders/{id} as the clock shows it at at: an order is found
+// from its import on, as it stands then.
 func (ix *orderIndex) serveGet(w http.ResponseWriter, r *http.Request, at time.Time) error {
 	i := ix.table.find(ix, r.PathValue("id"))
 	if i < 0 || ix.after(i, at) {
 		return errOrderNotFound
 	}
 	b := ix.resource(i)
+	if ix.records[i].moves {
+		st, ok := ix.showsAs(ix.timelineOf(i), instantOf(at))
+		if !ok {
+			return errOrderNotFound
+		}
+		b = ix.stateJSONOf(st)
+	}
 	writeBody(w, http.StatusOK, jsonContentType, ix.lengths[len(b)], b)
 	return nil
 }
@@ -617,15 +874,14 @@ func (ls *orderLister) serveList(w http.ResponseWriter, r *http.Request, ix *ord
 		}
 		after = &pos
 	}
-	pg := ix.page(&q, after, at)
+	lo, hi := ix.span(&q, after, at)
 	buf := ls.pages.Get().(*[]byte)
 	defer ls.pages.Put(buf)
 	b := append((*buf)[:0], `{"data":[`...)
-	b = ix.appendData(b, pg)
+	b, last, more := ix.appendPage(b, q.status, q.limit, lo, hi, at)
 	b = append(b, `],"pagination":{"limit":`...)
 	b = strconv.AppendInt(b, int64(q.limit), 10)
-	if pg.more {
-		last := ix.index(pg.status, pg.j-1)
+	if more {
 		b = append(b, `,"next_cursor":"`...)
 		b = ls.cursors.appendSigned(b, ix.tag, filters, ix.createdAt(last), ix.id(last))
 		b = append(b, `","has_more":true}}`...)

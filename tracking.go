@@ -53,9 +53,11 @@ type normalization struct {
 	duplicates int // same instant and description as an earlier event
 }
 
-// stampedEvent is a normalized event with its instant.
+// stampedEvent is a normalized event with its instant, and whether the dataset scheduled it
+// (with after) rather than the carrier timing it.
 type stampedEvent struct {
-	at time.Time
+	at        time.Time
+	scheduled bool
 	trackingEvent
 }
 
@@ -88,7 +90,7 @@ func normalizeEvents(raw []rawEvent, after []time.Duration, start time.Time) ([]
 		if e.Location != nil {
 			ev.Location = *e.Location
 		}
-		kept = append(kept, stampedEvent{at, ev})
+		kept = append(kept, stampedEvent{at, after[i] >= 0, ev})
 	}
 	slices.SortStableFunc(kept, func(a, b stampedEvent) int { return a.at.Compare(b.at) })
 	return kept, n
@@ -138,6 +140,7 @@ type shipmentRecord struct {
 	// by tracking number matches the primary number only.
 	ParcelTrackingNumbers []string          `json:"parcel_tracking_numbers"`
 	OrderID               *string           `json:"order_id"`
+	CreatedAt             *string           `json:"created_at"` // absent: it always existed
 	Events                []json.RawMessage `json:"events"`
 }
 
@@ -148,7 +151,9 @@ type shipmentRecord struct {
 type shipment struct {
 	id             string
 	trackingNumber *string
-	dropped        int // raw events not interpretable, dropped at load
+	createdAt      time.Time // zero: it always existed; before it, the shipment is not found
+	sameNumber     *shipment // the next shipment of the tenant with the same primary number
+	dropped        int       // raw events not interpretable, dropped at load
 	full           body
 	heads          [][]byte    // indexed like trackingStatuses: the view up to `"events":[`
 	events         []byte      // every event's JSON, joined by commas
@@ -199,6 +204,9 @@ func (s *shipment) parts(k int) (head, events []byte) {
 	return s.heads[s.statuses[k-1]], s.events[:s.ends[k-1]]
 }
 
+// existsAt reports whether the shipment is found at at: from its creation on.
+func (s *shipment) existsAt(at time.Time) bool { return s.createdAt.IsZero() || !s.createdAt.After(at) }
+
 // shown is how many events the clock shows at at: those at or before it.
 func (s *shipment) shown(at time.Time) int {
 	return sort.Search(len(s.instants), func(i int) bool { return s.instants[i].After(at) })
@@ -227,11 +235,15 @@ func (s *shipment) write(w http.ResponseWriter, at time.Time) {
 // viewEnd closes a tracking view's events and the view; never modified.
 var viewEnd = []byte("]}")
 
-// shipmentIndex is a tenant's shipments, by id and by primary tracking number.
+// shipmentIndex is a tenant's shipments, by id and by primary tracking number, and what
+// their dataset schedules.
 type shipmentIndex struct {
 	list             []*shipment // in the dataset's order
 	byID             map[string]*shipment
-	byTrackingNumber map[string]*shipment // nil value: the number is ambiguous
+	byTrackingNumber map[string]*shipment // the first shipment with the number; sameNumber the next
+	created          createdTree          // finds the shipments found at an instant without a scan
+	creations        []time.Time          // the creation instants given, sorted: how many are found
+	happenings       []happening          // creations and events scheduled with after, in order
 }
 
 func newShipmentIndex() shipmentIndex {
@@ -239,48 +251,78 @@ func newShipmentIndex() shipmentIndex {
 }
 
 // addShipment checks one dataset shipment, normalizes its events (those scheduled with
-// after happen after start), prepares its view and files it. A tracking number held by more
-// than one shipment of the tenant is ambiguous.
-func (ix *shipmentIndex) addShipment(path, where string, rec shipmentRecord, start time.Time) (normalization, error) {
+// after happen after start), prepares its view and files it.
+func (ix *shipmentIndex) addShipment(path, where string, rec shipmentRecord, start time.Time) (*shipment, normalization, error) {
 	if err := checkShipment(path, rec); err != nil {
-		return normalization{}, err
+		return nil, normalization{}, err
 	}
 	if ix.byID[rec.ID] != nil {
-		return normalization{}, &datasetError{path: path + ".id", reason: fmt.Sprintf("duplicate shipment id %q in %s", rec.ID, where)}
+		return nil, normalization{}, &datasetError{path: path + ".id", reason: fmt.Sprintf("duplicate shipment id %q in %s", rec.ID, where)}
+	}
+	var createdAt time.Time
+	if rec.CreatedAt != nil {
+		var err error
+		if createdAt, err = instantField(path+".created_at", *rec.CreatedAt, start); err != nil {
+			return nil, normalization{}, err
+		}
 	}
 	raw := make([]rawEvent, len(rec.Events))
 	after := make([]time.Duration, len(rec.Events))
 	for i, msg := range rec.Events {
 		epath := fmt.Sprintf("%s.events[%d]", path, i)
 		if err := decodeStrict(msg, epath, &raw[i]); err != nil {
-			return normalization{}, err
+			return nil, normalization{}, err
 		}
 		if err := oneOf(epath+".status", "tracking status", raw[i].Status, trackingStatuses); err != nil {
-			return normalization{}, err
+			return nil, normalization{}, err
 		}
 		if raw[i].Description == nil {
-			return normalization{}, &datasetError{path: epath + ".description", reason: "required"}
+			return nil, normalization{}, &datasetError{path: epath + ".description", reason: "required"}
 		}
 		var err error
 		if after[i], err = readAfter(epath, raw[i]); err != nil {
-			return normalization{}, err
+			return nil, normalization{}, err
 		}
 	}
 	events, n := normalizeEvents(raw, after, start)
 	s, err := newShipment(rec, events)
 	if err != nil {
-		return n, err
+		return nil, n, err
 	}
-	s.dropped = n.dropped
+	s.dropped, s.createdAt = n.dropped, createdAt
 	ix.list = append(ix.list, s)
 	ix.byID[rec.ID] = s
 	if number := rec.TrackingNumber; number != nil {
-		if _, taken := ix.byTrackingNumber[*number]; taken {
-			s = nil
+		last := ix.byTrackingNumber[*number]
+		if last == nil {
+			ix.byTrackingNumber[*number] = s
 		}
-		ix.byTrackingNumber[*number] = s
+		for last != nil && last.sameNumber != nil {
+			last = last.sameNumber
+		}
+		if last != nil {
+			last.sameNumber = s
+		}
 	}
-	return n, nil
+	if rec.CreatedAt != nil {
+		ix.creations = append(ix.creations, createdAt)
+		ix.happenings = append(ix.happenings, happening{at: createdAt, kind: shipmentCreated, id: rec.ID, what: "created"})
+	}
+	for _, e := range events {
+		if e.scheduled {
+			ix.happenings = append(ix.happenings, happening{at: e.at, kind: shipmentEvent, id: rec.ID, what: e.Status + ": " + e.Description})
+		}
+	}
+	return s, n, nil
+}
+
+// build prepares what the index finds without a scan, once every shipment is added.
+func (ix *shipmentIndex) build() {
+	slices.SortFunc(ix.creations, time.Time.Compare)
+	sortHappenings(ix.happenings)
+	if len(ix.creations) > 0 {
+		ix.created = newCreatedTree(ix.list)
+	}
 }
 
 // checkShipment checks a shipment's ids and numbers.
@@ -315,14 +357,99 @@ func checkShipment(path string, rec shipmentRecord) error {
 // firstShown is the first n shipments, in the dataset's order, that are found at at, and
 // how many more are.
 func (ix *shipmentIndex) firstShown(at time.Time, n int) ([]*shipment, int) {
-	k := min(n, len(ix.list))
-	return ix.list[:k], len(ix.list) - k
+	if len(ix.creations) == 0 { // every shipment always existed
+		k := min(n, len(ix.list))
+		return ix.list[:k], len(ix.list) - k
+	}
+	var shown []*shipment
+	now := instantOf(at)
+	for i := ix.created.next(0, now); i < len(ix.list) && len(shown) < n; i = ix.created.next(i+1, now) {
+		shown = append(shown, ix.list[i])
+	}
+	found := len(ix.list) - len(ix.creations) + sort.Search(len(ix.creations), func(k int) bool { return ix.creations[k].After(at) })
+	return shown, found - len(shown)
+}
+
+// byNumber is the one shipment found at at with this primary tracking number.
+func (ix *shipmentIndex) byNumber(number string, at time.Time) (*shipment, error) {
+	var found *shipment
+	for s := ix.byTrackingNumber[number]; s != nil; s = s.sameNumber {
+		if s.existsAt(at) {
+			if found != nil {
+				return nil, errTrackingAmbiguous
+			}
+			found = s
+		}
+	}
+	if found == nil {
+		return nil, errTrackingNotFound
+	}
+	return found, nil
 }
 
 // sharedAt reports whether more than one shipment found at at holds this tracking number:
 // a lookup by number then answers 404.
 func (ix *shipmentIndex) sharedAt(number string, at time.Time) bool {
-	return ix.byTrackingNumber[number] == nil
+	_, err := ix.byNumber(number, at)
+	return err == errTrackingAmbiguous
+}
+
+// createdTree finds, in the dataset's order, the next shipment found at an instant, without
+// a scan: a segment tree of the earliest creation in each range of shipments (a shipment
+// that always existed is created at dawn).
+type createdTree struct {
+	n    int
+	leaf int       // where the leaves start: a power of two
+	min  []instant // min[1] is the root; min[leaf+i] is shipment i's creation
+}
+
+func newCreatedTree(list []*shipment) createdTree {
+	t := createdTree{n: len(list), leaf: 1}
+	for t.leaf < len(list) {
+		t.leaf *= 2
+	}
+	t.min = make([]instant, 2*t.leaf)
+	for i := range t.leaf {
+		switch {
+		case i >= len(list):
+			t.min[t.leaf+i] = never
+		case list[i].createdAt.IsZero():
+			t.min[t.leaf+i] = dawn
+		default:
+			t.min[t.leaf+i] = instantOf(list[i].createdAt)
+		}
+	}
+	for j := t.leaf - 1; j >= 1; j-- {
+		t.min[j] = t.min[2*j]
+		if t.min[j].after(t.min[2*j+1]) {
+			t.min[j] = t.min[2*j+1]
+		}
+	}
+	return t
+}
+
+// next is the first shipment from i on that is found at at, or n.
+func (t *createdTree) next(i int, at instant) int {
+	if i >= t.n {
+		return t.n
+	}
+	j := t.leaf + i
+	for t.min[j].after(at) { // climb to the next range to the right that holds one
+		for j&1 == 1 {
+			if j == 1 {
+				return t.n
+			}
+			j >>= 1
+		}
+		j++
+	}
+	for j < t.leaf { // and descend to its first
+		j *= 2
+		if t.min[j].after(at) {
+			j++
+		}
+	}
+	return j - t.leaf
 }
 
 var (
@@ -331,11 +458,11 @@ var (
 	errTrackingAmbiguous = &apiError{code: codeNotFound, detail: "This tracking number belongs to more than one shipment in this account and environment; look the shipment up by its ID."}
 )
 
-// serveByID answers GET /v1/shipments/{id}/tracking as the tenant's clock shows it at at.
-// A shipment is always found; the events after at are not shown yet.
+// serveByID answers GET /v1/shipments/{id}/tracking as the tenant's clock shows it at at:
+// a shipment is found from its creation on, and the events after at are not shown yet.
 func (ix *shipmentIndex) serveByID(w http.ResponseWriter, r *http.Request, at time.Time) error {
 	s := ix.byID[r.PathValue("id")]
-	if s == nil {
+	if s == nil || !s.existsAt(at) {
 		return errShipmentNotFound
 	}
 	s.write(w, at)
@@ -343,16 +470,12 @@ func (ix *shipmentIndex) serveByID(w http.ResponseWriter, r *http.Request, at ti
 }
 
 // serveByNumber answers GET /v1/tracking/{tracking_number}: an exact match on the primary
-// tracking number within the key's account and environment.
+// tracking number of the one shipment of the key's account and environment found at at.
 func (ix *shipmentIndex) serveByNumber(w http.ResponseWriter, r *http.Request, at time.Time) error {
-	s, known := ix.byTrackingNumber[r.PathValue("tracking_number")]
-	switch {
-	case s != nil:
-		s.write(w, at)
-		return nil
-	case known:
-		return errTrackingAmbiguous
-	default:
-		return errTrackingNotFound
+	s, err := ix.byNumber(r.PathValue("tracking_number"), at)
+	if err != nil {
+		return err
 	}
+	s.write(w, at)
+	return nil
 }
