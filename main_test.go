@@ -5396,8 +5396,6 @@ func BenchmarkListOrders(b *testing.B) {
 	}
 }
 
-// BenchmarkOrderStore: what 1,000,000 orders cost to build and hold: the heap they keep
-// per order, and the time to seed and store them.
 // BenchmarkLandingPage: GET / costs the same whatever the dataset.
 func BenchmarkLandingPage(b *testing.B) {
 	for _, tt := range []struct {
@@ -5438,6 +5436,54 @@ func BenchmarkLoadAccounts(b *testing.B) {
 	}
 }
 
+// movingOrders replaces acct_sandbox/test's orders in e with n orders like the seeded ones,
+// of which, when moving, every tenth changes status once (at an instant spread evenly over
+// the hour after its creation) and every hundredth is imported up to an hour late. It
+// returns the instant half-way through their creation.
+func movingOrders(b *testing.B, e *env, n int, moving bool) time.Time {
+	t := e.sb.tenants.byID[seedTenant]
+	ix := newOrderIndex(t.orders.tag)
+	var idBuf, refBuf [32]byte
+	for j := range n {
+		o := &importedOrder{}
+		seededOrder(o, idBuf[:], refBuf[:], j, n)
+		if moving && j%10 == 0 {
+			o.changes = []statusChange{{o.createdAt.Add(time.Duration(j*37%3600) * time.Second), (o.status + 1) % len(orderStatuses)}}
+		}
+		if moving && j%100 == 1 {
+			o.importedAt = o.createdAt.Add(time.Duration(j*53%3600) * time.Second)
+		}
+		ix.pending = append(ix.pending, o)
+	}
+	if err := ix.build(); err != nil {
+		b.Fatal(err)
+	}
+	t.orders = ix
+	return ix.createdAt(n / 2)
+}
+
+// BenchmarkListOrdersWithTimelines: pages of 1,000,000 orders of which 10% change status
+// once and 1% are imported late, the clock half-way through, against the same pages of the
+// same orders without timelines: each should cost at most twice as much.
+func BenchmarkListOrdersWithTimelines(b *testing.B) {
+	for _, moving := range []bool{false, true} {
+		e := benchEnv(b, 0)
+		mid := movingOrders(b, e, 1000000, moving)
+		e.sb.tenants.byID[seedTenant].clock.freeze(&mid)
+		for _, query := range []string{"limit=100", "limit=100&status=unfulfilled", "limit=100&status=partially_fulfilled", "limit=100&status=fulfilled", "limit=100&status=cancelled"} {
+			name := strings.TrimPrefix(strings.TrimPrefix(query, "limit=100"), "&status=")
+			if name == "" {
+				name = "no_filter"
+			}
+			b.Run(fmt.Sprintf("timelines=%v/%s", moving, name), func(b *testing.B) {
+				benchServe(b, e.h, newRequest("GET", "/v1/orders?"+query, "sk_test_sandbox_all"), 200)
+			})
+		}
+	}
+}
+
+// BenchmarkOrderStore: what 1,000,000 orders cost to build and hold: the heap they keep
+// per order, and the time to seed and store them.
 func BenchmarkOrderStore(b *testing.B) {
 	const n = 1000000
 	var before, after runtimeMem

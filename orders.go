@@ -757,6 +757,9 @@ func searchIndexes(list []int32, i int) int {
 // the list of status shows at at between lo and hi. It returns the record index of the
 // page's last order, and whether more follow.
 func (ix *orderIndex) appendPage(b []byte, status, limit, lo, hi int, at time.Time) ([]byte, int, bool) {
+	if searchIndexes(ix.moving, lo) == searchIndexes(ix.moving, hi) {
+		return ix.appendStill(b, status, limit, lo, hi)
+	}
 	n, last, more := 0, -1, false
 	ix.listed(status, lo, hi, at, func(i, j int, body []byte) bool {
 		if n == limit {
@@ -781,6 +784,31 @@ func (ix *orderIndex) appendPage(b []byte, status, limit, lo, hi int, at time.Ti
 		return true
 	})
 	return b, last, more
+}
+
+// appendStill is appendPage where no order of the span has a timeline: the list of all is
+// one slice of the block, a status's list one copy an order.
+func (ix *orderIndex) appendStill(b []byte, status, limit, lo, hi int) ([]byte, int, bool) {
+	if status < 0 {
+		take := min(limit, hi-lo)
+		if take == 0 {
+			return b, -1, false
+		}
+		return append(b, ix.bytes[ix.records[lo].off:ix.end(lo+take-1)]...), lo + take - 1, hi-lo > take
+	}
+	list := ix.byStatus[status]
+	k, end := searchIndexes(list, lo), searchIndexes(list, hi)
+	take := min(limit, end-k)
+	if take == 0 {
+		return b, -1, false
+	}
+	for n, i := range list[k : k+take] {
+		if n > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, ix.resource(int(i))...)
+	}
+	return b, int(list[k+take-1]), end-k > take
 }
 
 // visible is the position of the newest order that may show at at: none before it was
