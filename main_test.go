@@ -2582,12 +2582,12 @@ func TestOpenAPIServedDocument(t *testing.T) {
 	}
 }
 
-// TestReadmeExamples: the README's shell examples, run as written against a sandbox this
-// test starts (its address in place of 127.0.0.1:8080), each must exit 0; the quick start's
-// curl answers what the README shows. A sandbox the README starts itself (go run .) is this
-// build, on a free port.
+// TestReadmeExamples: the README's shell examples, run as written in the repository: the
+// quick start's go run . serves them (on a free port, named by SANDBOX_ADDR, in place of
+// 127.0.0.1:8080); each block must exit 0, leave nothing listening on the ports it used,
+// and print what the README shows under it, if it shows anything.
 func TestReadmeExamples(t *testing.T) {
-	for _, tool := range []string{"bash", "curl", "jq"} {
+	for _, tool := range []string{"bash", "curl", "jq", "go"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s is not installed: the README's shell examples are not run", tool)
 		}
@@ -2596,52 +2596,65 @@ func TestReadmeExamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin, err := sandboxBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd, stdout := startProcess(t, io.Discard)
-	waitFor(t, "the banner", func() bool { return strings.Contains(stdout.String(), "Base URL: ") })
-	host := regexp.MustCompile(`Base URL: http://(\S+)/v1`).FindStringSubmatch(stdout.String())[1]
-	defer cmd.Process.Signal(syscall.SIGTERM)
-	spare := func() string { // a free port for a sandbox a block starts itself
-		free, err := net.Listen("tcp", "127.0.0.1:0")
+	free := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer free.Close()
-		return free.Addr().String()
+		defer ln.Close()
+		return ln.Addr().String()
 	}
-	blocks := regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
+	listening := func(addr string) bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}
+	host := free()
+	goRun := exec.Command("go", "run", ".")
+	goRun.Env = append(os.Environ(), "SANDBOX_ADDR="+host)
+	goRun.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // go run and the sandbox it starts
+	if err := goRun.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { syscall.Kill(-goRun.Process.Pid, syscall.SIGTERM); goRun.Wait() }()
+	for deadline := time.Now().Add(time.Minute); !listening(host); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("go run . did not serve within a minute")
+		}
+	}
+	blocks := regexp.MustCompile("(?s)```sh\n(.*?)```\n(?:\n```(?:text|json)\n(.*?)\n```)?").FindAllStringSubmatch(string(readme), -1)
 	ran := 0
 	for i, b := range blocks {
-		block := b[1]
+		block, shown := b[1], b[2]
 		if !strings.Contains(block, "curl") {
-			continue // starting the sandbox: this test has done that
+			continue // starting the sandbox: done above
 		}
 		ran++
+		ports := map[string]string{"127.0.0.1:8181": free(), "127.0.0.1:8282": free()}
 		script := "set -euo pipefail\nH='Authorization: Bearer sk_test_sandbox_all'\nB=http://127.0.0.1:8080/v1\n" + block
-		script = strings.NewReplacer("127.0.0.1:8080", host, "127.0.0.1:8181", spare(), "127.0.0.1:8282", spare(),
-			"go run .", bin, "go build -o sandbox . && ", "", "./sandbox ", bin+" ").Replace(script)
+		script = strings.NewReplacer("127.0.0.1:8080", host, "127.0.0.1:8181", ports["127.0.0.1:8181"], "127.0.0.1:8282", ports["127.0.0.1:8282"]).Replace(script)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
 		sh := exec.CommandContext(ctx, "bash", "-c", script)
-		sh.Dir = t.TempDir()
 		var stderr bytes.Buffer
 		sh.Stderr = &stderr
 		out, err := sh.Output()
+		cancel()
 		if err != nil {
 			t.Errorf("README shell block %d failed: %v\n%s\noutput:\n%s%s", i, err, block, out, stderr.Bytes())
 			continue
 		}
-		if strings.HasPrefix(block, "curl --fail-with-body -H 'Authorization: Bearer sk_test_sandbox_all' http://127.0.0.1:8080/v1/orders\n") {
-			shown := regexp.MustCompile("(?s)```json\n(\\{\"data\".*?)\n```").FindStringSubmatch(string(readme))
-			if shown == nil || string(out) != shown[1] {
-				t.Errorf("the quick start's curl answers %s, the README shows %v", out, shown)
+		if shown != "" && strings.TrimSuffix(string(out), "\n") != shown {
+			t.Errorf("README shell block %d prints\n%s\nthe README shows\n%s", i, out, shown)
+		}
+		for _, port := range ports {
+			if listening(port) {
+				t.Errorf("README shell block %d left a sandbox listening on %s:\n%s", i, port, block)
 			}
 		}
 	}
-	if ran < 5 {
+	if ran < 8 {
 		t.Errorf("only %d shell blocks with curl found in the README", ran)
 	}
 }
