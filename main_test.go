@@ -5125,6 +5125,33 @@ func FuzzParseTimestamp(f *testing.F) {
 	})
 }
 
+// FuzzParseInstant: an instant of a dataset's schedule is RFC 3339 or relative to the
+// start; what is read writes back as a timestamp that reads as the same instant.
+func FuzzParseInstant(f *testing.F) {
+	for _, s := range []string{"start", "start+90s", "start-10m", "start+1h30m", "start+0s", "start+0", "start + 1s", "START", "start+1.5h", "start+-1s",
+		"start+1µs", "start+9999999999h", "2026-11-01T09:30:00Z", "startx", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := parseInstant(s, testNow)
+		if err != nil {
+			return
+		}
+		if back, err := parseTimestamp(formatTimestamp(got)); err != nil || !back.Equal(got) {
+			t.Fatalf("parseInstant(%q) = %s, which does not read back", s, formatTimestamp(got))
+		}
+		if rel, ok := strings.CutPrefix(s, "start"); ok {
+			d, err := time.Duration(0), error(nil)
+			if rel != "" {
+				d, err = time.ParseDuration(rel)
+			}
+			if err != nil || !testNow.Add(d).Equal(got) || strings.ContainsAny(rel, " \t") {
+				t.Fatalf("parseInstant(%q) = %s; want the start plus %q", s, formatTimestamp(got), rel)
+			}
+		}
+	})
+}
+
 func FuzzCursorVerify(f *testing.F) {
 	c := newCursorSigner([]byte("fuzz"))
 	tenant, filters := tagOf("tenant", "acct_sandbox", "test"), (&orderQuery{status: 2}).filterTag()
@@ -5199,6 +5226,9 @@ func FuzzLoadDataset(f *testing.F) {
 		dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"ord_1"`, `"`+strings.Repeat("o", 256)+`"`, 1)),
 		dataset(dsAccounts, "", strings.Replace(dsShipment, `"reference":"S1"`, `"reference":"S1","order_id":""`, 1), dsOrder),
 		`{"accounts":[{"id":"a","environments":["test"],"ID":"b"}]}`,
+		movingDataset(12, 3),
+		dataset(dsAccounts, "", `{"id":"shp_1","account":"acct_a","environment":"test","reference":"S","order_id":"ord_1","created_at":"start+1m"}`,
+			strings.Replace(dsOrder, `"created_at":"2026-11-01T00:00:00Z"`, `"created_at":"start-1h","imported_at":"start","changes":[{"status":"cancelled","at":"start+2m"}]`, 1)),
 	} {
 		f.Add([]byte(d))
 	}
@@ -5255,6 +5285,8 @@ func FuzzHandlerChain(f *testing.F) {
 		{"DELETE", "/healthz", "", ""},
 		{"GET", "", "", ""},
 		{"CONNECT", "/v1/orders", "", "Bearer sk_test_sandbox_all"},
+		{"GET", "/v1/orders", "status=cancelled", "Bearer sk_test_sync_all"},
+		{"GET", "/v1/tracking/SYNC1000000001", "", "Bearer sk_test_sync_all"},
 	}
 	for _, s := range seeds {
 		f.Add(s[0], s[1], s[2], s[3], "")
