@@ -213,7 +213,7 @@ func (kr keyring) addKey(path string, rec keyRecord, t *tenant, firstUse map[[sh
 	case rec.Revoked:
 		line.state = "revoked"
 	case t.live:
-		line.state = "live: every call answers 503 (live requests are not released)"
+		line.state = "live: every call answers 503"
 	}
 	kr[digest] = k
 	return line, nil

@@ -1601,7 +1601,7 @@ type (
 		Shared                     bool
 		Dropped                    int
 	}
-	landingOrder struct{ ID, Status, ShipmentID, CreatedAt string }
+	landingOrder struct{ ID, Status, CreatedAt string }
 )
 
 // landingPage answers GET /: the page, each tenant as its clock, read once, shows it. Its
@@ -1633,7 +1633,7 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 		lt.MoreShipments = more
 		orders, more := tk.t.orders.firstListed(clock.now, pageRows)
 		for _, o := range orders {
-			lt.Orders = append(lt.Orders, landingOrder{cut(o.id), o.status, cut(o.shipmentID), formatTimestamp(o.createdAt)})
+			lt.Orders = append(lt.Orders, landingOrder{cut(o.id), o.status, formatTimestamp(o.createdAt)})
 		}
 		lt.MoreOrders = more
 		past, future, morePast, moreFuture := around(clock.now, pageHappenings, tk.t.shipments.happenings, tk.t.orders.happenings)

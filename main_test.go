@@ -2744,12 +2744,12 @@ func TestLandingPage(t *testing.T) {
 		`<link rel="icon" href="data:,">`, "<code>http://127.0.0.1:8080/v1</code>", `href="http://127.0.0.1:8080/v1/openapi.json"`, `href="http://127.0.0.1:8080/healthz"`,
 		"curl -s -H &#39;Authorization: Bearer sk_test_sandbox_all&#39; http://127.0.0.1:8080/v1/orders",
 		"<tr><td>sk_test_sandbox_expired<td>tracking:read orders:read<td>expired 2026-01-01T00:00:00Z\n",
-		"<tr><td>sk_live_sandbox_all<td>", "<tr><td>shp_sbx_spring<td>SBX1000000001<td>delivered<td",
-		"<tr><td>shp_sbx_twin_a<td>SBX2000000000<td>in_transit<td class=\"n\">number shared",
-		"<tr><td>shp_sbx_naive<td>SBX1000000003<td>in_transit<td class=\"n\"> 3 raw events dropped",
+		"<tr><td>sk_live_sandbox_all<td>", "<tr><td>shp_sbx_spring<td>SBX1000000001<td>delivered\n",
+		"<tr><td>shp_sbx_twin_a<td>SBX2000000000<td>in_transit<td class=\"n\">shared number \n",
+		"<tr><td>shp_sbx_naive<td>SBX1000000003<td>in_transit<td class=\"n\">3 dropped\n",
 		"<tr><td>shp_sbx_unlabelled<td><span class=\"n\">none</span>", "and 31 more orders",
-		"<tr><td>ord_other_0001<td>fulfilled<td>shp_other_1<td>2026-10-14T09:00:00Z\n",
-		"Sandbox clock 2026-11-22T12:00:00Z, following the wall clock",
+		"<tr><td>ord_other_0001<td>fulfilled<td>2026-10-14T09:00:00Z\n",
+		"As its sandbox clock shows it: 2026-11-22T12:00:00Z.</p>",
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %q", want)
@@ -2762,8 +2762,8 @@ func TestLandingPage(t *testing.T) {
 	// The clock: a shipment's status and the orders as the tenant's clock shows them.
 	e.setClock(t, "sk_test_sandbox_all", "2026-03-29T01:30:00Z")
 	page = string(e.get(t, "/", "").body)
-	if !strings.Contains(page, "<tr><td>shp_sbx_spring<td>SBX1000000001<td>in_transit<td") || !strings.Contains(page, "None yet.") ||
-		!strings.Contains(page, "Sandbox clock 2026-03-29T01:30:00Z, frozen") {
+	if !strings.Contains(page, "<tr><td>shp_sbx_spring<td>SBX1000000001<td>in_transit\n") || !strings.Contains(page, "None yet.") ||
+		!strings.Contains(page, "As its sandbox clock shows it: 2026-03-29T01:30:00Z, frozen.") {
 		t.Error("the page does not follow the tenant's clock")
 	}
 	// The keys only to a loopback Host: a page reached under another name (DNS rebinding)
@@ -2800,7 +2800,10 @@ func TestLandingPage(t *testing.T) {
 }
 
 // pageDataset is a dataset of tenants accounts, each with keys keys, shipments shipments
-// (each linked to an order) and orders orders, every id of width bytes made of fill.
+// and orders orders, every id of width bytes made of fill, and every shown value as long as
+// it can be: keys that expire at an instant with nanoseconds, shipments that share their
+// tracking number in pairs and drop an event, orders imported and shipments' events
+// scheduled half before the start (at it, for an event) and half after.
 func pageDataset(tenants, keys, shipments, orders, width int, fill string) []byte {
 	id := func(prefix string, i int) string {
 		s := fmt.Sprintf("%s%d", prefix, i)
@@ -2812,17 +2815,23 @@ func pageDataset(tenants, keys, shipments, orders, width int, fill string) []byt
 		as = append(as, `{"id":"`+acct+`","environments":["test"]}`)
 		for k := range keys {
 			key := strings.ReplaceAll(id(fmt.Sprintf("k%d_", a), k), "&", "+") // a key is a Bearer credential
-			ks = append(ks, `{"key":"`+key+`","account":"`+acct+`","environment":"test","scopes":["orders:read"]}`)
+			ks = append(ks, `{"key":"`+key+`","account":"`+acct+`","environment":"test","scopes":["tracking:read","orders:read"],"expires_at":"2099-12-31T23:59:59.123456789Z"}`)
 		}
 		for o := range orders {
-			os = append(os, `{"id":"`+id(fmt.Sprintf("o%d_", a), o)+`","account":"`+acct+`","environment":"test","merchant_reference":"R","platform":"ebay","status":"fulfilled","created_at":"2026-11-01T00:00:00Z"}`)
+			imported := fmt.Sprintf("start+%d.123456789s", o)
+			if o < orders/2 {
+				imported = fmt.Sprintf("start-%d.123456789s", o+1)
+			}
+			os = append(os, `{"id":"`+id(fmt.Sprintf("o%d_", a), o)+`","account":"`+acct+`","environment":"test","merchant_reference":"R","platform":"ebay","status":"partially_fulfilled",`+
+				`"created_at":"start-1h0.123456789s","imported_at":"`+imported+`"}`)
 		}
 		for s := range shipments {
-			link := ""
-			if s < orders {
-				link = `,"order_id":"` + id(fmt.Sprintf("o%d_", a), s) + `"`
+			after := "0s"
+			if s >= shipments/2 {
+				after = fmt.Sprintf("%d.123456789s", s)
 			}
-			ss = append(ss, `{"id":"`+id(fmt.Sprintf("s%d_", a), s)+`","account":"`+acct+`","environment":"test","reference":"R","tracking_number":"`+id(fmt.Sprintf("t%d_", a), s)+`"`+link+`}`)
+			ss = append(ss, `{"id":"`+id(fmt.Sprintf("s%d_", a), s)+`","account":"`+acct+`","environment":"test","reference":"R","tracking_number":"`+id(fmt.Sprintf("t%d_", a), s/2)+`"`+
+				`,"events":[{"after":"`+after+`","status":"available_for_pickup","description":"`+id("d", s)+`"},{"timestamp":"no offset","status":"in_transit","description":"x"}]}`)
 		}
 	}
 	return []byte(dataset(strings.Join(as, ","), strings.Join(ks, ","), strings.Join(ss, ","), strings.Join(os, ",")))
@@ -2843,8 +2852,8 @@ func TestLandingPageIsBounded(t *testing.T) {
 	}{
 		{"100,000 shipments", 1, 1, 100000, 1, 12, "x", 256 << 10, []string{"and 99,980 more shipments"}},
 		{"40,000 tenants", 40000, 1, 1, 1, 12, "x", 256 << 10, []string{"and 39,980 more accounts and environments"}},
-		{"values of 63 bytes", 25, 25, 25, 25, 63, "x", 256 << 10, []string{"and 5 more keys", "and 5 more shipments", "and 5 more orders", "and 5 more accounts"}},
-		{"values of 255 bytes to escape", 25, 25, 25, 25, 255, "&", 1 << 20, []string{"&amp;&amp;..."}},
+		{"values of 63 bytes", 25, 25, 25, 50, 63, "x", 256 << 10, []string{"and 5 more keys", "and 5 more shipments", "and 5 more orders", "and 5 more accounts", "and 27 more before", "and 28 more to come"}},
+		{"values of 255 bytes to escape", 25, 25, 25, 50, 255, "&", 1 << 20, []string{"&amp;&amp;..."}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, envOptions{data: pageDataset(tt.tenants, tt.keys, tt.shipments, tt.orders, tt.width, tt.fill), quiet: true})
@@ -4172,10 +4181,10 @@ func TestLandingPageShowsTimelines(t *testing.T) {
 	for _, want := range []string{
 		"<tr><td>2026-11-22T11:50:00Z<td>ord_sync_0001<td>imported, unfulfilled<td>shown\n",
 		"<tr><td>2026-11-22T11:59:00Z<td>ord_sync_0005<td>imported, unfulfilled<td>shown\n",
-		"<tr><td>2026-11-22T12:00:30Z<td>ord_sync_0005<td>now cancelled<td class=\"n\">to come\n",
-		"<tr><td>2026-11-22T12:01:00Z<td>shp_sync_1<td>created<td class=\"n\">to come\n<tr><td>2026-11-22T12:01:00Z<td>ord_sync_0001<td>now partially_fulfilled<td class=\"n\">to come\n<tr><td>2026-11-22T12:01:00Z<td>shp_sync_1<td>pre_transit: Label created<td class=\"n\">to come\n",
-		"<tr><td>2026-11-22T12:01:30Z<td>ord_sync_0002<td>imported, unfulfilled<td class=\"n\">to come\n",
-		"<tr><td>ord_sync_0005<td>unfulfilled<td><td>2026-11-22T11:59:00Z\n",
+		"<tr><td>2026-11-22T12:00:30Z<td>ord_sync_0005<td>now cancelled<td>to come\n",
+		"<tr><td>2026-11-22T12:01:00Z<td>shp_sync_1<td>created<td>to come\n<tr><td>2026-11-22T12:01:00Z<td>ord_sync_0001<td>now partially_fulfilled<td>to come\n<tr><td>2026-11-22T12:01:00Z<td>shp_sync_1<td>tracking: pre_transit<td>to come\n",
+		"<tr><td>2026-11-22T12:01:30Z<td>ord_sync_0002<td>imported, unfulfilled<td>to come\n",
+		"<tr><td>ord_sync_0005<td>unfulfilled<td>2026-11-22T11:59:00Z\n",
 	} {
 		if !strings.Contains(sync, want) {
 			t.Errorf("acct_sync's section lacks %q", want)
@@ -4188,7 +4197,7 @@ func TestLandingPageShowsTimelines(t *testing.T) {
 	e.setClock(t, "sk_test_sync_all", "2026-11-22T12:02:00Z")
 	page = string(e.get(t, "/", "").body)
 	sync = page[strings.Index(page, "<h2>acct_sync/test"):]
-	for _, want := range []string{"<tr><td>shp_sync_1<td>SYNC1000000001<td>in_transit<td", "<tr><td>ord_sync_0001<td>fulfilled<td>shp_sync_1<td>2026-11-22T11:50:00Z\n",
+	for _, want := range []string{"<tr><td>shp_sync_1<td>SYNC1000000001<td>in_transit\n", "<tr><td>ord_sync_0001<td>fulfilled<td>2026-11-22T11:50:00Z\n",
 		"and 2 more before", "<tr><td>2026-11-22T12:02:00Z<td>ord_sync_0001<td>now fulfilled<td>shown\n"} {
 		if !strings.Contains(sync, want) {
 			t.Errorf("acct_sync's section at +2m lacks %q", want)

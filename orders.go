@@ -131,7 +131,6 @@ type orderIndex struct {
 	byStatus   [][]int32                 // indexes of the orders without a timeline, per status, in list order
 	table      idTable
 	lengths    map[int][]string // one Content-Length value for each length an order has
-	links      map[int32]string // the shipment each linked order (by record index) is linked to
 	moving     []int32          // indexes of the orders with a timeline, in list order
 	timelines  []orderTimeline  // theirs, in the same order
 	states     []orderState     // every timeline's states, in order
@@ -352,7 +351,6 @@ func (ix *orderIndex) build() error {
 	ix.ids = make([]byte, 0, n*16)
 	ix.byStatus = make([][]int32, len(orderStatuses))
 	ix.lengths = map[int][]string{}
-	ix.links = map[int32]string{}
 	var seed importedOrder
 	var idBuf, refBuf [32]byte
 	j := 0 // the next seeded order, newest first
@@ -401,9 +399,6 @@ func (ix *orderIndex) store(o *importedOrder) error {
 	ix.records = append(ix.records, storedOrder{sec: o.createdAt.Unix(), nsec: int32(o.createdAt.Nanosecond()), off: uint32(start),
 		idOff: uint32(len(ix.ids)), idLen: uint8(len(o.id)), status: uint8(last), moves: o.moves()})
 	ix.ids = append(ix.ids, o.id...)
-	if o.shipmentID != nil {
-		ix.links[i] = *o.shipmentID
-	}
 	ix.length(len(ix.bytes) - 1 - start)
 	if !o.moves() {
 		ix.byStatus[o.status] = append(ix.byStatus[o.status], i)
@@ -827,8 +822,8 @@ func (ix *orderIndex) listedCount(at time.Time) int {
 
 // listedOrder is an order as a list shows it at an instant.
 type listedOrder struct {
-	id, status, shipmentID string // shipmentID "" for none
-	createdAt              time.Time
+	id, status string
+	createdAt  time.Time
 }
 
 // firstListed is the first n orders GET /v1/orders lists at at, and how many more it does.
@@ -836,14 +831,12 @@ func (ix *orderIndex) firstListed(at time.Time, n int) ([]listedOrder, int) {
 	var orders []listedOrder
 	ix.listed(-1, ix.visible(at), len(ix.records), at, func(i, j int, body []byte) bool {
 		for ; i < j && len(orders) < n; i++ {
-			status, link := int(ix.records[i].status), ix.links[int32(i)]
+			status := int(ix.records[i].status)
 			if body != nil {
 				st, _ := ix.showsAs(ix.timelineOf(i), instantOf(at))
-				if status = int(st.status); !st.linked {
-					link = ""
-				}
+				status = int(st.status)
 			}
-			orders = append(orders, listedOrder{string(ix.id(i)), orderStatuses[status], link, ix.createdAt(i)})
+			orders = append(orders, listedOrder{string(ix.id(i)), orderStatuses[status], ix.createdAt(i)})
 		}
 		return len(orders) < n
 	})

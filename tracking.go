@@ -310,7 +310,7 @@ func (ix *shipmentIndex) addShipment(path, where string, rec shipmentRecord, sta
 	}
 	for _, e := range events {
 		if e.scheduled {
-			ix.happenings = append(ix.happenings, happening{at: e.at, kind: shipmentEvent, id: rec.ID, what: e.Status + ": " + e.Description})
+			ix.happenings = append(ix.happenings, happening{at: e.at, kind: shipmentEvent, id: rec.ID, what: "tracking: " + e.Status})
 		}
 	}
 	return s, n, nil
