@@ -115,6 +115,110 @@ func (ts tenants) find(path, account, environment string) (*tenant, error) {
 	return nil, &datasetError{path: path + ".account", reason: fmt.Sprintf("account %q is not declared in $.accounts", account)}
 }
 
+// Loading: each record of a dataset's lists is decoded, filed under the tenant it names
+// and handed to the file that owns it, which checks it.
+
+// record is a dataset record that belongs to an account and environment.
+type record interface {
+	keyRecord | orderRecord | shipmentRecord
+	owner() (account, environment string)
+}
+
+func (r keyRecord) owner() (string, string)      { return r.Account, r.Environment }
+func (r orderRecord) owner() (string, string)    { return r.Account, r.Environment }
+func (r shipmentRecord) owner() (string, string) { return r.Account, r.Environment }
+
+// eachRecord decodes each element of the dataset's list name, finds the tenant it belongs
+// to, and hands both to add.
+func eachRecord[T record](ts *tenants, name string, list []json.RawMessage, add func(path string, rec T, t *tenant) error) error {
+	for i, raw := range list {
+		path := fmt.Sprintf("$.%s[%d]", name, i)
+		var rec T
+		if err := decodeStrict(raw, path, &rec); err != nil {
+			return err
+		}
+		account, environment := rec.owner()
+		t, err := ts.find(path, account, environment)
+		if err != nil {
+			return err
+		}
+		if err := add(path, rec, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadKeys files the dataset's keys in kr, and returns what the banner says of each: its
+// state at the start instant.
+func (ts *tenants) loadKeys(list []json.RawMessage, kr keyring, start time.Time) ([]keyLine, error) {
+	var lines []keyLine
+	firstUse := map[[sha256.Size]byte]string{}
+	err := eachRecord(ts, "keys", list, func(path string, rec keyRecord, t *tenant) error {
+		line, err := kr.addKey(path, rec, t, firstUse, start)
+		lines = append(lines, line)
+		return err
+	})
+	return lines, err
+}
+
+// loadOrders hands each of the dataset's orders to its tenant's orders.
+func (ts *tenants) loadOrders(list []json.RawMessage, start time.Time) error {
+	return eachRecord(ts, "orders", list, func(path string, rec orderRecord, t *tenant) error {
+		return t.orders.addOrder(path, t.id.String(), rec, start)
+	})
+}
+
+// loadedShipment is a shipment whose raw events loading left out or showed once.
+type loadedShipment struct {
+	id     string
+	tenant tenantID
+	normalization
+}
+
+// loadShipments files each of the dataset's shipments under its tenant and makes the link
+// to the order it was created with, which must be of the same account and environment. It
+// returns the shipments whose raw events were left out or shown once.
+func (ts *tenants) loadShipments(list []json.RawMessage, start time.Time) ([]loadedShipment, error) {
+	var noted []loadedShipment
+	err := eachRecord(ts, "shipments", list, func(path string, rec shipmentRecord, t *tenant) error {
+		s, n, err := t.shipments.addShipment(path, t.id.String(), rec, start)
+		if err != nil {
+			return err
+		}
+		if n.dropped > 0 || n.duplicates > 0 {
+			noted = append(noted, loadedShipment{rec.ID, t.id, n})
+		}
+		if rec.OrderID == nil {
+			return nil
+		}
+		if !t.orders.has(*rec.OrderID) {
+			// Only a refusal asks the other tenants, to name the order's owner: loading
+			// stays linear in the number of tenants.
+			for _, other := range ts.list {
+				if other.orders.has(*rec.OrderID) {
+					return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("order %q belongs to %s, not to %s: shipment %q cannot be linked across accounts or environments", *rec.OrderID, other.id, t.id, rec.ID)}
+				}
+			}
+		}
+		return t.orders.link(path, t.id.String(), *rec.OrderID, rec.ID, s.createdAt)
+	})
+	return noted, err
+}
+
+// build prepares each tenant's indexes once every record is filed, and counts what they hold.
+func (ts *tenants) build() (orders, shipments int, err error) {
+	for _, t := range ts.list {
+		t.shipments.build()
+		if err := t.orders.build(); err != nil {
+			return 0, 0, err
+		}
+		orders += t.orders.count()
+		shipments += t.shipments.count()
+	}
+	return orders, shipments, nil
+}
+
 // scope is a permission a key may hold; each operation requires one.
 type scope uint8
 
@@ -170,10 +274,9 @@ type keyRecord struct {
 	Revoked     bool     `json:"revoked"`
 }
 
-// addKey checks one dataset key and keeps only its digest; the banner line it returns is the
-// one place its text goes.
-// firstUse holds the path of each key's digest seen so far; the banner states the key as
-// it is at the start instant.
+// addKey checks one dataset key and keeps only its digest. The line it returns, the key's
+// text with its state at the start instant, is the one place that text goes: the banner
+// and the page. firstUse holds the path of each digest seen so far.
 func (kr keyring) addKey(path string, rec keyRecord, t *tenant, firstUse map[[sha256.Size]byte]string, start time.Time) (keyLine, error) {
 	if err := checkID(path+".key", rec.Key); err != nil {
 		return keyLine{}, err
@@ -235,33 +338,6 @@ func isBearerToken(s string) bool {
 	return true
 }
 
-// call is one request to the service as its wrappers see it, handed from one to the next:
-// its id (in the answer and the log), the key that made it and its tenant's clock once
-// requireKey has found one, the instant its resources are judged at, and the status it
-// was answered with.
-type call struct {
-	id     string
-	key    *apiKey
-	clock  clockReading // the tenant's clock, read once when the key was found
-	at     time.Time    // what the answer shows is judged at this instant: clock.now, or Prefer's clock
-	status int
-}
-
-// callHandler is a handler that is handed the request's call.
-type callHandler func(w http.ResponseWriter, r *http.Request, c *call)
-
-// wrapper is one check a request passes on its way to its handler: it answers, or hands
-// the request on to next.
-type wrapper func(next callHandler) callHandler
-
-// chain wraps h in ws, the first outermost: a request passes them in the order listed.
-func chain(h callHandler, ws ...wrapper) callHandler {
-	for i := len(ws) - 1; i >= 0; i-- {
-		h = ws[i](h)
-	}
-	return h
-}
-
 var (
 	errMissingKey = &apiError{code: codeMissingAPIKey, detail: "Send an API key as Authorization: Bearer <API_KEY>."}
 	errEmptyKey   = &apiError{code: codeInvalidAPIKey, detail: "The Bearer credential is empty. Send Authorization: Bearer <API_KEY>."}
@@ -269,13 +345,11 @@ var (
 	errUnknownKey = &apiError{code: codeInvalidAPIKey, detail: "The API key is not valid. Check it for typos; sandbox keys are printed when the sandbox starts."}
 	errExpiredKey = &apiError{code: codeExpiredAPIKey, detail: "The API key has expired. Use an active key."}
 	errRevokedKey = &apiError{code: codeRevokedAPIKey, detail: "The API key has been revoked. Use an active key."}
-	errLive       = &apiError{code: codeLiveNotReleased, detail: "Live requests are not released; this is a live-environment key. Use a test key with the local sandbox."}
-	errRateLimit  = &apiError{code: codeRateLimited, detail: "The sandbox rate limit for this key is reached. Retry after the Retry-After seconds."}
 )
 
 // bearerToken reads the API key from the Authorization header (RFC 6750, section 2.1; the
 // scheme name is case-insensitive, RFC 9110 section 11.1).
-func bearerToken(h http.Header) (string, error) {
+func bearerToken(h http.Header) (string, *apiError) {
 	fields := h["Authorization"]
 	if len(fields) == 0 {
 		return "", errMissingKey
@@ -296,10 +370,10 @@ func bearerToken(h http.Header) (string, error) {
 
 // authenticate finds the key a request carries, unless it is unknown or revoked; its
 // expiry is judged by the caller, at the instant the caller reads.
-func (kr keyring) authenticate(h http.Header) (*apiKey, error) {
-	token, err := bearerToken(h)
-	if err != nil {
-		return nil, err
+func (kr keyring) authenticate(h http.Header) (*apiKey, *apiError) {
+	token, fault := bearerToken(h)
+	if fault != nil {
+		return nil, fault
 	}
 	k := kr[sha256.Sum256([]byte(token))]
 	switch {
@@ -314,69 +388,6 @@ func (kr keyring) authenticate(h http.Header) (*apiKey, error) {
 // expiredAt reports whether the key has expired at at: at and after its expires_at.
 func (k *apiKey) expiredAt(at time.Time) bool {
 	return !k.expiresAt.IsZero() && !at.Before(k.expiresAt)
-}
-
-// wwwAuthenticate is the header's key as Header holds it: Header.Set would canonicalize
-// it anew, with an allocation, at every refusal. Its values are shared, never modified.
-var (
-	wwwAuthenticate = http.CanonicalHeaderKey("WWW-Authenticate")
-	bearerRealm     = []string{`Bearer realm="sandbox"`}
-)
-
-// requireKey answers 401 unless the request carries an active key, which it hands on with
-// its tenant's clock, read once. A key's expiry is judged by that reading, or, for the clock
-// operations (expiryByWall), by the wall clock, so that a tenant can always move its clock back.
-func requireKey(keys keyring, wall func() time.Time, expiryByWall bool) wrapper {
-	return func(next callHandler) callHandler {
-		return func(w http.ResponseWriter, r *http.Request, c *call) {
-			k, err := keys.authenticate(r.Header)
-			if err == nil {
-				c.clock = k.tenant.clock.read(wall)
-				c.at = c.clock.now
-				judged := c.clock.now
-				if expiryByWall {
-					judged = wall()
-				}
-				if k.expiredAt(judged) {
-					err = errExpiredKey
-				}
-			}
-			if err != nil {
-				w.Header()[wwwAuthenticate] = bearerRealm
-				writeProblem(w, c.id, err)
-				return
-			}
-			c.key = k
-			next(w, r, c)
-		}
-	}
-}
-
-// refuseLive answers 503 to a live-environment key: live requests are not released.
-func refuseLive(next callHandler) callHandler {
-	return func(w http.ResponseWriter, r *http.Request, c *call) {
-		if c.key.tenant.live {
-			writeProblem(w, c.id, errLive)
-			return
-		}
-		next(w, r, c)
-	}
-}
-
-// requireScope answers 403 unless the key holds the operation's scope.
-func requireScope(need scope) wrapper {
-	challenge := []string{`Bearer error="insufficient_scope", scope="` + need.String() + `"`}
-	err := &apiError{code: codeInsufficientScope, detail: "The API key lacks the " + need.String() + " scope this operation requires."}
-	return func(next callHandler) callHandler {
-		return func(w http.ResponseWriter, r *http.Request, c *call) {
-			if c.key.scopes&need == 0 {
-				w.Header()[wwwAuthenticate] = challenge
-				writeProblem(w, c.id, err)
-				return
-			}
-			next(w, r, c)
-		}
-	}
 }
 
 // rateLimit is the sandbox's per-key limit: perSecond requests a second with a burst of one
@@ -425,29 +436,6 @@ func (l *rateLimit) take(b *bucket, now time.Time) (remaining int, ok bool, wait
 	}
 }
 
-// limitRate answers 429 when the key's bucket is empty, and states the limit on every
-// answer to a keyed call from here on (IETF draft RateLimit header fields). A full bucket
-// is one second's worth, so the time until it is full again (t) is always 1 second.
-func limitRate(l *rateLimit, now func() time.Time) wrapper {
-	return func(next callHandler) callHandler {
-		if l == nil {
-			return next
-		}
-		return func(w http.ResponseWriter, r *http.Request, c *call) {
-			remaining, ok, wait := l.take(&c.key.bucket, now())
-			h := w.Header()
-			h.Set("RateLimit-Policy", l.policy)
-			h.Set("RateLimit", `"default";r=`+strconv.Itoa(remaining)+`;t=1`)
-			if !ok {
-				h.Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
-				writeProblem(w, c.id, errRateLimit)
-				return
-			}
-			next(w, r, c)
-		}
-	}
-}
-
 // The clock operations (test helpers, not API writes): GET and POST /v1/test_helpers/clock.
 
 // clockAnswer is what both clock operations answer: the clock as it now is.
@@ -464,14 +452,14 @@ type clockHelpers struct {
 }
 
 // get answers GET /v1/test_helpers/clock: the tenant's clock as the request read it.
-func (h clockHelpers) get(w http.ResponseWriter, r *http.Request, c *call) error {
-	return h.write(w, c.clock)
+func (h clockHelpers) get(w http.ResponseWriter, clock clockReading) error {
+	return h.write(w, clock)
 }
 
 // set answers POST /v1/test_helpers/clock: it freezes the tenant's clock at the body's
 // frozen_time, or lets it follow the wall clock again (null), and answers the clock it set.
 // A body that is refused changes nothing.
-func (h clockHelpers) set(w http.ResponseWriter, r *http.Request, c *call) error {
+func (h clockHelpers) set(w http.ResponseWriter, r *http.Request, t *tenant) error {
 	b, err := io.ReadAll(r.Body) // in memory: readBody read it
 	if err != nil {
 		return err
@@ -480,7 +468,7 @@ func (h clockHelpers) set(w http.ResponseWriter, r *http.Request, c *call) error
 	if err != nil {
 		return err
 	}
-	c.key.tenant.clock.freeze(frozen)
+	t.clock.freeze(frozen)
 	set := clockReading{frozen: frozen != nil}
 	if set.frozen {
 		set.now = *frozen
@@ -500,7 +488,7 @@ func (h clockHelpers) write(w http.ResponseWriter, clock clockReading) error {
 	if err != nil {
 		return err
 	}
-	writeBody(w, http.StatusOK, jsonContentType, []string{strconv.Itoa(len(b))}, b)
+	writeBody(w, http.StatusOK, jsonContentType, b)
 	return nil
 }
 

@@ -53,9 +53,9 @@ type cursorPosition struct {
 }
 
 // cursorSigner issues and verifies cursors with one secret. Its HMACs are pooled with the
-// space a cursor is built or decoded in: made per cursor, the keyed HMAC and that space
-// (which escapes through the hash's interface) cost a page with more after it four
-// allocations and 8-16% of its time (BenchmarkListOrders/deep_cursor).
+// space a cursor is built or decoded in, which escapes through the hash's interface: made
+// per cursor, they cost a page with more after it four allocations
+// (BenchmarkListOrders/deep_cursor).
 type cursorSigner struct {
 	macs sync.Pool // of *macScratch
 }

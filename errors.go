@@ -1,5 +1,7 @@
-// errors.go is the ground every other file stands on: the problem type with its codes and
-// the one function that writes a body, dataset faults, strict timestamps, and Prefer.
+// errors.go is the floor every other file stands on. First the error answers (the codes,
+// the problem type, the one function that writes a problem); then what the files above
+// share beneath them: writing a body and JSON, timestamps and a dataset's instants, dataset
+// faults and strict decoding, the Prefer header, and a timeline's happenings.
 package main
 
 import (
@@ -18,6 +20,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 )
+
+// Error answers.
 
 // code is an error code of the contract: every error answer carries exactly one.
 type code string
@@ -84,7 +88,6 @@ func paramError(c code, param, detail string) *apiError {
 // The errors that do not depend on the request are made once.
 var (
 	errRouteNotFound = &apiError{code: codeRouteNotFound, detail: "No operation is served at this path. The operations are under /v1; see /v1/openapi.json."}
-	errBodyTooLarge  = &apiError{code: codeBodyTooLarge, detail: "The request body exceeds 262144 bytes (256 KiB)."}
 	errInternal      = &apiError{code: codeInternalError, detail: "The sandbox failed unexpectedly. The failure is logged with this request_id."}
 )
 
@@ -100,20 +103,6 @@ type problem struct {
 	RequestID string  `json:"request_id"`
 }
 
-// writeProblem writes every error answer of the service. err is an *apiError, or is logged
-// by the caller and answered as an internal error. Headers an error needs besides (Allow,
-// WWW-Authenticate, Retry-After) are set before. The body is appended by hand, as the
-// problem type encodes it: with encoding/json, error answers cost 1.4 to 1.6 times as much
-// (BenchmarkRejected); a test holds the two to the same bytes.
-func writeProblem(w http.ResponseWriter, requestID string, err error) {
-	var e *apiError
-	if !errors.As(err, &e) {
-		e = errInternal
-	}
-	b := bodyOf(appendProblem(make([]byte, 0, 256), e, requestID))
-	writeBody(w, e.status(), problemContentType, b.length, b.bytes)
-}
-
 // statusTitle is a status's reason phrase as RFC 9110 names it: Go's StatusText keeps the
 // older names of 413 and 422.
 func statusTitle(status int) string {
@@ -124,6 +113,14 @@ func statusTitle(status int) string {
 		return "Unprocessable Content"
 	}
 	return http.StatusText(status)
+}
+
+// writeProblem writes every error answer of the service. Headers an error needs besides
+// (Allow, WWW-Authenticate, Retry-After) are set before. The body is appended by hand, as
+// the problem type encodes it (BenchmarkRejected: encoding/json costs more); a test holds
+// the two to the same bytes.
+func writeProblem(w http.ResponseWriter, requestID string, e *apiError) {
+	writeBody(w, e.status(), problemContentType, appendProblem(make([]byte, 0, 256), e, requestID))
 }
 
 func appendProblem(b []byte, e *apiError, requestID string) []byte {
@@ -145,6 +142,52 @@ func appendProblem(b []byte, e *apiError, requestID string) []byte {
 	return append(b, '}')
 }
 
+// Writing a body, and JSON.
+
+// Header values shared by every answer that sends them; never modified: assigning a shared
+// value costs no allocation where Header.Set makes two (BenchmarkGetOrder).
+var (
+	jsonContentType    = []string{"application/json"}
+	problemContentType = []string{"application/problem+json"}
+	htmlContentType    = []string{"text/html; charset=utf-8"}
+)
+
+// writeBody writes every answer that has a body: its type, its length (the parts' total),
+// the status, then the parts. An answer in parts (a tracking view the clock cuts short) is
+// copied into the connection's buffer rather than assembled first.
+func writeBody(w http.ResponseWriter, status int, contentType []string, parts ...[]byte) {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	writeSized(w, status, contentType, []string{strconv.Itoa(n)}, parts...)
+}
+
+// writeSized is writeBody with the length's header value given.
+func writeSized(w http.ResponseWriter, status int, contentType, length []string, parts ...[]byte) {
+	h := w.Header()
+	h["Content-Type"] = contentType
+	h["Content-Length"] = length
+	w.WriteHeader(status)
+	for _, p := range parts {
+		w.Write(p)
+	}
+}
+
+// prepared is an answer made once, at load (a resource, a helper's answer): its bytes and
+// its Content-Length value.
+type prepared struct {
+	bytes  []byte
+	length []string
+}
+
+func prepare(b []byte) prepared { return prepared{b, []string{strconv.Itoa(len(b))}} }
+
+// write answers with the prepared bytes.
+func (p prepared) write(w http.ResponseWriter, status int, contentType []string) {
+	writeSized(w, status, contentType, p.length, p.bytes)
+}
+
 // marshalJSON is the one way JSON is encoded: compact, with <, > and & left as they are.
 func marshalJSON(v any) ([]byte, error) {
 	var b bytes.Buffer
@@ -154,37 +197,6 @@ func marshalJSON(v any) ([]byte, error) {
 		return nil, err
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
-}
-
-// body is an answer's bytes with its Content-Length value, which a prepared body (a
-// resource, a helper's answer) makes once, at load.
-type body struct {
-	bytes  []byte
-	length []string
-}
-
-func bodyOf(b []byte) body { return body{b, []string{strconv.Itoa(len(b))}} }
-
-// Header values shared by every answer that sends them; never modified. Assigning a
-// shared value costs no allocation where Header.Set makes two: with Set for the common
-// headers a GET by id took 8 allocations more and 10-25% longer (BenchmarkGetOrder,
-// BenchmarkTrackingByID).
-var (
-	jsonContentType    = []string{"application/json"}
-	problemContentType = []string{"application/problem+json"}
-)
-
-// writeBody writes every answer that has a body: its type, its length (the parts' total),
-// the status, then the parts. An answer in parts (a tracking view the clock cuts short) is
-// copied into the connection's buffer rather than assembled first.
-func writeBody(w http.ResponseWriter, status int, contentType, length []string, parts ...[]byte) {
-	h := w.Header()
-	h["Content-Type"] = contentType
-	h["Content-Length"] = length
-	w.WriteHeader(status)
-	for _, p := range parts {
-		w.Write(p)
-	}
 }
 
 // appendJSONString appends s as a JSON string exactly as encoding/json writes it with HTML
@@ -232,16 +244,18 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
+// Numbers, timestamps, and the instants of a dataset's schedule.
+
 // parseWhole reads a whole number written in ASCII decimal digits only (no sign, space or
-// fraction; leading zeros allowed) that is at most max.
-func parseWhole(s string, max int) (int, bool) {
+// fraction; leading zeros allowed) that is at most most.
+func parseWhole(s string, most int) (int, bool) {
 	n := 0
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
 			return 0, false
 		}
 		n = n*10 + int(s[i]-'0')
-		if n > max {
+		if n > most {
 			return 0, false
 		}
 	}
@@ -253,8 +267,12 @@ func parseWhole(s string, max int) (int, bool) {
 var rfc3339 = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}[Tt](?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d+)?(?:[Zz]|[+-](?:[01]\d|2[0-3]):[0-5]\d)$`)
 
 var (
-	errNotRFC3339    = errors.New("is not an RFC 3339 timestamp with an offset and a four-digit year, such as 2026-11-01T09:30:00Z")
-	errOutOfRFC3339  = errors.New("is an instant outside the years 0000 to 9999 in UTC, which RFC 3339 cannot write")
+	errNotRFC3339   = errors.New("is not an RFC 3339 timestamp with an offset and a four-digit year, such as 2026-11-01T09:30:00Z")
+	errOutOfRFC3339 = errors.New("is an instant outside the years 0000 to 9999 in UTC, which RFC 3339 cannot write")
+)
+
+// The years RFC 3339 can write.
+const (
 	firstRFC3339Year = 0
 	lastRFC3339Year  = 9999
 )
@@ -275,6 +293,10 @@ func parseTimestamp(s string) (time.Time, error) {
 	}
 	return t, nil
 }
+
+// formatTimestamp writes an instant as responses do: UTC, suffix Z, fractional seconds
+// only when non-zero.
+func formatTimestamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // relativeInstant is an instant of a dataset's schedule relative to the start instant:
 // start, or start then + or - then an unsigned Go duration (digits, an optional fraction, a
@@ -327,10 +349,6 @@ func instantOf(t time.Time) instant { return instant{t.Unix(), int32(t.Nanosecon
 func (a instant) after(b instant) bool { return a.sec > b.sec || a.sec == b.sec && a.nsec > b.nsec }
 
 func (a instant) time() time.Time { return time.Unix(a.sec, int64(a.nsec)).UTC() }
-
-// formatTimestamp writes an instant as responses do: UTC, suffix Z, fractional seconds
-// only when non-zero.
-func formatTimestamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // Dataset faults. A dataset that cannot be served is refused at start with the file, the
 // JSON path of the fault and the reason.
@@ -402,7 +420,7 @@ func checkMembers(raw json.RawMessage, path string, t reflect.Type) error {
 // hasField reports whether struct type t has a field whose json name is exactly name.
 func hasField(t reflect.Type, name string) bool {
 	for i := range t.NumField() {
-		if tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); tag == name {
+		if jsonName, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); jsonName == name {
 			return true
 		}
 	}
@@ -446,6 +464,24 @@ func oneOf(path, what, value string, allowed []string) error {
 	return &datasetError{path: path, reason: fmt.Sprintf("unknown %s %q; want one of %s", what, value, strings.Join(allowed, ", "))}
 }
 
+// maxIDBytes bounds every id, reference, key and tracking number of a dataset: a key must
+// fit a header, and an order id a cursor of at most maxCursorLen.
+const maxIDBytes = 255
+
+// checkID refuses an id, reference, key or tracking number that is empty, longer than
+// maxIDBytes or holds a control character.
+func checkID(path, value string) error {
+	switch {
+	case value == "":
+		return required(path, value)
+	case len(value) > maxIDBytes:
+		return &datasetError{path: path, reason: fmt.Sprintf("is %d bytes long; at most %d", len(value), maxIDBytes)}
+	case strings.ContainsFunc(value, unicode.IsControl):
+		return &datasetError{path: path, reason: "holds a control character"}
+	}
+	return nil
+}
+
 // timestampField reads a dataset timestamp (not a raw event's): it must be strict RFC 3339
 // with an offset, or the dataset is refused.
 func timestampField(path, value string) (time.Time, error) {
@@ -464,40 +500,6 @@ func instantField(path, value string, start time.Time) (time.Time, error) {
 		return time.Time{}, &datasetError{path: path, reason: strconv.Quote(value) + " " + err.Error()}
 	}
 	return t, nil
-}
-
-// A timeline is what a dataset schedules to happen, as the landing page lists it: an
-// order's import and its changes, a shipment's creation and its events scheduled with after.
-
-// happening is one entry of a tenant's timeline: one thing at one instant.
-type happening struct {
-	at   time.Time
-	kind happeningKind
-	id   string // the order's or the shipment's
-	what string // what happens: "imported", "now fulfilled", an event's status and description
-}
-
-// happeningKind orders the entries of one instant.
-type happeningKind uint8
-
-const (
-	shipmentCreated happeningKind = iota
-	orderImported
-	orderChanged
-	shipmentEvent
-)
-
-// sortHappenings puts a timeline in order: oldest first, ties by kind, then id, then as given.
-func sortHappenings(h []happening) {
-	slices.SortStableFunc(h, func(a, b happening) int {
-		if c := a.at.Compare(b.at); c != 0 {
-			return c
-		}
-		if a.kind != b.kind {
-			return int(a.kind) - int(b.kind)
-		}
-		return strings.Compare(a.id, b.id)
-	})
 }
 
 // Simulated answers: a test-environment client may ask, with the RFC 7240 Prefer header,
@@ -535,7 +537,7 @@ var errPreferClock = paramError(codeInvalidParameter, "Prefer", `Prefer clock mu
 // parameters after ";". Names are case-insensitive; the first instance of a preference
 // counts; preferences other than code, delay and (where readClock) clock are ignored, as
 // the RFC says. Faults are judged in the order sent.
-func parsePrefer(fields []string, readClock bool) (preference, error) {
+func parsePrefer(fields []string, readClock bool) (preference, *apiError) {
 	var p preference
 	var seenCode, seenDelay, seenClock bool
 	var applied []string
@@ -632,20 +634,36 @@ func unquote(s string) string {
 	return b.String()
 }
 
-// maxIDBytes bounds every id, reference, key and tracking number of a dataset: a key must
-// fit a header, and an order id a cursor of at most maxCursorLen.
-const maxIDBytes = 255
+// A timeline is what a dataset schedules to happen, as the landing page lists it: an
+// order's import and its changes, a shipment's creation and its events scheduled with after.
 
-// checkID refuses an id, reference, key or tracking number that is empty, longer than
-// maxIDBytes or holds a control character.
-func checkID(path, value string) error {
-	switch {
-	case value == "":
-		return required(path, value)
-	case len(value) > maxIDBytes:
-		return &datasetError{path: path, reason: fmt.Sprintf("is %d bytes long; at most %d", len(value), maxIDBytes)}
-	case strings.ContainsFunc(value, unicode.IsControl):
-		return &datasetError{path: path, reason: "holds a control character"}
-	}
-	return nil
+// happening is one entry of a tenant's timeline: one thing at one instant.
+type happening struct {
+	at   time.Time
+	kind happeningKind
+	id   string // the order's or the shipment's
+	what string // what happens: "imported", "now fulfilled", an event's status and description
+}
+
+// happeningKind orders the entries of one instant.
+type happeningKind uint8
+
+const (
+	shipmentCreated happeningKind = iota
+	orderImported
+	orderChanged
+	shipmentEvent
+)
+
+// sortHappenings puts a timeline in order: oldest first, ties by kind, then id, then as given.
+func sortHappenings(h []happening) {
+	slices.SortStableFunc(h, func(a, b happening) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		if a.kind != b.kind {
+			return int(a.kind) - int(b.kind)
+		}
+		return strings.Compare(a.id, b.id)
+	})
 }

@@ -1,13 +1,13 @@
 // Command sandbox serves the local sandbox of the Shipment Tracking and Imported Orders API.
-// main.go composes it: flags, run, loading in order, the server, its route table, the
-// wrappers every request passes through, and the access log.
+// main.go composes it, top down: flags, run (loading in order, serving, the way out), the
+// server and its route table, the wrappers every request passes through, the access log,
+// and the pages that need no key.
 package main
 
 import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -48,7 +48,7 @@ const defaultBaseURL = "http://127.0.0.1:8080/v1"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, boundHeapGrowth)
 	stop()
 	if err != nil {
 		// run has left finalLineWait of its bound for this line.
@@ -58,6 +58,8 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// Flags: what run is told, by flags and by the environment.
 
 // config is what run is told by flags and environment, plus the connection limits, which
 // tests shorten.
@@ -168,6 +170,18 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	return cfg, err
 }
 
+// wholeNumber is a flag's parser of a whole number from 0 to most.
+func wholeNumber(dst *int, most int) func(string) error {
+	return func(s string) error {
+		n, ok := parseWhole(s, most)
+		if !ok {
+			return fmt.Errorf("want a whole number from 0 to %d", most)
+		}
+		*dst = n
+		return nil
+	}
+}
+
 // How a browser or a client names the sandbox: a host (a lower-case DNS name, an IPv4
 // address, or a bracketed IPv6 address) and an optional port, 1 to 65535.
 
@@ -250,23 +264,15 @@ func namesLoopback(host string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-// wholeNumber is a flag's parser of a whole number from 0 to max.
-func wholeNumber(dst *int, max int) func(string) error {
-	return func(s string) error {
-		n, ok := parseWhole(s, max)
-		if !ok {
-			return fmt.Errorf("want a whole number from 0 to %d", max)
-		}
-		*dst = n
-		return nil
-	}
-}
+// run: load the dataset, serve it, and stop within a deadline from the signal.
 
 // run is the whole program: it returns when ctx is cancelled and in-flight requests have
 // finished, or when start-up fails. Once ctx is cancelled (a signal) it returns within the
 // bound that applies, less twice finalLineWait, whatever its outputs do:
-// cfg.loadStopTimeout while loading, cfg.shutdownTimeout once serving.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// cfg.loadStopTimeout while loading, cfg.shutdownTimeout once serving. tuneHeap, when
+// given, is called once the dataset is loaded, and what it returns when run ends: the
+// collector's setting is the process's, so it is the caller's to make.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, tuneHeap heapTuner) error {
 	cfg, err := parseConfig(args, getenv, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -277,7 +283,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	stop := watchStop(ctx)
 	out := newConsole(stdout)
 	logs := newLogBuffer(stderr, cfg.logFlushInterval)
-	bound, err := loadAndServe(ctx, cfg, getenv, stop, out, logs)
+	bound, err := loadAndServe(ctx, cfg, getenv, tuneHeap, stop, out, logs)
 	// Every way out writes what waits, but only until the bound from the signal (from
 	// now, without one), less what main's own last line may take and as much again for
 	// a machine whose cores are all busy to schedule the way out.
@@ -294,7 +300,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // loadAndServe loads the dataset and serves it until ctx is cancelled. It returns the bound
 // that applies to the way out: cfg.loadStopTimeout until it serves, then
 // cfg.shutdownTimeout.
-func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, stop *stopSignal, out *console, logs *logBuffer) (time.Duration, error) {
+func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, tuneHeap heapTuner, stop *stopSignal, out *console, logs *logBuffer) (time.Duration, error) {
 	logger := slog.New(slog.NewJSONHandler(logs, nil))
 	data, name := defaultDataset, defaultDatasetName
 	if cfg.dataFile != "" {
@@ -314,7 +320,9 @@ func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, s
 	if err != nil {
 		return cfg.loadStopTimeout, err
 	}
-	defer boundHeapGrowth(getenv)()
+	if tuneHeap != nil {
+		defer tuneHeap(getenv)()
+	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return cfg.loadStopTimeout, fmt.Errorf("%s %s: %w", cfg.addrName, cfg.addr, err)
@@ -344,6 +352,254 @@ func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, s
 		out.say(fmt.Sprintf("Stopped: %d requests drained.\n", srv.drained.Load()))
 	}
 	return cfg.shutdownTimeout, err
+}
+
+// loadingLine says what start-up is doing while a large dataset loads.
+func loadingLine(name string, seed int) string {
+	if seed > 0 {
+		return fmt.Sprintf("Loading the %s and %d generated orders...\n", name, seed)
+	}
+	return fmt.Sprintf("Loading the %s...\n", name)
+}
+
+// loadUnlessStopped loads, unless ctx is cancelled first: a signal during a long load
+// stops the process at once rather than after the load.
+func loadUnlessStopped(ctx context.Context, load func() (*sandbox, error)) (*sandbox, error) {
+	type loaded struct {
+		sb  *sandbox
+		err error
+	}
+	done := make(chan loaded, 1)
+	go func() {
+		sb, err := load()
+		done <- loaded{sb, err}
+	}()
+	select {
+	case l := <-done:
+		return l.sb, l.err
+	case <-ctx.Done():
+		return nil, errors.New("stopped while loading the dataset: nothing was served")
+	}
+}
+
+// sandbox is a loaded dataset.
+type sandbox struct {
+	start         time.Time // the start instant: events with after happen after it
+	tenants       tenants
+	keys          keyring
+	keyLines      []keyLine // for the banner
+	orderCount    int
+	shipmentCount int
+}
+
+// seedTenant receives the -seed-orders orders.
+var seedTenant = tenantID{"acct_sandbox", "test"}
+
+// datasetFile is a dataset's top level: its four lists, each record decoded by its owner.
+type datasetFile struct {
+	Accounts  []json.RawMessage `json:"accounts"`
+	Keys      []json.RawMessage `json:"keys"`
+	Shipments []json.RawMessage `json:"shipments"`
+	Orders    []json.RawMessage `json:"orders"`
+}
+
+// defaultDatasetName names the embedded default dataset.
+const defaultDatasetName = "embedded default dataset"
+
+// loadDataset checks and loads a dataset, refusing it with the file and the JSON path of a
+// fault, and logs, per shipment, the raw events it left out or showed once (the default
+// dataset's fixtures leave some out on purpose: no warning then). Events and instants
+// relative to the start instant are placed after start.
+func loadDataset(file string, data []byte, seed int, start time.Time, log *slog.Logger) (*sandbox, error) {
+	sb, noted, err := decodeDataset(data, seed, start)
+	var de *datasetError
+	if errors.As(err, &de) {
+		de.file = file
+	}
+	if err != nil {
+		return nil, err
+	}
+	dropped, msg := slog.LevelWarn, "dataset: raw events dropped: timestamp not RFC 3339 with an offset"
+	if file == defaultDatasetName {
+		dropped, msg = slog.LevelInfo, "dataset: raw events dropped, as this fixture means to show: timestamp not RFC 3339 with an offset"
+	}
+	for _, s := range noted {
+		if s.dropped > 0 {
+			log.Log(context.Background(), dropped, msg, "shipment", s.id, "tenant", s.tenant.String(), "dropped", s.dropped)
+		}
+		if s.duplicates > 0 {
+			log.Info("dataset: duplicate events suppressed", "shipment", s.id, "tenant", s.tenant.String(), "duplicates", s.duplicates)
+		}
+	}
+	return sb, nil
+}
+
+// decodeDataset loads a dataset in the order its parts depend on each other: accounts,
+// keys (auth.go), orders (orders.go), shipments (tracking.go) with the links they make to
+// orders, then the seeded orders; last, each tenant's indexes are built.
+func decodeDataset(data []byte, seed int, start time.Time) (*sandbox, []loadedShipment, error) {
+	var ds datasetFile
+	if err := decodeDatasetFile(data, &ds); err != nil {
+		return nil, nil, err
+	}
+	if len(ds.Accounts) == 0 {
+		return nil, nil, &datasetError{path: "$.accounts", reason: "at least one account is required"}
+	}
+	sb := &sandbox{start: start, tenants: newTenants(), keys: keyring{}}
+	for i, raw := range ds.Accounts {
+		path := fmt.Sprintf("$.accounts[%d]", i)
+		var rec accountRecord
+		if err := decodeStrict(raw, path, &rec); err != nil {
+			return nil, nil, err
+		}
+		if err := sb.tenants.addAccount(path, rec); err != nil {
+			return nil, nil, err
+		}
+	}
+	var noted []loadedShipment
+	var err error
+	sb.keyLines, err = sb.tenants.loadKeys(ds.Keys, sb.keys, start)
+	if err == nil {
+		err = sb.tenants.loadOrders(ds.Orders, start)
+	}
+	if err == nil {
+		noted, err = sb.tenants.loadShipments(ds.Shipments, start)
+	}
+	if err == nil && seed > 0 {
+		err = sb.addSeedOrders(seed)
+	}
+	if err == nil {
+		sb.orderCount, sb.shipmentCount, err = sb.tenants.build()
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return sb, noted, nil
+}
+
+// decodeDatasetFile reads the dataset's top level; a syntax error is reported by line
+// and column, which is all a JSON path could say of it.
+func decodeDatasetFile(data []byte, ds *datasetFile) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	err := dec.Decode(&json.RawMessage{})
+	if err == nil {
+		if _, err := dec.Token(); err != io.EOF {
+			return &datasetError{path: "$", reason: "unexpected data after the dataset object"}
+		}
+		return decodeStrict(data, "$", ds)
+	}
+	at, msg := len(data), "unexpected end of file"
+	var syntaxErr *json.SyntaxError
+	if errors.As(err, &syntaxErr) {
+		at, msg = int(syntaxErr.Offset)-1, strings.TrimPrefix(err.Error(), "json: ")
+	}
+	at = max(0, min(at, len(data)))
+	line := bytes.Count(data[:at], []byte("\n")) + 1
+	column := at - (bytes.LastIndexByte(data[:at], '\n') + 1) + 1
+	return &datasetError{path: "$", reason: fmt.Sprintf("invalid JSON at line %d, column %d: %s", line, column, msg)}
+}
+
+// addSeedOrders adds n generated orders to acct_sandbox/test.
+func (sb *sandbox) addSeedOrders(n int) error {
+	t := sb.tenants.byID[seedTenant]
+	if t == nil {
+		return fmt.Errorf("-seed-orders: the dataset has no account %s with environment %s to seed", seedTenant.account, seedTenant.environment)
+	}
+	return t.orders.seedOrders(n)
+}
+
+// banner is the start-up banner, written in one write so that a reader of stdout sees it
+// whole or not at all; notes are lines of its own (where it listens, a frozen clock).
+func banner(base string, keys []keyLine, notes string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Shipping API sandbox (v1, developer preview): local sandbox, no carrier or marketplace is called.\n")
+	origin := strings.TrimSuffix(base, "/v1")
+	fmt.Fprintf(&b, "In a browser: %s/ shows the keys, the fixtures and what moves on the sandbox clock.\n", origin)
+	fmt.Fprintf(&b, "Base URL: %s for API clients; every operation is described in %s/openapi.json\n", base, base)
+	b.WriteString(notes)
+	fmt.Fprintf(&b, "API keys (send as Authorization: Bearer <key>):\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	for _, k := range keys {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", k.key, k.tenant.String(), k.scopes, k.state)
+	}
+	tw.Flush()
+	if len(keys) > 0 {
+		fmt.Fprintf(&b, "Try: curl -s -H 'Authorization: Bearer %s' %s/orders\n", keys[0].key, base)
+	}
+	return b.String()
+}
+
+// baseURL is the URL clients use: an unspecified listen host is reached on loopback.
+func baseURL(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String() + "/v1"
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/v1"
+}
+
+// isLoopback reports whether addr is a loopback address only: then the landing page may
+// show the sandbox keys.
+func isLoopback(addr net.Addr) bool {
+	host, _, _ := net.SplitHostPort(addr.String())
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// exposure is the banner's line for an address other machines can reach, or "".
+func exposure(addr net.Addr, name, value string) string {
+	host, _, _ := net.SplitHostPort(addr.String())
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return fmt.Sprintf("Listening on every network interface (%s %s): other machines can reach this sandbox. The landing page does not show the keys.\n", name, value)
+	}
+	if !isLoopback(addr) {
+		return fmt.Sprintf("Listening on %s (%s %s), not loopback: other machines may reach this sandbox. The landing page does not show the keys.\n", host, name, value)
+	}
+	return ""
+}
+
+// newHTTPServer sets the connection limits: a client that is slow to send its headers is
+// cut off after ReadHeaderTimeout, and no request or answer holds a connection for long.
+// What net/http itself reports (accept errors, say) goes to the service's log as warnings.
+func newHTTPServer(cfg config, h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: cfg.readHeaderTimeout,
+		ReadTimeout:       cfg.readTimeout,
+		WriteTimeout:      cfg.writeTimeout,
+		IdleTimeout:       cfg.idleTimeout,
+		MaxHeaderBytes:    cfg.maxHeaderBytes,
+		// "OPTIONS *" is answered by the handler too, as a JSON 404, not by net/http.
+		DisableGeneralOptionsHandler: true,
+		ErrorLog:                     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// serve serves until ctx is cancelled, then stops accepting, tells waiting requests to
+// stop waiting, and lets in-flight requests finish within grace of the signal.
+func serve(ctx context.Context, hs *http.Server, ln net.Listener, stopping func(), stop *stopSignal, grace time.Duration) error {
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	stopping()
+	// ctx is already cancelled: shutting down gets a deadline of its own.
+	sctx, cancel := context.WithDeadline(context.Background(), stop.deadline(grace))
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		hs.Close() // past the grace period: cut what is left
+		return fmt.Errorf("shutdown: requests still in flight when the drain ended were cut off: %w", err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }
 
 // finalLineWait is how long main's last line (run's error) may wait for stderr: run's
@@ -414,36 +670,11 @@ func (c *console) close(deadline time.Time) bool {
 	}
 }
 
-// loadingLine says what start-up is doing while a large dataset loads.
-func loadingLine(name string, seed int) string {
-	if seed > 0 {
-		return fmt.Sprintf("Loading the %s and %d generated orders...\n", name, seed)
-	}
-	return fmt.Sprintf("Loading the %s...\n", name)
-}
-
-// loadUnlessStopped loads, unless ctx is cancelled first: a signal during a long load
-// stops the process at once rather than after the load.
-func loadUnlessStopped(ctx context.Context, load func() (*sandbox, error)) (*sandbox, error) {
-	type loaded struct {
-		sb  *sandbox
-		err error
-	}
-	done := make(chan loaded, 1)
-	go func() {
-		sb, err := load()
-		done <- loaded{sb, err}
-	}()
-	select {
-	case l := <-done:
-		return l.sb, l.err
-	case <-ctx.Done():
-		return nil, errors.New("stopped while loading the dataset: nothing was served")
-	}
-}
-
 // heapHeadroom is how much the heap may grow past the dataset between collections.
 const heapHeadroom = 64 << 20
+
+// heapTuner sets the garbage collector for the data loaded, and returns what restores it.
+type heapTuner func(getenv func(string) string) (restore func())
 
 // boundHeapGrowth collects what loading left behind, then sets the process's GC percentage
 // so that the heap grows by about heapHeadroom past the live data between collections,
@@ -467,291 +698,7 @@ func gcPercent(live uint64) int {
 	return int(min(100, max(10, 100*heapHeadroom/max(live, 1))))
 }
 
-// newHTTPServer sets the connection limits: a client that is slow to send its headers is
-// cut off after ReadHeaderTimeout, and no request or answer holds a connection for long.
-// What net/http itself reports (accept errors, say) goes to the service's log as warnings.
-func newHTTPServer(cfg config, h http.Handler, log *slog.Logger) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: cfg.readHeaderTimeout,
-		ReadTimeout:       cfg.readTimeout,
-		WriteTimeout:      cfg.writeTimeout,
-		IdleTimeout:       cfg.idleTimeout,
-		MaxHeaderBytes:    cfg.maxHeaderBytes,
-		// "OPTIONS *" is answered by the handler too, as a JSON 404, not by net/http.
-		DisableGeneralOptionsHandler: true,
-		ErrorLog:                     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-}
-
-// serve serves until ctx is cancelled, then stops accepting, tells waiting requests to
-// stop waiting, and lets in-flight requests finish within grace of the signal.
-func serve(ctx context.Context, hs *http.Server, ln net.Listener, stopping func(), stop *stopSignal, grace time.Duration) error {
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	stopping()
-	// ctx is already cancelled: shutting down gets a deadline of its own.
-	sctx, cancel := context.WithDeadline(context.Background(), stop.deadline(grace))
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
-		hs.Close() // past the grace period: cut what is left
-		return fmt.Errorf("shutdown: requests still in flight when the drain ended were cut off: %w", err)
-	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
-}
-
-// baseURL is the URL clients use: an unspecified listen host is reached on loopback.
-func baseURL(addr net.Addr) string {
-	host, port, err := net.SplitHostPort(addr.String())
-	if err != nil {
-		return "http://" + addr.String() + "/v1"
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		host = "127.0.0.1"
-	}
-	return "http://" + net.JoinHostPort(host, port) + "/v1"
-}
-
-// isLoopback reports whether addr is a loopback address only: then the landing page may
-// show the sandbox keys.
-func isLoopback(addr net.Addr) bool {
-	host, _, _ := net.SplitHostPort(addr.String())
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
-// exposure is the banner's line for an address other machines can reach, or "".
-func exposure(addr net.Addr, name, value string) string {
-	host, _, _ := net.SplitHostPort(addr.String())
-	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		return fmt.Sprintf("Listening on every network interface (%s %s): other machines can reach this sandbox. The landing page does not show the keys.\n", name, value)
-	}
-	if !isLoopback(addr) {
-		return fmt.Sprintf("Listening on %s (%s %s), not loopback: other machines may reach this sandbox. The landing page does not show the keys.\n", host, name, value)
-	}
-	return ""
-}
-
-// banner is the start-up banner, written in one write so that a reader of stdout sees it
-// whole or not at all; notes are lines of its own (where it listens, a frozen clock).
-func banner(base string, keys []keyLine, notes string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "Shipping API sandbox (v1, developer preview): local sandbox, no carrier or marketplace is called.\n")
-	origin := strings.TrimSuffix(base, "/v1")
-	fmt.Fprintf(&b, "In a browser: %s/ shows the keys, the fixtures and what moves on the sandbox clock.\n", origin)
-	fmt.Fprintf(&b, "Base URL: %s for API clients; every operation is described in %s/openapi.json\n", base, base)
-	b.WriteString(notes)
-	fmt.Fprintf(&b, "API keys (send as Authorization: Bearer <key>):\n")
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	for _, k := range keys {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", k.key, k.tenant.String(), k.scopes, k.state)
-	}
-	tw.Flush()
-	if len(keys) > 0 {
-		fmt.Fprintf(&b, "Try: curl -s -H 'Authorization: Bearer %s' %s/orders\n", keys[0].key, base)
-	}
-	return b.String()
-}
-
-// sandbox is a loaded dataset.
-type sandbox struct {
-	start         time.Time // the start instant: events with after happen after it
-	tenants       tenants
-	keys          keyring
-	keyLines      []keyLine // for the banner
-	orderCount    int
-	shipmentCount int
-}
-
-// seedTenant receives the -seed-orders orders.
-var seedTenant = tenantID{"acct_sandbox", "test"}
-
-// datasetFile is a dataset's top level: its four lists, each record decoded by its owner.
-type datasetFile struct {
-	Accounts  []json.RawMessage `json:"accounts"`
-	Keys      []json.RawMessage `json:"keys"`
-	Shipments []json.RawMessage `json:"shipments"`
-	Orders    []json.RawMessage `json:"orders"`
-}
-
-// loadDataset checks and loads a dataset in the order its parts depend on each other:
-// accounts (auth.go), keys (auth.go), orders (orders.go), shipments (tracking.go) with the
-// links they make to orders, then seed generated orders; last, each tenant's orders are
-// put in list order and encoded. Events scheduled with after happen after start. It logs,
-// per shipment, the raw events it dropped. A refusal names file and the JSON path.
-func loadDataset(file string, data []byte, seed int, start time.Time, log *slog.Logger) (*sandbox, error) {
-	// The default dataset's fixtures drop raw events on purpose: that is no warning.
-	dropped := slog.LevelWarn
-	if file == defaultDatasetName {
-		dropped = slog.LevelInfo
-	}
-	sb, err := decodeDataset(data, seed, start, log, dropped)
-	var de *datasetError
-	if errors.As(err, &de) {
-		de.file = file
-	}
-	return sb, err
-}
-
-// defaultDatasetName names the embedded default dataset.
-const defaultDatasetName = "embedded default dataset"
-
-func decodeDataset(data []byte, seed int, start time.Time, log *slog.Logger, dropped slog.Level) (*sandbox, error) {
-	var ds datasetFile
-	if err := decodeDatasetFile(data, &ds); err != nil {
-		return nil, err
-	}
-	if len(ds.Accounts) == 0 {
-		return nil, &datasetError{path: "$.accounts", reason: "at least one account is required"}
-	}
-	sb := &sandbox{start: start, tenants: newTenants(), keys: keyring{}}
-	for i, raw := range ds.Accounts {
-		path := fmt.Sprintf("$.accounts[%d]", i)
-		var rec accountRecord
-		if err := decodeStrict(raw, path, &rec); err != nil {
-			return nil, err
-		}
-		if err := sb.tenants.addAccount(path, rec); err != nil {
-			return nil, err
-		}
-	}
-	firstUse := map[[sha256.Size]byte]string{}
-	err := eachRecord(sb.tenants, "keys", ds.Keys, func(path string, rec keyRecord, t *tenant) error {
-		line, err := sb.keys.addKey(path, rec, t, firstUse, start)
-		sb.keyLines = append(sb.keyLines, line)
-		return err
-	})
-	if err == nil {
-		err = eachRecord(sb.tenants, "orders", ds.Orders, func(path string, rec orderRecord, t *tenant) error {
-			return t.orders.addOrder(path, t.id.String(), rec, start)
-		})
-	}
-	if err == nil {
-		err = eachRecord(sb.tenants, "shipments", ds.Shipments, func(path string, rec shipmentRecord, t *tenant) error {
-			return sb.fileShipment(path, rec, t, log, dropped)
-		})
-	}
-	if err == nil && seed > 0 {
-		err = sb.addSeedOrders(seed)
-	}
-	if err != nil {
-		return nil, err
-	}
-	for _, t := range sb.tenants.list {
-		t.shipments.build()
-		if err := t.orders.build(); err != nil {
-			return nil, err
-		}
-		sb.orderCount += t.orders.count()
-	}
-	return sb, nil
-}
-
-// decodeDatasetFile reads the dataset's top level; a syntax error is reported by line
-// and column, which is all a JSON path could say of it.
-func decodeDatasetFile(data []byte, ds *datasetFile) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	err := dec.Decode(&json.RawMessage{})
-	if err == nil {
-		if _, err := dec.Token(); err != io.EOF {
-			return &datasetError{path: "$", reason: "unexpected data after the dataset object"}
-		}
-		return decodeStrict(data, "$", ds)
-	}
-	at, msg := len(data), "unexpected end of file"
-	var syntaxErr *json.SyntaxError
-	if errors.As(err, &syntaxErr) {
-		at, msg = int(syntaxErr.Offset)-1, strings.TrimPrefix(err.Error(), "json: ")
-	}
-	at = max(0, min(at, len(data)))
-	line := bytes.Count(data[:at], []byte("\n")) + 1
-	column := at - (bytes.LastIndexByte(data[:at], '\n') + 1) + 1
-	return &datasetError{path: "$", reason: fmt.Sprintf("invalid JSON at line %d, column %d: %s", line, column, msg)}
-}
-
-// record is a dataset record that belongs to an account and environment.
-type record interface {
-	keyRecord | orderRecord | shipmentRecord
-	owner() (account, environment string)
-}
-
-func (r keyRecord) owner() (string, string)      { return r.Account, r.Environment }
-func (r orderRecord) owner() (string, string)    { return r.Account, r.Environment }
-func (r shipmentRecord) owner() (string, string) { return r.Account, r.Environment }
-
-// eachRecord decodes each element of the dataset's list name, finds the tenant it belongs
-// to, and hands both to add.
-func eachRecord[T record](ts tenants, name string, list []json.RawMessage, add func(path string, rec T, t *tenant) error) error {
-	for i, raw := range list {
-		path := fmt.Sprintf("$.%s[%d]", name, i)
-		var rec T
-		if err := decodeStrict(raw, path, &rec); err != nil {
-			return err
-		}
-		account, environment := rec.owner()
-		t, err := ts.find(path, account, environment)
-		if err != nil {
-			return err
-		}
-		if err := add(path, rec, t); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// fileShipment files a shipment under its tenant and makes the link to the order it was
-// created with, which must be of the same account and environment.
-func (sb *sandbox) fileShipment(path string, rec shipmentRecord, t *tenant, log *slog.Logger, dropped slog.Level) error {
-	s, n, err := t.shipments.addShipment(path, t.id.String(), rec, sb.start)
-	if err != nil {
-		return err
-	}
-	if rec.OrderID != nil {
-		orderID := *rec.OrderID
-		if !t.orders.has(orderID) {
-			// Only a refusal asks the other tenants, to name the order's owner: loading
-			// stays linear in the number of tenants.
-			for _, other := range sb.tenants.list {
-				if other.orders.has(orderID) {
-					return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("order %q belongs to %s, not to %s: shipment %q cannot be linked across accounts or environments", orderID, other.id, t.id, rec.ID)}
-				}
-			}
-		}
-		if err := t.orders.link(path, t.id.String(), orderID, rec.ID, s.createdAt); err != nil {
-			return err
-		}
-	}
-	sb.shipmentCount++
-	if n.dropped > 0 {
-		msg := "dataset: raw events dropped: timestamp not RFC 3339 with an offset"
-		if dropped < slog.LevelWarn {
-			msg = "dataset: raw events dropped, as this fixture means to show: timestamp not RFC 3339 with an offset"
-		}
-		log.Log(context.Background(), dropped, msg, "shipment", rec.ID, "tenant", t.id.String(), "dropped", n.dropped)
-	}
-	if n.duplicates > 0 {
-		log.Info("dataset: duplicate events suppressed", "shipment", rec.ID, "tenant", t.id.String(), "duplicates", n.duplicates)
-	}
-	return nil
-}
-
-// addSeedOrders adds n generated orders to acct_sandbox/test.
-func (sb *sandbox) addSeedOrders(n int) error {
-	t := sb.tenants.byID[seedTenant]
-	if t == nil {
-		return fmt.Errorf("-seed-orders: the dataset has no account %s with environment %s to seed", seedTenant.account, seedTenant.environment)
-	}
-	return t.orders.seedOrders(n)
-}
+// The server: the dataset's operations, one route table, and the handler that serves it.
 
 // serverOptions are the server's settings besides its data.
 type serverOptions struct {
@@ -769,8 +716,8 @@ type serverOptions struct {
 // server is the service over one loaded dataset.
 type server struct {
 	// drained counts the requests that finished after shutdown began, for the stopped
-	// line. Only those write it: a counter every request wrote twice cost 5% of GETs by id
-	// end to end (compare.sh 0.83 against 0.88), its cache line bouncing between cores.
+	// line. Only those write it: a counter every request wrote would bounce its cache line
+	// between the cores (compare.sh shows it).
 	drained  atomic.Int64
 	cors     *cors // nil: no CORS headers
 	landing  *landing
@@ -784,7 +731,7 @@ type server struct {
 	stopping <-chan struct{}
 	openAPI  *openAPIDoc
 	origin   string // the banner's origin: the address a request names, when its Host does not
-	health   body
+	health   prepared
 }
 
 func newServer(sb *sandbox, o serverOptions) (*server, error) {
@@ -823,51 +770,8 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 		stopping: o.stopping,
 		openAPI:  doc,
 		origin:   strings.TrimSuffix(o.baseURL, "/v1"),
-		health:   bodyOf([]byte(`{"status":"ok"}`)),
+		health:   prepare([]byte(`{"status":"ok"}`)),
 	}, nil
-}
-
-// openAPIDoc is the embedded OpenAPI document, prepared to be served with every servers
-// entry (the top level's and any path's) naming the address that serves it: the document
-// is cut where each entry's origin stands, and each answer joins the cuts with its own.
-type openAPIDoc struct {
-	cuts [][]byte
-}
-
-// originMark stands for the serving origin in the prepared document.
-const originMark = "http://origin.invalid"
-
-func newOpenAPIDoc() (*openAPIDoc, error) {
-	var doc map[string]any
-	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
-		return nil, fmt.Errorf("openapi.json: %w", err)
-	}
-	markServers(doc)
-	for _, item := range doc["paths"].(map[string]any) {
-		markServers(item.(map[string]any))
-	}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		return nil, err
-	}
-	return &openAPIDoc{cuts: bytes.Split(b, []byte(originMark))}, nil
-}
-
-// markServers puts originMark in place of the origin of each of node's servers.
-func markServers(node map[string]any) {
-	servers, _ := node["servers"].([]any)
-	for _, s := range servers {
-		entry := s.(map[string]any)
-		u, _ := url.Parse(entry["url"].(string))
-		entry["url"] = originMark + u.Path
-	}
-}
-
-// serveOpenAPI answers GET /v1/openapi.json: the document, its servers at the address the
-// request used.
-func (s *server) serveOpenAPI(w http.ResponseWriter, r *http.Request, c *call) {
-	b := bodyOf(bytes.Join(s.openAPI.cuts, []byte(originOf(r, s.origin))))
-	writeBody(w, http.StatusOK, jsonContentType, b.length, b.bytes)
 }
 
 // route is one method and path the server answers, as a ServeMux pattern.
@@ -876,40 +780,19 @@ type route struct {
 	handler callHandler
 }
 
-// routes lists every operation the server answers. A GET pattern serves HEAD too.
+// routes lists every route the server answers. A GET pattern serves HEAD too.
 func (s *server) routes() []route {
 	return []route{
 		{"GET /v1/shipments/{id}/tracking", s.operation(scopeTrackingRead, noParams(trackingByID))},
 		{"GET /v1/tracking/{tracking_number}", s.operation(scopeTrackingRead, noParams(trackingByNumber))},
 		{"GET /v1/orders", s.operation(scopeOrdersRead, s.listOrders)},
 		{"GET /v1/orders/{id}", s.operation(scopeOrdersRead, noParams(getOrder))},
-		{"GET /v1/test_helpers/clock", s.testHelper(s.clocks.get)},
-		{"POST /v1/test_helpers/clock", s.testHelper(s.clocks.set)},
-		{"GET /v1/openapi.json", chain(s.serveOpenAPI, capDeclared, readBody)},
-		{"GET /healthz", s.public(s.health)},
-		{"GET /{$}", chain(s.landingPage, capDeclared, readBody)},
+		{"GET /v1/test_helpers/clock", s.testHelper(s.getClock)},
+		{"POST /v1/test_helpers/clock", s.testHelper(s.setClock)},
+		{"GET /v1/openapi.json", keyless(s.serveOpenAPI)},
+		{"GET /healthz", keyless(s.serveHealth)},
+		{"GET /{$}", keyless(s.landingPage)},
 	}
-}
-
-// keyedHandler is the work of a route called with a key, once every check has passed: c
-// holds the key, its tenant and the instant the answer is judged at. It writes the answer,
-// or returns the error to answer with.
-type keyedHandler func(w http.ResponseWriter, r *http.Request, c *call) error
-
-func trackingByID(w http.ResponseWriter, r *http.Request, c *call) error {
-	return c.key.tenant.shipments.serveByID(w, r, c.at)
-}
-
-func trackingByNumber(w http.ResponseWriter, r *http.Request, c *call) error {
-	return c.key.tenant.shipments.serveByNumber(w, r, c.at)
-}
-
-func getOrder(w http.ResponseWriter, r *http.Request, c *call) error {
-	return c.key.tenant.orders.serveGet(w, r, c.at)
-}
-
-func (s *server) listOrders(w http.ResponseWriter, r *http.Request, c *call) error {
-	return s.lister.serveList(w, r, &c.key.tenant.orders, c.at)
 }
 
 // handler is the whole service: each route of the table with its wrappers, a 405 with the
@@ -949,21 +832,29 @@ func (s *server) handler(extra ...route) http.Handler {
 // live environment (503), rate limit (429), scope (403), simulated answer (Prefer),
 // streamed body size (413); h then checks parameters and the resource.
 func (s *server) operation(need scope, h keyedHandler) callHandler {
-	return chain(s.answer(h), capDeclared, requireKey(s.keys, s.now, false), refuseLive, limitRate(s.rate, s.now),
+	return chain(s.serveKeyed(h), capDeclared, requireKey(s.keys, s.now, false), refuseLive, limitRate(s.rate, s.now),
 		requireScope(need), s.simulate(true), readBody)
 }
 
-// testHelper wraps a clock operation: the checks of an operation but the scope (any active
-// key of the tenant may use the clock), with a key's expiry judged by the wall clock, so
-// that a tenant can always move its clock back; it takes no query parameters.
+// testHelper wraps a clock operation in an operation's checks but the scope (any active key
+// of the tenant may use the clock), with a key's expiry judged by the wall clock, so that a
+// tenant can always move its clock back, and with no Prefer clock; it takes no query
+// parameters.
 func (s *server) testHelper(h keyedHandler) callHandler {
-	return chain(s.answer(noParams(h)), capDeclared, requireKey(s.keys, s.now, true), refuseLive, limitRate(s.rate, s.now),
+	return chain(s.serveKeyed(noParams(h)), capDeclared, requireKey(s.keys, s.now, true), refuseLive, limitRate(s.rate, s.now),
 		s.simulate(false), readBody)
 }
 
-// answer runs an operation's own work for the caller's tenant at the request's instant,
-// and answers with the error it returns.
-func (s *server) answer(h keyedHandler) callHandler {
+// keyless wraps a route that needs no key: it has only the body's cap.
+func keyless(h callHandler) callHandler { return chain(h, capDeclared, readBody) }
+
+// keyedHandler is the work of a route called with a key, once every check has passed: c
+// holds the key, its tenant and the instant the answer is judged at. It writes the answer,
+// or returns the error to answer with.
+type keyedHandler func(w http.ResponseWriter, r *http.Request, c *call) error
+
+// serveKeyed runs a keyed route's work and answers with the error it returns.
+func (s *server) serveKeyed(h keyedHandler) callHandler {
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
 		if err := h(w, r, c); err != nil {
 			s.writeError(w, c, err)
@@ -971,11 +862,28 @@ func (s *server) answer(h keyedHandler) callHandler {
 	}
 }
 
-// public serves prepared bytes to anyone, without a key (GET /healthz).
-func (s *server) public(b body) callHandler {
-	return chain(func(w http.ResponseWriter, r *http.Request, c *call) {
-		writeBody(w, http.StatusOK, jsonContentType, b.length, b.bytes)
-	}, capDeclared, readBody)
+func trackingByID(w http.ResponseWriter, r *http.Request, c *call) error {
+	return c.key.tenant.shipments.serveByID(w, r, c.at)
+}
+
+func trackingByNumber(w http.ResponseWriter, r *http.Request, c *call) error {
+	return c.key.tenant.shipments.serveByNumber(w, r, c.at)
+}
+
+func getOrder(w http.ResponseWriter, r *http.Request, c *call) error {
+	return c.key.tenant.orders.serveGet(w, r, c.at)
+}
+
+func (s *server) listOrders(w http.ResponseWriter, r *http.Request, c *call) error {
+	return s.lister.serveList(w, r, &c.key.tenant.orders, c.at)
+}
+
+func (s *server) getClock(w http.ResponseWriter, r *http.Request, c *call) error {
+	return s.clocks.get(w, c.clock)
+}
+
+func (s *server) setClock(w http.ResponseWriter, r *http.Request, c *call) error {
+	return s.clocks.set(w, r, c.key.tenant)
 }
 
 // noParams wraps an operation that takes no query parameters: any is unknown (422).
@@ -988,14 +896,9 @@ func noParams(h keyedHandler) keyedHandler {
 	}
 }
 
-// writeError answers with err; an error that is not one of the API's is logged with the
-// request id and answered as an internal error that shows nothing of it.
-func (s *server) writeError(w http.ResponseWriter, c *call, err error) {
-	var e *apiError
-	if !errors.As(err, &e) {
-		s.log.Error("internal error", "request_id", c.id, "error", err.Error())
-	}
-	writeProblem(w, c.id, err)
+// serveHealth answers GET /healthz.
+func (s *server) serveHealth(w http.ResponseWriter, r *http.Request, c *call) {
+	s.health.write(w, http.StatusOK, jsonContentType)
 }
 
 func routeNotFound(w http.ResponseWriter, r *http.Request, c *call) {
@@ -1028,20 +931,42 @@ func (s *server) v1Root(w http.ResponseWriter, r *http.Request, c *call) {
 		" itself; the operations are under it. In a browser, open " + origin + "/ for the keys and fixtures; clients find every operation in " + origin + "/v1/openapi.json."})
 }
 
-// maxBodyBytes is the request body limit: 256 KiB.
-const maxBodyBytes = 256 << 10
+// The wrappers a request passes, in the order of the checks: each answers, or hands the
+// request on with what it found in the request's call.
 
-// statusClientClosedRequest is logged for a request whose client went away before the
-// answer (nginx's 499); nothing is sent.
-const statusClientClosedRequest = 499
+// call is one request to the service as its wrappers see it, handed from one to the next:
+// its id (in the answer and the log), the key that made it and its tenant's clock once
+// requireKey has found one, the instant its resources are judged at, and the status it
+// was answered with.
+type call struct {
+	id     string
+	key    *apiKey
+	clock  clockReading // the tenant's clock, read once when the key was found
+	at     time.Time    // what the answer shows is judged at this instant: clock.now, or Prefer's clock
+	status int
+}
 
-// capDeclared answers 413 to a request that declares a body over 256 KiB, before its key
+// callHandler is a handler that is handed the request's call.
+type callHandler func(w http.ResponseWriter, r *http.Request, c *call)
+
+// wrapper is one check a request passes on its way to its handler: it answers, or hands
+// the request on to next.
+type wrapper func(next callHandler) callHandler
+
+// chain wraps h in ws, the first outermost: a request passes them in the order listed.
+func chain(h callHandler, ws ...wrapper) callHandler {
+	for i := len(ws) - 1; i >= 0; i-- {
+		h = ws[i](h)
+	}
+	return h
+}
+
+// capDeclared answers 413 to a request that declares a body over maxBodyBytes, before its key
 // is looked at, and closes the connection after it.
 func capDeclared(next callHandler) callHandler {
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
 		if r.ContentLength > maxBodyBytes {
-			w.Header().Set("Connection", "close")
-			writeProblem(w, c.id, errBodyTooLarge)
+			refuseTooLarge(w, c)
 			return
 		}
 		if r.TransferEncoding != nil {
@@ -1054,55 +979,96 @@ func capDeclared(next callHandler) callHandler {
 	}
 }
 
-// readBody reads a request's body, up to 256 KiB (413 past it, and the connection is
-// closed), and hands it on in memory: the checks before it are passed, and what comes
-// after may read it whole.
-func readBody(next callHandler) callHandler {
-	return func(w http.ResponseWriter, r *http.Request, c *call) {
-		if r.Body == nil || r.Body == http.NoBody {
+// wwwAuthenticate is the header's key as Header holds it: Header.Set would canonicalize
+// it anew, with an allocation, at every refusal. Its values are shared, never modified.
+var (
+	wwwAuthenticate = http.CanonicalHeaderKey("WWW-Authenticate")
+	bearerRealm     = []string{`Bearer realm="sandbox"`}
+)
+
+// requireKey answers 401 unless the request carries an active key, which it hands on with
+// its tenant's clock, read once. A key's expiry is judged by that reading, or, for the clock
+// operations (expiryByWall), by the wall clock, so that a tenant can always move its clock back.
+func requireKey(keys keyring, wall func() time.Time, expiryByWall bool) wrapper {
+	return func(next callHandler) callHandler {
+		return func(w http.ResponseWriter, r *http.Request, c *call) {
+			k, fault := keys.authenticate(r.Header)
+			if fault == nil {
+				c.clock = k.tenant.clock.read(wall)
+				c.at = c.clock.now
+				judged := c.clock.now
+				if expiryByWall {
+					judged = wall()
+				}
+				if k.expiredAt(judged) {
+					fault = errExpiredKey
+				}
+			}
+			if fault != nil {
+				w.Header()[wwwAuthenticate] = bearerRealm
+				writeProblem(w, c.id, fault)
+				return
+			}
+			c.key = k
 			next(w, r, c)
+		}
+	}
+}
+
+// refuseLive answers 503 to a live-environment key: live requests are not released.
+func refuseLive(next callHandler) callHandler {
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		if c.key.tenant.live {
+			writeProblem(w, c.id, errLive)
 			return
 		}
-		b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBodyBytes))
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			w.Header().Set("Connection", "close")
-			writeProblem(w, c.id, errBodyTooLarge)
-			return
-		}
-		if err != nil {
-			abort(c) // the client broke the body's framing or went away
-		}
-		r.Body = io.NopCloser(bytes.NewReader(b))
 		next(w, r, c)
 	}
 }
 
-// readAhead reads a request's body into memory, up to one byte past the cap, and leaves
-// it for readBody to judge: net/http notices a client that goes away only once the body is
-// read, so a delay reads it first.
-func readAhead(r *http.Request, c *call) {
-	if r.Body == nil || r.Body == http.NoBody {
-		return
+// limitRate answers 429 when the key's bucket is empty, and states the limit on every
+// answer to a keyed call from here on (IETF draft RateLimit header fields). A full bucket
+// is one second's worth, so the time until it is full again (t) is always 1 second.
+func limitRate(l *rateLimit, now func() time.Time) wrapper {
+	return func(next callHandler) callHandler {
+		if l == nil {
+			return next
+		}
+		return func(w http.ResponseWriter, r *http.Request, c *call) {
+			remaining, ok, wait := l.take(&c.key.bucket, now())
+			h := w.Header()
+			h.Set("RateLimit-Policy", l.policy)
+			h.Set("RateLimit", `"default";r=`+strconv.Itoa(remaining)+`;t=1`)
+			if !ok {
+				h.Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
+				writeProblem(w, c.id, errRateLimit)
+				return
+			}
+			next(w, r, c)
+		}
 	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
-	if err != nil {
-		abort(c)
-	}
-	rest := io.Reader(http.NoBody)
-	if len(b) > maxBodyBytes {
-		rest = r.Body // readBody refuses it: 413, and the connection is closed
-	}
-	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b), rest))
 }
 
-// abort ends a request whose client went away or cannot be answered whole: nothing is sent
-// (net/http cuts the connection rather than let a part pass for a whole answer), and the
-// request is logged 499.
-func abort(c *call) {
-	c.status = statusClientClosedRequest
-	panic(http.ErrAbortHandler)
+// requireScope answers 403 unless the key holds the operation's scope.
+func requireScope(need scope) wrapper {
+	challenge := []string{`Bearer error="insufficient_scope", scope="` + need.String() + `"`}
+	err := &apiError{code: codeInsufficientScope, detail: "The API key lacks the " + need.String() + " scope this operation requires."}
+	return func(next callHandler) callHandler {
+		return func(w http.ResponseWriter, r *http.Request, c *call) {
+			if c.key.scopes&need == 0 {
+				w.Header()[wwwAuthenticate] = challenge
+				writeProblem(w, c.id, err)
+				return
+			}
+			next(w, r, c)
+		}
+	}
 }
+
+var (
+	errLive      = &apiError{code: codeLiveNotReleased, detail: "Live requests are not released; this is a live-environment key. Use a test key with the local sandbox."}
+	errRateLimit = &apiError{code: codeRateLimited, detail: "The sandbox rate limit for this key is reached. Retry after the Retry-After seconds."}
+)
 
 // simulate applies a test client's Prefer header: a simulated answer, a delay and, where
 // readClock (not on the clock operations, which ignore it), the instant the request's
@@ -1154,6 +1120,84 @@ func (s *server) simulate(readClock bool) wrapper {
 		}
 	}
 }
+
+// maxBodyBytes is the request body limit: 256 KiB.
+const maxBodyBytes = 256 << 10
+
+var errBodyTooLarge = &apiError{code: codeBodyTooLarge, detail: fmt.Sprintf("The request body exceeds %d bytes (%d KiB).", maxBodyBytes, maxBodyBytes>>10)}
+
+// refuseTooLarge answers 413 to a body over the cap and closes the connection: what is
+// left of the body is not read.
+func refuseTooLarge(w http.ResponseWriter, c *call) {
+	w.Header().Set("Connection", "close")
+	writeProblem(w, c.id, errBodyTooLarge)
+}
+
+// readBody reads a request's body, up to maxBodyBytes (413 past it, and the connection is
+// closed), and hands it on in memory: the checks before it are passed, and what comes
+// after may read it whole.
+func readBody(next callHandler) callHandler {
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		if r.Body == nil || r.Body == http.NoBody {
+			next(w, r, c)
+			return
+		}
+		b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBodyBytes))
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			refuseTooLarge(w, c)
+			return
+		}
+		if err != nil {
+			abort(c) // the client broke the body's framing or went away
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		next(w, r, c)
+	}
+}
+
+// readAhead reads a request's body into memory, up to one byte past the cap, and leaves
+// it for readBody to judge: net/http notices a client that goes away only once the body is
+// read, so a delay reads it first.
+func readAhead(r *http.Request, c *call) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+	if err != nil {
+		abort(c)
+	}
+	rest := io.Reader(http.NoBody)
+	if len(b) > maxBodyBytes {
+		rest = r.Body // readBody refuses it: 413, and the connection is closed
+	}
+	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b), rest))
+}
+
+// abort ends a request whose client went away or cannot be answered whole: nothing is sent
+// (net/http cuts the connection rather than let a part pass for a whole answer), and the
+// request is logged 499.
+func abort(c *call) {
+	c.status = statusClientClosedRequest
+	panic(http.ErrAbortHandler)
+}
+
+// statusClientClosedRequest is logged for a request whose client went away before the
+// answer (nginx's 499); nothing is sent.
+const statusClientClosedRequest = 499
+
+// writeError answers with err: an error of the API as it is, any other logged with the
+// request id and answered as an internal error that shows nothing of it.
+func (s *server) writeError(w http.ResponseWriter, c *call, err error) {
+	var e *apiError
+	if !errors.As(err, &e) {
+		s.log.Error("internal error", "request_id", c.id, "error", err.Error())
+		e = errInternal
+	}
+	writeProblem(w, c.id, e)
+}
+
+// Every request: its call, its common headers, a panic made a 500, and its log line.
 
 // statusWriter is the ResponseWriter a route's handlers write to: it notes the status
 // answered in the request's call, for the log.
@@ -1224,7 +1268,7 @@ func (s *server) finish(sw *statusWriter, method, route string, start time.Time)
 	}
 }
 
-// Header values every answer carries; shared, never modified (see jsonContentType).
+// Header values every answer carries; shared, never modified.
 var (
 	noStore = []string{"no-store"}
 	noSniff = []string{"nosniff"}
@@ -1292,8 +1336,7 @@ func (s *server) logRequest(method, route string, c *call, d time.Duration) {
 		account, environment = c.key.tenant.id.account, c.key.tenant.id.environment
 	}
 	// Formatted here, outside the log's lock, in a buffer that stays on the stack (Write
-	// only copies it): formatted under the lock, lines from two cores queued on it and the
-	// sandbox served 8% fewer GETs by id than before (compare.sh 0.82 against 0.89-0.91).
+	// only copies it): formatted under the lock, lines from both cores would queue on it.
 	var buf [512]byte
 	s.access.Write(appendRequestLine(buf[:0], time.Now(), method, route, c.status, d, c.id, account, environment))
 }
@@ -1304,13 +1347,13 @@ const maxLogValue = 256
 
 func boundLogValue(s string) string { return boundValue(s, maxLogValue) }
 
-// boundValue is s, or, when s is over max bytes, its first max-3 bytes (cut at a UTF-8
+// boundValue is s, or, when s is over limit bytes, its first limit-3 bytes (cut at a UTF-8
 // boundary) and "...".
-func boundValue(s string, max int) string {
-	if len(s) <= max {
+func boundValue(s string, limit int) string {
+	if len(s) <= limit {
 		return s
 	}
-	end := max - 3
+	end := limit - 3
 	for end > 0 && !utf8.RuneStart(s[end]) {
 		end--
 	}
@@ -1494,9 +1537,9 @@ func (c *cors) preflight(methods []string, next callHandler) callHandler {
 		return next
 	}
 	allowMethods := []string{strings.Join(methods, ", ")}
-	return func(w http.ResponseWriter, r *http.Request, call *call) {
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
 		if !isPreflight(r) {
-			next(w, r, call)
+			next(w, r, c)
 			return
 		}
 		h := w.Header()
@@ -1513,6 +1556,50 @@ func (c *cors) preflight(methods []string, next callHandler) callHandler {
 // Access-Control-Request-Method.
 func isPreflight(r *http.Request) bool {
 	return r.Method == http.MethodOptions && r.Header.Get("Origin") != "" && r.Header.Get("Access-Control-Request-Method") != ""
+}
+
+// The pages that need no key: the OpenAPI document and the landing page.
+
+// openAPIDoc is the embedded OpenAPI document, prepared to be served with every servers
+// entry (the top level's and any path's) naming the address that serves it: marked holds
+// originMark where each entry's origin stands, and each answer replaces it with its own.
+type openAPIDoc struct {
+	marked []byte
+}
+
+// originMark stands for the serving origin in the prepared document.
+const originMark = "http://origin.invalid"
+
+func newOpenAPIDoc() (*openAPIDoc, error) {
+	var doc map[string]any
+	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
+		return nil, fmt.Errorf("openapi.json: %w", err)
+	}
+	markServers(doc)
+	for _, item := range doc["paths"].(map[string]any) {
+		markServers(item.(map[string]any))
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	return &openAPIDoc{marked: b}, nil
+}
+
+// markServers puts originMark in place of the origin of each of node's servers.
+func markServers(node map[string]any) {
+	servers, _ := node["servers"].([]any)
+	for _, s := range servers {
+		entry := s.(map[string]any)
+		u, _ := url.Parse(entry["url"].(string))
+		entry["url"] = originMark + u.Path
+	}
+}
+
+// serveOpenAPI answers GET /v1/openapi.json: the document, its servers at the address the
+// request used.
+func (s *server) serveOpenAPI(w http.ResponseWriter, r *http.Request, c *call) {
+	writeBody(w, http.StatusOK, jsonContentType, bytes.ReplaceAll(s.openAPI.marked, []byte(originMark), []byte(originOf(r, s.origin))))
 }
 
 // The landing page, GET /: what a person who opens the sandbox in a browser needs. It is
@@ -1651,7 +1738,7 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 		s.writeError(w, c, err)
 		return
 	}
-	writeBody(w, http.StatusOK, htmlContentType, []string{strconv.Itoa(b.Len())}, b.Bytes())
+	writeBody(w, http.StatusOK, htmlContentType, b.Bytes())
 }
 
 // pageHappenings is how many happenings of a tenant's timeline the page shows each side of
@@ -1686,5 +1773,3 @@ func groupDigits(n int) string {
 	}
 	return s
 }
-
-var htmlContentType = []string{"text/html; charset=utf-8"}

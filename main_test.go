@@ -690,17 +690,17 @@ func (b neverEnding) Read(p []byte) (int, error) {
 // function that stops it and returns run's error.
 func startRun(t *testing.T, args ...string) (base string, stdout, stderr *lockedBuffer, stop func() error) {
 	t.Helper()
-	return startRunWithEnv(t, nil, args...)
+	return startRunWithEnv(t, nil, nil, args...)
 }
 
-// startRunWithEnv is startRun with environment variables.
-func startRunWithEnv(t *testing.T, env map[string]string, args ...string) (base string, stdout, stderr *lockedBuffer, stop func() error) {
+// startRunWithEnv is startRun with environment variables and the caller's heap tuner.
+func startRunWithEnv(t *testing.T, env map[string]string, tuneHeap heapTuner, args ...string) (base string, stdout, stderr *lockedBuffer, stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout, stderr = &lockedBuffer{}, &lockedBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, append([]string{"-addr", "127.0.0.1:0"}, args...), func(k string) string { return env[k] }, stdout, stderr)
+		done <- run(ctx, append([]string{"-addr", "127.0.0.1:0"}, args...), func(k string) string { return env[k] }, stdout, stderr, tuneHeap)
 	}()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -881,7 +881,7 @@ func TestParseConfig(t *testing.T) {
 		}
 	}
 	var usage bytes.Buffer
-	if err := run(context.Background(), []string{"-h"}, env(), &usage, io.Discard); err != nil || !strings.Contains(usage.String(), "-seed-orders") || !strings.Contains(usage.String(), "SANDBOX_") {
+	if err := run(context.Background(), []string{"-h"}, env(), &usage, io.Discard, nil); err != nil || !strings.Contains(usage.String(), "-seed-orders") || !strings.Contains(usage.String(), "SANDBOX_") {
 		t.Errorf("run -h = %v, printed %q; want nil and the flags", err, usage.String())
 	}
 }
@@ -906,7 +906,7 @@ func TestRunRefusesABadStart(t *testing.T) {
 		{[]string{"-seed-orders", "-5"}, nil, `invalid value "-5" for flag -seed-orders: want a whole number from 0 to 5000000`},
 	}
 	for _, tt := range tests {
-		err := run(context.Background(), tt.args, func(k string) string { return tt.env[k] }, io.Discard, io.Discard)
+		err := run(context.Background(), tt.args, func(k string) string { return tt.env[k] }, io.Discard, io.Discard, nil)
 		if err == nil || err.Error() != tt.want {
 			t.Errorf("run(%q, %v) = %v, want %s", tt.args, tt.env, err, tt.want)
 		}
@@ -1005,11 +1005,11 @@ func TestRunWithADatasetFile(t *testing.T) {
 	}
 	bad := t.TempDir() + "/bad.json"
 	os.WriteFile(bad, []byte(dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"ebay"`, `"woocommerce"`, 1))), 0o644)
-	err := run(context.Background(), []string{"-addr", "127.0.0.1:0", "-data", bad}, func(string) string { return "" }, io.Discard, io.Discard)
+	err := run(context.Background(), []string{"-addr", "127.0.0.1:0", "-data", bad}, func(string) string { return "" }, io.Discard, io.Discard, nil)
 	if want := "dataset " + bad + `: $.orders[0].platform: unknown platform "woocommerce"; want one of amazon, ebay, etsy, shopify, tiktok_shop`; err == nil || err.Error() != want {
 		t.Errorf("run -data bad.json = %v, want %s", err, want)
 	}
-	err = run(context.Background(), []string{"-addr", "127.0.0.1:0"}, func(k string) string { return map[string]string{"SANDBOX_DATA": bad}[k] }, io.Discard, io.Discard)
+	err = run(context.Background(), []string{"-addr", "127.0.0.1:0"}, func(k string) string { return map[string]string{"SANDBOX_DATA": bad}[k] }, io.Discard, io.Discard, nil)
 	if err == nil || !strings.HasPrefix(err.Error(), "dataset "+bad+": $.orders[0].platform") {
 		t.Errorf("run with SANDBOX_DATA=bad.json = %v, want the dataset refused", err)
 	}
@@ -2209,13 +2209,14 @@ func TestShutdownGraceRunsOut(t *testing.T) {
 	}
 }
 
-// TestRunBoundsHeapGrowth: with a large dataset, run lets the heap grow by a bounded
-// amount past it rather than double it; a GOGC variable, when set, wins; the setting is
-// restored when run returns.
+// TestRunBoundsHeapGrowth: with a large dataset and main's heap tuner, run lets the heap
+// grow by a bounded amount past it rather than double it; a GOGC variable, when set, wins;
+// the setting is restored when run returns; without a tuner run leaves it alone, so that
+// tests may call run in parallel.
 func TestRunBoundsHeapGrowth(t *testing.T) {
 	current := func() int { p := debug.SetGCPercent(100); debug.SetGCPercent(p); return p }
 	before := current()
-	_, _, _, stop := startRunWithEnv(t, nil, "-seed-orders", "600000")
+	_, _, _, stop := startRunWithEnv(t, nil, boundHeapGrowth, "-seed-orders", "600000")
 	during := current()
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -2226,13 +2227,21 @@ func TestRunBoundsHeapGrowth(t *testing.T) {
 	if after := current(); after != before {
 		t.Errorf("GC percentage %d after run returned, want %d as before", after, before)
 	}
-	_, _, _, stop = startRunWithEnv(t, map[string]string{"GOGC": "100"}, "-seed-orders", "600000")
+	_, _, _, stop = startRunWithEnv(t, map[string]string{"GOGC": "100"}, boundHeapGrowth, "-seed-orders", "600000")
 	during = current()
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	if during != before {
 		t.Errorf("GC percentage %d with GOGC set, want %d: the variable wins", during, before)
+	}
+	_, _, _, stop = startRun(t, "-seed-orders", "600000")
+	during = current()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if during != before {
+		t.Errorf("GC percentage %d from run without a tuner, want %d", during, before)
 	}
 }
 
@@ -2951,7 +2960,7 @@ func TestBannerSaysWhereItListens(t *testing.T) {
 			t.Errorf("exposure(%s) = %q, want %q...", tt.addr, got, tt.want)
 		}
 	}
-	err := run(context.Background(), nil, func(k string) string { return map[string]string{"SANDBOX_ADDR": "nonsense"}[k] }, io.Discard, io.Discard)
+	err := run(context.Background(), nil, func(k string) string { return map[string]string{"SANDBOX_ADDR": "nonsense"}[k] }, io.Discard, io.Discard, nil)
 	if want := "SANDBOX_ADDR nonsense: listen tcp: address nonsense: missing port in address"; err == nil || err.Error() != want {
 		t.Errorf("run with SANDBOX_ADDR=nonsense = %v, want %s", err, want)
 	}

@@ -470,15 +470,15 @@ func (ix *orderIndex) stateJSONOf(st *orderState) []byte {
 	return ix.stateJSON[st.off : st.off+st.size]
 }
 
-// count is how many orders the tenant has.
+// The record accessors: order i is the i-th of the list of all, newest first.
+
 func (ix *orderIndex) count() int { return len(ix.records) }
 
-// resource is the JSON of order i.
 func (ix *orderIndex) resource(i int) []byte {
 	return ix.bytes[ix.records[i].off:ix.end(i)]
 }
 
-// end is where order i's JSON ends in bytes.
+// end is where order i's JSON ends in bytes: a comma before the next order's.
 func (ix *orderIndex) end(i int) int {
 	if i+1 < len(ix.records) {
 		return int(ix.records[i+1].off) - 1
@@ -486,13 +486,11 @@ func (ix *orderIndex) end(i int) int {
 	return len(ix.bytes) - 1
 }
 
-// id is order i's id.
 func (ix *orderIndex) id(i int) []byte {
 	r := &ix.records[i]
 	return ix.ids[r.idOff : r.idOff+uint32(r.idLen)]
 }
 
-// createdAt is order i's created_at.
 func (ix *orderIndex) createdAt(i int) time.Time {
 	return time.Unix(ix.records[i].sec, int64(ix.records[i].nsec)).UTC()
 }
@@ -865,7 +863,7 @@ func (ix *orderIndex) serveGet(w http.ResponseWriter, r *http.Request, at time.T
 		}
 		b = ix.stateJSONOf(st)
 	}
-	writeBody(w, http.StatusOK, jsonContentType, ix.lengths[len(b)], b)
+	writeSized(w, http.StatusOK, jsonContentType, ix.lengths[len(b)], b)
 	return nil
 }
 
@@ -910,6 +908,6 @@ func (ls *orderLister) serveList(w http.ResponseWriter, r *http.Request, ix *ord
 		b = append(b, `,"next_cursor":null,"has_more":false}}`...)
 	}
 	*buf = b
-	writeBody(w, http.StatusOK, jsonContentType, []string{strconv.Itoa(len(b))}, b)
+	writeBody(w, http.StatusOK, jsonContentType, b)
 	return nil
 }

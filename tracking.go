@@ -154,7 +154,7 @@ type shipment struct {
 	createdAt      time.Time // zero: it always existed; before it, the shipment is not found
 	sameNumber     *shipment // the next shipment of the tenant with the same primary number
 	dropped        int       // raw events not interpretable, dropped at load
-	full           body
+	full           prepared
 	heads          [][]byte    // indexed like trackingStatuses: the view up to `"events":[`
 	events         []byte      // every event's JSON, joined by commas
 	ends           []int       // where each event's JSON ends in events
@@ -185,7 +185,7 @@ func newShipment(rec shipmentRecord, events []stampedEvent) (*shipment, error) {
 		}
 		s.heads[i] = view[:len(view)-len("]}")]
 	}
-	s.full = bodyOf(s.view(len(events)))
+	s.full = prepare(s.view(len(events)))
 	return s, nil
 }
 
@@ -224,12 +224,11 @@ func (s *shipment) statusAt(at time.Time) string {
 func (s *shipment) write(w http.ResponseWriter, at time.Time) {
 	k := s.shown(at)
 	if k == len(s.instants) {
-		writeBody(w, http.StatusOK, jsonContentType, s.full.length, s.full.bytes)
+		s.full.write(w, http.StatusOK, jsonContentType)
 		return
 	}
 	head, events := s.parts(k)
-	length := []string{strconv.Itoa(len(head) + len(events) + len("]}"))}
-	writeBody(w, http.StatusOK, jsonContentType, length, head, events, viewEnd)
+	writeBody(w, http.StatusOK, jsonContentType, head, events, viewEnd)
 }
 
 // viewEnd closes a tracking view's events and the view; never modified.
@@ -315,6 +314,9 @@ func (ix *shipmentIndex) addShipment(path, where string, rec shipmentRecord, sta
 	}
 	return s, n, nil
 }
+
+// count is how many shipments the tenant has.
+func (ix *shipmentIndex) count() int { return len(ix.list) }
 
 // build prepares what the index finds without a scan, once every shipment is added.
 func (ix *shipmentIndex) build() {
