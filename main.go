@@ -156,6 +156,12 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	if !given["data"] && getenv("SANDBOX_DATA") != "" {
 		cfg.dataName = "SANDBOX_DATA"
 	}
+	return cfg, fallBack(fs, given, getenv)
+}
+
+// fallBack sets each flag not given from its variable, SANDBOX_<NAME>; a bad value names
+// the variable.
+func fallBack(fs *flag.FlagSet, given map[string]bool, getenv func(string) string) error {
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		name := "SANDBOX_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
@@ -167,7 +173,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 			err = fmt.Errorf("invalid value %q for %s (the fallback of -%s): %v", v, name, f.Name, e)
 		}
 	})
-	return cfg, err
+	return err
 }
 
 // wholeNumber is a flag's parser of a whole number from 0 to most.

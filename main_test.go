@@ -4,10 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"html"
 	"io"
@@ -34,10 +34,36 @@ import (
 	"time"
 )
 
-// The test harness: every request of the suite goes through the real handler chain
-// (server.handler, as run serves it), and every response is checked against the rules
-// that hold for all responses and against the OpenAPI document. Helpers take the caller's
-// own t.
+// The suite, in the order of this file:
+//
+//   - The harness: every request goes through the real handler chain (server.handler, as
+//     run serves it), and every response is checked against the rules that hold for all
+//     responses and against the OpenAPI document. Helpers take the caller's own t.
+//   - main.go: the way out in the worst arrangement (first: its 15 s of waiting is what the
+//     other tests overlap), flags and run, loading, routes and paths, real sockets, the
+//     body cap, the access log, shutdown, the OpenAPI document, the README's examples run
+//     as written, the landing page, CORS.
+//   - auth.go: keys on every operation, the rate limit, the sandbox clock.
+//   - Timelines: acct_sync at each instant, Prefer clock, refusals, shipments created
+//     later, pages under a moving timeline, the page's timeline.
+//   - tracking.go, orders.go, cursor.go, errors.go: each file's rules.
+//   - Fuzz targets, one for every parser of client or dataset input.
+//   - Benchmarks, through the whole handler chain.
+//
+// Tests run in parallel but for the few that measure the heap, compare timings or set the
+// collector; real processes are started only where signals, pipes and sockets are the point.
+
+// TestMain lets more tests run at once than the machine has cores, go test's default: most
+// of them wait on sockets, timers and other processes. -parallel, when given, wins.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", "8")
+	}
+	os.Exit(m.Run())
+}
 
 // testNow is the fake clock's start: after sk_test_sandbox_expired's expiry.
 var testNow = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -256,6 +282,9 @@ var rfc9110Titles = map[int]string{
 	413: "Content Too Large", 422: "Unprocessable Content", 429: "Too Many Requests", 500: "Internal Server Error",
 	502: "Bad Gateway", 503: "Service Unavailable",
 }
+
+// caseName is s as a subtest's name: a / would make it two levels.
+func caseName(s string) string { return strings.ReplaceAll(s, "/", "∕") }
 
 // wantProblem checks an error response's status, code and param.
 func wantProblem(t testing.TB, rep reply, status int, code, param string) problem {
@@ -808,7 +837,112 @@ func openSink() *gatedSink {
 // main.go: flags and run, the route table and the wrappers, the access log, connection
 // limits and shutdown, loading a dataset, the OpenAPI document.
 
+// stalledPipe is a pipe that nobody reads, filled to the brim before the sandbox starts:
+// every write to it blocks, as to a terminal paused with Ctrl-S.
+func stalledPipe(t *testing.T) *os.File {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(); w.Close() })
+	w.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+	for chunk := make([]byte, 4096); ; {
+		if _, err := w.Write(chunk); err != nil {
+			break
+		}
+	}
+	w.SetWriteDeadline(time.Time{})
+	return w
+}
+
+// busyCores saturates every core with other processes until the test ends.
+func busyCores(t *testing.T) {
+	t.Helper()
+	for range runtime.NumCPU() {
+		burn := exec.Command("sh", "-c", "while :; do :; done")
+		if err := burn.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { burn.Process.Kill(); burn.Wait() })
+	}
+}
+
+// TestTheWayOutIsBoundedInTheWorstArrangement (first of all: its 15 s of waiting is what the
+// other tests overlap): stdout and stderr are one pipe that nobody
+// reads, and every core is busy. A signal while serving ends the process within 15 s, and
+// a signal while loading within 2 s, each a deadline from the signal; the lines that could
+// not be written are lost and the exit status is 1.
+func TestTheWayOutIsBoundedInTheWorstArrangement(t *testing.T) {
+	t.Parallel()
+	bin, err := sandboxBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(t *testing.T, args ...string) (*exec.Cmd, string) {
+		free, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := free.Addr().String()
+		free.Close()
+		out := stalledPipe(t)
+		cmd := exec.Command(bin, append([]string{"-addr", addr, "-rate", "0"}, args...)...)
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd, addr
+	}
+	t.Run("serving", func(t *testing.T) {
+		t.Parallel()
+		cmd, addr := start(t)
+		client := &http.Client{Timeout: time.Second}
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if res, err := client.Get("http://" + addr + "/healthz"); err == nil {
+				res.Body.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the sandbox did not serve within 20 s while its outputs were stalled")
+			}
+		}
+		for range 200 {
+			if status, _ := httpGet(t, "http://"+addr+"/v1/orders", "Bearer sk_test_sandbox_all"); status != 200 {
+				t.Fatalf("GET /v1/orders = %d", status)
+			}
+		}
+		busyCores(t)
+		signalled := time.Now()
+		cmd.Process.Signal(syscall.SIGTERM)
+		took, status := waitExit(t, cmd, signalled, 15*time.Second)
+		t.Logf("exited %v after the signal, status %d", took, status)
+		if took > 15*time.Second || status != 1 {
+			t.Errorf("stalled outputs, busy cores, a signal while serving: exit status %d after %v; want 1 within 15 s", status, took)
+		}
+	})
+	t.Run("loading", func(t *testing.T) {
+		t.Parallel()
+		busyCores(t)
+		cmd, addr := start(t, "-seed-orders", "5000000")
+		time.Sleep(500 * time.Millisecond)
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			t.Fatal("the sandbox serves already: no signal during loading can be tried")
+		}
+		signalled := time.Now()
+		cmd.Process.Signal(syscall.SIGTERM)
+		took, status := waitExit(t, cmd, signalled, 2*time.Second)
+		t.Logf("exited %v after the signal, status %d", took, status)
+		if took > 2*time.Second || status != 1 {
+			t.Errorf("stalled outputs, busy cores, a signal while loading: exit status %d after %v; want 1 within 2 s", status, took)
+		}
+	})
+}
+
 func TestParseConfig(t *testing.T) {
+	t.Parallel()
 	env := func(kv ...string) func(string) string {
 		m := map[string]string{}
 		for i := 0; i+1 < len(kv); i += 2 {
@@ -816,37 +950,49 @@ func TestParseConfig(t *testing.T) {
 		}
 		return func(k string) string { return m[k] }
 	}
-	good := []struct {
+	// settings is what a config says, as a comparable value.
+	type settings struct {
+		addr, addrName, dataName, dataFile, cursorSecret, corsOrigin string
+		rate, seedOrders                                             int
+		clock                                                        string
+	}
+	settingsOf := func(c config) settings {
+		s := settings{c.addr, c.addrName, c.dataName, c.dataFile, c.cursorSecret, c.corsOrigin, c.rate, c.seedOrders, ""}
+		if c.clock != nil {
+			s.clock = formatTimestamp(*c.clock)
+		}
+		return s
+	}
+	defaults := settings{addr: "127.0.0.1:8080", addrName: "-addr", dataName: "-data", rate: 25}
+	with := func(change func(*settings)) settings { s := defaults; change(&s); return s }
+	for _, tt := range []struct {
 		name   string
 		args   []string
 		getenv func(string) string
-		check  func(config) bool
+		want   settings
 	}{
-		{"defaults", nil, env(), func(c config) bool {
-			return c.addr == "127.0.0.1:8080" && c.rate == 25 && c.seedOrders == 0 && c.dataFile == "" && c.cursorSecret == ""
-		}},
-		{"flags", []string{"-addr", ":9090", "-rate", "0", "-seed-orders", "1000", "-data", "x.json", "-cursor-secret", "s"}, env(), func(c config) bool {
-			return c.addr == ":9090" && c.rate == 0 && c.seedOrders == 1000 && c.dataFile == "x.json" && c.cursorSecret == "s"
-		}},
-		{"environment fallbacks", nil, env("SANDBOX_ADDR", ":1", "SANDBOX_RATE", "7", "SANDBOX_SEED_ORDERS", "3", "SANDBOX_DATA", "d.json", "SANDBOX_CURSOR_SECRET", "e", "SANDBOX_CLOCK", "2026-03-29T02:30:00+01:00"), func(c config) bool {
-			return c.addr == ":1" && c.rate == 7 && c.seedOrders == 3 && c.dataFile == "d.json" && c.cursorSecret == "e" && c.clock != nil && formatTimestamp(*c.clock) == "2026-03-29T01:30:00Z"
-		}},
-		{"-clock", []string{"-clock", "2026-11-23T10:00:00Z"}, env(), func(c config) bool {
-			return c.clock != nil && c.clock.Equal(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-		}},
-		{"no -clock", nil, env(), func(c config) bool { return c.clock == nil }},
-		{"origins", []string{"-cors-origin", "https://app.example.com:8443"}, env(), func(c config) bool { return c.corsOrigin == "https://app.example.com:8443" }},
-		{"an IPv6 origin", []string{"-cors-origin", "http://[::1]:3000"}, env(), func(c config) bool { return c.corsOrigin == "http://[::1]:3000" }},
-		{"any origin", []string{"-cors-origin", "*"}, env(), func(c config) bool { return c.corsOrigin == "*" }},
-		{"a flag beats its variable", []string{"-rate", "9"}, env("SANDBOX_RATE", "fast"), func(c config) bool { return c.rate == 9 }},
+		{"defaults", nil, env(), defaults},
+		{"flags", []string{"-addr", ":9090", "-rate", "0", "-seed-orders", "1000", "-data", "x.json", "-cursor-secret", "s"}, env(), with(func(s *settings) {
+			s.addr, s.rate, s.seedOrders, s.dataFile, s.cursorSecret = ":9090", 0, 1000, "x.json", "s"
+		})},
+		{"environment fallbacks", nil, env("SANDBOX_ADDR", ":1", "SANDBOX_RATE", "7", "SANDBOX_SEED_ORDERS", "3", "SANDBOX_DATA", "d.json", "SANDBOX_CURSOR_SECRET", "e", "SANDBOX_CLOCK", "2026-03-29T02:30:00+01:00"), with(func(s *settings) {
+			s.addr, s.addrName, s.rate, s.seedOrders, s.dataFile, s.dataName, s.cursorSecret, s.clock = ":1", "SANDBOX_ADDR", 7, 3, "d.json", "SANDBOX_DATA", "e", "2026-03-29T01:30:00Z"
+		})},
+		{"-clock", []string{"-clock", "2026-11-23T10:00:00Z"}, env(), with(func(s *settings) { s.clock = "2026-11-23T10:00:00Z" })},
+		{"an origin", []string{"-cors-origin", "https://app.example.com:8443"}, env(), with(func(s *settings) { s.corsOrigin = "https://app.example.com:8443" })},
+		{"an IPv6 origin", []string{"-cors-origin", "http://[::1]:3000"}, env(), with(func(s *settings) { s.corsOrigin = "http://[::1]:3000" })},
+		{"any origin", []string{"-cors-origin", "*"}, env(), with(func(s *settings) { s.corsOrigin = "*" })},
+		{"a flag beats its variable", []string{"-rate", "9", "-addr", ":2"}, env("SANDBOX_RATE", "fast", "SANDBOX_ADDR", ":3"), with(func(s *settings) { s.rate, s.addr = 9, ":2" })},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := parseConfig(tt.args, tt.getenv, io.Discard)
+			if got := settingsOf(c); err != nil || got != tt.want {
+				t.Errorf("parseConfig(%q) = %+v, %v; want %+v", tt.args, got, err, tt.want)
+			}
+		})
 	}
-	for _, tt := range good {
-		c, err := parseConfig(tt.args, tt.getenv, io.Discard)
-		if err != nil || !tt.check(c) {
-			t.Errorf("%s: parseConfig = %+v, %v", tt.name, c, err)
-		}
-	}
-	bad := []struct {
+	const origin = `want one origin such as http://localhost:3000, or *`
+	for _, tt := range []struct {
 		args   []string
 		getenv func(string) string
 		want   string
@@ -859,26 +1005,27 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"-port", "1"}, env(), `flag provided but not defined: -port (see -h for the flags)`},
 		{[]string{"serve"}, env(), `unexpected argument "serve": the sandbox takes flags only (see -h)`},
 		{nil, env("SANDBOX_RATE", "fast"), `invalid value "fast" for SANDBOX_RATE (the fallback of -rate): want a whole number from 0 to 1000000000`},
-		{[]string{"-cors-origin", "localhost:3000"}, env(), `invalid value "localhost:3000" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
-		{[]string{"-cors-origin", "http://localhost:3000/app"}, env(), `invalid value "http://localhost:3000/app" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
-		{[]string{"-cors-origin", "http://localhost:99999"}, env(), `invalid value "http://localhost:99999" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
-		{[]string{"-cors-origin", "http://..."}, env(), `invalid value "http://..." for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
-		{[]string{"-cors-origin", "http://[:]"}, env(), `invalid value "http://[:]" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
-		{[]string{"-cors-origin", "http://-"}, env(), `invalid value "http://-" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
-		{[]string{"-cors-origin", "http://x:0"}, env(), `invalid value "http://x:0" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
-		{[]string{"-cors-origin", "http://LOCALHOST:3000"}, env(), `invalid value "http://LOCALHOST:3000" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
-		{[]string{"-cors-origin", "http://localhost:80"}, env(), `invalid value "http://localhost:80" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
-		{[]string{"-cors-origin", "https://app.test:443"}, env(), `invalid value "https://app.test:443" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
-		{[]string{"-cors-origin", "ftp://localhost:3000"}, env(), `invalid value "ftp://localhost:3000" for flag -cors-origin: want one origin such as http://localhost:3000, or *`},
+		{[]string{"-cors-origin", "localhost:3000"}, env(), `invalid value "localhost:3000" for flag -cors-origin: ` + origin},
+		{[]string{"-cors-origin", "http://localhost:3000/app"}, env(), `invalid value "http://localhost:3000/app" for flag -cors-origin: ` + origin},
+		{[]string{"-cors-origin", "http://localhost:99999"}, env(), `invalid value "http://localhost:99999" for flag -cors-origin: ` + origin},
+		{[]string{"-cors-origin", "http://..."}, env(), `invalid value "http://..." for flag -cors-origin: ` + origin},
+		{[]string{"-cors-origin", "http://[:]"}, env(), `invalid value "http://[:]" for flag -cors-origin: ` + origin},
+		{[]string{"-cors-origin", "http://-"}, env(), `invalid value "http://-" for flag -cors-origin: ` + origin},
+		{[]string{"-cors-origin", "http://x:0"}, env(), `invalid value "http://x:0" for flag -cors-origin: ` + origin},
+		{[]string{"-cors-origin", "http://LOCALHOST:3000"}, env(), `invalid value "http://LOCALHOST:3000" for flag -cors-origin: ` + origin},
+		{[]string{"-cors-origin", "http://localhost:80"}, env(), `invalid value "http://localhost:80" for flag -cors-origin: ` + origin},
+		{[]string{"-cors-origin", "https://app.test:443"}, env(), `invalid value "https://app.test:443" for flag -cors-origin: ` + origin},
+		{[]string{"-cors-origin", "ftp://localhost:3000"}, env(), `invalid value "ftp://localhost:3000" for flag -cors-origin: ` + origin},
 		{[]string{"-clock", "2026-11-23 10:00"}, env(), `invalid value "2026-11-23 10:00" for flag -clock: want an RFC 3339 timestamp with an offset, such as 2026-03-29T01:00:00Z`},
 		{nil, env("SANDBOX_CLOCK", "now"), `invalid value "now" for SANDBOX_CLOCK (the fallback of -clock): want an RFC 3339 timestamp with an offset, such as 2026-03-29T01:00:00Z`},
 		{nil, env("SANDBOX_SEED_ORDERS", "many"), `invalid value "many" for SANDBOX_SEED_ORDERS (the fallback of -seed-orders): want a whole number from 0 to 5000000`},
-	}
-	for _, tt := range bad {
-		_, err := parseConfig(tt.args, tt.getenv, io.Discard)
-		if err == nil || err.Error() != tt.want {
-			t.Errorf("parseConfig(%q) error = %v, want %s", tt.args, err, tt.want)
-		}
+	} {
+		t.Run(caseName(strings.Join(tt.args, " ")+" "+tt.want), func(t *testing.T) {
+			_, err := parseConfig(tt.args, tt.getenv, io.Discard)
+			if got := fmt.Sprint(err); got != tt.want {
+				t.Errorf("parseConfig(%q) error = %s, want %s", tt.args, got, tt.want)
+			}
+		})
 	}
 	var usage bytes.Buffer
 	if err := run(context.Background(), []string{"-h"}, env(), &usage, io.Discard, nil); err != nil || !strings.Contains(usage.String(), "-seed-orders") || !strings.Contains(usage.String(), "SANDBOX_") {
@@ -887,6 +1034,7 @@ func TestParseConfig(t *testing.T) {
 }
 
 func TestRunRefusesABadStart(t *testing.T) {
+	t.Parallel()
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -906,15 +1054,18 @@ func TestRunRefusesABadStart(t *testing.T) {
 		{[]string{"-seed-orders", "-5"}, nil, `invalid value "-5" for flag -seed-orders: want a whole number from 0 to 5000000`},
 	}
 	for _, tt := range tests {
-		err := run(context.Background(), tt.args, func(k string) string { return tt.env[k] }, io.Discard, io.Discard, nil)
-		if err == nil || err.Error() != tt.want {
-			t.Errorf("run(%q, %v) = %v, want %s", tt.args, tt.env, err, tt.want)
-		}
+		t.Run(caseName(strings.Join(tt.args, " ")+" "+fmt.Sprint(tt.env)), func(t *testing.T) {
+			err := run(context.Background(), tt.args, func(k string) string { return tt.env[k] }, io.Discard, io.Discard, nil)
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("run(%q, %v) = %v, want %s", tt.args, tt.env, err, tt.want)
+			}
+		})
 	}
 }
 
 // TestRunServesTheDefaultSandbox is the README's first use: go run ., then curl.
 func TestRunServesTheDefaultSandbox(t *testing.T) {
+	t.Parallel()
 	base, stdout, stderr, stop := startRun(t)
 	if !strings.HasPrefix(base, "http://127.0.0.1:") || !strings.HasSuffix(base, "/v1") {
 		t.Errorf("base URL %q, want http://127.0.0.1:<port>/v1", base)
@@ -966,6 +1117,7 @@ func TestRunServesTheDefaultSandbox(t *testing.T) {
 // TestMainExitsNonZero runs main in a child process: a refused start prints one line that
 // names the flag and exits 1.
 func TestMainExitsNonZero(t *testing.T) {
+	t.Parallel()
 	if args := os.Getenv("SANDBOX_TEST_MAIN_ARGS"); args != "" {
 		os.Args = append([]string{"sandbox"}, strings.Fields(args)...)
 		main()
@@ -991,6 +1143,7 @@ func TestMainExitsNonZero(t *testing.T) {
 // TestRunWithADatasetFile: -data serves the user's dataset; a bad file is refused by run
 // with its name, the JSON path and the reason.
 func TestRunWithADatasetFile(t *testing.T) {
+	t.Parallel()
 	base, stdout, _, stop := startRun(t, "-data", "testdata/example.json")
 	status, body := httpGet(t, base+"/orders/ord_acme_2", "Bearer sk_test_acme_all")
 	want := `{"id":"ord_acme_2","merchant_reference":"ACME-1002","platform":"ebay","status":"fulfilled","shipment_id":"shp_acme_1","created_at":"2026-11-09T16:20:00Z"}`
@@ -1018,6 +1171,7 @@ func TestRunWithADatasetFile(t *testing.T) {
 // TestDatasetRefusals: a dataset that cannot be served is refused with the file, the JSON
 // path of the fault and the reason.
 func TestDatasetRefusals(t *testing.T) {
+	t.Parallel()
 	ship := func(id, orderID string) string {
 		return `{"id":"` + id + `","account":"acct_a","environment":"test","reference":"S","order_id":"` + orderID + `"}`
 	}
@@ -1129,8 +1283,8 @@ func manyAccounts(n int, linked bool) []byte {
 // TestLinkedAccountsLoadInLinearTime: linking a shipment to its order asks no other
 // tenant, so many linked accounts load about as fast as unlinked ones (asking every tenant
 // made 10,000 take 20 s and more). The fastest of three loads of each is compared.
-func TestLinkedAccountsLoadInLinearTime(t *testing.T) {
-	const n = 5000
+func TestLinkedAccountsLoadInLinearTime(t *testing.T) { // not parallel: it compares two timings
+	const n = 3000
 	fastest := func(data []byte) time.Duration {
 		best := time.Hour
 		for range 3 {
@@ -1149,6 +1303,7 @@ func TestLinkedAccountsLoadInLinearTime(t *testing.T) {
 }
 
 func TestRoutesMethodsAndPaths(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	tests := []struct {
 		method, target string
@@ -1200,7 +1355,7 @@ func TestRoutesMethodsAndPaths(t *testing.T) {
 		{"GET", "/v1/openapi.json", 200, ""},
 	}
 	for _, tt := range tests {
-		t.Run(tt.method+" "+tt.target[:min(len(tt.target), 60)], func(t *testing.T) {
+		t.Run(caseName(tt.method+" "+tt.target[:min(len(tt.target), 60)]), func(t *testing.T) {
 			rep := e.do(t, newRequest(tt.method, tt.target, "sk_test_sandbox_all"))
 			if tt.status == 200 {
 				if rep.status != 200 {
@@ -1239,6 +1394,7 @@ func TestRoutesMethodsAndPaths(t *testing.T) {
 // TestIsCleanPath: the guard agrees with ServeMux's own rule (path.Clean, keeping a
 // trailing slash), so that the mux never gets a path it would redirect.
 func TestIsCleanPath(t *testing.T) {
+	t.Parallel()
 	muxClean := func(p string) bool {
 		if p == "" || p[0] != '/' {
 			return false
@@ -1273,6 +1429,7 @@ func TestIsCleanPath(t *testing.T) {
 // TestServedOverTCP checks what only a real connection shows: HEAD sends no body, an
 // unclean path is not redirected, OPTIONS * is the handler's, and a CONNECT gets JSON.
 func TestServedOverTCP(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	ts := httptest.NewUnstartedServer(e.h)
 	ts.Config = newHTTPServer(defaultConfig(), e.h, slog.New(slog.DiscardHandler))
@@ -1337,6 +1494,7 @@ func readAll(conn net.Conn) (string, bool) {
 // TestHalfClosedClientGetsNoEmptySuccess: a client that closes its side while a Prefer
 // delay runs gets the whole answer or none, never a 200 with no body.
 func TestHalfClosedClientGetsNoEmptySuccess(t *testing.T) {
+	t.Parallel()
 	addr := serveTCP(t, newEnv(t, envOptions{}).h, defaultConfig())
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -1355,6 +1513,7 @@ func TestHalfClosedClientGetsNoEmptySuccess(t *testing.T) {
 // is read, so a Prefer delay reads it first: a client with a body that goes away during
 // the delay is logged 499 at once and changes nothing; the body is judged after the delay.
 func TestADelayWatchesAClientThatSentABody(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	conn, err := net.Dial("tcp", serveTCP(t, e.h, defaultConfig()))
 	if err != nil {
@@ -1392,6 +1551,7 @@ func TestADelayWatchesAClientThatSentABody(t *testing.T) {
 // TestKeptAliveConnectionsCutPartialHeaders: after a first request, headers that arrive
 // partly and then stall are cut off, as on a new connection: within 30 s by default.
 func TestKeptAliveConnectionsCutPartialHeaders(t *testing.T) {
+	t.Parallel()
 	if d := defaultConfig(); d.idleTimeout > 30*time.Second || d.readHeaderTimeout > 30*time.Second {
 		t.Errorf("IdleTimeout %v, ReadHeaderTimeout %v: partial headers of a kept-alive connection would wait past 30 s", d.idleTimeout, d.readHeaderTimeout)
 	}
@@ -1425,6 +1585,7 @@ func TestKeptAliveConnectionsCutPartialHeaders(t *testing.T) {
 // a Content-Length beside it, which net/http drops before any handler) is answered, and
 // the connection is then closed.
 func TestFramingOfItsOwnClosesTheConnection(t *testing.T) {
+	t.Parallel()
 	addr := serveTCP(t, newEnv(t, envOptions{}).h, defaultConfig())
 	for _, framing := range []string{"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", "Transfer-Encoding: chunked\r\n"} {
 		conn, err := net.Dial("tcp", addr)
@@ -1444,6 +1605,7 @@ func TestFramingOfItsOwnClosesTheConnection(t *testing.T) {
 // order answers: route/method, body size, key, live, rate limit, scope, Prefer,
 // parameters (422, then 400), resource.
 func TestCheckOrder(t *testing.T) {
+	t.Parallel()
 	big := strings.Repeat("x", maxBodyBytes+1)
 	tests := []struct {
 		name, method, target, key, body string
@@ -1482,6 +1644,7 @@ func TestCheckOrder(t *testing.T) {
 }
 
 func TestBodyLimit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	body := func(n int, declared bool, key string) *http.Request {
 		var r *http.Request
@@ -1555,6 +1718,7 @@ func TestBodyLimit(t *testing.T) {
 // TestPanicsBecomeInternalErrors: a panic in a handler is a 500 internal_error showing no
 // internals; the stack is logged with the request id; the server keeps serving.
 func TestPanicsBecomeInternalErrors(t *testing.T) {
+	t.Parallel()
 	panicking := route{"GET /v1/test/panic", func(w http.ResponseWriter, r *http.Request, c *call) {
 		w.Header().Set("Content-Type", "text/plain")
 		panic("boom: secret internals at /home/build/sandbox/orders.go:42")
@@ -1602,6 +1766,7 @@ func TestPanicsBecomeInternalErrors(t *testing.T) {
 // TestAccessLog: one structured line per request, with method, route, status, duration,
 // request id and account.
 func TestAccessLog(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	type line struct {
 		Msg         string `json:"msg"`
@@ -1661,6 +1826,7 @@ func TestAccessLog(t *testing.T) {
 // TestLogValuesAreBounded: a method a client sends over 256 bytes is logged as its first
 // 253 bytes, cut at a UTF-8 boundary, and "...", so a 64 KiB method costs a normal line.
 func TestLogValuesAreBounded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	e.do(t, newRequest(strings.Repeat("M", 64<<10), "/v1/orders", ""))
 	logs := strings.TrimSpace(e.logs.String())
@@ -1681,15 +1847,18 @@ func TestLogValuesAreBounded(t *testing.T) {
 		{strings.Repeat("a", 251) + "日" + strings.Repeat("a", 10), strings.Repeat("a", 251) + "..."},
 		{strings.Repeat("a", 250) + "日" + strings.Repeat("a", 10), strings.Repeat("a", 250) + "日..."},
 	} {
-		if got := boundLogValue(tt.in); got != tt.want {
-			t.Errorf("boundLogValue(%d bytes) = %q, want %q", len(tt.in), got, tt.want)
-		}
+		t.Run(fmt.Sprint(len(tt.in), " bytes, ", tt.in[250:]), func(t *testing.T) {
+			if got := boundLogValue(tt.in); got != tt.want {
+				t.Errorf("boundLogValue(%d bytes) = %q, want %q", len(tt.in), got, tt.want)
+			}
+		})
 	}
 }
 
 // TestRequestLineIsWhatJSONHandlerWrites: the access log's line, written without a slog
 // record, is byte for byte what slog's JSONHandler writes for the same record.
 func TestRequestLineIsWhatJSONHandlerWrites(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 11, 22, 4, 5, 6, 789000000, time.UTC)
 	tests := []struct {
 		name                     string
@@ -1720,6 +1889,7 @@ func TestRequestLineIsWhatJSONHandlerWrites(t *testing.T) {
 }
 
 func TestRequestIDsAreUnique(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1})
 	seen := map[string]bool{}
 	for i := 0; i < 2000; i++ {
@@ -1734,6 +1904,7 @@ func TestRequestIDsAreUnique(t *testing.T) {
 // TestSecretsAreNeverLogged: the log of a run that uses every key, on every operation and
 // in every odd place, holds no key and no Authorization value.
 func TestSecretsAreNeverLogged(t *testing.T) {
+	t.Parallel()
 	base, _, stderr, stop := startRun(t)
 	keys := []string{"sk_test_sandbox_all", "sk_test_sandbox_tracking", "sk_test_sandbox_orders", "sk_test_sandbox_none", "sk_test_sandbox_expired", "sk_test_sandbox_revoked", "sk_test_other_all", "sk_live_sandbox_all", "sk_test_not_a_key"}
 	for _, key := range keys {
@@ -1760,6 +1931,7 @@ func TestSecretsAreNeverLogged(t *testing.T) {
 // TestLogBufferKeepsEveryLine: lines from many writers all arrive, whole and in each
 // writer's order, whether flushed by the timer, by size or at Close.
 func TestLogBufferKeepsEveryLine(t *testing.T) {
+	t.Parallel()
 	sink := openSink()
 	l := newLogBuffer(sink, time.Millisecond)
 	const writers, lines = 8, 3000
@@ -1802,6 +1974,7 @@ func TestLogBufferKeepsEveryLine(t *testing.T) {
 // TestLogBufferFlushes: lines go out on the timer, and at once when a batch is full,
 // without waiting for Close.
 func TestLogBufferFlushes(t *testing.T) {
+	t.Parallel()
 	sink := openSink()
 	l := newLogBuffer(sink, 10*time.Millisecond)
 	l.Write([]byte("one line\n"))
@@ -1820,6 +1993,7 @@ func TestLogBufferFlushes(t *testing.T) {
 // their lines (no request waits on the system call), up to logMaxBacklog; past it they
 // wait for the destination rather than let the backlog grow. Nothing is lost.
 func TestLogBufferSlowSink(t *testing.T) {
+	t.Parallel()
 	sink := &gatedSink{gate: make(chan struct{})}
 	l := newLogBuffer(sink, time.Hour)
 	line := []byte(strings.Repeat("y", 1023) + "\n")
@@ -1859,14 +2033,8 @@ func TestLogBufferSlowSink(t *testing.T) {
 }
 
 func TestConnectionLimits(t *testing.T) {
+	t.Parallel()
 	cfg := defaultConfig()
-	hs := newHTTPServer(cfg, http.NotFoundHandler(), slog.New(slog.DiscardHandler))
-	if hs.ReadHeaderTimeout <= 0 || hs.ReadHeaderTimeout > 30*time.Second || hs.ReadTimeout <= 0 || hs.IdleTimeout <= 0 ||
-		hs.MaxHeaderBytes <= 0 || hs.MaxHeaderBytes > 64<<10 || hs.WriteTimeout <= maxPreferDelay {
-		t.Errorf("server limits: ReadHeaderTimeout %v, ReadTimeout %v, WriteTimeout %v, IdleTimeout %v, MaxHeaderBytes %d",
-			hs.ReadHeaderTimeout, hs.ReadTimeout, hs.WriteTimeout, hs.IdleTimeout, hs.MaxHeaderBytes)
-	}
-
 	// A client that never finishes its headers is cut off after ReadHeaderTimeout.
 	e := newEnv(t, envOptions{})
 	cfg.readHeaderTimeout = 300 * time.Millisecond
@@ -1960,6 +2128,7 @@ func startShutdownRig(t *testing.T, h http.Handler, grace time.Duration, request
 // TestGracefulShutdown: shutdown begins while a request's body is still streaming; new
 // connections are refused, the request is answered in full, and serve returns nil.
 func TestGracefulShutdown(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	rig := startShutdownRig(t, e.h, 10*time.Second,
 		"GET /v1/orders/ord_sbx_0001 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_sandbox_all\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
@@ -2045,6 +2214,7 @@ func waitExit(t *testing.T, cmd *exec.Cmd, since time.Time, limit time.Duration)
 // TestSignalDrainsAndSaysSo: SIGTERM prints a line when shutting down and one when
 // stopped, with the requests drained, and exits 0.
 func TestSignalDrainsAndSaysSo(t *testing.T) {
+	t.Parallel()
 	cmd, stdout := startProcess(t, io.Discard)
 	waitFor(t, "the banner", func() bool { return strings.Contains(stdout.String(), "Base URL: ") })
 	base := regexp.MustCompile(`Base URL: (\S+)`).FindStringSubmatch(stdout.String())[1]
@@ -2069,111 +2239,10 @@ func TestSignalDrainsAndSaysSo(t *testing.T) {
 	}
 }
 
-// stalledPipe is a pipe that nobody reads, filled to the brim before the sandbox starts:
-// every write to it blocks, as to a terminal paused with Ctrl-S.
-func stalledPipe(t *testing.T) *os.File {
-	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close(); w.Close() })
-	w.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
-	for chunk := make([]byte, 4096); ; {
-		if _, err := w.Write(chunk); err != nil {
-			break
-		}
-	}
-	w.SetWriteDeadline(time.Time{})
-	return w
-}
-
-// busyCores saturates every core with other processes until the test ends.
-func busyCores(t *testing.T) {
-	t.Helper()
-	for range runtime.NumCPU() {
-		burn := exec.Command("sh", "-c", "while :; do :; done")
-		if err := burn.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { burn.Process.Kill(); burn.Wait() })
-	}
-}
-
-// TestTheWayOutIsBoundedInTheWorstArrangement: stdout and stderr are one pipe that nobody
-// reads, and every core is busy. A signal while serving ends the process within 15 s, and
-// a signal while loading within 2 s, each a deadline from the signal; the lines that could
-// not be written are lost and the exit status is 1.
-func TestTheWayOutIsBoundedInTheWorstArrangement(t *testing.T) {
-	bin, err := sandboxBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := func(t *testing.T, args ...string) (*exec.Cmd, string) {
-		free, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := free.Addr().String()
-		free.Close()
-		out := stalledPipe(t)
-		cmd := exec.Command(bin, append([]string{"-addr", addr, "-rate", "0"}, args...)...)
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		return cmd, addr
-	}
-	t.Run("serving", func(t *testing.T) {
-		t.Parallel()
-		cmd, addr := start(t)
-		client := &http.Client{Timeout: time.Second}
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			if res, err := client.Get("http://" + addr + "/healthz"); err == nil {
-				res.Body.Close()
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the sandbox did not serve within 20 s while its outputs were stalled")
-			}
-		}
-		for range 200 {
-			if status, _ := httpGet(t, "http://"+addr+"/v1/orders", "Bearer sk_test_sandbox_all"); status != 200 {
-				t.Fatalf("GET /v1/orders = %d", status)
-			}
-		}
-		busyCores(t)
-		signalled := time.Now()
-		cmd.Process.Signal(syscall.SIGTERM)
-		took, status := waitExit(t, cmd, signalled, 15*time.Second)
-		t.Logf("exited %v after the signal, status %d", took, status)
-		if took > 15*time.Second || status != 1 {
-			t.Errorf("stalled outputs, busy cores, a signal while serving: exit status %d after %v; want 1 within 15 s", status, took)
-		}
-	})
-	t.Run("loading", func(t *testing.T) {
-		t.Parallel()
-		busyCores(t)
-		cmd, addr := start(t, "-seed-orders", "5000000")
-		time.Sleep(500 * time.Millisecond)
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			t.Fatal("the sandbox serves already: no signal during loading can be tried")
-		}
-		signalled := time.Now()
-		cmd.Process.Signal(syscall.SIGTERM)
-		took, status := waitExit(t, cmd, signalled, 2*time.Second)
-		t.Logf("exited %v after the signal, status %d", took, status)
-		if took > 2*time.Second || status != 1 {
-			t.Errorf("stalled outputs, busy cores, a signal while loading: exit status %d after %v; want 1 within 2 s", status, took)
-		}
-	})
-}
-
 // TestLogBufferCloseIsBounded: closing a log whose destination is stuck gives up after its
 // bound and says lines were lost.
 func TestLogBufferCloseIsBounded(t *testing.T) {
+	t.Parallel()
 	sink := &gatedSink{gate: make(chan struct{})}
 	defer close(sink.gate)
 	l := newLogBuffer(sink, time.Millisecond)
@@ -2190,6 +2259,7 @@ func TestLogBufferCloseIsBounded(t *testing.T) {
 // TestShutdownGraceRunsOut: a request still in flight when the grace period ends is cut
 // off, and serve says so rather than report a clean drain.
 func TestShutdownGraceRunsOut(t *testing.T) {
+	t.Parallel()
 	reading := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) })
 	// A body that never ends keeps the request in flight.
 	rig := startShutdownRig(t, reading, 100*time.Millisecond, "GET /v1/orders HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n")
@@ -2213,21 +2283,21 @@ func TestShutdownGraceRunsOut(t *testing.T) {
 // grow by a bounded amount past it rather than double it; a GOGC variable, when set, wins;
 // the setting is restored when run returns; without a tuner run leaves it alone, so that
 // tests may call run in parallel.
-func TestRunBoundsHeapGrowth(t *testing.T) {
+func TestRunBoundsHeapGrowth(t *testing.T) { // not parallel: the GC setting is the process's
 	current := func() int { p := debug.SetGCPercent(100); debug.SetGCPercent(p); return p }
 	before := current()
-	_, _, _, stop := startRunWithEnv(t, nil, boundHeapGrowth, "-seed-orders", "600000")
+	_, _, _, stop := startRunWithEnv(t, nil, boundHeapGrowth, "-seed-orders", "300000")
 	during := current()
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	if during < 10 || during >= 100 {
-		t.Errorf("GC percentage %d while serving 600,000 orders, want 10 to 99", during)
+		t.Errorf("GC percentage %d while serving 300,000 orders, want 10 to 99", during)
 	}
 	if after := current(); after != before {
 		t.Errorf("GC percentage %d after run returned, want %d as before", after, before)
 	}
-	_, _, _, stop = startRunWithEnv(t, map[string]string{"GOGC": "100"}, boundHeapGrowth, "-seed-orders", "600000")
+	_, _, _, stop = startRunWithEnv(t, map[string]string{"GOGC": "100"}, boundHeapGrowth, "-seed-orders", "300000")
 	during = current()
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -2235,7 +2305,7 @@ func TestRunBoundsHeapGrowth(t *testing.T) {
 	if during != before {
 		t.Errorf("GC percentage %d with GOGC set, want %d: the variable wins", during, before)
 	}
-	_, _, _, stop = startRun(t, "-seed-orders", "600000")
+	_, _, _, stop = startRun(t, "-seed-orders", "300000")
 	during = current()
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -2248,6 +2318,7 @@ func TestRunBoundsHeapGrowth(t *testing.T) {
 // TestGCPercent: the heap grows by about 64 MiB past a large dataset between collections,
 // and by Go's default 100% past a small one; never by less than 10%.
 func TestGCPercent(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		live uint64
 		want int
@@ -2263,6 +2334,7 @@ func TestGCPercent(t *testing.T) {
 // TestLoadWithoutLoss drives the handler chain from 16 goroutines with 20,000 mixed
 // requests and checks every answer; unknown keys leave no state behind.
 func TestLoadWithoutLoss(t *testing.T) {
+	t.Parallel()
 	// The limiter runs on every keyed request, on a clock that stands still, with room for
 	// all of them: the answers do not depend on how the goroutines interleave.
 	e := newEnv(t, envOptions{seed: 200, rate: maxRate, step: -1})
@@ -2341,8 +2413,11 @@ func TestLoadWithoutLoss(t *testing.T) {
 	if lines := strings.Count(e.logs.String(), `"msg":"request"`); lines != total+len(mix) {
 		t.Errorf("%d request log lines for %d requests", lines, total+len(mix))
 	}
+}
 
-	// Unknown keys create no rate-limit state: 50,000 unknown keys leave the heap where it was.
+// TestUnknownKeysLeaveNoState: unknown keys create no rate-limit state: 50,000 of them leave
+// the heap where it was.
+func TestUnknownKeysLeaveNoState(t *testing.T) { // not parallel: it measures the heap
 	quiet := newEnv(t, envOptions{quiet: true}) // a kept log would grow by a line a request
 	var before, after runtimeMem
 	before.read()
@@ -2361,6 +2436,7 @@ func TestLoadWithoutLoss(t *testing.T) {
 // TestOpenAPIRoutes: every documented path and method is routed, and every route is
 // documented.
 func TestOpenAPIRoutes(t *testing.T) {
+	t.Parallel()
 	doc := theOpenAPI(t)
 	var documented []string
 	for _, p := range doc.paths {
@@ -2465,6 +2541,7 @@ func normalizedJSON(t *testing.T, v any) string {
 // normalization, exactly what the server answers to the request it names, in a sandbox of
 // its own whose wall clock stands at its start (an example may move the clock).
 func TestOpenAPIExamplesMatchTheServer(t *testing.T) {
+	t.Parallel()
 	doc := theOpenAPI(t)
 	for _, ex := range docExamples(t, doc) {
 		e := newEnv(t, envOptions{step: -1, quiet: true})
@@ -2497,6 +2574,7 @@ func TestOpenAPIExamplesMatchTheServer(t *testing.T) {
 // server does not produce cannot sit in the document unnoticed (an example showing it
 // would differ from the server's answer).
 func TestOpenAPIExamplesCoverTheSchemas(t *testing.T) {
+	t.Parallel()
 	doc := theOpenAPI(t)
 	observed := map[string]bool{}
 	for _, ex := range docExamples(t, doc) {
@@ -2534,6 +2612,7 @@ func TestOpenAPIExamplesCoverTheSchemas(t *testing.T) {
 }
 
 func TestOpenAPIServedDocument(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	rep := e.get(t, "/v1/openapi.json", "")
 	var served, file map[string]any
@@ -2596,6 +2675,7 @@ func TestOpenAPIServedDocument(t *testing.T) {
 // 127.0.0.1:8080); each block must exit 0, leave nothing listening on the ports it used,
 // and print what the README shows under it, if it shows anything.
 func TestReadmeExamples(t *testing.T) {
+	t.Parallel()
 	for _, tool := range []string{"bash", "curl", "jq", "go"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s is not installed: the README's shell examples are not run", tool)
@@ -2657,9 +2737,12 @@ func TestReadmeExamples(t *testing.T) {
 		if shown != "" && strings.TrimSuffix(string(out), "\n") != shown {
 			t.Errorf("README shell block %d prints\n%s\nthe README shows\n%s", i, out, shown)
 		}
-		for _, port := range ports {
-			if listening(port) {
-				t.Errorf("README shell block %d left a sandbox listening on %s:\n%s", i, port, block)
+		for _, port := range ports { // a sandbox the block stopped has 5 s to close its port
+			for deadline := time.Now().Add(5 * time.Second); listening(port); time.Sleep(50 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Errorf("README shell block %d left a sandbox listening on %s:\n%s", i, port, block)
+					break
+				}
 			}
 		}
 	}
@@ -2670,6 +2753,7 @@ func TestReadmeExamples(t *testing.T) {
 
 // TestReadmeDatasetExample: the README's example dataset loads.
 func TestReadmeDatasetExample(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -2692,6 +2776,7 @@ func TestReadmeDatasetExample(t *testing.T) {
 // code with a description, bounds on the cursor, a license, no unused component, and no
 // advice against the + rule.
 func TestOpenAPIDocumentForClients(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	body := e.get(t, "/v1/openapi.json", "").body
 	var doc map[string]any
@@ -2743,6 +2828,7 @@ func TestOpenAPIDocumentForClients(t *testing.T) {
 // (only to a loopback Host on loopback), each tenant's keys, shipments and orders as its
 // clock shows them, and links, all at the address the browser used.
 func TestLandingPage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{seed: 50, step: -1, rate: -1})
 	rep := e.get(t, "/", "")
 	page := string(rep.body)
@@ -2849,8 +2935,10 @@ func pageDataset(tenants, keys, shipments, orders, width int, fill string) []byt
 // TestLandingPageIsBounded: whatever the dataset, the page shows at most 20 tenants, and of
 // each at most 20 keys, shipments and orders, then how many more; a value over 64 bytes is
 // cut to 61 and "..."; the page is at most 256 KiB when every value is under 64 bytes,
-// 1 MiB whatever the values.
+// 1 MiB whatever the values. (BenchmarkLandingPage shows its cost with 100,000 shipments
+// and 40,000 tenants.)
 func TestLandingPageIsBounded(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name                             string
 		tenants, keys, shipments, orders int
@@ -2859,8 +2947,8 @@ func TestLandingPageIsBounded(t *testing.T) {
 		limit                            int
 		want                             []string
 	}{
-		{"100,000 shipments", 1, 1, 100000, 1, 12, "x", 256 << 10, []string{"and 99,980 more shipments"}},
-		{"40,000 tenants", 40000, 1, 1, 1, 12, "x", 256 << 10, []string{"and 39,980 more accounts and environments"}},
+		{"10,000 shipments", 1, 1, 10000, 1, 12, "x", 256 << 10, []string{"and 9,980 more shipments"}},
+		{"4,000 tenants", 4000, 1, 1, 1, 12, "x", 256 << 10, []string{"and 3,980 more accounts and environments"}},
 		{"values of 63 bytes", 25, 25, 25, 50, 63, "x", 256 << 10, []string{"and 5 more keys", "and 5 more shipments", "and 5 more orders", "and 5 more accounts", "and 27 more before", "and 28 more to come"}},
 		{"values of 255 bytes to escape", 25, 25, 25, 50, 255, "&", 1 << 20, []string{"&amp;&amp;..."}},
 	} {
@@ -2892,6 +2980,7 @@ func TestLandingPageIsBounded(t *testing.T) {
 // origin read it; a preflight on a known path is answered before any key; without the flag
 // no CORS header is sent and OPTIONS is 405.
 func TestCORS(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{cors: "http://localhost:3000"})
 	for _, tt := range []struct {
 		target, key string
@@ -2948,6 +3037,7 @@ func TestCORS(t *testing.T) {
 
 // TestBannerSaysWhereItListens: an address other machines reach is said so on the banner.
 func TestBannerSaysWhereItListens(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct{ addr, want string }{
 		{"127.0.0.1:8080", ""},
 		{"[::1]:8080", ""},
@@ -2955,10 +3045,12 @@ func TestBannerSaysWhereItListens(t *testing.T) {
 		{"[::]:8080", "Listening on every network interface (-addr :8080)"},
 		{"192.0.2.7:8080", "Listening on 192.0.2.7 (-addr :8080), not loopback"},
 	} {
-		addr, _ := net.ResolveTCPAddr("tcp", tt.addr)
-		if got := exposure(addr, "-addr", ":8080"); !strings.HasPrefix(got, tt.want) || (tt.want == "") != (got == "") {
-			t.Errorf("exposure(%s) = %q, want %q...", tt.addr, got, tt.want)
-		}
+		t.Run(tt.addr, func(t *testing.T) {
+			addr, _ := net.ResolveTCPAddr("tcp", tt.addr)
+			if got := exposure(addr, "-addr", ":8080"); !strings.HasPrefix(got, tt.want) || (tt.want == "") != (got == "") {
+				t.Errorf("exposure(%s) = %q, want %q...", tt.addr, got, tt.want)
+			}
+		})
 	}
 	err := run(context.Background(), nil, func(k string) string { return map[string]string{"SANDBOX_ADDR": "nonsense"}[k] }, io.Discard, io.Discard, nil)
 	if want := "SANDBOX_ADDR nonsense: listen tcp: address nonsense: missing port in address"; err == nil || err.Error() != want {
@@ -2969,6 +3061,7 @@ func TestBannerSaysWhereItListens(t *testing.T) {
 // auth.go: keys, scopes, tenants and the rate limit.
 
 func TestEveryKeyOnEveryOperation(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	type outcome struct {
 		status int
@@ -2990,7 +3083,7 @@ func TestEveryKeyOnEveryOperation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		for _, op := range operations {
-			t.Run(tt.key+"/"+op.name, func(t *testing.T) {
+			t.Run(tt.key+" "+op.name, func(t *testing.T) {
 				want := tt.tracking
 				if op.scope == "orders:read" {
 					want = tt.orders
@@ -3044,6 +3137,7 @@ func TestEveryKeyOnEveryOperation(t *testing.T) {
 }
 
 func TestAuthorizationHeaderVariants(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	tests := []struct {
 		name    string
@@ -3099,6 +3193,7 @@ func TestAuthorizationHeaderVariants(t *testing.T) {
 // TestOtherTenantsLookExactlyMissing: a resource of another account or environment answers
 // exactly as a resource that does not exist (only the request id differs).
 func TestOtherTenantsLookExactlyMissing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	pairs := []struct{ foreign, missing, key string }{
 		{"/v1/orders/ord_other_0001", "/v1/orders/ord_nope_0001", "sk_test_sandbox_all"},
@@ -3124,6 +3219,7 @@ func TestOtherTenantsLookExactlyMissing(t *testing.T) {
 }
 
 func TestRateLimit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{step: -1}) // the clock stands still unless advanced
 	const key = "sk_test_sandbox_all"
 	for i := 0; i < 25; i++ {
@@ -3177,6 +3273,7 @@ func TestRateLimit(t *testing.T) {
 }
 
 func TestRateLimitOfOtherSettings(t *testing.T) {
+	t.Parallel()
 	l := newRateLimit(3, testNow)
 	var b bucket
 	for i, want := range []int{2, 1, 0} {
@@ -3256,6 +3353,7 @@ func eventsOf(t testing.TB, rep reply) (int, string) {
 }
 
 func TestClockAnswers(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{step: -1, rate: -1})
 	const key = "sk_test_sandbox_all"
 	if c := e.readClock(t, key); c.FrozenTime != "" || c.Now != "2026-11-22T12:00:00Z" || c.StartedAt != "2026-11-22T12:00:00Z" {
@@ -3292,6 +3390,7 @@ func TestClockAnswers(t *testing.T) {
 
 // TestClockBadRequestsChangeNothing: every refused request leaves the clock as it was.
 func TestClockBadRequestsChangeNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{step: -1, rate: -1})
 	const key = "sk_test_sandbox_all"
 	before := e.setClock(t, key, "2026-01-01T00:00:00Z")
@@ -3352,6 +3451,7 @@ func TestClockBadRequestsChangeNothing(t *testing.T) {
 // TestClockGovernsTracking: an event shows when its instant is at or before the tenant's
 // clock; the status is that of the last shown event; a shipment is always found.
 func TestClockGovernsTracking(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{step: -1, rate: -1})
 	const key = "sk_test_sandbox_all"
 	tests := []struct {
@@ -3369,20 +3469,22 @@ func TestClockGovernsTracking(t *testing.T) {
 	}
 	full := e.get(t, "/v1/shipments/shp_sbx_spring/tracking", key).body
 	for _, tt := range tests {
-		e.setClock(t, key, tt.at)
-		for _, target := range []string{"/v1/shipments/shp_sbx_spring/tracking", "/v1/tracking/SBX1000000001"} {
-			rep := e.get(t, target, key)
-			n, status := eventsOf(t, rep)
-			if n != tt.wantEvents || status != tt.wantStatus {
-				t.Errorf("at %s, GET %s shows %d events, status %s; want %d, %s", tt.at, target, n, status, tt.wantEvents, tt.wantStatus)
+		t.Run(tt.at, func(t *testing.T) {
+			e.setClock(t, key, tt.at)
+			for _, target := range []string{"/v1/shipments/shp_sbx_spring/tracking", "/v1/tracking/SBX1000000001"} {
+				rep := e.get(t, target, key)
+				n, status := eventsOf(t, rep)
+				if n != tt.wantEvents || status != tt.wantStatus {
+					t.Errorf("at %s, GET %s shows %d events, status %s; want %d, %s", tt.at, target, n, status, tt.wantEvents, tt.wantStatus)
+				}
+				var v, whole trackingView
+				json.Unmarshal(rep.body, &v)
+				json.Unmarshal(full, &whole)
+				if !slices.Equal(v.Events, whole.Events[:n]) {
+					t.Errorf("at %s the events shown are not the first %d of the full view", tt.at, n)
+				}
 			}
-			var v, whole trackingView
-			json.Unmarshal(rep.body, &v)
-			json.Unmarshal(full, &whole)
-			if !slices.Equal(v.Events, whole.Events[:n]) {
-				t.Errorf("at %s the events shown are not the first %d of the full view", tt.at, n)
-			}
-		}
+		})
 	}
 	// Another tenant's clock did not move: its shipment shows every event.
 	if n, _ := eventsOf(t, e.get(t, "/v1/shipments/shp_other_1/tracking", "sk_test_other_all")); n != 1 {
@@ -3393,6 +3495,7 @@ func TestClockGovernsTracking(t *testing.T) {
 // TestMovingShipment: shp_sbx_moving's events happen after the start instant; the first
 // two minutes take it from label to delivery.
 func TestMovingShipment(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{step: -1, rate: -1})
 	const key = "sk_test_sandbox_all"
 	for _, tt := range []struct {
@@ -3403,11 +3506,13 @@ func TestMovingShipment(t *testing.T) {
 		{-time.Nanosecond, 0, "pre_transit"}, {0, 1, "pre_transit"}, {29 * time.Second, 1, "pre_transit"}, {30 * time.Second, 2, "in_transit"},
 		{60 * time.Second, 3, "in_transit"}, {90 * time.Second, 4, "out_for_delivery"}, {119 * time.Second, 4, "out_for_delivery"}, {2 * time.Minute, 5, "delivered"},
 	} {
-		e.setClock(t, key, formatTimestamp(testNow.Add(tt.after)))
-		n, status := eventsOf(t, e.get(t, "/v1/tracking/SBX4000000001", key))
-		if n != tt.wantEvents || status != tt.wantStatus {
-			t.Errorf("%v after the start: %d events, %s; want %d, %s", tt.after, n, status, tt.wantEvents, tt.wantStatus)
-		}
+		t.Run(fmt.Sprint("start+", tt.after), func(t *testing.T) {
+			e.setClock(t, key, formatTimestamp(testNow.Add(tt.after)))
+			n, status := eventsOf(t, e.get(t, "/v1/tracking/SBX4000000001", key))
+			if n != tt.wantEvents || status != tt.wantStatus {
+				t.Errorf("%v after the start: %d events, %s; want %d, %s", tt.after, n, status, tt.wantEvents, tt.wantStatus)
+			}
+		})
 	}
 	var v trackingView
 	json.Unmarshal(e.get(t, "/v1/shipments/shp_sbx_moving/tracking", key).body, &v)
@@ -3420,6 +3525,7 @@ func TestMovingShipment(t *testing.T) {
 // exactly what created_to at that instant lists, across pages and per status, and an order
 // created after the clock is 404.
 func TestClockGovernsOrders(t *testing.T) {
+	t.Parallel()
 	const key = "sk_test_sandbox_all"
 	e := newEnv(t, envOptions{seed: 300, rate: -1, step: -1, secret: "s"})
 	all := e.walk(t, key, "", 100)
@@ -3466,6 +3572,7 @@ func TestClockGovernsOrders(t *testing.T) {
 // TestClockGovernsKeyExpiry: a key is expired when its expires_at is at or before its
 // tenant's clock; the clock operations judge expiry by the wall clock.
 func TestClockGovernsKeyExpiry(t *testing.T) {
+	t.Parallel()
 	data := dataset(dsAccounts, `{"key":"sk_test_a","account":"acct_a","environment":"test","scopes":["orders:read"],"expires_at":"2030-06-01T00:00:00Z"}`, "", dsOrder)
 	e := newEnv(t, envOptions{data: []byte(data), step: -1, rate: -1})
 	e.setClock(t, "sk_test_a", "2030-05-31T23:59:59Z")
@@ -3493,6 +3600,7 @@ func TestClockGovernsKeyExpiry(t *testing.T) {
 // instant plus after and normalized with the others; a shipment of 100,000 events loads,
 // and the clock cuts its view anywhere.
 func TestAfterEvents(t *testing.T) {
+	t.Parallel()
 	events := `{"after":"2m","status":"delivered","description":"Delivered"},` +
 		`{"timestamp":"2026-11-22T12:01:00+01:00","after":null,"status":"in_transit","description":"Carrier time"},` +
 		`{"after":"0s","status":"pre_transit","description":"Label created","timestamp":null}`
@@ -3520,8 +3628,11 @@ func TestAfterEvents(t *testing.T) {
 	e = newEnv(t, envOptions{data: []byte(big), step: -1, rate: -1, quiet: true})
 	for _, k := range []int{0, 1, 50000, 100000} {
 		e.setClock(t, "sk_test_a", formatTimestamp(testNow.Add(time.Duration(k)*time.Second-time.Nanosecond)))
-		if n, _ := eventsOf(t, e.get(t, "/v1/shipments/shp_big/tracking", "sk_test_a")); n != k {
-			t.Errorf("%d seconds after the start, %d events show, want %d", k, n, k)
+		// The view is read as a whole once; megabytes of events are counted, not validated.
+		rec := httptest.NewRecorder()
+		e.h.ServeHTTP(rec, newRequest(http.MethodGet, "/v1/shipments/shp_big/tracking", "sk_test_a"))
+		if n := strings.Count(rec.Body.String(), `"description":`); rec.Code != 200 || !json.Valid(rec.Body.Bytes()) || n != k {
+			t.Errorf("%d seconds after the start, %d events show (%d), want %d", k, n, rec.Code, k)
 		}
 	}
 }
@@ -3529,6 +3640,7 @@ func TestAfterEvents(t *testing.T) {
 // TestClockUnderConcurrency: many readers while a writer moves the clock (run with -race):
 // every view is a whole view of some clock's events.
 func TestClockUnderConcurrency(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, quiet: true})
 	const key = "sk_test_sandbox_all"
 	var wg sync.WaitGroup
@@ -3564,6 +3676,7 @@ func TestClockUnderConcurrency(t *testing.T) {
 // found, and that reading judges the key's expiry and everything the answer shows. The
 // wall clock here moves on 320 days at every reading, so that any second reading shows.
 func TestOneClockReadingPerRequest(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1})
 	e.clock.mu.Lock()
 	e.clock.t, e.clock.step = time.Date(2025, 12, 31, 0, 0, 0, 0, time.UTC), 320*24*time.Hour
@@ -3579,6 +3692,7 @@ func TestOneClockReadingPerRequest(t *testing.T) {
 // clock, every GET clock answer is one reading: frozen_time, when set, is now; and no page
 // of the expired key holds an order that only a later instant shows.
 func TestClockAnswersAgreeWhileTheClockMoves(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, quiet: true})
 	const frozen, past = "2026-03-29T01:00:00Z", "2025-06-01T00:00:00Z"
 	var wg sync.WaitGroup
@@ -3624,6 +3738,7 @@ func TestClockAnswersAgreeWhileTheClockMoves(t *testing.T) {
 // TestRunWithClock: -clock (or SANDBOX_CLOCK) is the start instant: every clock starts
 // frozen there and the moving shipment's events are placed after it.
 func TestRunWithClock(t *testing.T) {
+	t.Parallel()
 	base, stdout, _, stop := startRun(t, "-clock", "2026-03-29T01:00:00Z")
 	if !strings.Contains(stdout.String(), "Every sandbox clock is frozen at 2026-03-29T01:00:00Z (-clock)") {
 		t.Errorf("the banner does not say the clocks are frozen:\n%s", stdout)
@@ -3687,6 +3802,7 @@ func (e *env) listAt(t testing.TB, key, query string, limit int, at time.Time) [
 // there: which orders are listed, in which status and with which link, what GET by id and
 // the tracking operations answer, and what each status filter lists.
 func TestSyncTenantWalkThrough(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
 	const key = "sk_test_sync_all"
 	tests := []struct {
@@ -3771,6 +3887,7 @@ func TestSyncTenantWalkThrough(t *testing.T) {
 // nothing, beside a tenant clock moved elsewhere; the key is still judged by the tenant's
 // clock; Preference-Applied echoes it in the order sent; the clock operations ignore it.
 func TestPreferClock(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
 	const key = "sk_test_sync_all"
 	e.setClock(t, key, formatTimestamp(testNow.Add(2*time.Minute))) // everything has happened
@@ -3868,6 +3985,7 @@ func TestPreferClock(t *testing.T) {
 // TestTimelineRefusals: the dataset's schedule is checked at load; a bad instant, change or
 // link refuses the dataset with its JSON path.
 func TestTimelineRefusals(t *testing.T) {
+	t.Parallel()
 	order := func(members string) string {
 		return `{"id":"ord_1","account":"acct_a","environment":"test","merchant_reference":"R1","platform":"ebay","status":"unfulfilled","created_at":"2026-11-01T00:00:00Z"` + members + `}`
 	}
@@ -3943,6 +4061,7 @@ func TestTimelineRefusals(t *testing.T) {
 // the order it was created with shows no link; a number is ambiguous only while two
 // shipments found at that instant hold it.
 func TestShipmentCreation(t *testing.T) {
+	t.Parallel()
 	key := `{"key":"sk_test_a","account":"acct_a","environment":"test","scopes":["tracking:read","orders:read"]}`
 	ship := func(id, number, created, orderID string) string {
 		s := `{"id":"` + id + `","account":"acct_a","environment":"test","reference":"S","tracking_number":"` + number + `"`
@@ -4039,6 +4158,7 @@ type modelOrder struct {
 // between their changes, walked with every limit and filter, is exactly the orders the
 // rules show at that instant, newest first, each once, as GET by id shows it.
 func TestPagesUnderAMovingTimeline(t *testing.T) {
+	t.Parallel()
 	data := movingDataset(400, 7)
 	var raw struct {
 		Orders    []orderRecord    `json:"orders"`
@@ -4184,6 +4304,7 @@ func TestPagesUnderAMovingTimeline(t *testing.T) {
 // TestLandingPageShowsTimelines: each tenant's timeline, the last 10 happenings at or
 // before its clock marked shown and the next 10 marked to come, with how many more.
 func TestLandingPageShowsTimelines(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
 	page := string(e.get(t, "/", "").body)
 	sync := page[strings.Index(page, "<h2>acct_sync/test"):]
@@ -4234,6 +4355,7 @@ func TestLandingPageShowsTimelines(t *testing.T) {
 // tracking.go: every fixture's tracking view, lookup by number, normalization.
 
 func TestTrackingViewsOfEveryFixture(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	tests := []struct {
 		name, target, key, want string
@@ -4301,6 +4423,7 @@ func TestTrackingViewsOfEveryFixture(t *testing.T) {
 }
 
 func TestTrackingByNumber(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	tests := []struct {
 		name, number, key string
@@ -4337,6 +4460,7 @@ func TestTrackingByNumber(t *testing.T) {
 }
 
 func TestNormalizeEvents(t *testing.T) {
+	t.Parallel()
 	ev := func(ts any, status, desc string, loc *string) rawEvent {
 		b, _ := json.Marshal(ts)
 		return rawEvent{Timestamp: b, Status: status, Description: &desc, Location: loc}
@@ -4383,6 +4507,7 @@ func TestNormalizeEvents(t *testing.T) {
 // TestRawEventsAreDroppedNotRefused: an event whose timestamp cannot be interpreted is
 // dropped, the rest load, and start-up logs how many were dropped per shipment.
 func TestRawEventsAreDroppedNotRefused(t *testing.T) {
+	t.Parallel()
 	data := dataset(dsAccounts, `{"key":"sk_test_a","account":"acct_a","environment":"test","scopes":["tracking:read"]}`,
 		`{"id":"shp_1","account":"acct_a","environment":"test","reference":"S1","tracking_number":"T1","events":[`+
 			`{"timestamp":"2026-11-01T00:00:00","status":"in_transit","description":"naive"},`+
@@ -4402,6 +4527,7 @@ func TestRawEventsAreDroppedNotRefused(t *testing.T) {
 // orders.go: orders, the query, pages and the index behind them.
 
 func TestOrdersOfTheDefaultDataset(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	tests := []struct {
 		target, key, want string
@@ -4422,16 +4548,19 @@ func TestOrdersOfTheDefaultDataset(t *testing.T) {
 		{"/v1/orders?created_to=2026-11-01T09:29:59.999Z", "sk_test_sandbox_all", `{"data":[],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`},
 	}
 	for _, tt := range tests {
-		rep := e.get(t, tt.target, tt.key)
-		if rep.status != 200 || string(rep.body) != tt.want {
-			t.Errorf("GET %s (%s) = %s\nwant 200 %s", tt.target, tt.key, rep, tt.want)
-		}
+		t.Run(caseName(tt.target+" "+tt.key), func(t *testing.T) {
+			rep := e.get(t, tt.target, tt.key)
+			if rep.status != 200 || string(rep.body) != tt.want {
+				t.Errorf("GET %s (%s) = %s\nwant 200 %s", tt.target, tt.key, rep, tt.want)
+			}
+		})
 	}
 }
 
 // TestNoMarketplaceSecretsInResponses: the stored orders carry a marketplace token and raw
 // marketplace data; no response of any operation shows any part of either.
 func TestNoMarketplaceSecretsInResponses(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{seed: 50})
 	var secrets []string
 	var file struct {
@@ -4472,6 +4601,7 @@ func TestNoMarketplaceSecretsInResponses(t *testing.T) {
 }
 
 func TestOrderQueryValidation(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	tests := []struct {
 		query  string
@@ -4545,7 +4675,7 @@ func TestOrderQueryValidation(t *testing.T) {
 		{"created_from=2026-11-01T09:30:00z&created_to=2026-11-01t09:30:00Z", 200, "", ""},
 	}
 	for _, tt := range tests {
-		t.Run(tt.query[:min(len(tt.query), 60)], func(t *testing.T) {
+		t.Run(caseName(tt.query[:min(len(tt.query), 60)]), func(t *testing.T) {
 			rep := e.get(t, "/v1/orders?"+tt.query, "sk_test_sandbox_all")
 			if tt.status == 200 {
 				if rep.status != 200 {
@@ -4577,6 +4707,7 @@ func TestOrderQueryValidation(t *testing.T) {
 // TestPaginationWalks walks seeded orders for every combination of filters: every order
 // that matches appears once, in list order, and none that does not.
 func TestPaginationWalks(t *testing.T) {
+	t.Parallel()
 	const seed = 1500
 	e := newEnv(t, envOptions{seed: seed})
 	const key = "sk_test_sandbox_all"
@@ -4677,6 +4808,7 @@ func TestPaginationWalks(t *testing.T) {
 }
 
 func TestSeedOrders(t *testing.T) {
+	t.Parallel()
 	seeded := func() *orderIndex {
 		ix := newOrderIndex(tag{})
 		if err := ix.seedOrders(1000); err != nil {
@@ -4754,6 +4886,7 @@ func checkOrderIndex(t testing.TB, ix *orderIndex) {
 }
 
 func TestOrderIndexOfSeededOrders(t *testing.T) {
+	t.Parallel()
 	sb, err := loadDataset("test", defaultDataset, 1000, testNow, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -4766,6 +4899,7 @@ func TestOrderIndexOfSeededOrders(t *testing.T) {
 // cursor.go: what a cursor binds, and that nothing else passes.
 
 func TestCursorBinding(t *testing.T) {
+	t.Parallel()
 	const key = "sk_test_sandbox_all"
 	e := newEnv(t, envOptions{seed: 40, secret: "secret-one"})
 	first := decodePage(t, e.get(t, "/v1/orders?limit=5&status=fulfilled&created_to=2026-11-01T00:00:00Z", key))
@@ -4843,6 +4977,7 @@ func (c *cursorSigner) sign(tenant, filters tag, pos cursorPosition) string {
 // TestCursorBindsEnvironment: the environment is part of the tenant a cursor is bound to.
 // (Live keys answer 503 before any parameter, so this is only reachable below the API.)
 func TestCursorBindsEnvironment(t *testing.T) {
+	t.Parallel()
 	c := newCursorSigner([]byte("k"))
 	pos := cursorPosition{createdAt: testNow, id: "ord_1"}
 	filters := (&orderQuery{status: -1}).filterTag()
@@ -4858,36 +4993,25 @@ func TestCursorBindsEnvironment(t *testing.T) {
 
 // errors.go: codes, JSON strings, timestamps, and rehearsing failures with Prefer.
 
-// TestErrorCodes: the contract's table of codes and statuses, in the server and in the
-// document.
+// TestErrorCodes: the document names every code the server answers with, and no other
+// (each code's status is checked where it is answered, and against the document's own
+// table in TestOpenAPIDocumentForClients).
 func TestErrorCodes(t *testing.T) {
-	contract := map[code]int{
-		"invalid_cursor": 400, "malformed_json": 400, "missing_api_key": 401, "invalid_api_key": 401, "expired_api_key": 401, "revoked_api_key": 401,
-		"insufficient_scope": 403, "not_found": 404, "route_not_found": 404, "method_not_allowed": 405, "body_too_large": 413,
-		"unknown_parameter": 422, "invalid_parameter": 422, "rate_limited": 429, "internal_error": 500,
-		"provider_not_confirmed": 502, "live_not_released": 503, "provider_unavailable": 503,
-	}
-	for code, status := range contract {
-		if got := codeStatus[code]; got != status {
-			t.Errorf("codeStatus[%s] = %d, want %d", code, got, status)
-		}
-	}
-	want := slices.Sorted(maps.Keys(contract))
-	if got := slices.Sorted(maps.Keys(codeStatus)); !slices.Equal(got, want) {
-		t.Errorf("the server's codes %v, want the contract's %v", got, want)
-	}
+	t.Parallel()
+	want := slices.Sorted(maps.Keys(codeStatus))
 	var documented []code
 	for _, c := range asSlice(asMap(asMap(asMap(asMap(theOpenAPI(t).root["components"])["schemas"])["Problem"])["properties"])["code"].(map[string]any)["enum"]) {
 		documented = append(documented, code(c.(string)))
 	}
 	if got := slices.Sorted(slices.Values(documented)); !slices.Equal(got, want) {
-		t.Errorf("the document's codes %v, want the contract's %v", got, want)
+		t.Errorf("the document's codes %v, want the server's %v", got, want)
 	}
 }
 
 // TestAppendJSONStringMatchesEncodingJSON: the hand-written encoding of orders and errors
 // writes strings exactly as encoding/json does (with HTML escaping off).
 func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
 	for _, s := range []string{"", "plain", "quote\" back\\slash", "ctl \x00\x01\x1f\x7f\n\r\t", "html <&>", "\u2028\u2029", "bad \xff\xfe utf8 \xe2\x82", "é ü 日本 🚚", "\uFFFD literal"} {
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
@@ -4903,6 +5027,7 @@ func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
 // TestProblemBodyIsWhatEncodingJSONWrites: the hand-appended error body is the problem
 // type as encoding/json writes it, with and without a param.
 func TestProblemBodyIsWhatEncodingJSONWrites(t *testing.T) {
+	t.Parallel()
 	for _, e := range []*apiError{errRouteNotFound, errCursorForged, paramError(codeUnknownParameter, "\xff <&> \"x\"", "odd \u2028 detail"), paramError(codeUnknownParameter, "", "")} {
 		status := e.status()
 		want, err := marshalJSON(problem{"about:blank", rfc9110Titles[status], status, e.detail, e.code, e.param, "req_x"})
@@ -4916,6 +5041,7 @@ func TestProblemBodyIsWhatEncodingJSONWrites(t *testing.T) {
 }
 
 func TestParseTimestamp(t *testing.T) {
+	t.Parallel()
 	valid := map[string]string{
 		"2026-11-20T11:00:00+00:00":           "2026-11-20T11:00:00Z",
 		"2026-11-20T11:00:00Z":                "2026-11-20T11:00:00Z",
@@ -4963,6 +5089,7 @@ func TestParseTimestamp(t *testing.T) {
 }
 
 func TestPreferSimulatedCodes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	tests := []struct {
 		prefer     string
@@ -4985,7 +5112,7 @@ func TestPreferSimulatedCodes(t *testing.T) {
 	}
 	for _, op := range operations {
 		for _, tt := range tests {
-			t.Run(op.name+"/"+tt.prefer, func(t *testing.T) {
+			t.Run(caseName(op.name+" "+tt.prefer), func(t *testing.T) {
 				rep := e.get(t, op.target, "sk_test_sandbox_all", "Prefer", tt.prefer)
 				p := wantProblem(t, rep, tt.status, tt.code, "")
 				if rep.header.Get("Retry-After") != tt.retryAfter || rep.header.Get("Preference-Applied") != tt.applied {
@@ -5005,6 +5132,7 @@ func TestPreferSimulatedCodes(t *testing.T) {
 // TestPreferReadsTheFirstPreferences: preferences past the sixteenth are not read, so that
 // a header of thousands costs what a short one does.
 func TestPreferReadsTheFirstPreferences(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	filler := strings.Repeat("x=1, ", 15)
 	wantProblem(t, e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", filler+"code=500"), 500, "internal_error", "")
@@ -5017,6 +5145,7 @@ func TestPreferReadsTheFirstPreferences(t *testing.T) {
 }
 
 func TestPreferInvalidValues(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	for _, prefer := range []string{"code=404", "code=200", "code=abc", "code=", "code", "code=5000", "code=-500", "code=500.0",
 		"delay=-1", "delay=10001", "delay=abc", "delay=1.5", "delay=", "delay", "delay=99999999999999999999", "delay=1e3", "code=500, delay=20000", "code=599", "delay=600000"} {
@@ -5031,6 +5160,7 @@ func TestPreferInvalidValues(t *testing.T) {
 // TestPreferDoesNotOutrankRealAnswers: a live key, a missing or bad key, a key without the
 // scope and a rate-limited key get exactly what they get without the header.
 func TestPreferDoesNotOutrankRealAnswers(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{step: -1})
 	for _, key := range []string{"sk_live_sandbox_all", "", "sk_test_nope", "sk_test_sandbox_expired", "sk_test_sandbox_revoked", "sk_test_sandbox_tracking"} {
 		plain := e.get(t, "/v1/orders", key)
@@ -5051,6 +5181,7 @@ func TestPreferDoesNotOutrankRealAnswers(t *testing.T) {
 // TestRequestsWithoutPreferAreUnchanged: without Prefer (or with only preferences the
 // sandbox ignores) the answer is the same, byte for byte apart from the request id.
 func TestRequestsWithoutPreferAreUnchanged(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	for _, target := range []string{"/v1/orders", "/v1/orders/ord_sbx_0001", "/v1/orders/nope", "/v1/orders?limit=0", "/v1/shipments/shp_sbx_spring/tracking", "/v1/tracking/SBX2000000000"} {
 		plain := e.get(t, target, "sk_test_sandbox_all")
@@ -5076,6 +5207,7 @@ func TestRequestsWithoutPreferAreUnchanged(t *testing.T) {
 }
 
 func TestPreferDelay(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	start := time.Now()
 	rep := e.get(t, "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all", "Prefer", "delay=30")
@@ -5565,8 +5697,6 @@ func BenchmarkOrderStore(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/1M-orders")
 	runtime.KeepAlive(kept)
 }
-
-func sha256Sum(s string) [32]byte { return sha256.Sum256([]byte(s)) }
 
 // BenchmarkHealthz is the cheapest answer the service gives (no key, a prepared 15-byte
 // body): what the fixed chain (request id, headers, router, log line) costs by itself.

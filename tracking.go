@@ -152,7 +152,7 @@ type shipment struct {
 	id             string
 	trackingNumber *string
 	createdAt      time.Time // zero: it always existed; before it, the shipment is not found
-	sameNumber     *shipment // the next shipment of the tenant with the same primary number
+	sameNumber     *shipment // the shipment of the tenant filed before it with the same primary number
 	dropped        int       // raw events not interpretable, dropped at load
 	full           prepared
 	heads          [][]byte    // indexed like trackingStatuses: the view up to `"events":[`
@@ -239,7 +239,7 @@ var viewEnd = []byte("]}")
 type shipmentIndex struct {
 	list             []*shipment // in the dataset's order
 	byID             map[string]*shipment
-	byTrackingNumber map[string]*shipment // the first shipment with the number; sameNumber the next
+	byTrackingNumber map[string]*shipment // the last shipment filed with the number; sameNumber the one before
 	created          createdTree          // finds the shipments found at an instant without a scan
 	creations        []time.Time          // the creation instants given, sorted: how many are found
 	happenings       []happening          // creations and events scheduled with after, in order
@@ -265,23 +265,9 @@ func (ix *shipmentIndex) addShipment(path, where string, rec shipmentRecord, sta
 			return nil, normalization{}, err
 		}
 	}
-	raw := make([]rawEvent, len(rec.Events))
-	after := make([]time.Duration, len(rec.Events))
-	for i, msg := range rec.Events {
-		epath := fmt.Sprintf("%s.events[%d]", path, i)
-		if err := decodeStrict(msg, epath, &raw[i]); err != nil {
-			return nil, normalization{}, err
-		}
-		if err := oneOf(epath+".status", "tracking status", raw[i].Status, trackingStatuses); err != nil {
-			return nil, normalization{}, err
-		}
-		if raw[i].Description == nil {
-			return nil, normalization{}, &datasetError{path: epath + ".description", reason: "required"}
-		}
-		var err error
-		if after[i], err = readAfter(epath, raw[i]); err != nil {
-			return nil, normalization{}, err
-		}
+	raw, after, err := readEvents(path, rec.Events)
+	if err != nil {
+		return nil, normalization{}, err
 	}
 	events, n := normalizeEvents(raw, after, start)
 	s, err := newShipment(rec, events)
@@ -289,30 +275,51 @@ func (ix *shipmentIndex) addShipment(path, where string, rec shipmentRecord, sta
 		return nil, n, err
 	}
 	s.dropped, s.createdAt = n.dropped, createdAt
-	ix.list = append(ix.list, s)
-	ix.byID[rec.ID] = s
-	if number := rec.TrackingNumber; number != nil {
-		last := ix.byTrackingNumber[*number]
-		if last == nil {
-			ix.byTrackingNumber[*number] = s
+	ix.file(s, rec.CreatedAt != nil, events)
+	return s, n, nil
+}
+
+// readEvents checks a shipment's raw events and reads each one's schedule (-1 for none).
+func readEvents(path string, list []json.RawMessage) ([]rawEvent, []time.Duration, error) {
+	raw := make([]rawEvent, len(list))
+	after := make([]time.Duration, len(list))
+	for i, msg := range list {
+		epath := fmt.Sprintf("%s.events[%d]", path, i)
+		if err := decodeStrict(msg, epath, &raw[i]); err != nil {
+			return nil, nil, err
 		}
-		for last != nil && last.sameNumber != nil {
-			last = last.sameNumber
+		if err := oneOf(epath+".status", "tracking status", raw[i].Status, trackingStatuses); err != nil {
+			return nil, nil, err
 		}
-		if last != nil {
-			last.sameNumber = s
+		if raw[i].Description == nil {
+			return nil, nil, &datasetError{path: epath + ".description", reason: "required"}
+		}
+		var err error
+		if after[i], err = readAfter(epath, raw[i]); err != nil {
+			return nil, nil, err
 		}
 	}
-	if rec.CreatedAt != nil {
-		ix.creations = append(ix.creations, createdAt)
-		ix.happenings = append(ix.happenings, happening{at: createdAt, kind: shipmentCreated, id: rec.ID, what: "created"})
+	return raw, after, nil
+}
+
+// file indexes a shipment: by id, by primary tracking number (the shipments that hold one
+// number are chained, the last filed first), and what its dataset schedules.
+func (ix *shipmentIndex) file(s *shipment, created bool, events []stampedEvent) {
+	ix.list = append(ix.list, s)
+	ix.byID[s.id] = s
+	if number := s.trackingNumber; number != nil {
+		s.sameNumber = ix.byTrackingNumber[*number]
+		ix.byTrackingNumber[*number] = s
+	}
+	if created {
+		ix.creations = append(ix.creations, s.createdAt)
+		ix.happenings = append(ix.happenings, happening{at: s.createdAt, kind: shipmentCreated, id: s.id, what: "created"})
 	}
 	for _, e := range events {
 		if e.scheduled {
-			ix.happenings = append(ix.happenings, happening{at: e.at, kind: shipmentEvent, id: rec.ID, what: "tracking: " + e.Status})
+			ix.happenings = append(ix.happenings, happening{at: e.at, kind: shipmentEvent, id: s.id, what: "tracking: " + e.Status})
 		}
 	}
-	return s, n, nil
 }
 
 // count is how many shipments the tenant has.
