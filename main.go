@@ -737,7 +737,7 @@ type server struct {
 	stopping <-chan struct{}
 	openAPI  *openAPIDoc
 	origin   string // the banner's origin: the address a request names, when its Host does not
-	health   prepared
+	health   []byte
 }
 
 func newServer(sb *sandbox, o serverOptions) (*server, error) {
@@ -761,7 +761,7 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 	}
 	var c *cors
 	if o.corsOrigin != "" {
-		c = &cors{origin: []string{o.corsOrigin}}
+		c = &cors{origin: o.corsOrigin}
 	}
 	return &server{
 		cors:     c,
@@ -776,7 +776,7 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 		stopping: o.stopping,
 		openAPI:  doc,
 		origin:   strings.TrimSuffix(o.baseURL, "/v1"),
-		health:   prepare([]byte(`{"status":"ok"}`)),
+		health:   []byte(`{"status":"ok"}`),
 	}, nil
 }
 
@@ -904,7 +904,7 @@ func noParams(h keyedHandler) keyedHandler {
 
 // serveHealth answers GET /healthz.
 func (s *server) serveHealth(w http.ResponseWriter, r *http.Request, c *call) {
-	s.health.write(w, http.StatusOK, jsonContentType)
+	writeBody(w, http.StatusOK, jsonContentType, s.health)
 }
 
 func routeNotFound(w http.ResponseWriter, r *http.Request, c *call) {
@@ -985,13 +985,6 @@ func capDeclared(next callHandler) callHandler {
 	}
 }
 
-// wwwAuthenticate is the header's key as Header holds it: Header.Set would canonicalize
-// it anew, with an allocation, at every refusal. Its values are shared, never modified.
-var (
-	wwwAuthenticate = http.CanonicalHeaderKey("WWW-Authenticate")
-	bearerRealm     = []string{`Bearer realm="sandbox"`}
-)
-
 // requireKey answers 401 unless the request carries an active key, which it hands on with
 // its tenant's clock, read once. A key's expiry is judged by that reading, or, for the clock
 // operations (expiryByWall), by the wall clock, so that a tenant can always move its clock back.
@@ -1011,7 +1004,7 @@ func requireKey(keys keyring, wall func() time.Time, expiryByWall bool) wrapper 
 				}
 			}
 			if fault != nil {
-				w.Header()[wwwAuthenticate] = bearerRealm
+				w.Header().Set("WWW-Authenticate", `Bearer realm="sandbox"`)
 				writeProblem(w, c.id, fault)
 				return
 			}
@@ -1057,12 +1050,12 @@ func limitRate(l *rateLimit, now func() time.Time) wrapper {
 
 // requireScope answers 403 unless the key holds the operation's scope.
 func requireScope(need scope) wrapper {
-	challenge := []string{`Bearer error="insufficient_scope", scope="` + need.String() + `"`}
+	challenge := `Bearer error="insufficient_scope", scope="` + need.String() + `"`
 	err := &apiError{code: codeInsufficientScope, detail: "The API key lacks the " + need.String() + " scope this operation requires."}
 	return func(next callHandler) callHandler {
 		return func(w http.ResponseWriter, r *http.Request, c *call) {
 			if c.key.scopes&need == 0 {
-				w.Header()[wwwAuthenticate] = challenge
+				w.Header().Set("WWW-Authenticate", challenge)
 				writeProblem(w, c.id, err)
 				return
 			}
@@ -1209,8 +1202,7 @@ func (s *server) writeError(w http.ResponseWriter, c *call, err error) {
 // answered in the request's call, for the log.
 type statusWriter struct {
 	http.ResponseWriter
-	c        call
-	idHeader [1]string // the Request-Id header's value, with no allocation of its own
+	c call
 }
 
 func (sw *statusWriter) WriteHeader(status int) {
@@ -1236,11 +1228,10 @@ func (sw *statusWriter) Unwrap() http.ResponseWriter { return sw.ResponseWriter 
 func (s *server) serveRoute(route string, next callHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w, c: call{id: newRequestID()}}
-		sw.idHeader[0] = sw.c.id
 		h := w.Header()
-		h["Request-Id"] = sw.idHeader[:]
-		h["Cache-Control"] = noStore
-		h["X-Content-Type-Options"] = noSniff
+		h.Set("Request-Id", sw.c.id)
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Content-Type-Options", "nosniff")
 		if s.cors != nil && s.cors.applies(r.URL.Path) {
 			s.cors.allow(h)
 		}
@@ -1273,12 +1264,6 @@ func (s *server) finish(sw *statusWriter, method, route string, start time.Time)
 		panic(http.ErrAbortHandler)
 	}
 }
-
-// Header values every answer carries; shared, never modified.
-var (
-	noStore = []string{"no-store"}
-	noSniff = []string{"nosniff"}
-)
 
 // newRequestID returns "req_" and 20 random base-32 characters (100 bits). The ids
 // are for correlation, not secrets, so the runtime's per-thread generator serves.
@@ -1512,15 +1497,8 @@ func (l *logBuffer) Close() error {
 
 // cors is the -cors-origin setting.
 type cors struct {
-	origin []string // the Access-Control-Allow-Origin value
+	origin string // the Access-Control-Allow-Origin value
 }
-
-// Header values of CORS answers, shared, never modified.
-var (
-	varyOrigin    = []string{"Origin"}
-	exposeHeaders = []string{"Request-Id, RateLimit, RateLimit-Policy, Retry-After, Preference-Applied, WWW-Authenticate"}
-	maxAge        = []string{"600"}
-)
 
 // applies reports whether an answer at path carries the CORS headers: under /v1 and
 // /healthz, not on the landing page nor on paths outside the API.
@@ -1530,9 +1508,9 @@ func (c *cors) applies(path string) bool {
 
 // allow sets the headers every answer of a browser's origin carries.
 func (c *cors) allow(h http.Header) {
-	h["Access-Control-Allow-Origin"] = c.origin
-	h["Vary"] = varyOrigin
-	h["Access-Control-Expose-Headers"] = exposeHeaders
+	h.Set("Access-Control-Allow-Origin", c.origin)
+	h.Set("Vary", "Origin")
+	h.Set("Access-Control-Expose-Headers", "Request-Id, RateLimit, RateLimit-Policy, Retry-After, Preference-Applied, WWW-Authenticate")
 }
 
 // preflight answers a CORS preflight (OPTIONS with Origin and
@@ -1542,18 +1520,18 @@ func (c *cors) preflight(methods []string, next callHandler) callHandler {
 	if c == nil {
 		return next
 	}
-	allowMethods := []string{strings.Join(methods, ", ")}
+	allowMethods := strings.Join(methods, ", ")
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
 		if !isPreflight(r) {
 			next(w, r, c)
 			return
 		}
 		h := w.Header()
-		h["Access-Control-Allow-Methods"] = allowMethods
+		h.Set("Access-Control-Allow-Methods", allowMethods)
 		if asked := r.Header.Values("Access-Control-Request-Headers"); len(asked) > 0 {
-			h["Access-Control-Allow-Headers"] = []string{strings.Join(asked, ", ")}
+			h.Set("Access-Control-Allow-Headers", strings.Join(asked, ", "))
 		}
-		h["Access-Control-Max-Age"] = maxAge
+		h.Set("Access-Control-Max-Age", "600")
 		w.WriteHeader(http.StatusNoContent)
 	}
 }

@@ -5406,8 +5406,8 @@ func FuzzLoadDataset(f *testing.F) {
 				}
 			}
 			for sid, sh := range tn.shipments.byID {
-				if checkID("$", sid) != nil || !json.Valid(sh.full.bytes) || !json.Valid(sh.view(0)) {
-					t.Fatalf("shipment %q loaded as %s", sid, sh.full.bytes)
+				if checkID("$", sid) != nil || !json.Valid(sh.full) || !json.Valid(sh.view(0)) {
+					t.Fatalf("shipment %q loaded as %s", sid, sh.full)
 				}
 			}
 			for number := range tn.shipments.byTrackingNumber {

@@ -130,13 +130,12 @@ type orderIndex struct {
 	ids        []byte                    // each order's id, in list order
 	byStatus   [][]int32                 // indexes of the orders without a timeline, per status, in list order
 	table      idTable
-	lengths    map[int][]string // one Content-Length value for each length an order has
-	moving     []int32          // indexes of the orders with a timeline, in list order
-	timelines  []orderTimeline  // theirs, in the same order
-	states     []orderState     // every timeline's states, in order
-	stateJSON  []byte           // every state's JSON
-	imports    []instant        // the imports of the orders with a timeline, sorted
-	happenings []happening      // what the dataset schedules for the orders, in order
+	moving     []int32         // indexes of the orders with a timeline, in list order
+	timelines  []orderTimeline // theirs, in the same order
+	states     []orderState    // every timeline's states, in order
+	stateJSON  []byte          // every state's JSON
+	imports    []instant       // the imports of the orders with a timeline, sorted
+	happenings []happening     // what the dataset schedules for the orders, in order
 }
 
 // storedOrder is one order's record: where its JSON and id are, its created_at, its status
@@ -350,7 +349,6 @@ func (ix *orderIndex) build() error {
 	ix.bytes = make([]byte, 0, n*180)
 	ix.ids = make([]byte, 0, n*16)
 	ix.byStatus = make([][]int32, len(orderStatuses))
-	ix.lengths = map[int][]string{}
 	var seed importedOrder
 	var idBuf, refBuf [32]byte
 	j := 0 // the next seeded order, newest first
@@ -399,7 +397,6 @@ func (ix *orderIndex) store(o *importedOrder) error {
 	ix.records = append(ix.records, storedOrder{sec: o.createdAt.Unix(), nsec: int32(o.createdAt.Nanosecond()), off: uint32(start),
 		idOff: uint32(len(ix.ids)), idLen: uint8(len(o.id)), status: uint8(last), moves: o.moves()})
 	ix.ids = append(ix.ids, o.id...)
-	ix.length(len(ix.bytes) - 1 - start)
 	if !o.moves() {
 		ix.byStatus[o.status] = append(ix.byStatus[o.status], i)
 		return nil
@@ -434,7 +431,6 @@ func (ix *orderIndex) store(o *importedOrder) error {
 			st.from = instantOf(from)
 		}
 		ix.states = append(ix.states, st)
-		ix.length(int(st.size))
 	}
 	tl.end = uint32(len(ix.states))
 	ix.timelines = append(ix.timelines, tl)
@@ -446,13 +442,6 @@ var (
 	minTime = time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)
 	maxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
 )
-
-// length keeps one Content-Length value for each size an order's JSON has.
-func (ix *orderIndex) length(size int) {
-	if ix.lengths[size] == nil {
-		ix.lengths[size] = []string{strconv.Itoa(size)}
-	}
-}
 
 // showsAs is the state the list shows an order with a timeline in at at, and whether it
 // shows it at all: from its import on.
@@ -863,7 +852,7 @@ func (ix *orderIndex) serveGet(w http.ResponseWriter, r *http.Request, at time.T
 		}
 		b = ix.stateJSONOf(st)
 	}
-	writeSized(w, http.StatusOK, jsonContentType, ix.lengths[len(b)], b)
+	writeBody(w, http.StatusOK, jsonContentType, b)
 	return nil
 }
 

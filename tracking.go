@@ -151,10 +151,10 @@ type shipmentRecord struct {
 type shipment struct {
 	id             string
 	trackingNumber *string
-	createdAt      time.Time // zero: it always existed; before it, the shipment is not found
-	sameNumber     *shipment // the shipment of the tenant filed before it with the same primary number
-	dropped        int       // raw events not interpretable, dropped at load
-	full           prepared
+	createdAt      time.Time   // zero: it always existed; before it, the shipment is not found
+	sameNumber     *shipment   // the shipment of the tenant filed before it with the same primary number
+	dropped        int         // raw events not interpretable, dropped at load
+	full           []byte      // the view with every event
 	heads          [][]byte    // indexed like trackingStatuses: the view up to `"events":[`
 	events         []byte      // every event's JSON, joined by commas
 	ends           []int       // where each event's JSON ends in events
@@ -185,7 +185,7 @@ func newShipment(rec shipmentRecord, events []stampedEvent) (*shipment, error) {
 		}
 		s.heads[i] = view[:len(view)-len("]}")]
 	}
-	s.full = prepare(s.view(len(events)))
+	s.full = s.view(len(events))
 	return s, nil
 }
 
@@ -224,7 +224,7 @@ func (s *shipment) statusAt(at time.Time) string {
 func (s *shipment) write(w http.ResponseWriter, at time.Time) {
 	k := s.shown(at)
 	if k == len(s.instants) {
-		s.full.write(w, http.StatusOK, jsonContentType)
+		writeBody(w, http.StatusOK, jsonContentType, s.full)
 		return
 	}
 	head, events := s.parts(k)
