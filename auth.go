@@ -53,6 +53,12 @@ func (c *sandboxClock) read(wall func() time.Time) clockReading {
 	return clockReading{wall(), false}
 }
 
+// timelineAround is the last n things the tenant's dataset schedules at or before at and
+// the next n after it, and how many more there are on each side.
+func (t *tenant) timelineAround(at time.Time, n int) (past, future []happening, morePast, moreFuture int) {
+	return around(at, n, t.shipments.timeline(), t.orders.timeline())
+}
+
 // freeze stops the clock at at; a nil at makes it follow the wall clock again.
 func (c *sandboxClock) freeze(at *time.Time) { c.frozen.Store(at) }
 

@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -646,4 +647,20 @@ func sortHappenings(h []happening) {
 		}
 		return strings.Compare(a.id, b.id)
 	})
+}
+
+// around is the last n happenings at or before at and the next n after it of a timeline
+// kept in sorted parts, and how many more there are on each side.
+func around(at time.Time, n int, parts ...[]happening) (past, future []happening, morePast, moreFuture int) {
+	for _, part := range parts {
+		k := sort.Search(len(part), func(k int) bool { return part[k].at.After(at) })
+		past = append(past, part[max(0, k-n):k]...)
+		future = append(future, part[k:min(len(part), k+n)]...)
+		morePast += k
+		moreFuture += len(part) - k
+	}
+	sortHappenings(past)
+	sortHappenings(future)
+	past, future = past[max(0, len(past)-n):], future[:min(len(future), n)]
+	return past, future, morePast - len(past), moreFuture - len(future)
 }

@@ -26,7 +26,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -1694,12 +1693,7 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 		}
 		shipments, more := tk.t.shipments.firstShown(clock.now, pageRows)
 		for _, sh := range shipments {
-			ls := landingShipment{ID: cut(sh.id), Status: sh.statusAt(clock.now), Dropped: sh.dropped}
-			if sh.trackingNumber != nil {
-				ls.TrackingNumber = cut(*sh.trackingNumber)
-				ls.Shared = tk.t.shipments.sharedAt(*sh.trackingNumber, clock.now)
-			}
-			lt.Shipments = append(lt.Shipments, ls)
+			lt.Shipments = append(lt.Shipments, landingShipment{cut(sh.id), cut(sh.trackingNumber), sh.status, sh.shared, sh.dropped})
 		}
 		lt.MoreShipments = more
 		orders, more := tk.t.orders.firstListed(clock.now, pageRows)
@@ -1707,7 +1701,7 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 			lt.Orders = append(lt.Orders, landingOrder{cut(o.id), o.status, formatTimestamp(o.createdAt)})
 		}
 		lt.MoreOrders = more
-		past, future, morePast, moreFuture := around(clock.now, pageHappenings, tk.t.shipments.happenings, tk.t.orders.happenings)
+		past, future, morePast, moreFuture := tk.t.timelineAround(clock.now, pageHappenings)
 		for _, h := range past {
 			lt.Past = append(lt.Past, landingHappening{formatTimestamp(h.at), cut(h.id), cut(h.what)})
 		}
@@ -1728,22 +1722,6 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 // pageHappenings is how many happenings of a tenant's timeline the page shows each side of
 // its clock.
 const pageHappenings = 10
-
-// around is the last n happenings at or before at and the next n after it of a timeline
-// kept in sorted parts, and how many more there are on each side.
-func around(at time.Time, n int, parts ...[]happening) (past, future []happening, morePast, moreFuture int) {
-	for _, part := range parts {
-		k := sort.Search(len(part), func(k int) bool { return part[k].at.After(at) })
-		past = append(past, part[max(0, k-n):k]...)
-		future = append(future, part[k:min(len(part), k+n)]...)
-		morePast += k
-		moreFuture += len(part) - k
-	}
-	sortHappenings(past)
-	sortHappenings(future)
-	past, future = past[max(0, len(past)-n):], future[:min(len(future), n)]
-	return past, future, morePast - len(past), moreFuture - len(future)
-}
 
 // cut bounds a shown value: over pageValue bytes, it is its first pageValue-3 bytes (cut at
 // a UTF-8 boundary) and "...".

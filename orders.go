@@ -830,6 +830,9 @@ func (ix *orderIndex) firstListed(at time.Time, n int) ([]listedOrder, int) {
 	return orders, ix.listedCount(at) - len(orders)
 }
 
+// timeline is what the dataset schedules for the orders, in order.
+func (ix *orderIndex) timeline() []happening { return ix.happenings }
+
 // timelineOf is the timeline of order i, which has one.
 func (ix *orderIndex) timelineOf(i int) *orderTimeline {
 	return &ix.timelines[searchIndexes(ix.moving, i)]

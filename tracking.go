@@ -363,21 +363,40 @@ func checkShipment(path string, rec shipmentRecord) error {
 	return nil
 }
 
+// shownShipment is a shipment as a list shows it at an instant.
+type shownShipment struct {
+	id, trackingNumber, status string // trackingNumber "" for none
+	shared                     bool   // another shipment found then holds its number
+	dropped                    int    // raw events dropped at load
+}
+
 // firstShown is the first n shipments, in the dataset's order, that are found at at, and
 // how many more are.
-func (ix *shipmentIndex) firstShown(at time.Time, n int) ([]*shipment, int) {
-	if len(ix.creations) == 0 { // every shipment always existed
-		k := min(n, len(ix.list))
-		return ix.list[:k], len(ix.list) - k
+func (ix *shipmentIndex) firstShown(at time.Time, n int) ([]shownShipment, int) {
+	var shown []shownShipment
+	add := func(s *shipment) {
+		sh := shownShipment{id: s.id, status: s.statusAt(at), dropped: s.dropped}
+		if s.trackingNumber != nil {
+			sh.trackingNumber, sh.shared = *s.trackingNumber, ix.sharedAt(*s.trackingNumber, at)
+		}
+		shown = append(shown, sh)
 	}
-	var shown []*shipment
+	if len(ix.creations) == 0 { // every shipment always existed
+		for _, s := range ix.list[:min(n, len(ix.list))] {
+			add(s)
+		}
+		return shown, len(ix.list) - len(shown)
+	}
 	now := instantOf(at)
 	for i := ix.created.next(0, now); i < len(ix.list) && len(shown) < n; i = ix.created.next(i+1, now) {
-		shown = append(shown, ix.list[i])
+		add(ix.list[i])
 	}
 	found := len(ix.list) - len(ix.creations) + sort.Search(len(ix.creations), func(k int) bool { return ix.creations[k].After(at) })
 	return shown, found - len(shown)
 }
+
+// timeline is what the dataset schedules for the shipments, in order.
+func (ix *shipmentIndex) timeline() []happening { return ix.happenings }
 
 // byNumber is the one shipment found at at with this primary tracking number.
 func (ix *shipmentIndex) byNumber(number string, at time.Time) (*shipment, error) {
