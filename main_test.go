@@ -914,13 +914,7 @@ func TestTheWayOutIsBoundedInTheWorstArrangement(t *testing.T) {
 			}
 		}
 		busyCores(t)
-		signalled := time.Now()
-		cmd.Process.Signal(syscall.SIGTERM)
-		took, status := waitExit(t, cmd, signalled, 15*time.Second)
-		t.Logf("exited %v after the signal, status %d", took, status)
-		if took > 15*time.Second || status != 1 {
-			t.Errorf("stalled outputs, busy cores, a signal while serving: exit status %d after %v; want 1 within 15 s", status, took)
-		}
+		signalAndWait(t, cmd, "serving", 15*time.Second)
 	})
 	t.Run("loading", func(t *testing.T) {
 		t.Parallel()
@@ -931,14 +925,21 @@ func TestTheWayOutIsBoundedInTheWorstArrangement(t *testing.T) {
 			c.Close()
 			t.Fatal("the sandbox serves already: no signal during loading can be tried")
 		}
-		signalled := time.Now()
-		cmd.Process.Signal(syscall.SIGTERM)
-		took, status := waitExit(t, cmd, signalled, 2*time.Second)
-		t.Logf("exited %v after the signal, status %d", took, status)
-		if took > 2*time.Second || status != 1 {
-			t.Errorf("stalled outputs, busy cores, a signal while loading: exit status %d after %v; want 1 within 2 s", status, took)
-		}
+		signalAndWait(t, cmd, "loading", 2*time.Second)
 	})
+}
+
+// signalAndWait sends cmd SIGTERM while it is doing what, and wants it to exit 1 within
+// bound: its outputs are stalled, so lines were lost.
+func signalAndWait(t *testing.T, cmd *exec.Cmd, what string, bound time.Duration) {
+	t.Helper()
+	signalled := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	took, status := waitExit(t, cmd, signalled, bound)
+	t.Logf("exited %v after the signal, status %d", took, status)
+	if took > bound || status != 1 {
+		t.Errorf("stalled outputs, busy cores, a signal while %s: exit status %d after %v; want 1 within %v", what, status, took, bound)
+	}
 }
 
 func TestParseConfig(t *testing.T) {
@@ -3643,9 +3644,28 @@ func TestClockUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, quiet: true})
 	const key = "sk_test_sandbox_all"
+	readWhile(4, func() bool {
+		rec := httptest.NewRecorder()
+		e.h.ServeHTTP(rec, newRequest(http.MethodGet, "/v1/shipments/shp_sbx_spring/tracking", key))
+		var v trackingView
+		if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &v) != nil || len(v.Events) > 0 && v.Status != v.Events[len(v.Events)-1].Status {
+			t.Errorf("a read while the clock moves = %d %s", rec.Code, rec.Body)
+			return false
+		}
+		return true
+	}, func() {
+		for i := range 200 {
+			e.setClock(t, key, formatTimestamp(time.Date(2026, 3, 28, 17, 0, 0, 0, time.UTC).Add(time.Duration(i)*6*time.Minute)))
+		}
+	})
+}
+
+// readWhile calls read from readers goroutines, each until it fails (returns false) or move
+// returns.
+func readWhile(readers int, read func() bool, move func()) {
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
-	for range 4 {
+	for range readers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -3655,19 +3675,13 @@ func TestClockUnderConcurrency(t *testing.T) {
 					return
 				default:
 				}
-				rec := httptest.NewRecorder()
-				e.h.ServeHTTP(rec, newRequest(http.MethodGet, "/v1/shipments/shp_sbx_spring/tracking", key))
-				var v trackingView
-				if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &v) != nil || len(v.Events) > 0 && v.Status != v.Events[len(v.Events)-1].Status {
-					t.Errorf("a read while the clock moves = %d %s", rec.Code, rec.Body)
+				if !read() {
 					return
 				}
 			}
 		}()
 	}
-	for i := range 200 {
-		e.setClock(t, key, formatTimestamp(time.Date(2026, 3, 28, 17, 0, 0, 0, time.UTC).Add(time.Duration(i)*6*time.Minute)))
-	}
+	move()
 	close(stop)
 	wg.Wait()
 }
@@ -3695,44 +3709,31 @@ func TestClockAnswersAgreeWhileTheClockMoves(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, quiet: true})
 	const frozen, past = "2026-03-29T01:00:00Z", "2025-06-01T00:00:00Z"
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	for range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				rec := httptest.NewRecorder()
-				e.h.ServeHTTP(rec, newRequest(http.MethodGet, "/v1/test_helpers/clock", "sk_test_sandbox_all"))
-				var c struct {
-					FrozenTime *string `json:"frozen_time"`
-					Now        string  `json:"now"`
-				}
-				if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &c) != nil || c.FrozenTime != nil && *c.FrozenTime != c.Now || c.FrozenTime == nil && (c.Now == frozen || c.Now == past) {
-					t.Errorf("GET clock while it moves = %d %s: two readings in one answer", rec.Code, rec.Body)
-					return
-				}
-				rec = httptest.NewRecorder()
-				e.h.ServeHTTP(rec, newRequest(http.MethodGet, "/v1/orders", "sk_test_sandbox_expired"))
-				if rec.Code == 200 && strings.Contains(rec.Body.String(), "ord_sbx_0001") {
-					t.Errorf("sk_test_sandbox_expired read %s while the clock moved", rec.Body)
-					return
-				}
-			}
-		}()
-	}
-	for range 3000 {
-		e.setClock(t, "sk_test_sandbox_all", past)
-		e.setClock(t, "sk_test_sandbox_all", frozen)
-		e.setClock(t, "sk_test_sandbox_all", "")
-	}
-	close(stop)
-	wg.Wait()
+	readWhile(2, func() bool {
+		rec := httptest.NewRecorder()
+		e.h.ServeHTTP(rec, newRequest(http.MethodGet, "/v1/test_helpers/clock", "sk_test_sandbox_all"))
+		var c struct {
+			FrozenTime *string `json:"frozen_time"`
+			Now        string  `json:"now"`
+		}
+		if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &c) != nil || c.FrozenTime != nil && *c.FrozenTime != c.Now || c.FrozenTime == nil && (c.Now == frozen || c.Now == past) {
+			t.Errorf("GET clock while it moves = %d %s: two readings in one answer", rec.Code, rec.Body)
+			return false
+		}
+		rec = httptest.NewRecorder()
+		e.h.ServeHTTP(rec, newRequest(http.MethodGet, "/v1/orders", "sk_test_sandbox_expired"))
+		if rec.Code == 200 && strings.Contains(rec.Body.String(), "ord_sbx_0001") {
+			t.Errorf("sk_test_sandbox_expired read %s while the clock moved", rec.Body)
+			return false
+		}
+		return true
+	}, func() {
+		for range 3000 {
+			e.setClock(t, "sk_test_sandbox_all", past)
+			e.setClock(t, "sk_test_sandbox_all", frozen)
+			e.setClock(t, "sk_test_sandbox_all", "")
+		}
+	})
 }
 
 // TestRunWithClock: -clock (or SANDBOX_CLOCK) is the start instant: every clock starts
