@@ -54,11 +54,12 @@ import (
 // collector; real processes are started only where signals, pipes and sockets are the point.
 
 // TestMain lets more tests run at once than the machine has cores, go test's default: most
-// of them wait on sockets, timers and other processes. -parallel, when given, wins.
+// of them wait on sockets, timers and other processes. -parallel, when given, wins, and a
+// fuzzer keeps its default number of workers.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" || f.Name == "test.fuzz" })
 	if !given {
 		flag.Set("test.parallel", "8")
 	}
