@@ -1,5 +1,6 @@
-// auth.go is who may call: accounts and their environments (tenants), API keys and their
-// scopes, the wrappers that check a key, and the per-key rate limit.
+// auth.go is who may call and when: accounts and their environments (tenants), with the
+// dataset's records filed under them; API keys and their scopes; the per-key rate limit;
+// and each tenant's sandbox clock with its operations.
 package main
 
 import (
