@@ -1,5 +1,6 @@
-// orders.go is imported orders: loading and linking them, their lists in list order, the
-// GET /v1/orders query and its pages, and GET /v1/orders/{id}.
+// orders.go is imported orders: loading and linking them, their timelines (a late import,
+// status changes, a link that appears), their lists in list order, the GET /v1/orders query
+// and its pages, and GET /v1/orders/{id}.
 package main
 
 import (

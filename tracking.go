@@ -1,5 +1,6 @@
 // tracking.go is shipments and their tracking: raw carrier events normalized at load, the
-// tracking views prepared once, shown as the tenant's clock allows, and the two operations.
+// tracking views prepared once, shipments and events shown as the request's instant allows,
+// and the two operations.
 package main
 
 import (
