@@ -329,8 +329,6 @@ func instantOf(t time.Time) instant { return instant{t.Unix(), int32(t.Nanosecon
 
 func (a instant) after(b instant) bool { return a.sec > b.sec || a.sec == b.sec && a.nsec > b.nsec }
 
-func (a instant) time() time.Time { return time.Unix(a.sec, int64(a.nsec)).UTC() }
-
 // Dataset faults. A dataset that cannot be served is refused at start with the file, the
 // JSON path of the fault and the reason.
 
