@@ -254,7 +254,7 @@ func (s scope) String() string {
 type apiKey struct {
 	tenant    *tenant // the account and environment the key is tied to
 	scopes    scope
-	expiresAt time.Time // zero: never expires
+	expiresAt instant // never, when the key has no expiry
 	revoked   bool
 	bucket    bucket // the key's rate-limit state
 }
@@ -296,7 +296,7 @@ func (kr keyring) addKey(path string, rec keyRecord, t *tenant, firstUse map[[sh
 		return keyLine{}, &datasetError{path: path + ".key", reason: "duplicate: the same key as " + first}
 	}
 	firstUse[digest] = path
-	k := &apiKey{tenant: t, revoked: rec.Revoked}
+	k := &apiKey{tenant: t, revoked: rec.Revoked, expiresAt: never}
 	for i, name := range rec.Scopes {
 		if err := oneOf(path+".scopes["+strconv.Itoa(i)+"]", "scope", name, scopeNames); err != nil {
 			return keyLine{}, err
@@ -313,7 +313,7 @@ func (kr keyring) addKey(path string, rec keyRecord, t *tenant, firstUse map[[sh
 		if err != nil {
 			return keyLine{}, err
 		}
-		k.expiresAt = at
+		k.expiresAt = instantOf(at)
 		line.state = "expires " + formatTimestamp(at)
 		if !start.Before(at) {
 			line.state = "expired " + formatTimestamp(at)
@@ -394,7 +394,7 @@ func (kr keyring) authenticate(h http.Header) (*apiKey, *apiError) {
 
 // expiredAt reports whether the key has expired at at: at and after its expires_at.
 func (k *apiKey) expiredAt(at time.Time) bool {
-	return !k.expiresAt.IsZero() && !at.Before(k.expiresAt)
+	return !k.expiresAt.after(instantOf(at))
 }
 
 // rateLimit is the sandbox's per-key limit: perSecond requests a second with a burst of one

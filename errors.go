@@ -319,7 +319,9 @@ type instant struct {
 	nsec int32
 }
 
-// dawn is before every instant, never after every one.
+// dawn is before every instant and never after every one. Neither is an instant a dataset
+// can name (those lie in the years 0000 to 9999), so they stand for what is absent: a
+// shipment that always existed is created at dawn, a key without an expiry expires never.
 var (
 	dawn  = instant{math.MinInt64, 0}
 	never = instant{math.MaxInt64, 0}
@@ -328,6 +330,23 @@ var (
 func instantOf(t time.Time) instant { return instant{t.Unix(), int32(t.Nanosecond())} }
 
 func (a instant) after(b instant) bool { return a.sec > b.sec || a.sec == b.sec && a.nsec > b.nsec }
+
+// time is the instant as a time.Time in UTC; dawn and never are not instants to write.
+func (a instant) time() time.Time { return time.Unix(a.sec, int64(a.nsec)).UTC() }
+
+// formatInstant writes an instant as responses write timestamps.
+func formatInstant(a instant) string { return formatTimestamp(a.time()) }
+
+// compare is -1, 0 or +1 as a is before, at or after b.
+func (a instant) compare(b instant) int {
+	switch {
+	case a.after(b):
+		return 1
+	case b.after(a):
+		return -1
+	}
+	return 0
+}
 
 // Dataset faults. A dataset that cannot be served is refused at start with the file, the
 // JSON path of the fault and the reason.

@@ -74,13 +74,13 @@ type importedOrder struct {
 	merchantReference string
 	platform          string
 	shipmentID        *string
-	linkedAt          time.Time // when the link shows: its shipment's creation (zero: always)
+	linkedAt          instant // when the link shows: its shipment's creation (dawn: always)
 }
 
 // moves reports whether what the order shows depends on the instant beyond its created_at:
 // an import after it, a change of status, or a link that appears after its import.
 func (o *importedOrder) moves() bool {
-	return !o.importedAt.Equal(o.createdAt) || len(o.changes) > 0 || o.shipmentID != nil && o.linkedAt.After(o.importedAt)
+	return !o.importedAt.Equal(o.createdAt) || len(o.changes) > 0 || o.shipmentID != nil && o.linkedAt.after(instantOf(o.importedAt))
 }
 
 // appendResource appends the order as the API shows it (exactly the spec's six fields: id,
@@ -245,30 +245,35 @@ func readChanges(path string, list []json.RawMessage, o *importedOrder, start ti
 }
 
 // linkedBy reports whether the order's link shows at at: from its shipment's creation on.
-func (o *importedOrder) linkedBy(at time.Time) bool {
-	return o.shipmentID != nil && (o.linkedAt.IsZero() || !o.linkedAt.After(at))
+func (o *importedOrder) linkedBy(at instant) bool {
+	return o.shipmentID != nil && !o.linkedAt.after(at)
 }
 
 // statusAt is the order's status at at: that of its last change at or before it.
 func (o *importedOrder) statusAt(at time.Time) int {
-	status := o.status
-	for _, c := range o.changes {
-		if c.at.After(at) {
-			break
-		}
-		status = c.status
+	k := sort.Search(len(o.changes), func(k int) bool { return o.changes[k].at.After(at) })
+	if k == 0 {
+		return o.status
 	}
-	return status
+	return o.changes[k-1].status
+}
+
+// lastStatus is the order's status once every change has happened.
+func (o *importedOrder) lastStatus() int {
+	if len(o.changes) == 0 {
+		return o.status
+	}
+	return o.changes[len(o.changes)-1].status
 }
 
 // has reports whether the dataset gives an order of this id.
 func (ix *orderIndex) has(id string) bool { return ix.byID[id] != nil }
 
 // link records that the shipment shipmentID was created with the order orderID: the
-// order's shipment_id, shown from createdAt on (zero: the shipment always existed). One
+// order's shipment_id, shown from createdAt on (dawn: the shipment always existed). One
 // order can be linked once (a second link is the API's 409), and not by a shipment created
 // before the order is imported.
-func (ix *orderIndex) link(path, where, orderID, shipmentID string, createdAt time.Time) error {
+func (ix *orderIndex) link(path, where, orderID, shipmentID string, createdAt instant) error {
 	o := ix.byID[orderID]
 	if o == nil {
 		return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("no order %q in %s to link shipment %q to", orderID, where, shipmentID)}
@@ -276,8 +281,8 @@ func (ix *orderIndex) link(path, where, orderID, shipmentID string, createdAt ti
 	if o.shipmentID != nil {
 		return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("order %q is already linked to shipment %q; linking it to shipment %q too is a conflict (409)", orderID, *o.shipmentID, shipmentID)}
 	}
-	if !createdAt.IsZero() && createdAt.Before(o.importedAt) {
-		return &datasetError{path: path + ".created_at", reason: fmt.Sprintf("shipment %q is created at %s, before its order %q is imported at %s: a shipment is created with an order the account has", shipmentID, formatTimestamp(createdAt), orderID, formatTimestamp(o.importedAt))}
+	if createdAt != dawn && instantOf(o.importedAt).after(createdAt) {
+		return &datasetError{path: path + ".created_at", reason: fmt.Sprintf("shipment %q is created at %s, before its order %q is imported at %s: a shipment is created with an order the account has", shipmentID, formatInstant(createdAt), orderID, formatTimestamp(o.importedAt))}
 	}
 	o.shipmentID, o.linkedAt = &shipmentID, createdAt
 	return nil
@@ -373,15 +378,7 @@ func (ix *orderIndex) build() error {
 	}
 	ix.pending, ix.byID = nil, nil
 	ix.table = newIDTable(ix)
-	slices.SortFunc(ix.imports, func(a, b instant) int {
-		if a.after(b) {
-			return 1
-		}
-		if b.after(a) {
-			return -1
-		}
-		return 0
-	})
+	slices.SortFunc(ix.imports, instant.compare)
 	sortHappenings(ix.happenings)
 	return nil
 }
@@ -389,7 +386,7 @@ func (ix *orderIndex) build() error {
 // store appends one order, the next in list order, and its timeline if it has one.
 func (ix *orderIndex) store(o *importedOrder) error {
 	start := len(ix.bytes)
-	last := o.statusAt(maxTime)
+	last := o.lastStatus()
 	ix.bytes = append(o.appendResource(ix.bytes, last, true), ',')
 	if len(ix.bytes) > math.MaxUint32 || len(ix.records) >= math.MaxInt32 {
 		return errors.New("the orders of one account and environment exceed 4 GiB of JSON")
@@ -405,21 +402,23 @@ func (ix *orderIndex) store(o *importedOrder) error {
 	ix.moving = append(ix.moving, i)
 	ix.imports = append(ix.imports, instantOf(o.importedAt))
 	tl := orderTimeline{imported: instantOf(o.importedAt), first: uint32(len(ix.states))}
-	// A state begins at dawn, at each change, and when the link appears.
-	begins := []time.Time{minTime}
+	// A state begins at dawn, at each change, and when the link appears. The changes are
+	// walked once, in order, beside the instants: loading stays linear in them.
+	begins := make([]instant, 0, len(o.changes)+2)
+	begins = append(begins, dawn)
 	for _, c := range o.changes {
-		begins = append(begins, c.at)
+		begins = append(begins, instantOf(c.at))
 	}
-	if o.shipmentID != nil && !o.linkedAt.IsZero() {
+	if o.shipmentID != nil && o.linkedAt != dawn {
 		begins = append(begins, o.linkedAt)
 	}
-	slices.SortFunc(begins, time.Time.Compare)
+	slices.SortFunc(begins, instant.compare)
+	status, next := o.status, 0 // the status from the instant on, and the next change
 	for k, from := range slices.Compact(begins) {
-		at := from
-		if k == 0 {
-			at = minTime
+		for ; next < len(o.changes) && !instantOf(o.changes[next].at).after(from); next++ {
+			status = o.changes[next].status
 		}
-		status, linked := o.statusAt(at), o.linkedBy(at)
+		linked := o.linkedBy(from)
 		if k > 0 {
 			if prev := ix.states[len(ix.states)-1]; int(prev.status) == status && prev.linked == linked {
 				continue
@@ -427,22 +426,12 @@ func (ix *orderIndex) store(o *importedOrder) error {
 		}
 		off := len(ix.stateJSON)
 		ix.stateJSON = o.appendResource(ix.stateJSON, status, linked)
-		st := orderState{from: dawn, off: uint32(off), size: uint32(len(ix.stateJSON) - off), status: uint8(status), linked: linked}
-		if k > 0 {
-			st.from = instantOf(from)
-		}
-		ix.states = append(ix.states, st)
+		ix.states = append(ix.states, orderState{from: from, off: uint32(off), size: uint32(len(ix.stateJSON) - off), status: uint8(status), linked: linked})
 	}
 	tl.end = uint32(len(ix.states))
 	ix.timelines = append(ix.timelines, tl)
 	return nil
 }
-
-// The first and last instants a dataset can name.
-var (
-	minTime = time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)
-	maxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
-)
 
 // showsAs is the state the list shows an order with a timeline in at at, and whether it
 // shows it at all: from its import on.

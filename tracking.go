@@ -152,7 +152,7 @@ type shipmentRecord struct {
 type shipment struct {
 	id             string
 	trackingNumber *string
-	createdAt      time.Time   // zero: it always existed; before it, the shipment is not found
+	createdAt      instant     // dawn: it always existed; before it, the shipment is not found
 	sameNumber     *shipment   // the shipment of the tenant filed before it with the same primary number
 	dropped        int         // raw events not interpretable, dropped at load
 	full           []byte      // the view with every event
@@ -206,7 +206,7 @@ func (s *shipment) parts(k int) (head, events []byte) {
 }
 
 // existsAt reports whether the shipment is found at at: from its creation on.
-func (s *shipment) existsAt(at time.Time) bool { return s.createdAt.IsZero() || !s.createdAt.After(at) }
+func (s *shipment) existsAt(at time.Time) bool { return !s.createdAt.after(instantOf(at)) }
 
 // shown is how many events the clock shows at at: those at or before it.
 func (s *shipment) shown(at time.Time) int {
@@ -242,7 +242,7 @@ type shipmentIndex struct {
 	byID             map[string]*shipment
 	byTrackingNumber map[string]*shipment // the last shipment filed with the number; sameNumber the one before
 	created          createdTree          // finds the shipments found at an instant without a scan
-	creations        []time.Time          // the creation instants given, sorted: how many are found
+	creations        []instant            // the creation instants given, sorted: how many are found
 	happenings       []happening          // creations and events scheduled with after, in order
 }
 
@@ -259,12 +259,13 @@ func (ix *shipmentIndex) addShipment(path, where string, rec shipmentRecord, sta
 	if ix.byID[rec.ID] != nil {
 		return nil, normalization{}, &datasetError{path: path + ".id", reason: fmt.Sprintf("duplicate shipment id %q in %s", rec.ID, where)}
 	}
-	var createdAt time.Time
+	createdAt := dawn
 	if rec.CreatedAt != nil {
-		var err error
-		if createdAt, err = instantField(path+".created_at", *rec.CreatedAt, start); err != nil {
+		at, err := instantField(path+".created_at", *rec.CreatedAt, start)
+		if err != nil {
 			return nil, normalization{}, err
 		}
+		createdAt = instantOf(at)
 	}
 	raw, after, err := readEvents(path, rec.Events)
 	if err != nil {
@@ -276,7 +277,7 @@ func (ix *shipmentIndex) addShipment(path, where string, rec shipmentRecord, sta
 		return nil, n, err
 	}
 	s.dropped, s.createdAt = n.dropped, createdAt
-	ix.file(s, rec.CreatedAt != nil, events)
+	ix.file(s, events)
 	return s, n, nil
 }
 
@@ -305,16 +306,16 @@ func readEvents(path string, list []json.RawMessage) ([]rawEvent, []time.Duratio
 
 // file indexes a shipment: by id, by primary tracking number (the shipments that hold one
 // number are chained, the last filed first), and what its dataset schedules.
-func (ix *shipmentIndex) file(s *shipment, created bool, events []stampedEvent) {
+func (ix *shipmentIndex) file(s *shipment, events []stampedEvent) {
 	ix.list = append(ix.list, s)
 	ix.byID[s.id] = s
 	if number := s.trackingNumber; number != nil {
 		s.sameNumber = ix.byTrackingNumber[*number]
 		ix.byTrackingNumber[*number] = s
 	}
-	if created {
+	if s.createdAt != dawn {
 		ix.creations = append(ix.creations, s.createdAt)
-		ix.happenings = append(ix.happenings, happening{at: s.createdAt, kind: shipmentCreated, id: s.id, what: "created"})
+		ix.happenings = append(ix.happenings, happening{at: s.createdAt.time(), kind: shipmentCreated, id: s.id, what: "created"})
 	}
 	for _, e := range events {
 		if e.scheduled {
@@ -328,7 +329,7 @@ func (ix *shipmentIndex) count() int { return len(ix.list) }
 
 // build prepares what the index finds without a scan, once every shipment is added.
 func (ix *shipmentIndex) build() {
-	slices.SortFunc(ix.creations, time.Time.Compare)
+	slices.SortFunc(ix.creations, instant.compare)
 	sortHappenings(ix.happenings)
 	if len(ix.creations) > 0 {
 		ix.created = newCreatedTree(ix.list)
@@ -392,7 +393,7 @@ func (ix *shipmentIndex) firstShown(at time.Time, n int) ([]shownShipment, int) 
 	for i := ix.created.next(0, now); i < len(ix.list) && len(shown) < n; i = ix.created.next(i+1, now) {
 		add(ix.list[i])
 	}
-	found := len(ix.list) - len(ix.creations) + sort.Search(len(ix.creations), func(k int) bool { return ix.creations[k].After(at) })
+	found := len(ix.list) - len(ix.creations) + sort.Search(len(ix.creations), func(k int) bool { return ix.creations[k].after(now) })
 	return shown, found - len(shown)
 }
 
@@ -442,10 +443,8 @@ func newCreatedTree(list []*shipment) createdTree {
 		switch {
 		case i >= len(list):
 			t.min[t.leaf+i] = never
-		case list[i].createdAt.IsZero():
-			t.min[t.leaf+i] = dawn
 		default:
-			t.min[t.leaf+i] = instantOf(list[i].createdAt)
+			t.min[t.leaf+i] = list[i].createdAt
 		}
 	}
 	for j := t.leaf - 1; j >= 1; j-- {
