@@ -269,10 +269,16 @@ func parseTimestamp(s string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, errNotRFC3339 // a day the month does not have
 	}
-	if t = t.UTC(); t.Year() < firstRFC3339Year || t.Year() > lastRFC3339Year {
+	if t = t.UTC(); !writable(t) {
 		return time.Time{}, errOutOfRFC3339
 	}
 	return t, nil
+}
+
+// writable reports whether RFC 3339 can write t: its UTC year is 0000 to 9999.
+func writable(t time.Time) bool {
+	t = t.UTC()
+	return t.Year() >= firstRFC3339Year && t.Year() <= lastRFC3339Year
 }
 
 // formatTimestamp writes an instant as responses do: UTC, suffix Z, fractional seconds
@@ -306,7 +312,7 @@ func parseInstant(s string, start time.Time) (time.Time, error) {
 		d = -d
 	}
 	t := start.Add(d).UTC()
-	if t.Year() < firstRFC3339Year || t.Year() > lastRFC3339Year {
+	if !writable(t) {
 		return time.Time{}, errOutOfRFC3339
 	}
 	return t, nil

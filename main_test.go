@@ -1241,9 +1241,9 @@ func TestDatasetRefusals(t *testing.T) {
 		{"a parcel number with C1 control", dataset(dsAccounts, "", strings.Replace(dsShipment, `"tracking_number":"T1"`, `"tracking_number":"T1","parcel_tracking_numbers":["P\u00851"]`, 1), ""), `$.shipments[0].parcel_tracking_numbers[0]: holds a control character`},
 		{"an account id of 300 bytes", dataset(`{"id":"`+strings.Repeat("a", 300)+`","environments":["test"]}`, "", "", ""), `$.accounts[0].id: is 300 bytes long; at most 255`},
 		{"an event with timestamp and after", dataset(dsAccounts, "", strings.Replace(dsShipment, `"status":"in_transit"`, `"after":"90s","status":"in_transit"`, 1), ""), `$.shipments[0].events[0].after: an event has a timestamp or an after, not both`},
-		{"an after that is a number", dataset(dsAccounts, "", strings.Replace(dsShipment, `"timestamp":"2026-11-01T00:00:00Z"`, `"after":90`, 1), ""), `$.shipments[0].events[0].after: must be a string holding a duration such as "90s" or "2m30s"`},
-		{"a negative after", dataset(dsAccounts, "", strings.Replace(dsShipment, `"timestamp":"2026-11-01T00:00:00Z"`, `"after":"-1s"`, 1), ""), `$.shipments[0].events[0].after: "-1s" is not a duration of zero or more, such as "90s" or "2m30s"`},
-		{"an after that is no duration", dataset(dsAccounts, "", strings.Replace(dsShipment, `"timestamp":"2026-11-01T00:00:00Z"`, `"after":"soon"`, 1), ""), `$.shipments[0].events[0].after: "soon" is not a duration of zero or more, such as "90s" or "2m30s"`},
+		{"an after that is a number", dataset(dsAccounts, "", strings.Replace(dsShipment, `"timestamp":"2026-11-01T00:00:00Z"`, `"after":90`, 1), ""), `$.shipments[0].events[0].after: must be a string holding a duration such as "90s", "2m30s" or "-72h"`},
+		{"an after that is no duration", dataset(dsAccounts, "", strings.Replace(dsShipment, `"timestamp":"2026-11-01T00:00:00Z"`, `"after":"soon"`, 1), ""), `$.shipments[0].events[0].after: "soon" is not a duration such as "90s", "2m30s" or "-72h"`},
+		{"an after past a duration's range", dataset(dsAccounts, "", strings.Replace(dsShipment, `"timestamp":"2026-11-01T00:00:00Z"`, `"after":"9999999999h"`, 1), ""), `$.shipments[0].events[0].after: "9999999999h" is not a duration such as "90s", "2m30s" or "-72h"`},
 		{"a merchant reference with a tab", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"R1"`, `"R\t1"`, 1)), `$.orders[0].merchant_reference: holds a control character`},
 	}
 	// The raw marketplace payload is opaque: a member twice there is the marketplace's.
@@ -1267,6 +1267,20 @@ func TestDatasetRefusals(t *testing.T) {
 				t.Errorf("loadDataset = %v\nwant %s", err, want)
 			}
 		})
+	}
+	// An after may be negative (before the start instant), but never places an event
+	// outside the years 0000 to 9999.
+	negative := dataset(dsAccounts, "", strings.Replace(dsShipment, `"timestamp":"2026-11-01T00:00:00Z"`, `"after":"-100h"`, 1), "")
+	if _, err := loadDataset("ok.json", []byte(negative), 0, testNow, slog.New(slog.DiscardHandler)); err != nil {
+		t.Errorf("an event 100 hours before the start: %v, want it loaded", err)
+	}
+	for _, tt := range []struct{ start, after string }{{"9999-12-31T23:00:00Z", "1h"}, {"0000-01-01T01:00:00Z", "-1h0m0.000000001s"}} {
+		start, _ := parseTimestamp(tt.start)
+		data := dataset(dsAccounts, "", strings.Replace(dsShipment, `"timestamp":"2026-11-01T00:00:00Z"`, `"after":"`+tt.after+`"`, 1), "")
+		_, err := loadDataset("bad.json", []byte(data), 0, start, slog.New(slog.DiscardHandler))
+		if want := fmt.Sprintf("dataset bad.json: $.shipments[0].events[0].after: %q places the event outside the years 0000 to 9999 (the start instant is %s)", tt.after, tt.start); err == nil || err.Error() != want {
+			t.Errorf("after %s from %s: %v, want %s", tt.after, tt.start, err, want)
+		}
 	}
 	// -seed-orders needs acct_sandbox/test.
 	_, err := loadDataset("small.json", []byte(dataset(dsAccounts, "", "", "")), 5, testNow, slog.New(slog.DiscardHandler))
@@ -4563,18 +4577,12 @@ func TestNormalizeEvents(t *testing.T) {
 		ev("2026-11-20T09:00:00", "in_transit", "Naive", &here),
 		ev(1763629200, "in_transit", "A number", &here),
 		ev(nil, "in_transit", "Null", &here),
-		{Status: "in_transit", Description: &here},                     // no timestamp at all
-		{Status: "out_for_delivery", Description: &here},               // after 90 minutes: 11:30Z
-		{Status: "out_for_delivery", Description: &here},               // the same again: a duplicate
-		ev("2026-11-20T11:30:00Z", "out_for_delivery", "Other", &here), // the same instant as the scheduled one: after it, as sent
+		{Status: "in_transit", Description: &here},                                                                             // no timestamp at all
+		{Status: "out_for_delivery", Description: &here, scheduled: true, at: time.Date(2026, 11, 20, 11, 30, 0, 0, time.UTC)}, // scheduled with after
+		{Status: "out_for_delivery", Description: &here, scheduled: true, at: time.Date(2026, 11, 20, 11, 30, 0, 0, time.UTC)}, // the same again: a duplicate
+		ev("2026-11-20T11:30:00Z", "out_for_delivery", "Other", &here),                                                         // the same instant as the scheduled one: after it, as sent
 	}
-	after := make([]time.Duration, len(raw))
-	for i := range after {
-		after[i] = -1
-	}
-	after[9], after[10] = 90*time.Minute, 90*time.Minute
-	start := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
-	stamped, n := normalizeEvents(raw, after, start)
+	stamped, n := normalizeEvents(raw)
 	var events []trackingEvent
 	for _, e := range stamped {
 		events = append(events, e.trackingEvent)

@@ -29,6 +29,9 @@ type rawEvent struct {
 	Status      string          `json:"status"`
 	Description *string         `json:"description"`
 	Location    *string         `json:"location"`
+
+	scheduled bool      // it has an after: it happens at
+	at        time.Time // the start instant plus after
 }
 
 // trackingEvent is a stored, normalized event as the API shows it.
@@ -67,7 +70,7 @@ type stampedEvent struct {
 // start plus after; instants are kept and written in UTC; an event with the instant and
 // description of an earlier one is a duplicate (the first is kept); events are ordered
 // oldest first, stable for equal instants; a missing location is "".
-func normalizeEvents(raw []rawEvent, after []time.Duration, start time.Time) ([]stampedEvent, normalization) {
+func normalizeEvents(raw []rawEvent) ([]stampedEvent, normalization) {
 	type identity struct {
 		at          time.Time
 		description string
@@ -75,8 +78,8 @@ func normalizeEvents(raw []rawEvent, after []time.Duration, start time.Time) ([]
 	var n normalization
 	kept := make([]stampedEvent, 0, len(raw))
 	seen := make(map[identity]bool, len(raw))
-	for i, e := range raw {
-		at, err := eventInstant(e, after[i], start)
+	for _, e := range raw {
+		at, err := eventInstant(e)
 		if err != nil {
 			n.dropped++
 			continue
@@ -91,17 +94,17 @@ func normalizeEvents(raw []rawEvent, after []time.Duration, start time.Time) ([]
 		if e.Location != nil {
 			ev.Location = *e.Location
 		}
-		kept = append(kept, stampedEvent{at, after[i] >= 0, ev})
+		kept = append(kept, stampedEvent{at, e.scheduled, ev})
 	}
 	slices.SortStableFunc(kept, func(a, b stampedEvent) int { return a.at.Compare(b.at) })
 	return kept, n
 }
 
-// eventInstant is when a raw event happened: start plus after (-1 when it has none), or
-// its timestamp as the carrier sent it.
-func eventInstant(e rawEvent, after time.Duration, start time.Time) (time.Time, error) {
-	if after >= 0 {
-		return start.Add(after).UTC(), nil
+// eventInstant is when a raw event happened: as scheduled with after, or its timestamp as
+// the carrier sent it.
+func eventInstant(e rawEvent) (time.Time, error) {
+	if e.scheduled {
+		return e.at, nil
 	}
 	var s string
 	if err := json.Unmarshal(e.Timestamp, &s); err != nil {
@@ -110,24 +113,31 @@ func eventInstant(e rawEvent, after time.Duration, start time.Time) (time.Time, 
 	return parseTimestamp(s)
 }
 
-// readAfter checks a raw event's schedule: null or absent (-1), or a JSON string holding a
-// Go duration of zero or more, and never beside a timestamp.
-func readAfter(path string, e rawEvent) (time.Duration, error) {
+// readAfter reads a raw event's schedule into it: null or absent (not scheduled), or a
+// JSON string holding a Go duration, negative for an event before the start instant,
+// never beside a timestamp. It is the dataset author's schedule, not carrier data: a bad
+// one refuses the dataset, and so does one that places the event outside the years 0000
+// to 9999.
+func readAfter(path string, e *rawEvent, start time.Time) error {
 	if len(e.After) == 0 || string(e.After) == "null" {
-		return -1, nil
+		return nil
 	}
 	if len(e.Timestamp) != 0 && string(e.Timestamp) != "null" {
-		return 0, &datasetError{path: path + ".after", reason: "an event has a timestamp or an after, not both"}
+		return &datasetError{path: path + ".after", reason: "an event has a timestamp or an after, not both"}
 	}
 	var s string
 	if json.Unmarshal(e.After, &s) != nil {
-		return 0, &datasetError{path: path + ".after", reason: "must be a string holding a duration such as \"90s\" or \"2m30s\""}
+		return &datasetError{path: path + ".after", reason: "must be a string holding a duration such as \"90s\", \"2m30s\" or \"-72h\""}
 	}
 	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		return 0, &datasetError{path: path + ".after", reason: strconv.Quote(s) + " is not a duration of zero or more, such as \"90s\" or \"2m30s\""}
+	if err != nil {
+		return &datasetError{path: path + ".after", reason: strconv.Quote(s) + " is not a duration such as \"90s\", \"2m30s\" or \"-72h\""}
 	}
-	return d, nil
+	e.scheduled, e.at = true, start.Add(d).UTC()
+	if !writable(e.at) {
+		return &datasetError{path: path + ".after", reason: fmt.Sprintf("%q places the event outside the years 0000 to 9999 (the start instant is %s)", s, formatTimestamp(start))}
+	}
+	return nil
 }
 
 // shipmentRecord is a shipment as the dataset holds it.
@@ -267,11 +277,11 @@ func (ix *shipmentIndex) addShipment(path, where string, rec shipmentRecord, sta
 		}
 		createdAt = instantOf(at)
 	}
-	raw, after, err := readEvents(path, rec.Events)
+	raw, err := readEvents(path, rec.Events, start)
 	if err != nil {
 		return nil, normalization{}, err
 	}
-	events, n := normalizeEvents(raw, after, start)
+	events, n := normalizeEvents(raw)
 	s, err := newShipment(rec, events)
 	if err != nil {
 		return nil, n, err
@@ -281,27 +291,25 @@ func (ix *shipmentIndex) addShipment(path, where string, rec shipmentRecord, sta
 	return s, n, nil
 }
 
-// readEvents checks a shipment's raw events and reads each one's schedule (-1 for none).
-func readEvents(path string, list []json.RawMessage) ([]rawEvent, []time.Duration, error) {
+// readEvents checks a shipment's raw events and reads each one's schedule.
+func readEvents(path string, list []json.RawMessage, start time.Time) ([]rawEvent, error) {
 	raw := make([]rawEvent, len(list))
-	after := make([]time.Duration, len(list))
 	for i, msg := range list {
 		epath := fmt.Sprintf("%s.events[%d]", path, i)
 		if err := decodeStrict(msg, epath, &raw[i]); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if err := oneOf(epath+".status", "tracking status", raw[i].Status, trackingStatuses); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if raw[i].Description == nil {
-			return nil, nil, &datasetError{path: epath + ".description", reason: "required"}
+			return nil, &datasetError{path: epath + ".description", reason: "required"}
 		}
-		var err error
-		if after[i], err = readAfter(epath, raw[i]); err != nil {
-			return nil, nil, err
+		if err := readAfter(epath, &raw[i], start); err != nil {
+			return nil, err
 		}
 	}
-	return raw, after, nil
+	return raw, nil
 }
 
 // file indexes a shipment: by id, by primary tracking number (the shipments that hold one
