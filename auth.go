@@ -74,14 +74,29 @@ func newTenants() tenants { return tenants{byID: map[tenantID]*tenant{}} }
 
 var environments = []string{"test", "live"}
 
+// accountRecord is an account as the dataset holds it.
 type accountRecord struct {
-	ID           string   `json:"id"`
-	Environments []string `json:"environments"`
+	ID           string
+	Environments []string
+}
+
+var accountFields = []string{"id", "environments"}
+
+func (rec *accountRecord) decode(d *jsonReader, path string) error {
+	return d.object(path, accountFields, func(name string) (err error) {
+		switch name {
+		case "id":
+			rec.ID, err = d.str(path, name)
+		case "environments":
+			rec.Environments, err = d.strs(path, name)
+		}
+		return err
+	})
 }
 
 // addAccount declares an account's environments as tenants.
 func (ts *tenants) addAccount(path string, rec accountRecord) error {
-	if err := checkID(path+".id", rec.ID); err != nil {
+	if err := checkID(path, "id", rec.ID); err != nil {
 		return err
 	}
 	if len(rec.Environments) == 0 {
@@ -89,7 +104,7 @@ func (ts *tenants) addAccount(path string, rec accountRecord) error {
 	}
 	for j, env := range rec.Environments {
 		epath := fmt.Sprintf("%s.environments[%d]", path, j)
-		if err := oneOf(epath, "environment", env, environments); err != nil {
+		if _, err := oneOf(epath, "", "environment", env, environments); err != nil {
 			return err
 		}
 		id := tenantID{rec.ID, env}
@@ -105,10 +120,10 @@ func (ts *tenants) addAccount(path string, rec accountRecord) error {
 
 // find is the declared tenant a resource or key at path names.
 func (ts tenants) find(path, account, environment string) (*tenant, error) {
-	if err := required(path+".account", account); err != nil {
+	if err := required(path, "account", account); err != nil {
 		return nil, err
 	}
-	if err := required(path+".environment", environment); err != nil {
+	if err := required(path, "environment", environment); err != nil {
 		return nil, err
 	}
 	if t := ts.byID[tenantID{account, environment}]; t != nil {
@@ -127,23 +142,18 @@ func (ts tenants) find(path, account, environment string) (*tenant, error) {
 
 // record is a dataset record that belongs to an account and environment.
 type record interface {
-	keyRecord | orderRecord | shipmentRecord
+	keyRecord | shipmentRecord
 	owner() (account, environment string)
 }
 
 func (r keyRecord) owner() (string, string)      { return r.Account, r.Environment }
-func (r orderRecord) owner() (string, string)    { return r.Account, r.Environment }
 func (r shipmentRecord) owner() (string, string) { return r.Account, r.Environment }
 
-// eachRecord decodes each element of the dataset's list name, finds the tenant it belongs
-// to, and hands both to add.
-func eachRecord[T record](ts *tenants, name string, list []json.RawMessage, add func(path string, rec T, t *tenant) error) error {
-	for i, raw := range list {
-		path := fmt.Sprintf("$.%s[%d]", name, i)
-		var rec T
-		if err := decodeStrict(raw, path, &rec); err != nil {
-			return err
-		}
+// eachRecord finds the tenant each record of the dataset's list name belongs to, and hands
+// both to add.
+func eachRecord[T record](ts *tenants, name string, list []T, add func(path string, rec T, t *tenant) error) error {
+	for i, rec := range list {
+		path := "$." + name + "[" + strconv.Itoa(i) + "]"
 		account, environment := rec.owner()
 		t, err := ts.find(path, account, environment)
 		if err != nil {
@@ -158,7 +168,7 @@ func eachRecord[T record](ts *tenants, name string, list []json.RawMessage, add 
 
 // loadKeys files the dataset's keys in kr, and returns what the banner says of each: its
 // state at the start instant.
-func (ts *tenants) loadKeys(list []json.RawMessage, kr keyring, start time.Time) ([]keyLine, error) {
+func (ts *tenants) loadKeys(list []keyRecord, kr keyring, start time.Time) ([]keyLine, error) {
 	var lines []keyLine
 	firstUse := map[[sha256.Size]byte]string{}
 	err := eachRecord(ts, "keys", list, func(path string, rec keyRecord, t *tenant) error {
@@ -169,11 +179,25 @@ func (ts *tenants) loadKeys(list []json.RawMessage, kr keyring, start time.Time)
 	return lines, err
 }
 
-// loadOrders hands each of the dataset's orders to its tenant's orders.
-func (ts *tenants) loadOrders(list []json.RawMessage, start time.Time) error {
-	return eachRecord(ts, "orders", list, func(path string, rec orderRecord, t *tenant) error {
-		return t.orders.addOrder(path, t.id.String(), rec, start)
-	})
+// loadOrders hands each of the dataset's orders to its tenant's orders. Orders mostly come
+// in runs of one tenant's, so the tenant of the order before is tried first.
+func (ts *tenants) loadOrders(rs *orderRecords, start time.Time) error {
+	var t *tenant
+	for i := range rs.list {
+		path := "$.orders[" + strconv.Itoa(i) + "]"
+		account, environment := rs.values[rs.list[i].account], rs.values[rs.list[i].environment]
+		if t == nil || t.id != (tenantID{account, environment}) {
+			var err error
+			if t, err = ts.find(path, account, environment); err != nil {
+				return err
+			}
+		}
+		t.orders.recs = rs
+		if err := t.orders.addOrder(path, t.id.String(), rs, i, start); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // loadedShipment is a shipment whose raw events loading left out or showed once.
@@ -186,7 +210,7 @@ type loadedShipment struct {
 // loadShipments files each of the dataset's shipments under its tenant and makes the link
 // to the order it was created with, which must be of the same account and environment. It
 // returns the shipments whose raw events were left out or shown once.
-func (ts *tenants) loadShipments(list []json.RawMessage, start time.Time) ([]loadedShipment, error) {
+func (ts *tenants) loadShipments(list []shipmentRecord, start time.Time) ([]loadedShipment, error) {
 	var noted []loadedShipment
 	err := eachRecord(ts, "shipments", list, func(path string, rec shipmentRecord, t *tenant) error {
 		s, n, err := t.shipments.addShipment(path, t.id.String(), rec, start)
@@ -273,19 +297,41 @@ type keyLine struct {
 
 // keyRecord is a key as the dataset holds it.
 type keyRecord struct {
-	Key         string   `json:"key"`
-	Account     string   `json:"account"`
-	Environment string   `json:"environment"`
-	Scopes      []string `json:"scopes"`
-	ExpiresAt   *string  `json:"expires_at"`
-	Revoked     bool     `json:"revoked"`
+	Key         string
+	Account     string
+	Environment string
+	Scopes      []string
+	ExpiresAt   *string
+	Revoked     bool
+}
+
+var keyFields = []string{"key", "account", "environment", "scopes", "expires_at", "revoked"}
+
+func (rec *keyRecord) decode(d *jsonReader, path string) error {
+	return d.object(path, keyFields, func(name string) (err error) {
+		switch name {
+		case "key":
+			rec.Key, err = d.str(path, name)
+		case "account":
+			rec.Account, err = d.interned(path, name)
+		case "environment":
+			rec.Environment, err = d.interned(path, name)
+		case "scopes":
+			rec.Scopes, err = d.strs(path, name)
+		case "expires_at":
+			rec.ExpiresAt, err = d.optStr(path, name)
+		case "revoked":
+			rec.Revoked, err = d.boolean(path, name)
+		}
+		return err
+	})
 }
 
 // addKey checks one dataset key and keeps only its digest. The line it returns, the key's
 // text with its state at the start instant, is the one place that text goes: the banner
 // and the page. firstUse holds the path of each digest seen so far.
 func (kr keyring) addKey(path string, rec keyRecord, t *tenant, firstUse map[[sha256.Size]byte]string, start time.Time) (keyLine, error) {
-	if err := checkID(path+".key", rec.Key); err != nil {
+	if err := checkID(path, "key", rec.Key); err != nil {
 		return keyLine{}, err
 	}
 	if !isBearerToken(rec.Key) {
@@ -298,18 +344,15 @@ func (kr keyring) addKey(path string, rec keyRecord, t *tenant, firstUse map[[sh
 	firstUse[digest] = path
 	k := &apiKey{tenant: t, revoked: rec.Revoked, expiresAt: never}
 	for i, name := range rec.Scopes {
-		if err := oneOf(path+".scopes["+strconv.Itoa(i)+"]", "scope", name, scopeNames); err != nil {
+		bit, err := oneOf(path, "scopes["+strconv.Itoa(i)+"]", "scope", name, scopeNames)
+		if err != nil {
 			return keyLine{}, err
 		}
-		for bit, n := range scopeNames {
-			if n == name {
-				k.scopes |= 1 << bit
-			}
-		}
+		k.scopes |= 1 << bit
 	}
 	line := keyLine{key: rec.Key, tenant: t.id, scopes: k.scopes.String(), state: "active"}
 	if rec.ExpiresAt != nil {
-		at, err := timestampField(path+".expires_at", *rec.ExpiresAt)
+		at, err := timestampField(path, "expires_at", *rec.ExpiresAt)
 		if err != nil {
 			return keyLine{}, err
 		}

@@ -9,16 +9,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
-	"reflect"
 	"regexp"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -184,7 +184,7 @@ func marshalJSON(v any) ([]byte, error) {
 // escaping off (and as slog's JSONHandler does): bytes that are not UTF-8 become U+FFFD,
 // U+2028 and U+2029 are escaped. Orders (a million at start-up) and the access log's line
 // are written with it; a test holds it to encoding/json.
-func appendJSONString(dst []byte, s string) []byte {
+func appendJSONString[T string | []byte](dst []byte, s T) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0
@@ -194,7 +194,12 @@ func appendJSONString(dst []byte, s string) []byte {
 			i++
 			continue
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
+		var r rune
+		size := 1
+		if c >= utf8.RuneSelf {
+			var rb [utf8.UTFMax]byte
+			r, size = utf8.DecodeRune(rb[:copy(rb[:], s[i:])])
+		}
 		if c >= 0x80 && !(r == utf8.RuneError && size == 1) && r != '\u2028' && r != '\u2029' {
 			i += size
 			continue
@@ -368,104 +373,730 @@ func (e *datasetError) Error() string {
 	return fmt.Sprintf("dataset %s: %s: %s", e.file, e.path, e.reason)
 }
 
-// decodeStrict decodes one JSON object into v, a pointer to a struct of json-tagged
-// fields. Its members are judged first, in the order written: a name that is not exactly
-// one of v's fields is unknown, and a name given twice, also in another case, is refused
-// (encoding/json would match names case-insensitively and let the last one win). The
-// error names the JSON path.
-func decodeStrict(raw json.RawMessage, path string, v any) error {
-	if err := checkMembers(raw, path, reflect.TypeOf(v).Elem()); err != nil {
-		return err
-	}
-	err := json.Unmarshal(raw, v)
-	var typeErr *json.UnmarshalTypeError
-	if errors.As(err, &typeErr) {
-		if typeErr.Field != "" {
-			path += "." + typeErr.Field
-		}
-		return &datasetError{path: path, reason: fmt.Sprintf("must be %s, not %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value)}
-	}
-	if err != nil {
-		return &datasetError{path: path, reason: err.Error()}
-	}
-	return nil
+// Reading a dataset: one JSON text from a stream, in one pass and strictly. Records are
+// decoded by the files that own them (accounts and keys in auth.go, orders in orders.go,
+// shipments in tracking.go) through a jsonReader, which judges the JSON: its syntax as
+// encoding/json reads it, strings of valid UTF-8 only (encoding/json would replace what is
+// not), at most maxJSONDepth nested arrays and objects, at most its limit of bytes, and a
+// record's member names matched exactly, none given twice, also in another case. A fault
+// names its JSON path; a syntax fault, its line and column.
+
+// maxJSONDepth is how deeply arrays and objects may nest: encoding/json's limit.
+const maxJSONDepth = 10000
+
+// jsonReader reads a JSON text from src. What it has read but not consumed is
+// buf[pos:]; base is the stream offset of buf[0].
+type jsonReader struct {
+	src     io.Reader
+	buf     []byte
+	pos     int
+	base    int64
+	limit   int64 // the most bytes src may hold
+	ended   bool  // src has no more to give
+	failed  error // what ended src early: a read error, or the limit passed
+	line    int   // the line of buf[pos], from 1
+	lineOff int64 // the stream offset where that line starts
+	depth   int
+	scratch []byte            // a string with escapes, decoded
+	names   [][]byte          // per depth, the name of the member being read
+	strings map[string]string // see interned
 }
 
-// checkMembers judges the member names of the JSON object raw against the fields of t.
-// A value that is not an object is left to json.Unmarshal to refuse.
-func checkMembers(raw json.RawMessage, path string, t reflect.Type) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil
-	}
-	var seen []string
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return &datasetError{path: path, reason: err.Error()}
+// readChunk is how much the reader asks its source for at a time.
+const readChunk = 256 << 10
+
+func newJSONReader(src io.Reader, limit int64) *jsonReader {
+	return &jsonReader{src: src, buf: make([]byte, 0, readChunk), limit: limit, line: 1, strings: map[string]string{}}
+}
+
+// errTooLarge ends a stream that passes the reader's limit.
+var errTooLarge = errors.New("too large")
+
+// more makes n bytes from pos on available, reading src as needed, and reports whether
+// they are: false at the end of src. It moves the unread bytes to the front of buf, so
+// indexes into buf are good only until the next call.
+func (d *jsonReader) more(n int) bool {
+	for len(d.buf)-d.pos < n {
+		if d.ended {
+			return false
 		}
-		name := tok.(string)
-		for _, earlier := range seen {
-			if strings.EqualFold(earlier, name) {
-				return &datasetError{path: path + "." + name, reason: fmt.Sprintf("duplicate member: %q is given already", earlier)}
+		if d.pos > 0 {
+			d.base += int64(d.pos)
+			d.buf = d.buf[:copy(d.buf, d.buf[d.pos:])]
+			d.pos = 0
+		}
+		if cap(d.buf)-len(d.buf) < readChunk/2 {
+			d.buf = append(make([]byte, 0, 2*cap(d.buf)+readChunk), d.buf...)
+		}
+		k, err := d.src.Read(d.buf[len(d.buf):cap(d.buf)])
+		d.buf = d.buf[:len(d.buf)+k]
+		if over := d.base + int64(len(d.buf)) - d.limit; over > 0 {
+			d.buf = d.buf[:len(d.buf)-int(over)]
+			d.ended, d.failed = true, errTooLarge
+		} else if err != nil {
+			d.ended = true
+			if err != io.EOF {
+				d.failed = err
 			}
 		}
-		seen = append(seen, name)
-		if !hasField(t, name) {
-			return &datasetError{path: path + "." + name, reason: "unknown field"}
+	}
+	return true
+}
+
+// syntaxError is a fault of the JSON syntax at buf[pos+i].
+func (d *jsonReader) syntaxError(i int, msg string) error {
+	off := d.base + int64(d.pos+i)
+	return &datasetError{path: "$", reason: fmt.Sprintf("invalid JSON at line %d, column %d: %s", d.line, off-d.lineOff+1, msg)}
+}
+
+// unexpected is the fault of the byte at buf[pos+i], or of the stream's end there.
+func (d *jsonReader) unexpected(i int, context string) error {
+	if d.pos+i < len(d.buf) {
+		return d.syntaxError(i, "invalid character "+quoteChar(d.buf[d.pos+i])+" "+context)
+	}
+	switch {
+	case d.failed == errTooLarge:
+		return &datasetError{path: "$", reason: fmt.Sprintf("passes %d bytes (%s): a dataset is at most that", d.limit, byteSize(d.limit))}
+	case d.failed != nil:
+		return &datasetError{path: "$", reason: "reading it failed: " + d.failed.Error()}
+	}
+	return d.syntaxError(i, "unexpected end of file")
+}
+
+// quoteChar writes a byte as encoding/json's syntax errors do.
+func quoteChar(c byte) string {
+	switch c {
+	case '\'':
+		return `'\''`
+	case '"':
+		return `'"'`
+	}
+	s := strconv.Quote(string(rune(c)))
+	if c >= utf8.RuneSelf {
+		s = strconv.Quote(string([]byte{c}))
+	}
+	return "'" + s[1:len(s)-1] + "'"
+}
+
+// byteSize writes a size in bytes in the largest whole unit of 1024: 2 GiB.
+func byteSize(n int64) string {
+	units := []string{"bytes", "KiB", "MiB", "GiB"}
+	u := 0
+	for u < len(units)-1 && n >= 1024 && n%1024 == 0 {
+		n, u = n/1024, u+1
+	}
+	return strconv.FormatInt(n, 10) + " " + units[u]
+}
+
+// space skips whitespace, counting lines, and returns the next byte; ok is false at the end.
+func (d *jsonReader) space() (c byte, ok bool) {
+	for {
+		if d.pos == len(d.buf) && !d.more(1) {
+			return 0, false
 		}
-		if err := dec.Decode(&json.RawMessage{}); err != nil {
-			return &datasetError{path: path + "." + name, reason: err.Error()}
+		switch c = d.buf[d.pos]; c {
+		case '\n':
+			d.line++
+			d.lineOff = d.base + int64(d.pos) + 1
+			fallthrough
+		case ' ', '\t', '\r':
+			d.pos++
+		default:
+			return c, true
 		}
+	}
+}
+
+// jsonType names the JSON type of a value that begins with c, as encoding/json does.
+func jsonType(c byte) string {
+	switch c {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "bool"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
+
+// next skips whitespace to the next value and returns its first byte.
+func (d *jsonReader) next() (byte, error) {
+	c, ok := d.space()
+	if !ok {
+		return 0, d.unexpected(0, "")
+	}
+	return c, nil
+}
+
+// document reads the whole of src as one object: fields and member as object takes them.
+// Anything after it but whitespace is a fault.
+func (d *jsonReader) document(fields []string, member func(name string) error) error {
+	if err := d.object("$", fields, member); err != nil {
+		return err
+	}
+	if _, ok := d.space(); ok {
+		return &datasetError{path: "$", reason: "unexpected data after the dataset object"}
+	}
+	if d.failed != nil {
+		return d.unexpected(0, "")
 	}
 	return nil
 }
 
-// hasField reports whether struct type t has a field whose json name is exactly name.
-func hasField(t reflect.Type, name string) bool {
-	for i := range t.NumField() {
-		if jsonName, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); jsonName == name {
-			return true
-		}
+// object reads an object at path whose members are fields: for each member, in the order
+// sent, it calls member with its name (the field's own string), the reader at the value,
+// which member reads. A name that is not exactly a field is unknown; a name given twice, also in
+// another case (strings.EqualFold), is refused. null reads as an object without members;
+// another value is refused with its type.
+func (d *jsonReader) object(path string, fields []string, member func(name string) error) error {
+	c, err := d.next()
+	if err != nil {
+		return err
 	}
-	return false
+	if c == 'n' {
+		return d.literal("null")
+	}
+	if c != '{' {
+		if c == '[' || c == '"' || c == 't' || c == 'f' || c == '-' || '0' <= c && c <= '9' {
+			return &datasetError{path: path, reason: "must be an object, not " + jsonType(c)}
+		}
+		return d.unexpected(0, "looking for beginning of value")
+	}
+	var given uint64 // the fields given so far, a bit each
+	err = d.members(func(name []byte) error {
+		f := -1
+		for g, field := range fields {
+			if string(name) == field {
+				f = g
+			}
+		}
+		if f < 0 || given&(1<<f) != 0 {
+			s := string(name)
+			for g, field := range fields {
+				if given&(1<<g) != 0 && strings.EqualFold(field, s) {
+					return &datasetError{path: path + "." + s, reason: fmt.Sprintf("duplicate member: %q is given already", field)}
+				}
+			}
+			return &datasetError{path: path + "." + s, reason: "unknown field"}
+		}
+		given |= 1 << f
+		return member(fields[f])
+	})
+	if err == errNotUTF8 {
+		return &datasetError{path: path, reason: "a member name " + err.Error()}
+	}
+	return err
 }
 
-// jsonKind names a Go kind as the JSON type a dataset author wrote.
-func jsonKind(kind string) string {
-	switch kind {
-	case "string":
-		return "a string"
-	case "bool":
-		return "true or false"
-	case "slice", "array":
-		return "an array"
-	case "struct", "map", "ptr":
-		return "an object"
-	default:
-		return "a number"
+// members reads the members of an object, the reader at its '{', calling value with each
+// name (d.names[depth], good until the next member), the reader at the value, which value
+// reads. A name that is not UTF-8 is errNotUTF8.
+func (d *jsonReader) members(value func(name []byte) error) error {
+	if d.depth++; d.depth > maxJSONDepth {
+		return d.syntaxError(0, "exceeded max depth")
 	}
+	for len(d.names) <= d.depth {
+		d.names = append(d.names, nil)
+	}
+	d.pos++ // {
+	c, err := d.next()
+	if err != nil {
+		return err
+	}
+	if c == '}' {
+		d.pos++
+		d.depth--
+		return nil
+	}
+	for {
+		if c != '"' {
+			return d.unexpected(0, "looking for beginning of object key string")
+		}
+		name, err := d.stringBytes()
+		if err != nil {
+			return err
+		}
+		name = append(d.names[d.depth][:0], name...) // reading on may move what stringBytes returned
+		d.names[d.depth] = name
+		if c, ok := d.space(); !ok || c != ':' {
+			return d.unexpected(0, "after object key")
+		}
+		d.pos++
+		if err := value(name); err != nil {
+			return err
+		}
+		if c, ok := d.space(); !ok || c != ',' && c != '}' {
+			return d.unexpected(0, "after object key:value pair")
+		} else if c == '}' {
+			d.pos++
+			d.depth--
+			return nil
+		}
+		d.pos++
+		if c, err = d.next(); err != nil {
+			return err
+		}
+	}
+}
+
+// array reads an array at path, calling elem with each element's index, the reader at the
+// element, which elem reads. null reads as an empty array; another value is refused with
+// its type.
+func (d *jsonReader) array(path string, elem func(i int) error) error {
+	c, err := d.next()
+	if err != nil {
+		return err
+	}
+	switch {
+	case c == 'n':
+		return d.literal("null")
+	case c == '{' || c == '"' || c == 't' || c == 'f' || c == '-' || '0' <= c && c <= '9':
+		return &datasetError{path: path, reason: "must be an array, not " + jsonType(c)}
+	case c != '[':
+		return d.unexpected(0, "looking for beginning of value")
+	}
+	return d.elements(elem)
+}
+
+// elements reads the elements of an array, the reader at its '['.
+func (d *jsonReader) elements(elem func(i int) error) error {
+	if d.depth++; d.depth > maxJSONDepth {
+		return d.syntaxError(0, "exceeded max depth")
+	}
+	d.pos++ // [
+	c, err := d.next()
+	if err != nil {
+		return err
+	}
+	if c == ']' {
+		d.pos++
+		d.depth--
+		return nil
+	}
+	for i := 0; ; i++ {
+		if err := elem(i); err != nil {
+			return err
+		}
+		if c, ok := d.space(); !ok || c != ',' && c != ']' {
+			return d.unexpected(0, "after array element")
+		} else if c == ']' {
+			d.pos++
+			d.depth--
+			return nil
+		}
+		d.pos++
+	}
+}
+
+// errNotUTF8 is a string that holds bytes that are not UTF-8; its reader names the path.
+var errNotUTF8 = errors.New("holds bytes that are not UTF-8")
+
+// stringBytes reads a string, the reader at its opening quote, and returns its content,
+// decoded: good until the next read.
+func (d *jsonReader) stringBytes() ([]byte, error) {
+	d.pos++ // "
+	for i := 0; ; {
+		if d.pos+i == len(d.buf) && !d.more(i+1) {
+			return nil, d.unexpected(i, "")
+		}
+		switch c := d.buf[d.pos+i]; {
+		case c == '"':
+			s := d.buf[d.pos : d.pos+i]
+			d.pos += i + 1
+			return s, nil
+		case c == '\\':
+			d.scratch = append(d.scratch[:0], d.buf[d.pos:d.pos+i]...)
+			d.pos += i
+			return d.escaped()
+		case c < 0x20:
+			return nil, d.unexpected(i, "in string literal")
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			d.more(i + utf8.UTFMax)
+			r, size := utf8.DecodeRune(d.buf[d.pos+i:])
+			if r == utf8.RuneError && size == 1 {
+				return nil, errNotUTF8
+			}
+			i += size
+		}
+	}
+}
+
+// escaped reads the rest of a string that has an escape, the reader at the first, into
+// scratch: escapes are decoded as encoding/json decodes them (a lone surrogate is U+FFFD).
+func (d *jsonReader) escaped() ([]byte, error) {
+	for {
+		if d.pos == len(d.buf) && !d.more(1) {
+			return nil, d.unexpected(0, "")
+		}
+		switch c := d.buf[d.pos]; {
+		case c == '"':
+			d.pos++
+			return d.scratch, nil
+		case c == '\\':
+			r, err := d.escape()
+			if err != nil {
+				return nil, err
+			}
+			d.scratch = utf8.AppendRune(d.scratch, r)
+		case c < 0x20:
+			return nil, d.unexpected(0, "in string literal")
+		case c < utf8.RuneSelf:
+			d.scratch = append(d.scratch, c)
+			d.pos++
+		default:
+			d.more(utf8.UTFMax)
+			r, size := utf8.DecodeRune(d.buf[d.pos:])
+			if r == utf8.RuneError && size == 1 {
+				return nil, errNotUTF8
+			}
+			d.scratch = append(d.scratch, d.buf[d.pos:d.pos+size]...)
+			d.pos += size
+		}
+	}
+}
+
+// escape reads one escape, the reader at its backslash, and returns the rune it stands
+// for: a \u escape of a surrogate pair is read with its second half.
+func (d *jsonReader) escape() (rune, error) {
+	if !d.more(2) {
+		return 0, d.unexpected(1, "")
+	}
+	var r rune
+	switch d.buf[d.pos+1] {
+	case '"', '\\', '/':
+		r = rune(d.buf[d.pos+1])
+	case 'b':
+		r = '\b'
+	case 'f':
+		r = '\f'
+	case 'n':
+		r = '\n'
+	case 'r':
+		r = '\r'
+	case 't':
+		r = '\t'
+	case 'u':
+		return d.unicodeEscape()
+	default:
+		return 0, d.unexpected(1, "in string escape code")
+	}
+	d.pos += 2
+	return r, nil
+}
+
+// unicodeEscape reads a \u escape, the reader at its backslash.
+func (d *jsonReader) unicodeEscape() (rune, error) {
+	r, err := d.hex4(2)
+	if err != nil {
+		return 0, err
+	}
+	d.pos += 6
+	if !utf16.IsSurrogate(r) {
+		return r, nil
+	}
+	if d.more(6) && d.buf[d.pos] == '\\' && d.buf[d.pos+1] == 'u' {
+		if r2, err := d.hex4(2); err == nil {
+			if pair := utf16.DecodeRune(r, r2); pair != utf8.RuneError {
+				d.pos += 6
+				return pair, nil
+			}
+		}
+	}
+	return utf8.RuneError, nil
+}
+
+// hex4 reads the four hexadecimal digits of a \u escape at buf[pos+i:].
+func (d *jsonReader) hex4(i int) (rune, error) {
+	var r rune
+	for k := range 4 {
+		if !d.more(i + k + 1) {
+			return 0, d.unexpected(i+k, "")
+		}
+		c := d.buf[d.pos+i+k]
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, d.unexpected(i+k, `in \u hexadecimal character escape`)
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, nil
+}
+
+// literal reads the literal word (true, false or null), the reader at its first byte.
+func (d *jsonReader) literal(word string) error {
+	for i := 1; i < len(word); i++ {
+		if !d.more(i+1) || d.buf[d.pos+i] != word[i] {
+			return d.unexpected(i, fmt.Sprintf("in literal %s (expecting %s)", word, quoteChar(word[i])))
+		}
+	}
+	d.pos += len(word)
+	return nil
+}
+
+// number reads a number, the reader at its first byte, as RFC 8259 writes one.
+func (d *jsonReader) number() error {
+	i := 0
+	at := func() byte {
+		if !d.more(i + 1) {
+			return 0
+		}
+		return d.buf[d.pos+i]
+	}
+	digits := func() int {
+		n := 0
+		for c := at(); '0' <= c && c <= '9'; c = at() {
+			i, n = i+1, n+1
+		}
+		return n
+	}
+	if at() == '-' {
+		i++
+	}
+	if c := at(); c == '0' {
+		i++
+	} else if digits() == 0 {
+		return d.unexpected(i, "in numeric literal")
+	}
+	if at() == '.' {
+		i++
+		if digits() == 0 {
+			return d.unexpected(i, "after decimal point in numeric literal")
+		}
+	}
+	if c := at(); c == 'e' || c == 'E' {
+		i++
+		if c := at(); c == '+' || c == '-' {
+			i++
+		}
+		if digits() == 0 {
+			return d.unexpected(i, "in exponent of numeric literal")
+		}
+	}
+	d.pos += i
+	return nil
+}
+
+// skip reads any value at path and keeps nothing of it: the opaque payload of an order.
+// Its strings must be UTF-8 too; a fault inside it names its path within.
+func (d *jsonReader) skip(path string) error {
+	err := d.skipValue()
+	if f, ok := err.(*utf8Fault); ok {
+		return &datasetError{path: path + f.where, reason: f.what + errNotUTF8.Error()}
+	}
+	return err
+}
+
+// utf8Fault is a string inside a skipped value that is not UTF-8: where is its path
+// within the value, made as the reader returns from it.
+type utf8Fault struct{ where, what string }
+
+func (f *utf8Fault) Error() string { return f.where + ": " + f.what + errNotUTF8.Error() }
+
+// skipValue reads any value and keeps nothing of it.
+func (d *jsonReader) skipValue() error {
+	c, err := d.next()
+	if err != nil {
+		return err
+	}
+	switch {
+	case c == '{':
+		err := d.members(func(name []byte) error {
+			err := d.skipValue()
+			if f, ok := err.(*utf8Fault); ok {
+				f.where = "." + string(name) + f.where
+			}
+			return err
+		})
+		if err == errNotUTF8 {
+			return &utf8Fault{what: "a member name "}
+		}
+		return err
+	case c == '[':
+		return d.elements(func(i int) error {
+			err := d.skipValue()
+			if f, ok := err.(*utf8Fault); ok {
+				f.where = "[" + strconv.Itoa(i) + "]" + f.where
+			}
+			return err
+		})
+	case c == '"':
+		if _, err := d.stringBytes(); err == errNotUTF8 {
+			return &utf8Fault{}
+		} else if err != nil {
+			return err
+		}
+		return nil
+	case c == 't':
+		return d.literal("true")
+	case c == 'f':
+		return d.literal("false")
+	case c == 'n':
+		return d.literal("null")
+	case c == '-' || '0' <= c && c <= '9':
+		return d.number()
+	}
+	return d.unexpected(0, "looking for beginning of value")
+}
+
+// value reads up to a value that must be of the type kind names, unless it is null, the
+// reader at it: it returns its first byte (0 for null, which it reads), or refuses another
+// type at path.name. kind is "a string" (want '"') or "true or false" (want 't').
+func (d *jsonReader) value(path, name string, want byte, kind string) (byte, error) {
+	c, err := d.next()
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case c == 'n':
+		return 0, d.literal("null")
+	case c == want || want == 't' && c == 'f':
+		return c, nil
+	case c == '{' || c == '[' || c == '"' || c == 't' || c == 'f' || c == '-' || '0' <= c && c <= '9':
+		return 0, &datasetError{path: path + "." + name, reason: "must be " + kind + ", not " + jsonType(c)}
+	}
+	return 0, d.unexpected(0, "looking for beginning of value")
+}
+
+// interned is str for a value that repeats across records (an account, a status): one
+// string is kept for each, up to maxInterned short ones, rather than one per record.
+func (d *jsonReader) interned(path, name string) (string, error) {
+	b, err := d.strBytes(path, name)
+	if s, ok := d.strings[string(b)]; ok || err != nil {
+		return s, err
+	}
+	s := string(b)
+	if len(d.strings) < maxInterned && len(s) <= 64 {
+		d.strings[s] = s
+	}
+	return s, nil
+}
+
+const maxInterned = 4096
+
+// str reads the string member name of the object at path: null reads as "".
+func (d *jsonReader) str(path, name string) (string, error) {
+	b, err := d.strBytes(path, name)
+	return string(b), err
+}
+
+// strBytes is str, good until the next read.
+func (d *jsonReader) strBytes(path, name string) ([]byte, error) {
+	c, err := d.value(path, name, '"', "a string")
+	if c == 0 || err != nil {
+		return nil, err
+	}
+	return d.memberString(path, name)
+}
+
+// memberString reads the string of member name, the reader at its opening quote.
+func (d *jsonReader) memberString(path, name string) ([]byte, error) {
+	b, err := d.stringBytes()
+	if err == errNotUTF8 {
+		return nil, &datasetError{path: path + "." + name, reason: err.Error()}
+	}
+	return b, err
+}
+
+// optStr reads a string member that may be null (nil).
+func (d *jsonReader) optStr(path, name string) (*string, error) {
+	c, err := d.value(path, name, '"', "a string")
+	if c == 0 || err != nil {
+		return nil, err
+	}
+	b, err := d.memberString(path, name)
+	s := string(b)
+	return &s, err
+}
+
+// boolean reads a member that is true or false: null reads as false.
+func (d *jsonReader) boolean(path, name string) (bool, error) {
+	c, err := d.value(path, name, 't', "true or false")
+	if c == 0 || err != nil {
+		return false, err
+	}
+	if c == 't' {
+		return true, d.literal("true")
+	}
+	return false, d.literal("false")
+}
+
+// strs reads a member that is an array of strings: null reads as none.
+func (d *jsonReader) strs(path, name string) ([]string, error) {
+	var list []string
+	err := d.array(path+"."+name, func(i int) error {
+		s, err := d.str(path, name+"["+strconv.Itoa(i)+"]")
+		list = append(list, s)
+		return err
+	})
+	return list, err
+}
+
+// scalar reads a member whose JSON type the caller judges: a string (its text), null (not
+// given), or any other value (given, not a string).
+func (d *jsonReader) scalar(path, name string) (jsonScalar, error) {
+	c, err := d.next()
+	switch {
+	case err != nil:
+		return jsonScalar{}, err
+	case c == 'n':
+		return jsonScalar{}, d.literal("null")
+	case c == '"':
+		b, err := d.memberString(path, name)
+		return jsonScalar{given: true, isString: true, text: string(b)}, err
+	}
+	return jsonScalar{given: true}, d.skip(path + "." + name)
+}
+
+// jsonScalar is a member's value where its JSON type decides what it means.
+type jsonScalar struct {
+	given    bool // present and not null
+	isString bool
+	text     string // when a string
+}
+
+// The checks of a dataset's fields. Each names the fault's path as path.name (path alone
+// when name is ""), joined only when there is a fault: a million orders are checked.
+
+// memberPath is the path of member name of the object at path.
+func memberPath(path, name string) string {
+	if name == "" {
+		return path
+	}
+	return path + "." + name
 }
 
 // required refuses an empty value of a required field.
-func required(path, value string) error {
+func required(path, name, value string) error {
 	if value == "" {
-		return &datasetError{path: path, reason: "required, and must not be empty"}
+		return &datasetError{path: memberPath(path, name), reason: "required, and must not be empty"}
 	}
 	return nil
 }
 
-// oneOf refuses a value outside its vocabulary.
-func oneOf(path, what, value string, allowed []string) error {
-	if err := required(path, value); err != nil {
-		return err
+// oneOf returns the index of a value in its vocabulary, what names, or refuses it.
+func oneOf(path, name, what, value string, allowed []string) (int, error) {
+	if err := required(path, name, value); err != nil {
+		return 0, err
 	}
-	for _, a := range allowed {
+	for i, a := range allowed {
 		if a == value {
-			return nil
+			return i, nil
 		}
 	}
-	return &datasetError{path: path, reason: fmt.Sprintf("unknown %s %q; want one of %s", what, value, strings.Join(allowed, ", "))}
+	return 0, &datasetError{path: memberPath(path, name), reason: fmt.Sprintf("unknown %s %q; want one of %s", what, value, strings.Join(allowed, ", "))}
 }
 
 // maxIDBytes bounds every id, reference, key and tracking number of a dataset: a key must
@@ -473,35 +1104,40 @@ func oneOf(path, what, value string, allowed []string) error {
 const maxIDBytes = 255
 
 // checkID refuses an id, reference, key or tracking number that is empty, longer than
-// maxIDBytes or holds a control character.
-func checkID(path, value string) error {
+// maxIDBytes or holds a control character (Unicode's Cc: U+0000 to U+001F and U+007F to
+// U+009F). The value is UTF-8, as the dataset's reader made sure.
+func checkID[T string | []byte](path, name string, value T) error {
 	switch {
-	case value == "":
-		return required(path, value)
+	case len(value) == 0:
+		return &datasetError{path: memberPath(path, name), reason: "required, and must not be empty"}
 	case len(value) > maxIDBytes:
-		return &datasetError{path: path, reason: fmt.Sprintf("is %d bytes long; at most %d", len(value), maxIDBytes)}
-	case strings.ContainsFunc(value, unicode.IsControl):
-		return &datasetError{path: path, reason: "holds a control character"}
+		return &datasetError{path: memberPath(path, name), reason: fmt.Sprintf("is %d bytes long; at most %d", len(value), maxIDBytes)}
+	}
+	for i := 0; i < len(value); i++ {
+		// U+0080 to U+009F are written C2 80 to C2 9F.
+		if c := value[i]; c < 0x20 || c == 0x7f || c == 0xc2 && i+1 < len(value) && value[i+1] >= 0x80 && value[i+1] <= 0x9f {
+			return &datasetError{path: memberPath(path, name), reason: "holds a control character"}
+		}
 	}
 	return nil
 }
 
 // timestampField reads a dataset timestamp (not a raw event's): it must be strict RFC 3339
 // with an offset, or the dataset is refused.
-func timestampField(path, value string) (time.Time, error) {
+func timestampField(path, name, value string) (time.Time, error) {
 	t, err := parseTimestamp(value)
 	if err != nil {
-		return time.Time{}, &datasetError{path: path, reason: strconv.Quote(value) + " " + err.Error()}
+		return time.Time{}, &datasetError{path: memberPath(path, name), reason: strconv.Quote(value) + " " + err.Error()}
 	}
 	return t, nil
 }
 
 // instantField reads an instant of the dataset's schedule (an order's or a shipment's):
 // RFC 3339, or relative to start; anything else refuses the dataset.
-func instantField(path, value string, start time.Time) (time.Time, error) {
+func instantField(path, name, value string, start time.Time) (time.Time, error) {
 	t, err := parseInstant(value, start)
 	if err != nil {
-		return time.Time{}, &datasetError{path: path, reason: strconv.Quote(value) + " " + err.Error()}
+		return time.Time{}, &datasetError{path: memberPath(path, name), reason: strconv.Quote(value) + " " + err.Error()}
 	}
 	return t, nil
 }

@@ -307,13 +307,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // cfg.shutdownTimeout.
 func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, tuneHeap heapTuner, stop *stopSignal, out *console, logs *logBuffer) (time.Duration, error) {
 	logger := slog.New(slog.NewJSONHandler(logs, nil))
-	data, name := defaultDataset, defaultDatasetName
+	name := defaultDatasetName
+	open := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(defaultDataset)), nil }
 	if cfg.dataFile != "" {
-		var err error
-		if data, err = os.ReadFile(cfg.dataFile); err != nil {
-			return cfg.loadStopTimeout, fmt.Errorf("%s: %w", cfg.dataName, err)
-		}
 		name = cfg.dataFile
+		open = func() (io.ReadCloser, error) { return openDataset(cfg.dataFile) }
 	}
 	// The start instant: -clock as given, else the wall clock read once, to the second.
 	start := time.Now().UTC().Truncate(time.Second)
@@ -321,7 +319,18 @@ func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, t
 		start = *cfg.clock
 	}
 	out.say(loadingLine(name, cfg.seedOrders))
-	sb, err := loadUnlessStopped(ctx, func() (*sandbox, error) { return loadDataset(name, data, cfg.seedOrders, start, logger) })
+	sb, err := loadUnlessStopped(ctx, func() (*sandbox, error) {
+		src, err := open()
+		var de *datasetError
+		if err != nil && !errors.As(err, &de) {
+			return nil, fmt.Errorf("%s: %w", cfg.dataName, err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		defer src.Close()
+		return loadDataset(name, src, cfg.seedOrders, start, logger)
+	})
 	if err != nil {
 		return cfg.loadStopTimeout, err
 	}
@@ -400,23 +409,29 @@ type sandbox struct {
 // seedTenant receives the -seed-orders orders.
 var seedTenant = tenantID{"acct_sandbox", "test"}
 
-// datasetFile is a dataset's top level: its four lists, each record decoded by its owner.
+// datasetFile is a dataset as read: its four lists of records, each decoded by its owner.
 type datasetFile struct {
-	Accounts  []json.RawMessage `json:"accounts"`
-	Keys      []json.RawMessage `json:"keys"`
-	Shipments []json.RawMessage `json:"shipments"`
-	Orders    []json.RawMessage `json:"orders"`
+	accounts  []accountRecord
+	keys      []keyRecord
+	shipments []shipmentRecord
+	orders    *orderRecords
 }
+
+var datasetFields = []string{"accounts", "keys", "shipments", "orders"}
 
 // defaultDatasetName names the embedded default dataset.
 const defaultDatasetName = "embedded default dataset"
 
-// loadDataset checks and loads a dataset, refusing it with the file and the JSON path of a
-// fault, and logs, per shipment, the raw events it left out or showed once (the default
-// dataset's fixtures leave some out on purpose: no warning then). Events and instants
-// relative to the start instant are placed after start.
-func loadDataset(file string, data []byte, seed int, start time.Time, log *slog.Logger) (*sandbox, error) {
-	sb, noted, err := decodeDataset(data, seed, start)
+// maxDatasetBytes is the most a dataset may hold: a file over it, or a stream that passes
+// it, is refused.
+const maxDatasetBytes = 2 << 30
+
+// loadDataset reads, checks and loads a dataset from src, refusing it with the file and
+// the JSON path of a fault, and logs, per shipment, the raw events it left out or showed
+// once (the default dataset's fixtures leave some out on purpose: no warning then). Events
+// and instants relative to the start instant are placed after start.
+func loadDataset(file string, src io.Reader, seed int, start time.Time, log *slog.Logger) (*sandbox, error) {
+	sb, noted, err := decodeDataset(src, seed, start)
 	var de *datasetError
 	if errors.As(err, &de) {
 		de.file = file
@@ -439,36 +454,32 @@ func loadDataset(file string, data []byte, seed int, start time.Time, log *slog.
 	return sb, nil
 }
 
-// decodeDataset loads a dataset in the order its parts depend on each other: accounts,
-// keys (auth.go), orders (orders.go), shipments (tracking.go) with the links they make to
-// orders, then the seeded orders; last, each tenant's indexes are built.
-func decodeDataset(data []byte, seed int, start time.Time) (*sandbox, []loadedShipment, error) {
-	var ds datasetFile
-	if err := decodeDatasetFile(data, &ds); err != nil {
+// decodeDataset reads a dataset in one pass (its JSON faults are found in the order
+// written), then loads its records in the order they depend on each other, whatever order
+// the file gives its lists: accounts, keys (auth.go), orders (orders.go), shipments
+// (tracking.go) with the links they make to orders, then the seeded orders; last, each
+// tenant's indexes are built.
+func decodeDataset(src io.Reader, seed int, start time.Time) (*sandbox, []loadedShipment, error) {
+	ds, err := readDatasetFile(src, maxDatasetBytes)
+	if err != nil {
 		return nil, nil, err
 	}
-	if len(ds.Accounts) == 0 {
+	if len(ds.accounts) == 0 {
 		return nil, nil, &datasetError{path: "$.accounts", reason: "at least one account is required"}
 	}
 	sb := &sandbox{start: start, tenants: newTenants(), keys: keyring{}}
-	for i, raw := range ds.Accounts {
-		path := fmt.Sprintf("$.accounts[%d]", i)
-		var rec accountRecord
-		if err := decodeStrict(raw, path, &rec); err != nil {
-			return nil, nil, err
-		}
-		if err := sb.tenants.addAccount(path, rec); err != nil {
+	for i, rec := range ds.accounts {
+		if err := sb.tenants.addAccount("$.accounts["+strconv.Itoa(i)+"]", rec); err != nil {
 			return nil, nil, err
 		}
 	}
 	var noted []loadedShipment
-	var err error
-	sb.keyLines, err = sb.tenants.loadKeys(ds.Keys, sb.keys, start)
+	sb.keyLines, err = sb.tenants.loadKeys(ds.keys, sb.keys, start)
 	if err == nil {
-		err = sb.tenants.loadOrders(ds.Orders, start)
+		err = sb.tenants.loadOrders(ds.orders, start)
 	}
 	if err == nil {
-		noted, err = sb.tenants.loadShipments(ds.Shipments, start)
+		noted, err = sb.tenants.loadShipments(ds.shipments, start)
 	}
 	if err == nil && seed > 0 {
 		err = sb.addSeedOrders(seed)
@@ -482,26 +493,53 @@ func decodeDataset(data []byte, seed int, start time.Time) (*sandbox, []loadedSh
 	return sb, noted, nil
 }
 
-// decodeDatasetFile reads the dataset's top level; a syntax error is reported by line
-// and column, which is all a JSON path could say of it.
-func decodeDatasetFile(data []byte, ds *datasetFile) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	err := dec.Decode(&json.RawMessage{})
-	if err == nil {
-		if _, err := dec.Token(); err != io.EOF {
-			return &datasetError{path: "$", reason: "unexpected data after the dataset object"}
+// readDatasetFile reads a dataset's JSON from src, at most limit bytes.
+func readDatasetFile(src io.Reader, limit int64) (*datasetFile, error) {
+	ds := &datasetFile{orders: newOrderRecords()}
+	d := newJSONReader(src, limit)
+	err := d.document(datasetFields, func(name string) error {
+		path := "$." + name
+		switch name {
+		case "accounts":
+			return readList(d, path, &ds.accounts)
+		case "keys":
+			return readList(d, path, &ds.keys)
+		case "shipments":
+			return readList(d, path, &ds.shipments)
+		case "orders":
+			return ds.orders.read(d, path)
 		}
-		return decodeStrict(data, "$", ds)
+		return nil
+	})
+	return ds, err
+}
+
+// readList reads the array at path, each element a record that its type decodes.
+func readList[T any, P interface {
+	*T
+	decode(d *jsonReader, path string) error
+}](d *jsonReader, path string, list *[]T) error {
+	return d.array(path, func(i int) error {
+		var rec T
+		err := P(&rec).decode(d, path+"["+strconv.Itoa(i)+"]")
+		*list = append(*list, rec)
+		return err
+	})
+}
+
+// openDataset opens a -data file, or refuses one whose size is known to be over
+// maxDatasetBytes. Whatever it is (a file, a FIFO, a device), it is read as a stream:
+// opening and reading it may block, which loading bounds from a signal.
+func openDataset(name string) (io.ReadCloser, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
 	}
-	at, msg := len(data), "unexpected end of file"
-	var syntaxErr *json.SyntaxError
-	if errors.As(err, &syntaxErr) {
-		at, msg = int(syntaxErr.Offset)-1, strings.TrimPrefix(err.Error(), "json: ")
+	if info, err := f.Stat(); err == nil && info.Mode().IsRegular() && info.Size() > maxDatasetBytes {
+		f.Close()
+		return nil, &datasetError{file: name, path: "$", reason: fmt.Sprintf("the file is %d bytes: a dataset is at most %d bytes (%s)", info.Size(), maxDatasetBytes, byteSize(maxDatasetBytes))}
 	}
-	at = max(0, min(at, len(data)))
-	line := bytes.Count(data[:at], []byte("\n")) + 1
-	column := at - (bytes.LastIndexByte(data[:at], '\n') + 1) + 1
-	return &datasetError{path: "$", reason: fmt.Sprintf("invalid JSON at line %d, column %d: %s", line, column, msg)}
+	return f, nil
 }
 
 // addSeedOrders adds n generated orders to acct_sandbox/test.

@@ -32,6 +32,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // The suite, in the order of this file:
@@ -145,7 +146,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	access := newLogBuffer(out, 0) // each line straight out
 	log := slog.New(slog.NewJSONHandler(access, nil))
-	sb, err := loadDataset(name, data, o.seed, testNow, log)
+	sb, err := loadBytes(name, data, o.seed, testNow, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,6 +172,11 @@ func newEnv(t testing.TB, o envOptions) *env {
 		t.Fatal(err)
 	}
 	return &env{h: s.handler(o.extra...), logs: logs, clock: clock, stopping: stopping, srv: s, sb: sb}
+}
+
+// loadBytes loads a dataset held in memory, as the sandbox loads a file.
+func loadBytes(name string, data []byte, seed int, start time.Time, log *slog.Logger) (*sandbox, error) {
+	return loadDataset(name, bytes.NewReader(data), seed, start, log)
 }
 
 // reply is a response as the tests look at it.
@@ -938,6 +944,36 @@ func TestTheWayOutIsBoundedInTheWorstArrangement(t *testing.T) {
 		}
 		signalAndWait(t, cmd, "loading", 2*time.Second)
 	})
+	// A -data file is read under the same bound: a FIFO nobody writes blocks opening it,
+	// one whose writer stalls blocks reading it.
+	t.Run("opening a FIFO", func(t *testing.T) {
+		t.Parallel()
+		busyCores(t)
+		fifo := t.TempDir() + "/data.json"
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd, _ := start(t, "-data", fifo)
+		time.Sleep(500 * time.Millisecond)
+		signalAndWait(t, cmd, "opening a FIFO nobody writes", 2*time.Second)
+	})
+	t.Run("reading a FIFO", func(t *testing.T) {
+		t.Parallel()
+		busyCores(t)
+		fifo := t.TempDir() + "/data.json"
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd, _ := start(t, "-data", fifo)
+		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		w.WriteString(`{"accounts":[{"id":"acct_a","environments":["test"]},`)
+		time.Sleep(500 * time.Millisecond)
+		signalAndWait(t, cmd, "reading a FIFO whose writer stalls", 2*time.Second)
+	})
 }
 
 // signalAndWait sends cmd SIGTERM while it is doing what, and wants it to exit 1 within
@@ -1244,11 +1280,22 @@ func TestDatasetRefusals(t *testing.T) {
 		{"an after that is a number", dataset(dsAccounts, "", strings.Replace(dsShipment, `"timestamp":"2026-11-01T00:00:00Z"`, `"after":90`, 1), ""), `$.shipments[0].events[0].after: must be a string holding a duration such as "90s", "2m30s" or "-72h"`},
 		{"an after that is no duration", dataset(dsAccounts, "", strings.Replace(dsShipment, `"timestamp":"2026-11-01T00:00:00Z"`, `"after":"soon"`, 1), ""), `$.shipments[0].events[0].after: "soon" is not a duration such as "90s", "2m30s" or "-72h"`},
 		{"an after past a duration's range", dataset(dsAccounts, "", strings.Replace(dsShipment, `"timestamp":"2026-11-01T00:00:00Z"`, `"after":"9999999999h"`, 1), ""), `$.shipments[0].events[0].after: "9999999999h" is not a duration such as "90s", "2m30s" or "-72h"`},
+		{"an id that is not UTF-8", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"ord_1"`, "\"o\xfe\"", 1)), `$.orders[0].id: holds bytes that are not UTF-8`},
+		{"two ids that are not UTF-8", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"ord_1"`, "\"o\xfe\"", 1)+","+strings.Replace(dsOrder, `"ord_1"`, "\"o\xff\"", 1)), `$.orders[0].id: holds bytes that are not UTF-8`},
+		{"a reference not UTF-8 after an escape", dataset(dsAccounts, "", strings.Replace(dsShipment, `"S1"`, "\"S\\u00e91\xc3\"", 1), ""), `$.shipments[0].reference: holds bytes that are not UTF-8`},
+		{"a member name that is not UTF-8", dataset(dsAccounts, strings.Replace(dsKey, `"scopes"`, "\"sc\xe9\"", 1), "", ""), `$.keys[0]: a member name holds bytes that are not UTF-8`},
+		{"a payload string that is not UTF-8", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"created_at"`, "\"raw_marketplace_data\":{\"Lines\":[{\"sku\":\"\xed\xa0\x80\"}]},\"created_at\"", 1)), `$.orders[0].raw_marketplace_data.Lines[0].sku: holds bytes that are not UTF-8`},
+		{"a payload name that is not UTF-8", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"created_at"`, "\"raw_marketplace_data\":[1,{\"\x80\":1}],\"created_at\"", 1)), `$.orders[0].raw_marketplace_data[1]: a member name holds bytes that are not UTF-8`},
+		{"a payload with a bad number", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"created_at"`, `"raw_marketplace_data":{"qty":01},"created_at"`, 1)), `$: invalid JSON at line 1, column 287: invalid character '1' after object key:value pair`},
+		{"a payload nested too deep", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"created_at"`, `"raw_marketplace_data":`+strings.Repeat("[", 10001)+strings.Repeat("]", 10001)+`,"created_at"`, 1)), `$: invalid JSON at line 1, column 10276: exceeded max depth`},
+		{"zeros", "\x00\x00\x00", `$: invalid JSON at line 1, column 1: invalid character '\x00' looking for beginning of value`},
+		{"a bad escape", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"R1"`, `"R\q"`, 1)), `$: invalid JSON at line 1, column 215: invalid character 'q' in string escape code`},
+		{"a raw line feed in a string", "{\n\"accounts\": [{\"id\": \"a\nb\"}]}", `$: invalid JSON at line 2, column 23: invalid character '\n' in string literal`},
 		{"a merchant reference with a tab", dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"R1"`, `"R\t1"`, 1)), `$.orders[0].merchant_reference: holds a control character`},
 	}
 	// The raw marketplace payload is opaque: a member twice there is the marketplace's.
 	opaque := strings.Replace(dsOrder, `"created_at"`, `"raw_marketplace_data":{"a":1,"A":2,"a":3},"created_at"`, 1)
-	if _, err := loadDataset("ok.json", []byte(dataset(dsAccounts, "", "", opaque)), 0, testNow, slog.New(slog.DiscardHandler)); err != nil {
+	if _, err := loadBytes("ok.json", []byte(dataset(dsAccounts, "", "", opaque)), 0, testNow, slog.New(slog.DiscardHandler)); err != nil {
 		t.Errorf("a payload with a member twice: %v, want it loaded", err)
 	}
 	// 255 bytes are allowed, and page: the longest id's cursor is accepted.
@@ -1262,7 +1309,7 @@ func TestDatasetRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := loadDataset("bad.json", []byte(tt.data), 0, testNow, slog.New(slog.DiscardHandler))
+			_, err := loadBytes("bad.json", []byte(tt.data), 0, testNow, slog.New(slog.DiscardHandler))
 			if want := "dataset bad.json: " + tt.want; err == nil || err.Error() != want {
 				t.Errorf("loadDataset = %v\nwant %s", err, want)
 			}
@@ -1271,21 +1318,51 @@ func TestDatasetRefusals(t *testing.T) {
 	// An after may be negative (before the start instant), but never places an event
 	// outside the years 0000 to 9999.
 	negative := dataset(dsAccounts, "", strings.Replace(dsShipment, `"timestamp":"2026-11-01T00:00:00Z"`, `"after":"-100h"`, 1), "")
-	if _, err := loadDataset("ok.json", []byte(negative), 0, testNow, slog.New(slog.DiscardHandler)); err != nil {
+	if _, err := loadBytes("ok.json", []byte(negative), 0, testNow, slog.New(slog.DiscardHandler)); err != nil {
 		t.Errorf("an event 100 hours before the start: %v, want it loaded", err)
 	}
 	for _, tt := range []struct{ start, after string }{{"9999-12-31T23:00:00Z", "1h"}, {"0000-01-01T01:00:00Z", "-1h0m0.000000001s"}} {
 		start, _ := parseTimestamp(tt.start)
 		data := dataset(dsAccounts, "", strings.Replace(dsShipment, `"timestamp":"2026-11-01T00:00:00Z"`, `"after":"`+tt.after+`"`, 1), "")
-		_, err := loadDataset("bad.json", []byte(data), 0, start, slog.New(slog.DiscardHandler))
+		_, err := loadBytes("bad.json", []byte(data), 0, start, slog.New(slog.DiscardHandler))
 		if want := fmt.Sprintf("dataset bad.json: $.shipments[0].events[0].after: %q places the event outside the years 0000 to 9999 (the start instant is %s)", tt.after, tt.start); err == nil || err.Error() != want {
 			t.Errorf("after %s from %s: %v, want %s", tt.after, tt.start, err, want)
 		}
 	}
 	// -seed-orders needs acct_sandbox/test.
-	_, err := loadDataset("small.json", []byte(dataset(dsAccounts, "", "", "")), 5, testNow, slog.New(slog.DiscardHandler))
+	_, err := loadBytes("small.json", []byte(dataset(dsAccounts, "", "", "")), 5, testNow, slog.New(slog.DiscardHandler))
 	if want := "-seed-orders: the dataset has no account acct_sandbox with environment test to seed"; err == nil || err.Error() != want {
 		t.Errorf("seeding a dataset without acct_sandbox/test = %v, want %s", err, want)
+	}
+}
+
+// TestDatasetStreams: a dataset is read as a stream, whatever -data names: a device of
+// zeros is refused at its first byte, a file over 2 GiB by its size before a byte is read,
+// and a stream that passes its limit when it does.
+func TestDatasetStreams(t *testing.T) {
+	t.Parallel()
+	err := run(context.Background(), []string{"-addr", "127.0.0.1:0", "-data", "/dev/zero"}, func(string) string { return "" }, io.Discard, io.Discard, nil)
+	if want := `dataset /dev/zero: $: invalid JSON at line 1, column 1: invalid character '\x00' looking for beginning of value`; err == nil || err.Error() != want {
+		t.Errorf("-data /dev/zero: %v, want %s", err, want)
+	}
+	huge := t.TempDir() + "/huge.json"
+	if err := os.WriteFile(huge, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(huge, maxDatasetBytes+1); err != nil { // sparse: nothing is written
+		t.Fatal(err)
+	}
+	err = run(context.Background(), []string{"-addr", "127.0.0.1:0", "-data", huge}, func(string) string { return "" }, io.Discard, io.Discard, nil)
+	if want := "dataset " + huge + ": $: the file is 2147483649 bytes: a dataset is at most 2147483648 bytes (2 GiB)"; err == nil || err.Error() != want {
+		t.Errorf("-data of 2 GiB and a byte: %v, want %s", err, want)
+	}
+	endless := io.MultiReader(strings.NewReader(`{"accounts":[`), neverEnding(' '))
+	if _, err := readDatasetFile(endless, 1<<20); err == nil || err.Error() != "dataset : $: passes 1048576 bytes (1 MiB): a dataset is at most that" {
+		t.Errorf("an endless stream read with a limit of 1 MiB: %v", err)
+	}
+	exact := `{"accounts":[]}`
+	if _, err := readDatasetFile(strings.NewReader(exact), int64(len(exact))); err != nil {
+		t.Errorf("a dataset of exactly the limit: %v, want it read", err)
 	}
 }
 
@@ -1315,7 +1392,7 @@ func TestLinkedAccountsLoadInLinearTime(t *testing.T) { // not parallel: it comp
 		best := time.Hour
 		for range 3 {
 			start := time.Now()
-			if _, err := loadDataset("many.json", data, 0, testNow, slog.New(slog.DiscardHandler)); err != nil {
+			if _, err := loadBytes("many.json", data, 0, testNow, slog.New(slog.DiscardHandler)); err != nil {
 				t.Fatal(err)
 			}
 			best = min(best, time.Since(start))
@@ -1348,7 +1425,7 @@ func TestOneOrdersChangesLoadInLinearTime(t *testing.T) { // not parallel: it co
 		best := time.Hour
 		for range 3 {
 			start := time.Now()
-			if _, err := loadDataset("changes.json", data, 0, testNow, slog.New(slog.DiscardHandler)); err != nil {
+			if _, err := loadBytes("changes.json", data, 0, testNow, slog.New(slog.DiscardHandler)); err != nil {
 				t.Fatal(err)
 			}
 			best = min(best, time.Since(start))
@@ -2821,7 +2898,7 @@ func TestReadmeDatasetExample(t *testing.T) {
 	if m == nil {
 		t.Fatal("no example dataset in the README")
 	}
-	sb, err := loadDataset("README.md", []byte(m[1]), 0, testNow, slog.New(slog.DiscardHandler))
+	sb, err := loadBytes("README.md", []byte(m[1]), 0, testNow, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -4080,7 +4157,7 @@ func TestTimelineRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := loadDataset("bad.json", []byte(dataset(dsAccounts, "", tt.shipments, tt.orders)), 0, testNow, slog.New(slog.DiscardHandler))
+			_, err := loadBytes("bad.json", []byte(dataset(dsAccounts, "", tt.shipments, tt.orders)), 0, testNow, slog.New(slog.DiscardHandler))
 			if want := "dataset bad.json: " + tt.want; err == nil || err.Error() != want {
 				t.Errorf("loadDataset = %v\nwant %s", err, want)
 			}
@@ -4095,23 +4172,23 @@ func TestTimelineRefusals(t *testing.T) {
 		order(`,"imported_at":"2026-11-03T00:00:00Z","changes":[{"status":"fulfilled","at":"2026-11-02T00:00:00Z"}]`),
 		order(`,"imported_at":"start-1s"`),
 	} {
-		if _, err := loadDataset("ok.json", []byte(dataset(dsAccounts, "", "", orders)), 0, testNow, slog.New(slog.DiscardHandler)); err != nil {
+		if _, err := loadBytes("ok.json", []byte(dataset(dsAccounts, "", "", orders)), 0, testNow, slog.New(slog.DiscardHandler)); err != nil {
 			t.Errorf("%s: %v, want it loaded", orders, err)
 		}
 	}
-	if _, err := loadDataset("ok.json", []byte(dataset(dsAccounts, "", shipment(`,"created_at":"2026-11-02T00:00:00Z"`), order(`,"imported_at":"2026-11-02T00:00:00Z"`))), 0, testNow, slog.New(slog.DiscardHandler)); err != nil {
+	if _, err := loadBytes("ok.json", []byte(dataset(dsAccounts, "", shipment(`,"created_at":"2026-11-02T00:00:00Z"`), order(`,"imported_at":"2026-11-02T00:00:00Z"`))), 0, testNow, slog.New(slog.DiscardHandler)); err != nil {
 		t.Errorf("a shipment created as its order is imported: %v, want it loaded", err)
 	}
 	late := time.Date(9999, 6, 1, 0, 0, 0, 0, time.UTC)
-	_, err := loadDataset("late.json", []byte(dataset(dsAccounts, "", "", created("start+8784h"))), 0, late, slog.New(slog.DiscardHandler))
+	_, err := loadBytes("late.json", []byte(dataset(dsAccounts, "", "", created("start+8784h"))), 0, late, slog.New(slog.DiscardHandler))
 	if want := `dataset late.json: $.orders[0].created_at: "start+8784h" is an instant outside the years 0000 to 9999 in UTC, which RFC 3339 cannot write`; err == nil || err.Error() != want {
 		t.Errorf("a year past 9999 from a late start: %v, want %s", err, want)
 	}
 	mixed := dataset(dsAccounts, "", "", order(`,"imported_at":"start"`))
-	if _, err := loadDataset("mixed.json", []byte(mixed), 0, time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC), slog.New(slog.DiscardHandler)); err != nil {
+	if _, err := loadBytes("mixed.json", []byte(mixed), 0, time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC), slog.New(slog.DiscardHandler)); err != nil {
 		t.Errorf("imported at a start after created_at: %v", err)
 	}
-	if _, err := loadDataset("mixed.json", []byte(mixed), 0, time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC), slog.New(slog.DiscardHandler)); err == nil {
+	if _, err := loadBytes("mixed.json", []byte(mixed), 0, time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC), slog.New(slog.DiscardHandler)); err == nil {
 		t.Error("imported at a start before created_at: loaded, want it refused")
 	}
 }
@@ -4183,7 +4260,7 @@ func TestTheZeroInstantIsAnInstant(t *testing.T) {
 	wantProblem(t, e.get(t, "/v1/shipments/shp_1/tracking", "sk_test_a"), 401, "expired_api_key", "")
 
 	linked := `{"id":"shp_z","account":"acct_a","environment":"test","reference":"S","tracking_number":"T1","created_at":"` + zero + `","order_id":"ord_1"}`
-	_, err := loadDataset("zero.json", []byte(dataset(dsAccounts, "", linked, dsOrder)), 0, testNow, slog.New(slog.DiscardHandler))
+	_, err := loadBytes("zero.json", []byte(dataset(dsAccounts, "", linked, dsOrder)), 0, testNow, slog.New(slog.DiscardHandler))
 	if want := `dataset zero.json: $.shipments[0].created_at: shipment "shp_z" is created at 0001-01-01T00:00:00Z, before its order "ord_1" is imported at 2026-11-01T00:00:00Z: a shipment is created with an order the account has`; err == nil || err.Error() != want {
 		t.Errorf("a shipment created at the zero instant, linked to a later order: %v, want %s", err, want)
 	}
@@ -4246,13 +4323,19 @@ func movingDataset(n int, seed uint64) string {
 	return dataset(dsAccounts, key, strings.Join(shipments, ","), strings.Join(orders, ","))
 }
 
+// modelChange is a change of a modelOrder's status.
+type modelChange struct {
+	at     time.Time
+	status string
+}
+
 // modelOrder is an order of movingDataset as the rules say it shows.
 type modelOrder struct {
 	id, status string
 	link       *string
 	created    time.Time
 	imported   time.Time
-	changes    []statusChange
+	changes    []modelChange
 	linkedAt   time.Time
 }
 
@@ -4262,17 +4345,34 @@ type modelOrder struct {
 func TestPagesUnderAMovingTimeline(t *testing.T) {
 	t.Parallel()
 	data := movingDataset(400, 7)
-	var raw struct {
-		Orders    []orderRecord    `json:"orders"`
-		Shipments []shipmentRecord `json:"shipments"`
+	var raw struct { // read by encoding/json, apart from the sandbox's reader
+		Orders []struct {
+			ID         string  `json:"id"`
+			Status     string  `json:"status"`
+			CreatedAt  string  `json:"created_at"`
+			ImportedAt *string `json:"imported_at"`
+			Changes    []struct {
+				Status string `json:"status"`
+				At     string `json:"at"`
+			} `json:"changes"`
+		} `json:"orders"`
+		Shipments []struct {
+			ID        string  `json:"id"`
+			OrderID   *string `json:"order_id"`
+			CreatedAt *string `json:"created_at"`
+		} `json:"shipments"`
 	}
 	if err := json.Unmarshal([]byte(data), &raw); err != nil {
 		t.Fatal(err)
 	}
 	var model []modelOrder
-	links := map[string]shipmentRecord{}
+	type link struct {
+		id        string
+		createdAt *string
+	}
+	links := map[string]link{}
 	for _, s := range raw.Shipments {
-		links[*s.OrderID] = s
+		links[*s.OrderID] = link{s.ID, s.CreatedAt}
 	}
 	for _, r := range raw.Orders {
 		m := modelOrder{id: r.ID, status: r.Status}
@@ -4282,15 +4382,13 @@ func TestPagesUnderAMovingTimeline(t *testing.T) {
 			m.imported, _ = parseTimestamp(*r.ImportedAt)
 		}
 		for _, c := range r.Changes {
-			var cr changeRecord
-			json.Unmarshal(c, &cr)
-			at, _ := parseTimestamp(cr.At)
-			m.changes = append(m.changes, statusChange{at, slices.Index(orderStatuses, cr.Status)})
+			at, _ := parseTimestamp(c.At)
+			m.changes = append(m.changes, modelChange{at, c.Status})
 		}
 		if s, ok := links[r.ID]; ok {
-			m.link = &s.ID
-			if s.CreatedAt != nil {
-				m.linkedAt, _ = parseTimestamp(*s.CreatedAt)
+			m.link = &s.id
+			if s.createdAt != nil {
+				m.linkedAt, _ = parseTimestamp(*s.createdAt)
 			}
 		}
 		model = append(model, m)
@@ -4310,7 +4408,7 @@ func TestPagesUnderAMovingTimeline(t *testing.T) {
 			s := m.status
 			for _, c := range m.changes {
 				if !c.at.After(at) {
-					s = orderStatuses[c.status]
+					s = c.status
 				}
 			}
 			if status != "" && s != status {
@@ -4564,8 +4662,8 @@ func TestTrackingByNumber(t *testing.T) {
 func TestNormalizeEvents(t *testing.T) {
 	t.Parallel()
 	ev := func(ts any, status, desc string, loc *string) rawEvent {
-		b, _ := json.Marshal(ts)
-		return rawEvent{Timestamp: b, Status: status, Description: &desc, Location: loc}
+		text, isString := ts.(string)
+		return rawEvent{Timestamp: jsonScalar{given: ts != nil, isString: isString, text: text}, Status: status, Description: &desc, Location: loc}
 	}
 	here := "Here, GB"
 	raw := []rawEvent{
@@ -4660,7 +4758,11 @@ func TestNoMarketplaceSecretsInResponses(t *testing.T) {
 	e := newEnv(t, envOptions{seed: 50})
 	var secrets []string
 	var file struct {
-		Orders []orderRecord `json:"orders"`
+		Orders []struct {
+			ID                 string          `json:"id"`
+			MarketplaceToken   string          `json:"marketplace_token"`
+			RawMarketplaceData json.RawMessage `json:"raw_marketplace_data"`
+		} `json:"orders"`
 	}
 	if err := json.Unmarshal(defaultDataset, &file); err != nil {
 		t.Fatal(err)
@@ -4923,11 +5025,11 @@ func TestSeedOrders(t *testing.T) {
 	if first, last := string(a.id(0)), string(a.id(999)); first != "ord_seed_0000999" || last != "ord_seed_0000000" {
 		t.Errorf("seeded ids run %s..%s, want ord_seed_0000999 (newest)..ord_seed_0000000", first, last)
 	}
-	if _, err := loadDataset("test", defaultDataset, 10, testNow, slog.New(slog.DiscardHandler)); err != nil {
+	if _, err := loadBytes("test", defaultDataset, 10, testNow, slog.New(slog.DiscardHandler)); err != nil {
 		t.Errorf("seeding the default dataset: %v", err)
 	}
 	clash := dataset(`{"id":"acct_sandbox","environments":["test"]}`, "", "", `{"id":"ord_seed_0000004","account":"acct_sandbox","environment":"test","merchant_reference":"R","platform":"ebay","status":"fulfilled","created_at":"2026-11-01T00:00:00Z"}`)
-	if _, err := loadDataset("clash.json", []byte(clash), 5, testNow, slog.New(slog.DiscardHandler)); err == nil || err.Error() != `-seed-orders: order id "ord_seed_0000004" is already in the dataset` {
+	if _, err := loadBytes("clash.json", []byte(clash), 5, testNow, slog.New(slog.DiscardHandler)); err == nil || err.Error() != `-seed-orders: order id "ord_seed_0000004" is already in the dataset` {
 		t.Errorf("a dataset order with a seeded id = %v", err)
 	}
 }
@@ -4983,7 +5085,7 @@ func checkOrderIndex(t testing.TB, ix *orderIndex) {
 
 func TestOrderIndexOfSeededOrders(t *testing.T) {
 	t.Parallel()
-	sb, err := loadDataset("test", defaultDataset, 1000, testNow, slog.New(slog.DiscardHandler))
+	sb, err := loadBytes("test", defaultDataset, 1000, testNow, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -5478,17 +5580,25 @@ func FuzzLoadDataset(f *testing.F) {
 	} {
 		f.Add([]byte(d))
 	}
+	f.Add([]byte(dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"created_at"`, "\"raw_marketplace_data\":{\"a\\ud800\":[\"\xfe\",-0.5e+3]},\"created_at\"", 1))))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		sb, err := loadDataset("fuzz.json", data, 0, testNow, slog.New(slog.DiscardHandler))
+		sb, err := loadBytes("fuzz.json", data, 0, testNow, slog.New(slog.DiscardHandler))
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "dataset fuzz.json: $") {
 				t.Fatalf("refusal %q does not name the file and a JSON path", err)
 			}
+			// The reader judges JSON as encoding/json does, and UTF-8 besides.
+			if strings.Contains(err.Error(), ": invalid JSON at ") && json.Valid(data) {
+				t.Fatalf("refused as invalid JSON (%v), which encoding/json reads", err)
+			}
 			return
+		}
+		if !json.Valid(data) || !utf8.Valid(data) {
+			t.Fatalf("loaded a dataset that is not JSON or not UTF-8: %q", data)
 		}
 		for id, tn := range sb.tenants.byID {
 			for _, s := range []string{id.account, id.environment} {
-				if checkID("$", s) != nil {
+				if checkID("$", "", s) != nil {
 					t.Fatalf("tenant %q loaded", id)
 				}
 			}
@@ -5497,17 +5607,17 @@ func FuzzLoadDataset(f *testing.F) {
 					MerchantReference string `json:"merchant_reference"`
 				}
 				json.Unmarshal(tn.orders.resource(i), &o)
-				if checkID("$", string(tn.orders.id(i))) != nil || checkID("$", o.MerchantReference) != nil {
+				if checkID("$", "", string(tn.orders.id(i))) != nil || checkID("$", "", o.MerchantReference) != nil {
 					t.Fatalf("order %q (reference %q) loaded", tn.orders.id(i), o.MerchantReference)
 				}
 			}
 			for sid, sh := range tn.shipments.byID {
-				if checkID("$", sid) != nil || !json.Valid(sh.full) || !json.Valid(sh.view(0)) {
+				if checkID("$", "", sid) != nil || !json.Valid(sh.full) || !json.Valid(sh.view(0)) {
 					t.Fatalf("shipment %q loaded as %s", sid, sh.full)
 				}
 			}
 			for number := range tn.shipments.byTrackingNumber {
-				if checkID("$", number) != nil {
+				if checkID("$", "", number) != nil {
 					t.Fatalf("tracking number %q loaded", number)
 				}
 			}
@@ -5590,7 +5700,7 @@ func (w *benchWriter) Write(b []byte) (int, error) {
 // benchmark runs it) and the log on.
 func benchEnv(b *testing.B, seed int) *env {
 	b.Helper()
-	sb, err := loadDataset("bench", defaultDataset, seed, testNow, slog.New(slog.DiscardHandler))
+	sb, err := loadBytes("bench", defaultDataset, seed, testNow, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -5698,7 +5808,7 @@ func BenchmarkLandingPage(b *testing.B) {
 		{"tenants=40000", pageDataset(40000, 1, 1, 1, 12, "x")},
 	} {
 		b.Run(tt.name, func(b *testing.B) {
-			sb, err := loadDataset("bench", tt.data, 0, testNow, slog.New(slog.DiscardHandler))
+			sb, err := loadBytes("bench", tt.data, 0, testNow, slog.New(slog.DiscardHandler))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -5719,7 +5829,7 @@ func BenchmarkLoadAccounts(b *testing.B) {
 		b.Run(fmt.Sprintf("linked=%v", linked), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := loadDataset("many.json", data, 0, testNow, slog.New(slog.DiscardHandler)); err != nil {
+				if _, err := loadBytes("many.json", data, 0, testNow, slog.New(slog.DiscardHandler)); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -5727,30 +5837,46 @@ func BenchmarkLoadAccounts(b *testing.B) {
 	}
 }
 
-// movingOrders replaces acct_sandbox/test's orders in e with n orders like the seeded ones,
+// movingOrders is a sandbox whose acct_sandbox/test holds n orders like the seeded ones,
 // of which, when moving, every tenth changes status once (at an instant spread evenly over
-// the hour after its creation) and every hundredth is imported up to an hour late. It
-// returns the instant half-way through their creation.
-func movingOrders(b *testing.B, e *env, n int, moving bool) time.Time {
-	t := e.sb.tenants.byID[seedTenant]
-	ix := newOrderIndex(t.orders.tag)
-	var idBuf, refBuf [32]byte
+// the hour after its creation) and every hundredth is imported up to an hour late, loaded
+// from a dataset as a user's would be. It returns the instant half-way through their
+// creation.
+func movingOrders(b *testing.B, n int, moving bool) (*env, time.Time) {
+	var ds bytes.Buffer
+	ds.WriteString(`{"accounts":[{"id":"acct_sandbox","environments":["test"]}],` +
+		`"keys":[{"key":"sk_test_sandbox_all","account":"acct_sandbox","environment":"test","scopes":["orders:read"]}],"orders":[`)
+	newest := time.Date(2026, 10, 31, 23, 0, 0, 0, time.UTC)
+	var mid time.Time
 	for j := range n {
-		o := &importedOrder{}
-		seededOrder(o, idBuf[:], refBuf[:], j, n)
+		k := n - 1 - j
+		created := newest.Add(-time.Duration(j-j/4) * 7 * time.Minute)
+		if j == n/2 {
+			mid = created
+		}
+		if j > 0 {
+			ds.WriteByte(',')
+		}
+		fmt.Fprintf(&ds, `{"id":"ord_seed_%07d","account":"acct_sandbox","environment":"test","merchant_reference":"SEED-%07d","platform":%q,"status":%q,"created_at":%q`,
+			k, k, platforms[k%len(platforms)], orderStatuses[k%len(orderStatuses)], formatTimestamp(created))
 		if moving && j%10 == 0 {
-			o.changes = []statusChange{{o.createdAt.Add(time.Duration(j*37%3600) * time.Second), (o.status + 1) % len(orderStatuses)}}
+			fmt.Fprintf(&ds, `,"changes":[{"status":%q,"at":%q}]`, orderStatuses[(k+1)%len(orderStatuses)], formatTimestamp(created.Add(time.Duration(j*37%3600+1)*time.Second)))
 		}
 		if moving && j%100 == 1 {
-			o.importedAt = o.createdAt.Add(time.Duration(j*53%3600) * time.Second)
+			fmt.Fprintf(&ds, `,"imported_at":%q`, formatTimestamp(created.Add(time.Duration(j*53%3600)*time.Second)))
 		}
-		ix.pending = append(ix.pending, o)
+		ds.WriteByte('}')
 	}
-	if err := ix.build(); err != nil {
+	ds.WriteString("]}")
+	sb, err := loadBytes("moving", ds.Bytes(), 0, testNow, slog.New(slog.DiscardHandler))
+	if err != nil {
 		b.Fatal(err)
 	}
-	t.orders = ix
-	return ix.createdAt(n / 2)
+	s, err := newServer(sb, serverOptions{access: newLogBuffer(io.Discard, time.Hour)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &env{h: s.handler(), srv: s, sb: sb}, mid
 }
 
 // BenchmarkListOrdersWithTimelines: pages of 1,000,000 orders of which 10% change status
@@ -5758,8 +5884,7 @@ func movingOrders(b *testing.B, e *env, n int, moving bool) time.Time {
 // same orders without timelines: each should cost at most twice as much.
 func BenchmarkListOrdersWithTimelines(b *testing.B) {
 	for _, moving := range []bool{false, true} {
-		e := benchEnv(b, 0)
-		mid := movingOrders(b, e, 1000000, moving)
+		e, mid := movingOrders(b, 1000000, moving)
 		e.sb.tenants.byID[seedTenant].clock.freeze(&mid)
 		for _, query := range []string{"limit=100", "limit=100&status=unfulfilled", "limit=100&status=partially_fulfilled", "limit=100&status=fulfilled", "limit=100&status=cancelled"} {
 			name := strings.TrimPrefix(strings.TrimPrefix(query, "limit=100"), "&status=")
@@ -5782,7 +5907,7 @@ func BenchmarkOrderStore(b *testing.B) {
 	for b.Loop() {
 		kept = nil
 		before.read()
-		sb, err := loadDataset("bench", defaultDataset, n, testNow, slog.New(slog.DiscardHandler))
+		sb, err := loadBytes("bench", defaultDataset, n, testNow, slog.New(slog.DiscardHandler))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -4,8 +4,8 @@
 package main
 
 import (
+	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -33,86 +33,507 @@ const (
 	maxSeedOrders = 5_000_000
 )
 
+// Orders on their way in. A dataset's orders are read into orderRecords, then checked and
+// filed under their tenants as pendingOrders, then build stores each tenant's in list
+// order. None of these holds a pointer per order, so that a million of them cost the
+// collector nothing to walk while they load.
+
+// orderRecords are a dataset's orders as read: every order's own strings one after another
+// in text, each value that repeats across orders (an account, a platform, a status) once in
+// values, a fixed-size record per order, and every order's changes.
+type orderRecords struct {
+	text    []byte
+	values  []string          // values[0] is "": a member absent or null
+	valueOf map[string]uint32 // the index of each value
+	list    []orderRecord
+	changes []changeRecord
+}
+
+// span is a string of orderRecords.text.
+type span struct{ off, n uint32 }
+
 // orderRecord is an imported order as the dataset holds it. A dataset may give the
 // marketplace token and the raw marketplace payload, as imported orders carry them; the
-// API never shows them, so the sandbox does not keep them. Its instants may be relative to
-// the start instant; imported_at and changes schedule what moves.
+// API never shows them, so they are read and nothing of them is kept. Its instants may be
+// relative to the start instant; imported_at and changes schedule what moves.
 type orderRecord struct {
-	ID                 string            `json:"id"`
-	Account            string            `json:"account"`
-	Environment        string            `json:"environment"`
-	MerchantReference  string            `json:"merchant_reference"`
-	Platform           string            `json:"platform"`
-	Status             string            `json:"status"`
-	CreatedAt          string            `json:"created_at"`
-	ImportedAt         *string           `json:"imported_at"` // absent: its created_at
-	Changes            []json.RawMessage `json:"changes"`
-	MarketplaceToken   string            `json:"marketplace_token"`
-	RawMarketplaceData json.RawMessage   `json:"raw_marketplace_data"`
+	id, reference, createdAt, importedAt   span
+	account, environment, platform, status uint32 // indexes into values
+	imported                               bool   // imported_at is given (not null)
+	firstChange, endChange                 uint32 // its changes
 }
 
 // changeRecord is one change of an order's status, as the dataset holds it.
 type changeRecord struct {
-	Status string `json:"status"`
-	At     string `json:"at"`
+	status uint32 // an index into values
+	at     span
+}
+
+func newOrderRecords() *orderRecords {
+	return &orderRecords{values: []string{""}, valueOf: map[string]uint32{"": 0}}
+}
+
+func (rs *orderRecords) bytes(s span) []byte { return rs.text[s.off : s.off+s.n] }
+
+func (rs *orderRecords) str(s span) string { return string(rs.bytes(s)) }
+
+// keep keeps b, an order's own string.
+func (rs *orderRecords) keep(b []byte) span {
+	rs.text = append(rs.text, b...)
+	return span{uint32(len(rs.text) - len(b)), uint32(len(b))}
+}
+
+// value keeps b, a value that repeats, once.
+func (rs *orderRecords) value(b []byte) uint32 {
+	if i, ok := rs.valueOf[string(b)]; ok {
+		return i
+	}
+	rs.values = append(rs.values, string(b))
+	rs.valueOf[rs.values[len(rs.values)-1]] = uint32(len(rs.values) - 1)
+	return uint32(len(rs.values) - 1)
+}
+
+var (
+	orderFields  = []string{"id", "account", "environment", "merchant_reference", "platform", "status", "created_at", "imported_at", "changes", "marketplace_token", "raw_marketplace_data"}
+	changeFields = []string{"status", "at"}
+)
+
+// read reads the dataset's list of orders at path.
+func (rs *orderRecords) read(d *jsonReader, path string) error {
+	return d.array(path, func(i int) error {
+		rec := orderRecord{firstChange: uint32(len(rs.changes)), endChange: uint32(len(rs.changes))}
+		err := rs.readOrder(d, path+"["+strconv.Itoa(i)+"]", &rec)
+		rs.list = append(rs.list, rec)
+		return err
+	})
+}
+
+func (rs *orderRecords) readOrder(d *jsonReader, path string, rec *orderRecord) error {
+	return d.object(path, orderFields, func(name string) error {
+		var b []byte
+		var err error
+		switch name {
+		case "id", "merchant_reference", "created_at":
+			b, err = d.strBytes(path, name)
+			s := rs.keep(b)
+			switch name {
+			case "id":
+				rec.id = s
+			case "merchant_reference":
+				rec.reference = s
+			default:
+				rec.createdAt = s
+			}
+		case "account", "environment", "platform", "status":
+			b, err = d.strBytes(path, name)
+			v := rs.value(b)
+			switch name {
+			case "account":
+				rec.account = v
+			case "environment":
+				rec.environment = v
+			case "platform":
+				rec.platform = v
+			default:
+				rec.status = v
+			}
+		case "imported_at":
+			var c byte
+			if c, err = d.value(path, name, '"', "a string"); c != 0 && err == nil {
+				b, err = d.memberString(path, name)
+				rec.imported, rec.importedAt = true, rs.keep(b)
+			}
+		case "changes":
+			cpath := path + "." + name
+			err = d.array(cpath, func(k int) error { return rs.readChange(d, cpath+"["+strconv.Itoa(k)+"]") })
+			rec.endChange = uint32(len(rs.changes))
+		case "marketplace_token":
+			_, err = d.strBytes(path, name)
+		case "raw_marketplace_data":
+			err = d.skip(path + "." + name)
+		}
+		return err
+	})
+}
+
+func (rs *orderRecords) readChange(d *jsonReader, path string) error {
+	var c changeRecord
+	err := d.object(path, changeFields, func(name string) error {
+		b, err := d.strBytes(path, name)
+		if name == "status" {
+			c.status = rs.value(b)
+		} else {
+			c.at = rs.keep(b)
+		}
+		return err
+	})
+	rs.changes = append(rs.changes, c)
+	return err
+}
+
+// pendingOrder is a dataset's order checked and filed under its tenant, kept for build:
+// its id and reference stay in the dataset's records.
+type pendingOrder struct {
+	rec                    int32 // its record
+	createdAt, importedAt  instant
+	status, platform       uint8  // its first status, and its platform: indexes into the vocabularies
+	firstChange, endChange uint32 // its changes in the index's changes
+	link                   int32  // its link in the index's links, or -1
 }
 
 // statusChange is an order's status from an instant on.
 type statusChange struct {
-	at     time.Time
-	status int // index into orderStatuses
+	at     instant
+	status uint8 // an index into orderStatuses
 }
 
-// importedOrder is an order as the dataset gives it, kept while the dataset loads; build
-// stores it as a record and its resource's bytes.
-type importedOrder struct {
-	id                string
-	createdAt         time.Time
-	importedAt        time.Time // listed and retrieved from then on
-	status            int       // index into orderStatuses: its first status
-	changes           []statusChange
-	merchantReference string
-	platform          string
-	shipmentID        *string
-	linkedAt          instant // when the link shows: its shipment's creation (dawn: always)
+// orderLink is the shipment an order was created with, shown from createdAt on (dawn:
+// the shipment always existed).
+type orderLink struct {
+	shipmentID string
+	createdAt  instant
+}
+
+// statusAt is the status at at of an order whose first status is first and whose changes
+// are changes: that of its last change at or before at.
+func statusAt(first uint8, changes []statusChange, at instant) uint8 {
+	k := sort.Search(len(changes), func(k int) bool { return changes[k].at.after(at) })
+	if k == 0 {
+		return first
+	}
+	return changes[k-1].status
+}
+
+// addOrder checks the dataset's order r, its instants read against start, and keeps it
+// for build.
+func (ix *orderIndex) addOrder(path, where string, rs *orderRecords, r int, start time.Time) error {
+	rec := &rs.list[r]
+	id := rs.str(rec.id)
+	if err := checkID(path, "id", id); err != nil {
+		return err
+	}
+	if err := checkID(path, "merchant_reference", rs.bytes(rec.reference)); err != nil {
+		return err
+	}
+	platform, err := oneOf(path, "platform", "platform", rs.values[rec.platform], platforms)
+	if err != nil {
+		return err
+	}
+	status, err := oneOf(path, "status", "order status", rs.values[rec.status], orderStatuses)
+	if err != nil {
+		return err
+	}
+	createdAt, err := instantField(path, "created_at", rs.str(rec.createdAt), start)
+	if err != nil {
+		return err
+	}
+	if _, dup := ix.byID[id]; dup {
+		return &datasetError{path: path + ".id", reason: fmt.Sprintf("duplicate order id %q in %s", id, where)}
+	}
+	p := pendingOrder{rec: int32(r), createdAt: instantOf(createdAt), importedAt: instantOf(createdAt), status: uint8(status), platform: uint8(platform), link: -1}
+	if rec.imported {
+		at, err := instantField(path, "imported_at", rs.str(rec.importedAt), start)
+		if err != nil {
+			return err
+		}
+		if at.Before(createdAt) {
+			return &datasetError{path: path + ".imported_at", reason: fmt.Sprintf("%s is before the order's created_at %s: an order is imported once it exists", formatTimestamp(at), formatTimestamp(createdAt))}
+		}
+		p.importedAt = instantOf(at)
+	}
+	p.firstChange = uint32(len(ix.changes))
+	if err := ix.readChanges(path+".changes", rs, rec, &p, start); err != nil {
+		return err
+	}
+	p.endChange = uint32(len(ix.changes))
+	changes := ix.changes[p.firstChange:p.endChange]
+	if rec.imported || relativeInstant.MatchString(rs.str(rec.createdAt)) {
+		ix.happenings = append(ix.happenings, happening{at: p.importedAt.time(), kind: orderImported, id: id, what: "imported, " + orderStatuses[statusAt(p.status, changes, p.importedAt)]})
+	}
+	for _, c := range changes {
+		ix.happenings = append(ix.happenings, happening{at: c.at.time(), kind: orderChanged, id: id, what: "now " + orderStatuses[c.status]})
+	}
+	ix.byID[id] = int32(len(ix.pending))
+	ix.pending = append(ix.pending, p)
+	return nil
+}
+
+// readChanges checks an order's changes and keeps them in the index: each a status of the
+// vocabulary unlike the one before, at an instant after the one before (the first after
+// created_at).
+func (ix *orderIndex) readChanges(path string, rs *orderRecords, rec *orderRecord, p *pendingOrder, start time.Time) error {
+	status, after, afterWhat := p.status, p.createdAt, "the order's created_at"
+	for k, c := range rs.changes[rec.firstChange:rec.endChange] {
+		cpath := path + "[" + strconv.Itoa(k) + "]"
+		next, err := oneOf(cpath, "status", "order status", rs.values[c.status], orderStatuses)
+		if err != nil {
+			return err
+		}
+		if uint8(next) == status {
+			return &datasetError{path: cpath + ".status", reason: fmt.Sprintf("%q is the status the order has already: a change changes it", orderStatuses[next])}
+		}
+		t, err := instantField(cpath, "at", rs.str(c.at), start)
+		if err != nil {
+			return err
+		}
+		at := instantOf(t)
+		if !at.after(after) {
+			return &datasetError{path: cpath + ".at", reason: fmt.Sprintf("%s is not after %s %s: changes follow each other", formatInstant(at), afterWhat, formatInstant(after))}
+		}
+		ix.changes = append(ix.changes, statusChange{at, uint8(next)})
+		status, after, afterWhat = uint8(next), at, "the change before,"
+	}
+	return nil
+}
+
+// has reports whether the dataset gives an order of this id.
+func (ix *orderIndex) has(id string) bool {
+	_, ok := ix.byID[id]
+	return ok
+}
+
+// link records that the shipment shipmentID was created with the order orderID: the
+// order's shipment_id, shown from createdAt on (dawn: the shipment always existed). One
+// order can be linked once (a second link is the API's 409), and not by a shipment created
+// before the order is imported.
+func (ix *orderIndex) link(path, where, orderID, shipmentID string, createdAt instant) error {
+	i, ok := ix.byID[orderID]
+	if !ok {
+		return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("no order %q in %s to link shipment %q to", orderID, where, shipmentID)}
+	}
+	p := &ix.pending[i]
+	if p.link >= 0 {
+		return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("order %q is already linked to shipment %q; linking it to shipment %q too is a conflict (409)", orderID, ix.links[p.link].shipmentID, shipmentID)}
+	}
+	if createdAt != dawn && p.importedAt.after(createdAt) {
+		return &datasetError{path: path + ".created_at", reason: fmt.Sprintf("shipment %q is created at %s, before its order %q is imported at %s: a shipment is created with an order the account has", shipmentID, formatInstant(createdAt), orderID, formatInstant(p.importedAt))}
+	}
+	p.link = int32(len(ix.links))
+	ix.links = append(ix.links, orderLink{shipmentID, createdAt})
+	return nil
+}
+
+// seedOrders asks build for n deterministic orders. Sequence numbers grow with time:
+// ord_seed_0000000 is the oldest, created 7 minutes before the next, but that every fourth
+// shares its created_at with the next (so the id tie-break is exercised); the newest is
+// created 2026-10-31T23:00:00Z. Every status and platform occurs (4 and 5 are coprime, so
+// all 20 pairs do). Seeded orders carry no marketplace token or payload.
+func (ix *orderIndex) seedOrders(n int) error {
+	for id := range ix.byID {
+		if k, ok := seedNumber(id, n); ok && k < n {
+			return fmt.Errorf("-seed-orders: order id %q is already in the dataset", id)
+		}
+	}
+	ix.seeds = n
+	return nil
+}
+
+// loadingOrder is one order on its way into the index, a dataset's or a seeded one; its
+// strings are the dataset's or scratch.
+type loadingOrder struct {
+	id, reference         []byte
+	platform              uint8
+	createdAt, importedAt instant
+	status                uint8 // its first status
+	changes               []statusChange
+	shipmentID            string  // the shipment created with it, "" for none
+	linkedAt              instant // when the link shows: its shipment's creation (dawn: always)
+}
+
+// seededOrder is the j-th newest of n seeded orders, in o, its strings in idBuf and refBuf.
+func seededOrder(o *loadingOrder, idBuf, refBuf []byte, j, n int) {
+	width := seedWidth(n)
+	k := n - 1 - j
+	newest := time.Date(2026, 10, 31, 23, 0, 0, 0, time.UTC)
+	created := instantOf(newest.Add(-time.Duration(j-j/4) * 7 * time.Minute))
+	*o = loadingOrder{
+		id:         appendPadded(append(idBuf[:0], "ord_seed_"...), k, width),
+		reference:  appendPadded(append(refBuf[:0], "SEED-"...), k, width),
+		platform:   uint8(k % len(platforms)),
+		createdAt:  created,
+		importedAt: created,
+		status:     uint8(k % len(orderStatuses)),
+	}
+}
+
+func seedWidth(n int) int { return max(7, len(strconv.Itoa(n-1))) }
+
+// seedNumber reads k from an id ord_seed_<k> as n seeded orders write it.
+func seedNumber(id string, n int) (int, bool) {
+	digits, ok := strings.CutPrefix(id, "ord_seed_")
+	if !ok || len(digits) != seedWidth(n) {
+		return 0, false
+	}
+	return parseWhole(digits, n)
+}
+
+// appendPadded appends n in decimal, zero-padded to width digits.
+func appendPadded(b []byte, n, width int) []byte {
+	var d [20]byte
+	s := strconv.AppendInt(d[:0], int64(n), 10)
+	for range width - len(s) {
+		b = append(b, '0')
+	}
+	return append(b, s...)
 }
 
 // moves reports whether what the order shows depends on the instant beyond its created_at:
 // an import after it, a change of status, or a link that appears after its import.
-func (o *importedOrder) moves() bool {
-	return !o.importedAt.Equal(o.createdAt) || len(o.changes) > 0 || o.shipmentID != nil && o.linkedAt.after(instantOf(o.importedAt))
+func (o *loadingOrder) moves() bool {
+	return o.importedAt != o.createdAt || len(o.changes) > 0 || o.shipmentID != "" && o.linkedAt.after(o.importedAt)
+}
+
+// linkedBy reports whether the order's link shows at at: from its shipment's creation on.
+func (o *loadingOrder) linkedBy(at instant) bool {
+	return o.shipmentID != "" && !o.linkedAt.after(at)
+}
+
+// lastStatus is the order's status once every change has happened.
+func (o *loadingOrder) lastStatus() uint8 {
+	if len(o.changes) == 0 {
+		return o.status
+	}
+	return o.changes[len(o.changes)-1].status
+}
+
+// newer reports whether a comes before b in a list: created_at descending, then id descending.
+func newer(a, b *loadingOrder) bool {
+	if c := a.createdAt.compare(b.createdAt); c != 0 {
+		return c > 0
+	}
+	return bytes.Compare(a.id, b.id) > 0
 }
 
 // appendResource appends the order as the API shows it (exactly the spec's six fields: id,
 // merchant_reference, platform, status, shipment_id, created_at) with this status and
 // link. It is written by hand rather than with encoding/json because -seed-orders encodes
 // a million orders at start-up; a test checks that it matches encoding/json.
-func (o *importedOrder) appendResource(b []byte, status int, linked bool) []byte {
+func (o *loadingOrder) appendResource(b []byte, status uint8, linked bool) []byte {
 	b = append(b, `{"id":`...)
 	b = appendJSONString(b, o.id)
 	b = append(b, `,"merchant_reference":`...)
-	b = appendJSONString(b, o.merchantReference)
+	b = appendJSONString(b, o.reference)
 	b = append(b, `,"platform":`...)
-	b = appendJSONString(b, o.platform)
+	b = appendJSONString(b, platforms[o.platform])
 	b = append(b, `,"status":`...)
 	b = appendJSONString(b, orderStatuses[status])
 	b = append(b, `,"shipment_id":`...)
-	if o.shipmentID == nil || !linked {
+	if !linked {
 		b = append(b, "null"...)
 	} else {
-		b = appendJSONString(b, *o.shipmentID)
+		b = appendJSONString(b, o.shipmentID)
 	}
 	b = append(b, `,"created_at":"`...)
-	b = o.createdAt.AppendFormat(b, time.RFC3339Nano)
+	b = o.createdAt.time().AppendFormat(b, time.RFC3339Nano)
 	return append(b, `"}`...)
 }
 
-// newer reports whether a comes before b in a list: created_at descending, then id descending.
-func newer(a, b *importedOrder) bool {
-	if c := a.createdAt.Compare(b.createdAt); c != 0 {
-		return c > 0
+// view makes o the pending order p, its strings the dataset's.
+func (ix *orderIndex) view(o *loadingOrder, p *pendingOrder) {
+	rec := &ix.recs.list[p.rec]
+	*o = loadingOrder{id: ix.recs.bytes(rec.id), reference: ix.recs.bytes(rec.reference), platform: p.platform,
+		createdAt: p.createdAt, importedAt: p.importedAt, status: p.status, changes: ix.changes[p.firstChange:p.endChange], linkedAt: dawn}
+	if p.link >= 0 {
+		o.shipmentID, o.linkedAt = ix.links[p.link].shipmentID, ix.links[p.link].createdAt
 	}
-	return a.id > b.id
+}
+
+// build stores the dataset's orders and the seeded ones in list order. Seeded orders are
+// made newest first and merged with the dataset's, so that a million are written straight
+// into the block, with no allocation each.
+func (ix *orderIndex) build() error {
+	ix.byID = nil
+	slices.SortFunc(ix.pending, func(a, b pendingOrder) int {
+		if c := b.createdAt.compare(a.createdAt); c != 0 {
+			return c
+		}
+		return bytes.Compare(ix.recs.bytes(ix.recs.list[b.rec].id), ix.recs.bytes(ix.recs.list[a.rec].id))
+	})
+	n := len(ix.pending) + ix.seeds
+	ix.records = make([]storedOrder, 0, n)
+	ix.bytes = make([]byte, 0, n*180)
+	ix.ids = make([]byte, 0, n*16)
+	ix.byStatus = make([][]int32, len(orderStatuses))
+	var given, seed loadingOrder // the next of each, newest first
+	var idBuf, refBuf [32]byte
+	if len(ix.pending) > 0 {
+		ix.view(&given, &ix.pending[0])
+	}
+	if ix.seeds > 0 {
+		seededOrder(&seed, idBuf[:], refBuf[:], 0, ix.seeds)
+	}
+	for p, j := 0, 0; p < len(ix.pending) || j < ix.seeds; {
+		if j == ix.seeds || p < len(ix.pending) && newer(&given, &seed) {
+			if err := ix.store(&given); err != nil {
+				return err
+			}
+			if p++; p < len(ix.pending) {
+				ix.view(&given, &ix.pending[p])
+			}
+			continue
+		}
+		if err := ix.store(&seed); err != nil {
+			return err
+		}
+		if j++; j < ix.seeds {
+			seededOrder(&seed, idBuf[:], refBuf[:], j, ix.seeds)
+		}
+	}
+	ix.recs, ix.pending, ix.changes, ix.links = nil, nil, nil, nil
+	ix.table = newIDTable(ix)
+	slices.SortFunc(ix.imports, instant.compare)
+	sortHappenings(ix.happenings)
+	return nil
+}
+
+// store appends one order, the next in list order, and its timeline if it has one.
+func (ix *orderIndex) store(o *loadingOrder) error {
+	start := len(ix.bytes)
+	last := o.lastStatus()
+	ix.bytes = append(o.appendResource(ix.bytes, last, o.shipmentID != ""), ',')
+	if len(ix.bytes) > math.MaxUint32 || len(ix.records) >= math.MaxInt32 {
+		return errors.New("the orders of one account and environment exceed 4 GiB of JSON")
+	}
+	i := int32(len(ix.records))
+	ix.records = append(ix.records, storedOrder{sec: o.createdAt.sec, nsec: o.createdAt.nsec, off: uint32(start),
+		idOff: uint32(len(ix.ids)), idLen: uint8(len(o.id)), status: last, moves: o.moves()})
+	ix.ids = append(ix.ids, o.id...)
+	if !o.moves() {
+		ix.byStatus[o.status] = append(ix.byStatus[o.status], i)
+		return nil
+	}
+	ix.moving = append(ix.moving, i)
+	ix.imports = append(ix.imports, o.importedAt)
+	tl := orderTimeline{imported: o.importedAt, first: uint32(len(ix.states))}
+	// A state begins at dawn, at each change, and when the link appears. The changes are
+	// walked once, in order, beside the instants: loading stays linear in them.
+	begins := make([]instant, 0, len(o.changes)+2)
+	begins = append(begins, dawn)
+	for _, c := range o.changes {
+		begins = append(begins, c.at)
+	}
+	if o.shipmentID != "" && o.linkedAt != dawn {
+		begins = append(begins, o.linkedAt)
+	}
+	slices.SortFunc(begins, instant.compare)
+	status, next := o.status, 0 // the status from the instant on, and the next change
+	for k, from := range slices.Compact(begins) {
+		for ; next < len(o.changes) && !o.changes[next].at.after(from); next++ {
+			status = o.changes[next].status
+		}
+		linked := o.linkedBy(from)
+		if k > 0 {
+			if prev := ix.states[len(ix.states)-1]; prev.status == status && prev.linked == linked {
+				continue
+			}
+		}
+		off := len(ix.stateJSON)
+		ix.stateJSON = o.appendResource(ix.stateJSON, status, linked)
+		ix.states = append(ix.states, orderState{from: from, off: uint32(off), size: uint32(len(ix.stateJSON) - off), status: status, linked: linked})
+	}
+	tl.end = uint32(len(ix.states))
+	ix.timelines = append(ix.timelines, tl)
+	return nil
 }
 
 // orderIndex holds a tenant's orders in list order (created_at descending, id descending)
@@ -122,14 +543,17 @@ func newer(a, b *importedOrder) bool {
 // orders whose showing moves with the clock (a late import, a change, a link that appears)
 // keep a timeline beside: the states they pass through, each with its JSON.
 type orderIndex struct {
-	tag        tag // binds cursors to the tenant
-	pending    []*importedOrder
-	byID       map[string]*importedOrder // while loading: the dataset's orders
-	seeds      int                       // -seed-orders, generated at build
-	records    []storedOrder             // in list order
-	bytes      []byte                    // each order's JSON in list order, each followed by a comma
-	ids        []byte                    // each order's id, in list order
-	byStatus   [][]int32                 // indexes of the orders without a timeline, per status, in list order
+	tag        tag              // binds cursors to the tenant
+	recs       *orderRecords    // while loading: the dataset's orders
+	pending    []pendingOrder   // while loading: the tenant's, checked
+	byID       map[string]int32 // while loading: the index of each in pending
+	changes    []statusChange   // while loading: their changes
+	links      []orderLink      // while loading: their links
+	seeds      int              // -seed-orders, generated at build
+	records    []storedOrder    // in list order
+	bytes      []byte           // each order's JSON in list order, each followed by a comma
+	ids        []byte           // each order's id, in list order
+	byStatus   [][]int32        // indexes of the orders without a timeline, per status, in list order
 	table      idTable
 	moving     []int32         // indexes of the orders with a timeline, in list order
 	timelines  []orderTimeline // theirs, in the same order
@@ -166,271 +590,7 @@ type orderState struct {
 }
 
 func newOrderIndex(owner tag) orderIndex {
-	return orderIndex{tag: owner, byID: map[string]*importedOrder{}}
-}
-
-// addOrder checks one dataset order, its instants read against start, and keeps it for
-// build.
-func (ix *orderIndex) addOrder(path, where string, rec orderRecord, start time.Time) error {
-	for _, f := range []struct{ name, value string }{{"id", rec.ID}, {"merchant_reference", rec.MerchantReference}} {
-		if err := checkID(path+"."+f.name, f.value); err != nil {
-			return err
-		}
-	}
-	if err := oneOf(path+".platform", "platform", rec.Platform, platforms); err != nil {
-		return err
-	}
-	if err := oneOf(path+".status", "order status", rec.Status, orderStatuses); err != nil {
-		return err
-	}
-	at, err := instantField(path+".created_at", rec.CreatedAt, start)
-	if err != nil {
-		return err
-	}
-	if ix.byID[rec.ID] != nil {
-		return &datasetError{path: path + ".id", reason: fmt.Sprintf("duplicate order id %q in %s", rec.ID, where)}
-	}
-	o := &importedOrder{id: rec.ID, createdAt: at, importedAt: at, status: slices.Index(orderStatuses, rec.Status), merchantReference: rec.MerchantReference, platform: rec.Platform}
-	if rec.ImportedAt != nil {
-		if o.importedAt, err = instantField(path+".imported_at", *rec.ImportedAt, start); err != nil {
-			return err
-		}
-		if o.importedAt.Before(o.createdAt) {
-			return &datasetError{path: path + ".imported_at", reason: fmt.Sprintf("%s is before the order's created_at %s: an order is imported once it exists", formatTimestamp(o.importedAt), formatTimestamp(o.createdAt))}
-		}
-	}
-	if o.changes, err = readChanges(path+".changes", rec.Changes, o, start); err != nil {
-		return err
-	}
-	if rec.ImportedAt != nil || relativeInstant.MatchString(rec.CreatedAt) {
-		ix.happenings = append(ix.happenings, happening{at: o.importedAt, kind: orderImported, id: o.id, what: "imported, " + orderStatuses[o.statusAt(o.importedAt)]})
-	}
-	for _, c := range o.changes {
-		ix.happenings = append(ix.happenings, happening{at: c.at, kind: orderChanged, id: o.id, what: "now " + orderStatuses[c.status]})
-	}
-	ix.byID[o.id] = o
-	ix.pending = append(ix.pending, o)
-	return nil
-}
-
-// readChanges checks an order's changes: each a status of the vocabulary unlike the one
-// before, at an instant after the one before (the first after created_at).
-func readChanges(path string, list []json.RawMessage, o *importedOrder, start time.Time) ([]statusChange, error) {
-	var changes []statusChange
-	status, after, afterWhat := o.status, o.createdAt, "the order's created_at"
-	for i, raw := range list {
-		cpath := fmt.Sprintf("%s[%d]", path, i)
-		var rec changeRecord
-		if err := decodeStrict(raw, cpath, &rec); err != nil {
-			return nil, err
-		}
-		if err := oneOf(cpath+".status", "order status", rec.Status, orderStatuses); err != nil {
-			return nil, err
-		}
-		next := slices.Index(orderStatuses, rec.Status)
-		if next == status {
-			return nil, &datasetError{path: cpath + ".status", reason: fmt.Sprintf("%q is the status the order has already: a change changes it", rec.Status)}
-		}
-		at, err := instantField(cpath+".at", rec.At, start)
-		if err != nil {
-			return nil, err
-		}
-		if !at.After(after) {
-			return nil, &datasetError{path: cpath + ".at", reason: fmt.Sprintf("%s is not after %s %s: changes follow each other", formatTimestamp(at), afterWhat, formatTimestamp(after))}
-		}
-		changes = append(changes, statusChange{at, next})
-		status, after, afterWhat = next, at, "the change before,"
-	}
-	return changes, nil
-}
-
-// linkedBy reports whether the order's link shows at at: from its shipment's creation on.
-func (o *importedOrder) linkedBy(at instant) bool {
-	return o.shipmentID != nil && !o.linkedAt.after(at)
-}
-
-// statusAt is the order's status at at: that of its last change at or before it.
-func (o *importedOrder) statusAt(at time.Time) int {
-	k := sort.Search(len(o.changes), func(k int) bool { return o.changes[k].at.After(at) })
-	if k == 0 {
-		return o.status
-	}
-	return o.changes[k-1].status
-}
-
-// lastStatus is the order's status once every change has happened.
-func (o *importedOrder) lastStatus() int {
-	if len(o.changes) == 0 {
-		return o.status
-	}
-	return o.changes[len(o.changes)-1].status
-}
-
-// has reports whether the dataset gives an order of this id.
-func (ix *orderIndex) has(id string) bool { return ix.byID[id] != nil }
-
-// link records that the shipment shipmentID was created with the order orderID: the
-// order's shipment_id, shown from createdAt on (dawn: the shipment always existed). One
-// order can be linked once (a second link is the API's 409), and not by a shipment created
-// before the order is imported.
-func (ix *orderIndex) link(path, where, orderID, shipmentID string, createdAt instant) error {
-	o := ix.byID[orderID]
-	if o == nil {
-		return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("no order %q in %s to link shipment %q to", orderID, where, shipmentID)}
-	}
-	if o.shipmentID != nil {
-		return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("order %q is already linked to shipment %q; linking it to shipment %q too is a conflict (409)", orderID, *o.shipmentID, shipmentID)}
-	}
-	if createdAt != dawn && instantOf(o.importedAt).after(createdAt) {
-		return &datasetError{path: path + ".created_at", reason: fmt.Sprintf("shipment %q is created at %s, before its order %q is imported at %s: a shipment is created with an order the account has", shipmentID, formatInstant(createdAt), orderID, formatTimestamp(o.importedAt))}
-	}
-	o.shipmentID, o.linkedAt = &shipmentID, createdAt
-	return nil
-}
-
-// seedOrders asks build for n deterministic orders. Sequence numbers grow with time:
-// ord_seed_0000000 is the oldest, created 7 minutes before the next, but that every fourth
-// shares its created_at with the next (so the id tie-break is exercised); the newest is
-// created 2026-10-31T23:00:00Z. Every status and platform occurs (4 and 5 are coprime, so
-// all 20 pairs do). Seeded orders carry no marketplace token or payload.
-func (ix *orderIndex) seedOrders(n int) error {
-	for id := range ix.byID {
-		if k, ok := seedNumber(id, n); ok && k < n {
-			return fmt.Errorf("-seed-orders: order id %q is already in the dataset", id)
-		}
-	}
-	ix.seeds = n
-	return nil
-}
-
-// seededOrder is the j-th newest of n seeded orders, in scratch (reused: nothing of it is
-// kept but the bytes build writes).
-func seededOrder(scratch *importedOrder, idBuf, refBuf []byte, j, n int) {
-	width := seedWidth(n)
-	k := n - 1 - j
-	newest := time.Date(2026, 10, 31, 23, 0, 0, 0, time.UTC)
-	*scratch = importedOrder{
-		id:                string(appendPadded(append(idBuf[:0], "ord_seed_"...), k, width)),
-		createdAt:         newest.Add(-time.Duration(j-j/4) * 7 * time.Minute),
-		status:            k % len(orderStatuses),
-		merchantReference: string(appendPadded(append(refBuf[:0], "SEED-"...), k, width)),
-		platform:          platforms[k%len(platforms)],
-	}
-	scratch.importedAt = scratch.createdAt
-}
-
-func seedWidth(n int) int { return max(7, len(strconv.Itoa(n-1))) }
-
-// seedNumber reads k from an id ord_seed_<k> as n seeded orders write it.
-func seedNumber(id string, n int) (int, bool) {
-	digits, ok := strings.CutPrefix(id, "ord_seed_")
-	if !ok || len(digits) != seedWidth(n) {
-		return 0, false
-	}
-	return parseWhole(digits, n)
-}
-
-// appendPadded appends n in decimal, zero-padded to width digits.
-func appendPadded(b []byte, n, width int) []byte {
-	var d [20]byte
-	s := strconv.AppendInt(d[:0], int64(n), 10)
-	for range width - len(s) {
-		b = append(b, '0')
-	}
-	return append(b, s...)
-}
-
-// build stores the dataset's orders and the seeded ones in list order. Seeded orders are
-// made newest first and merged with the dataset's, so that a million are written straight
-// into the block, with no allocation each.
-func (ix *orderIndex) build() error {
-	slices.SortFunc(ix.pending, func(a, b *importedOrder) int {
-		if newer(a, b) {
-			return -1
-		}
-		return 1 // ids are unique in a tenant: no two orders are equal
-	})
-	n := len(ix.pending) + ix.seeds
-	ix.records = make([]storedOrder, 0, n)
-	ix.bytes = make([]byte, 0, n*180)
-	ix.ids = make([]byte, 0, n*16)
-	ix.byStatus = make([][]int32, len(orderStatuses))
-	var seed importedOrder
-	var idBuf, refBuf [32]byte
-	j := 0 // the next seeded order, newest first
-	if ix.seeds > 0 {
-		seededOrder(&seed, idBuf[:], refBuf[:], 0, ix.seeds)
-	}
-	for p := 0; p < len(ix.pending) || j < ix.seeds; {
-		if j == ix.seeds || p < len(ix.pending) && newer(ix.pending[p], &seed) {
-			if err := ix.store(ix.pending[p]); err != nil {
-				return err
-			}
-			p++
-			continue
-		}
-		if err := ix.store(&seed); err != nil {
-			return err
-		}
-		if j++; j < ix.seeds {
-			seededOrder(&seed, idBuf[:], refBuf[:], j, ix.seeds)
-		}
-	}
-	ix.pending, ix.byID = nil, nil
-	ix.table = newIDTable(ix)
-	slices.SortFunc(ix.imports, instant.compare)
-	sortHappenings(ix.happenings)
-	return nil
-}
-
-// store appends one order, the next in list order, and its timeline if it has one.
-func (ix *orderIndex) store(o *importedOrder) error {
-	start := len(ix.bytes)
-	last := o.lastStatus()
-	ix.bytes = append(o.appendResource(ix.bytes, last, true), ',')
-	if len(ix.bytes) > math.MaxUint32 || len(ix.records) >= math.MaxInt32 {
-		return errors.New("the orders of one account and environment exceed 4 GiB of JSON")
-	}
-	i := int32(len(ix.records))
-	ix.records = append(ix.records, storedOrder{sec: o.createdAt.Unix(), nsec: int32(o.createdAt.Nanosecond()), off: uint32(start),
-		idOff: uint32(len(ix.ids)), idLen: uint8(len(o.id)), status: uint8(last), moves: o.moves()})
-	ix.ids = append(ix.ids, o.id...)
-	if !o.moves() {
-		ix.byStatus[o.status] = append(ix.byStatus[o.status], i)
-		return nil
-	}
-	ix.moving = append(ix.moving, i)
-	ix.imports = append(ix.imports, instantOf(o.importedAt))
-	tl := orderTimeline{imported: instantOf(o.importedAt), first: uint32(len(ix.states))}
-	// A state begins at dawn, at each change, and when the link appears. The changes are
-	// walked once, in order, beside the instants: loading stays linear in them.
-	begins := make([]instant, 0, len(o.changes)+2)
-	begins = append(begins, dawn)
-	for _, c := range o.changes {
-		begins = append(begins, instantOf(c.at))
-	}
-	if o.shipmentID != nil && o.linkedAt != dawn {
-		begins = append(begins, o.linkedAt)
-	}
-	slices.SortFunc(begins, instant.compare)
-	status, next := o.status, 0 // the status from the instant on, and the next change
-	for k, from := range slices.Compact(begins) {
-		for ; next < len(o.changes) && !instantOf(o.changes[next].at).after(from); next++ {
-			status = o.changes[next].status
-		}
-		linked := o.linkedBy(from)
-		if k > 0 {
-			if prev := ix.states[len(ix.states)-1]; int(prev.status) == status && prev.linked == linked {
-				continue
-			}
-		}
-		off := len(ix.stateJSON)
-		ix.stateJSON = o.appendResource(ix.stateJSON, status, linked)
-		ix.states = append(ix.states, orderState{from: from, off: uint32(off), size: uint32(len(ix.stateJSON) - off), status: uint8(status), linked: linked})
-	}
-	tl.end = uint32(len(ix.states))
-	ix.timelines = append(ix.timelines, tl)
-	return nil
+	return orderIndex{tag: owner, byID: map[string]int32{}}
 }
 
 // showsAs is the state the list shows an order with a timeline in at at, and whether it

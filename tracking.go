@@ -4,7 +4,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -24,14 +23,34 @@ var trackingStatuses = []string{
 // the dataset. After is the dataset author's schedule instead of a timestamp: the event
 // happens that long after the sandbox's start instant.
 type rawEvent struct {
-	Timestamp   json.RawMessage `json:"timestamp"`
-	After       json.RawMessage `json:"after"`
-	Status      string          `json:"status"`
-	Description *string         `json:"description"`
-	Location    *string         `json:"location"`
+	Timestamp   jsonScalar
+	After       jsonScalar
+	Status      string
+	Description *string
+	Location    *string
 
 	scheduled bool      // it has an after: it happens at
 	at        time.Time // the start instant plus after
+}
+
+var eventFields = []string{"timestamp", "after", "status", "description", "location"}
+
+func (e *rawEvent) decode(d *jsonReader, path string) error {
+	return d.object(path, eventFields, func(name string) (err error) {
+		switch name {
+		case "timestamp":
+			e.Timestamp, err = d.scalar(path, name)
+		case "after":
+			e.After, err = d.scalar(path, name)
+		case "status":
+			e.Status, err = d.interned(path, name)
+		case "description":
+			e.Description, err = d.optStr(path, name)
+		case "location":
+			e.Location, err = d.optStr(path, name)
+		}
+		return err
+	})
 }
 
 // trackingEvent is a stored, normalized event as the API shows it.
@@ -106,11 +125,10 @@ func eventInstant(e rawEvent) (time.Time, error) {
 	if e.scheduled {
 		return e.at, nil
 	}
-	var s string
-	if err := json.Unmarshal(e.Timestamp, &s); err != nil {
-		return time.Time{}, err
+	if !e.Timestamp.isString {
+		return time.Time{}, errNotRFC3339
 	}
-	return parseTimestamp(s)
+	return parseTimestamp(e.Timestamp.text)
 }
 
 // readAfter reads a raw event's schedule into it: null or absent (not scheduled), or a
@@ -119,16 +137,16 @@ func eventInstant(e rawEvent) (time.Time, error) {
 // one refuses the dataset, and so does one that places the event outside the years 0000
 // to 9999.
 func readAfter(path string, e *rawEvent, start time.Time) error {
-	if len(e.After) == 0 || string(e.After) == "null" {
+	if !e.After.given {
 		return nil
 	}
-	if len(e.Timestamp) != 0 && string(e.Timestamp) != "null" {
+	if e.Timestamp.given {
 		return &datasetError{path: path + ".after", reason: "an event has a timestamp or an after, not both"}
 	}
-	var s string
-	if json.Unmarshal(e.After, &s) != nil {
+	if !e.After.isString {
 		return &datasetError{path: path + ".after", reason: "must be a string holding a duration such as \"90s\", \"2m30s\" or \"-72h\""}
 	}
+	s := e.After.text
 	d, err := time.ParseDuration(s)
 	if err != nil {
 		return &datasetError{path: path + ".after", reason: strconv.Quote(s) + " is not a duration such as \"90s\", \"2m30s\" or \"-72h\""}
@@ -142,17 +160,45 @@ func readAfter(path string, e *rawEvent, start time.Time) error {
 
 // shipmentRecord is a shipment as the dataset holds it.
 type shipmentRecord struct {
-	ID             string  `json:"id"`
-	Account        string  `json:"account"`
-	Environment    string  `json:"environment"`
-	Reference      string  `json:"reference"`
-	TrackingNumber *string `json:"tracking_number"`
+	ID             string
+	Account        string
+	Environment    string
+	Reference      string
+	TrackingNumber *string
 	// ParcelTrackingNumbers are the numbers of further parcels of the consignment; lookup
 	// by tracking number matches the primary number only.
-	ParcelTrackingNumbers []string          `json:"parcel_tracking_numbers"`
-	OrderID               *string           `json:"order_id"`
-	CreatedAt             *string           `json:"created_at"` // absent: it always existed
-	Events                []json.RawMessage `json:"events"`
+	ParcelTrackingNumbers []string
+	OrderID               *string
+	CreatedAt             *string // absent: it always existed
+	Events                []rawEvent
+}
+
+var shipmentFields = []string{"id", "account", "environment", "reference", "tracking_number", "parcel_tracking_numbers", "order_id", "created_at", "events"}
+
+func (rec *shipmentRecord) decode(d *jsonReader, path string) error {
+	return d.object(path, shipmentFields, func(name string) (err error) {
+		switch name {
+		case "id":
+			rec.ID, err = d.str(path, name)
+		case "account":
+			rec.Account, err = d.interned(path, name)
+		case "environment":
+			rec.Environment, err = d.interned(path, name)
+		case "reference":
+			rec.Reference, err = d.str(path, name)
+		case "tracking_number":
+			rec.TrackingNumber, err = d.optStr(path, name)
+		case "parcel_tracking_numbers":
+			rec.ParcelTrackingNumbers, err = d.strs(path, name)
+		case "order_id":
+			rec.OrderID, err = d.optStr(path, name)
+		case "created_at":
+			rec.CreatedAt, err = d.optStr(path, name)
+		case "events":
+			err = readList(d, path+"."+name, &rec.Events)
+		}
+		return err
+	})
 }
 
 // shipment is a stored shipment, its tracking view prepared once: the view with every event
@@ -271,7 +317,7 @@ func (ix *shipmentIndex) addShipment(path, where string, rec shipmentRecord, sta
 	}
 	createdAt := dawn
 	if rec.CreatedAt != nil {
-		at, err := instantField(path+".created_at", *rec.CreatedAt, start)
+		at, err := instantField(path, "created_at", *rec.CreatedAt, start)
 		if err != nil {
 			return nil, normalization{}, err
 		}
@@ -292,14 +338,10 @@ func (ix *shipmentIndex) addShipment(path, where string, rec shipmentRecord, sta
 }
 
 // readEvents checks a shipment's raw events and reads each one's schedule.
-func readEvents(path string, list []json.RawMessage, start time.Time) ([]rawEvent, error) {
-	raw := make([]rawEvent, len(list))
-	for i, msg := range list {
-		epath := fmt.Sprintf("%s.events[%d]", path, i)
-		if err := decodeStrict(msg, epath, &raw[i]); err != nil {
-			return nil, err
-		}
-		if err := oneOf(epath+".status", "tracking status", raw[i].Status, trackingStatuses); err != nil {
+func readEvents(path string, raw []rawEvent, start time.Time) ([]rawEvent, error) {
+	for i := range raw {
+		epath := path + ".events[" + strconv.Itoa(i) + "]"
+		if _, err := oneOf(epath, "status", "tracking status", raw[i].Status, trackingStatuses); err != nil {
 			return nil, err
 		}
 		if raw[i].Description == nil {
@@ -346,27 +388,27 @@ func (ix *shipmentIndex) build() {
 
 // checkShipment checks a shipment's ids and numbers.
 func checkShipment(path string, rec shipmentRecord) error {
-	if err := checkID(path+".id", rec.ID); err != nil {
+	if err := checkID(path, "id", rec.ID); err != nil {
 		return err
 	}
-	if err := checkID(path+".reference", rec.Reference); err != nil {
+	if err := checkID(path, "reference", rec.Reference); err != nil {
 		return err
 	}
 	if rec.TrackingNumber != nil {
 		if *rec.TrackingNumber == "" {
 			return &datasetError{path: path + ".tracking_number", reason: "must not be empty; use null for a shipment without a tracking number"}
 		}
-		if err := checkID(path+".tracking_number", *rec.TrackingNumber); err != nil {
+		if err := checkID(path, "tracking_number", *rec.TrackingNumber); err != nil {
 			return err
 		}
 	}
 	if rec.OrderID != nil { // absent or null: no link; "" is no order id
-		if err := checkID(path+".order_id", *rec.OrderID); err != nil {
+		if err := checkID(path, "order_id", *rec.OrderID); err != nil {
 			return err
 		}
 	}
 	for i, p := range rec.ParcelTrackingNumbers {
-		if err := checkID(fmt.Sprintf("%s.parcel_tracking_numbers[%d]", path, i), p); err != nil {
+		if err := checkID(path, "parcel_tracking_numbers["+strconv.Itoa(i)+"]", p); err != nil {
 			return err
 		}
 	}
