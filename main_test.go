@@ -4659,6 +4659,101 @@ func TestTrackingByNumber(t *testing.T) {
 	}
 }
 
+// sharedNumber is a dataset whose acct_a/test has shipments holding tracking number N:
+// one created at each of created ("" for one that always existed), in that order.
+func sharedNumber(created ...string) []byte {
+	var ships []string
+	for i, at := range created {
+		s := fmt.Sprintf(`{"id":"shp_%d","account":"acct_a","environment":"test","reference":"S","tracking_number":"N"`, i)
+		if at != "" {
+			s += `,"created_at":"` + at + `"`
+		}
+		ships = append(ships, s+"}")
+	}
+	key := `{"key":"sk_test_a","account":"acct_a","environment":"test","scopes":["tracking:read"]}`
+	return []byte(dataset(dsAccounts, key, strings.Join(ships, ","), ""))
+}
+
+// TestASharedNumberAtEachInstant: a number is found while exactly one shipment found then
+// holds it (the first created, whatever the dataset's order), and is ambiguous (404) from
+// the second's creation on.
+func TestASharedNumberAtEachInstant(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name    string
+		created []string
+		at      map[string]string // instant -> the shipment found, "" for a 404
+	}{
+		{"created out of order", []string{"start+30s", "start+10s", "start+20s"},
+			map[string]string{"start+9s": "", "start+10s": "shp_1", "start+19.999s": "shp_1", "start+20s": "", "start+1h": ""}},
+		{"one always there", []string{"start+10s", ""}, map[string]string{"start-1h": "shp_1", "start+9s": "shp_1", "start+10s": ""}},
+		{"two created at once", []string{"start+10s", "start+10s"}, map[string]string{"start+9s": "", "start+10s": ""}},
+		{"one holder", []string{"start+10s"}, map[string]string{"start": "", "start+10s": "shp_0"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, envOptions{data: sharedNumber(tt.created...), rate: -1})
+			for at, want := range tt.at {
+				instant, _ := parseInstant(at, testNow)
+				rep := e.get(t, "/v1/tracking/N", "sk_test_a", "Prefer", `clock="`+formatTimestamp(instant)+`"`)
+				if got := ""; rep.status == 200 {
+					got = shipmentOf(t, rep)
+					if got != want {
+						t.Errorf("at %s GET /v1/tracking/N finds %s, want %q", at, got, want)
+					}
+				} else if want != "" || rep.status != 404 {
+					t.Errorf("at %s GET /v1/tracking/N = %s, want %q", at, rep, want)
+				}
+			}
+		})
+	}
+}
+
+// shipmentOf is the shipment_id of a tracking view.
+func shipmentOf(t *testing.T, rep reply) string {
+	t.Helper()
+	var v struct {
+		ShipmentID string `json:"shipment_id"`
+	}
+	if err := json.Unmarshal(rep.body, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v.ShipmentID
+}
+
+// sharedNumberLater is sharedNumber of n shipments, the first 20 always there, the rest
+// created a day after the start: the red team's arrangement.
+func sharedNumberLater(n int) []byte {
+	created := make([]string, n)
+	for i := 20; i < n; i++ {
+		created[i] = "start+24h"
+	}
+	return sharedNumber(created...)
+}
+
+// TestASharedNumberCostsWhatAnyNumberCosts: a lookup by a number that 100,000 shipments
+// hold (the first 20 always there, the rest created a day after the start) costs what a
+// lookup of a number one shipment holds costs, as the red team set it: walking the
+// shipments that hold it cost 16 ms a lookup. The fastest of three runs of each.
+func TestASharedNumberCostsWhatAnyNumberCosts(t *testing.T) { // not parallel: it compares two timings
+	lookups := func(data []byte) time.Duration {
+		e := newEnv(t, envOptions{data: data, rate: -1, quiet: true})
+		r := newRequest(http.MethodGet, "/v1/tracking/N", "sk_test_a")
+		best := time.Hour
+		for range 3 {
+			start := time.Now()
+			for range 1000 {
+				e.h.ServeHTTP(httptest.NewRecorder(), r)
+			}
+			best = min(best, time.Since(start))
+		}
+		return best
+	}
+	many, one := lookups(sharedNumberLater(100000)), lookups(sharedNumber(""))
+	if many > 3*one {
+		t.Errorf("1,000 lookups of a number 100,000 shipments hold take %v, of a number one holds %v: want about the same", many, one)
+	}
+}
+
 func TestNormalizeEvents(t *testing.T) {
 	t.Parallel()
 	ev := func(ts any, status, desc string, loc *string) rawEvent {
@@ -5806,6 +5901,7 @@ func BenchmarkLandingPage(b *testing.B) {
 		{"default", defaultDataset},
 		{"shipments=100000", pageDataset(1, 1, 100000, 1, 12, "x")},
 		{"tenants=40000", pageDataset(40000, 1, 1, 1, 12, "x")},
+		{"sharing_one_number=500000", sharedNumberLater(500000)},
 	} {
 		b.Run(tt.name, func(b *testing.B) {
 			sb, err := loadBytes("bench", tt.data, 0, testNow, slog.New(slog.DiscardHandler))

@@ -209,7 +209,6 @@ type shipment struct {
 	id             string
 	trackingNumber *string
 	createdAt      instant     // dawn: it always existed; before it, the shipment is not found
-	sameNumber     *shipment   // the shipment of the tenant filed before it with the same primary number
 	dropped        int         // raw events not interpretable, dropped at load
 	full           []byte      // the view with every event
 	heads          [][]byte    // indexed like trackingStatuses: the view up to `"events":[`
@@ -296,14 +295,14 @@ var viewEnd = []byte("]}")
 type shipmentIndex struct {
 	list             []*shipment // in the dataset's order
 	byID             map[string]*shipment
-	byTrackingNumber map[string]*shipment // the last shipment filed with the number; sameNumber the one before
-	created          createdTree          // finds the shipments found at an instant without a scan
-	creations        []instant            // the creation instants given, sorted: how many are found
-	happenings       []happening          // creations and events scheduled with after, in order
+	byTrackingNumber map[string]*numberHolders // the shipments that hold each primary number
+	created          createdTree               // finds the shipments found at an instant without a scan
+	creations        []instant                 // the creation instants given, sorted: how many are found
+	happenings       []happening               // creations and events scheduled with after, in order
 }
 
 func newShipmentIndex() shipmentIndex {
-	return shipmentIndex{byID: map[string]*shipment{}, byTrackingNumber: map[string]*shipment{}}
+	return shipmentIndex{byID: map[string]*shipment{}, byTrackingNumber: map[string]*numberHolders{}}
 }
 
 // addShipment checks one dataset shipment, normalizes its events (those scheduled with
@@ -360,8 +359,7 @@ func (ix *shipmentIndex) file(s *shipment, events []stampedEvent) {
 	ix.list = append(ix.list, s)
 	ix.byID[s.id] = s
 	if number := s.trackingNumber; number != nil {
-		s.sameNumber = ix.byTrackingNumber[*number]
-		ix.byTrackingNumber[*number] = s
+		ix.byTrackingNumber[*number] = ix.byTrackingNumber[*number].with(s)
 	}
 	if s.createdAt != dawn {
 		ix.creations = append(ix.creations, s.createdAt)
@@ -450,21 +448,37 @@ func (ix *shipmentIndex) firstShown(at time.Time, n int) ([]shownShipment, int) 
 // timeline is what the dataset schedules for the shipments, in order.
 func (ix *shipmentIndex) timeline() []happening { return ix.happenings }
 
+// numberHolders are the shipments of a tenant that hold one primary tracking number, as
+// far as a lookup needs them: at any instant the number is held by none, by one (the
+// first created), or by several (from the second's creation on), however many hold it.
+type numberHolders struct {
+	first  *shipment // the first created (of two created at once, either)
+	second instant   // the creation of the second, never when there is none
+}
+
+// with is h once s holds the number too.
+func (h *numberHolders) with(s *shipment) *numberHolders {
+	switch {
+	case h == nil:
+		return &numberHolders{first: s, second: never}
+	case h.first.createdAt.after(s.createdAt):
+		h.first, h.second = s, h.first.createdAt
+	case h.second.after(s.createdAt):
+		h.second = s.createdAt
+	}
+	return h
+}
+
 // byNumber is the one shipment found at at with this primary tracking number.
 func (ix *shipmentIndex) byNumber(number string, at time.Time) (*shipment, error) {
-	var found *shipment
-	for s := ix.byTrackingNumber[number]; s != nil; s = s.sameNumber {
-		if s.existsAt(at) {
-			if found != nil {
-				return nil, errTrackingAmbiguous
-			}
-			found = s
-		}
-	}
-	if found == nil {
+	h, now := ix.byTrackingNumber[number], instantOf(at)
+	switch {
+	case h == nil || h.first.createdAt.after(now):
 		return nil, errTrackingNotFound
+	case !h.second.after(now):
+		return nil, errTrackingAmbiguous
 	}
-	return found, nil
+	return h.first, nil
 }
 
 // sharedAt reports whether more than one shipment found at at holds this tracking number:
