@@ -93,10 +93,10 @@ func defaultConfig() config {
 		// Prefer delay of 10 s first.
 		readTimeout:  30 * time.Second,
 		writeTimeout: 30 * time.Second,
-		// net/http reads a kept-alive connection's next request line under IdleTimeout
-		// until its first bytes: headers that stall after one to three bytes are cut off
-		// by it, so it is no longer than a slow client's headers may take.
-		idleTimeout:      30 * time.Second,
+		// Between requests net/http waits under IdleTimeout for the next request's first
+		// four bytes, then starts ReadHeaderTimeout afresh: together they bound how long
+		// headers that stall may take from their first byte, 30 s.
+		idleTimeout:      20 * time.Second,
 		drainTimeout:     10 * time.Second,
 		shutdownTimeout:  15 * time.Second,
 		loadStopTimeout:  2 * time.Second,
@@ -834,9 +834,9 @@ func (s *server) routes() []route {
 		{"GET /v1/orders/{id}", s.operation(scopeOrdersRead, noParams(getOrder))},
 		{"GET /v1/test_helpers/clock", s.testHelper(s.getClock)},
 		{"POST /v1/test_helpers/clock", s.testHelper(s.setClock)},
-		{"GET /v1/openapi.json", keyless(s.serveOpenAPI)},
-		{"GET /healthz", keyless(s.serveHealth)},
-		{"GET /{$}", keyless(s.landingPage)},
+		{"GET /v1/openapi.json", s.keyless(s.serveOpenAPI)},
+		{"GET /healthz", s.keyless(s.serveHealth)},
+		{"GET /{$}", s.keyless(s.landingPage)},
 	}
 }
 
@@ -878,7 +878,7 @@ func (s *server) handler(extra ...route) http.Handler {
 // streamed body size (413); h then checks parameters and the resource.
 func (s *server) operation(need scope, h keyedHandler) callHandler {
 	return chain(s.serveKeyed(h), capDeclared, requireKey(s.keys, s.now, false), refuseLive, limitRate(s.rate, s.now),
-		requireScope(need), s.simulate(true), readBody)
+		requireScope(need), s.simulate(true), s.readBody)
 }
 
 // testHelper wraps a clock operation in an operation's checks but the scope (any active key
@@ -887,11 +887,11 @@ func (s *server) operation(need scope, h keyedHandler) callHandler {
 // parameters.
 func (s *server) testHelper(h keyedHandler) callHandler {
 	return chain(s.serveKeyed(noParams(h)), capDeclared, requireKey(s.keys, s.now, true), refuseLive, limitRate(s.rate, s.now),
-		s.simulate(false), readBody)
+		s.simulate(false), s.readBody)
 }
 
 // keyless wraps a route that needs no key: it has only the body's cap.
-func keyless(h callHandler) callHandler { return chain(h, capDeclared, readBody) }
+func (s *server) keyless(h callHandler) callHandler { return chain(h, capDeclared, s.readBody) }
 
 // keyedHandler is the work of a route called with a key, once every check has passed: c
 // holds the key, its tenant and the instant the answer is judged at. It writes the answer,
@@ -1173,8 +1173,9 @@ func refuseTooLarge(w http.ResponseWriter, c *call) {
 
 // readBody reads a request's body, up to maxBodyBytes (413 past it, and the connection is
 // closed), and hands it on in memory: the checks before it are passed, and what comes
-// after may read it whole.
-func readBody(next callHandler) callHandler {
+// after may read it whole. A body whose chunked framing the client broke is a 400, and
+// the connection is closed; a client that went away gets nothing (logged 499).
+func (s *server) readBody(next callHandler) callHandler {
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
 		if r.Body == nil || r.Body == http.NoBody {
 			next(w, r, c)
@@ -1182,35 +1183,54 @@ func readBody(next callHandler) callHandler {
 		}
 		b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBodyBytes))
 		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
+		switch {
+		case errors.As(err, &tooLarge):
 			refuseTooLarge(w, c)
 			return
-		}
-		if err != nil {
-			abort(c) // the client broke the body's framing or went away
+		case err != nil && clientGone(r, err):
+			abort(c)
+		case err != nil:
+			s.log.Warn("request body framing broken", "request_id", c.id, "error", err.Error())
+			w.Header().Set("Connection", "close")
+			writeProblem(w, c.id, &apiError{code: codeMalformedJSON, detail: "The request body's chunked framing is broken (" + err.Error() + "). Send the body with a Content-Length, or as well-formed chunks."})
+			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(b))
 		next(w, r, c)
 	}
 }
 
+// clientGone reports whether err, met reading r's body, means that the client went away
+// (or stalled past the read timeout) rather than that it broke the body's framing.
+func clientGone(r *http.Request, err error) bool {
+	var netErr net.Error
+	return r.Context().Err() != nil || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.As(err, &netErr)
+}
+
 // readAhead reads a request's body into memory, up to one byte past the cap, and leaves
-// it for readBody to judge: net/http notices a client that goes away only once the body is
-// read, so a delay reads it first.
+// it for readBody to judge, with the fault of a broken framing: net/http notices a client
+// that goes away only once the body is read, so a delay reads it first.
 func readAhead(r *http.Request, c *call) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return
 	}
 	b, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
-	if err != nil {
-		abort(c)
-	}
 	rest := io.Reader(http.NoBody)
-	if len(b) > maxBodyBytes {
+	switch {
+	case err != nil && clientGone(r, err):
+		abort(c)
+	case err != nil:
+		rest = failedRead{err}
+	case len(b) > maxBodyBytes:
 		rest = r.Body // readBody refuses it: 413, and the connection is closed
 	}
 	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b), rest))
 }
+
+// failedRead is a body whose reading failed with err.
+type failedRead struct{ err error }
+
+func (f failedRead) Read([]byte) (int, error) { return 0, f.err }
 
 // abort ends a request whose client went away or cannot be answered whole: nothing is sent
 // (net/http cuts the connection rather than let a part pass for a whole answer), and the
@@ -1321,7 +1341,8 @@ func newRequestID() string {
 }
 
 // cleanPaths answers a path that is not in canonical form (//, /./, /../, and their
-// escaped spellings) with unclean, where ServeMux would answer with a redirect.
+// escaped spellings such as /%2e%2e/) with unclean, where ServeMux would answer with a
+// redirect, or hand an escaped dot segment to a handler as an id.
 func cleanPaths(unclean, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !isCleanPath(r.URL.EscapedPath()) {
@@ -1332,15 +1353,19 @@ func cleanPaths(unclean, next http.Handler) http.Handler {
 	})
 }
 
-// isCleanPath reports whether p is what ServeMux compares a path with (path.Clean,
-// keeping one trailing slash): it starts with "/" and no segment is empty, "." or "..",
-// but for the empty last segment after a trailing slash.
+// isCleanPath reports whether the escaped path p is in canonical form: it starts with "/"
+// and no segment is empty, "." or "..", also escaped (%2e%2e), but for the empty last
+// segment after a trailing slash. ServeMux cleans only what it sees unescaped, so an
+// escaped dot segment would reach a handler as an id.
 func isCleanPath(p string) bool {
 	if p == "" || p[0] != '/' {
 		return false
 	}
 	for rest := p[1:]; rest != ""; {
 		seg, after, more := strings.Cut(rest, "/")
+		if u, err := url.PathUnescape(seg); err == nil && strings.Contains(seg, "%") {
+			seg = u
+		}
 		if seg == "" || seg == "." || seg == ".." {
 			return false
 		}

@@ -1461,8 +1461,11 @@ func TestRoutesMethodsAndPaths(t *testing.T) {
 		{"GET", "/v1/./orders", 404, "route_not_found"},
 		{"GET", "/v1/x/../orders", 404, "route_not_found"},
 		{"GET", "/v1/orders/.", 404, "route_not_found"},
-		// Escaped dots are not dot-segments to the router: the id ".." is looked up as it is.
-		{"GET", "/v1/orders/%2E%2E", 404, "not_found"},
+		// Escaped dots are dot segments (RFC 3986, 6.2.2.2): never an id.
+		{"GET", "/v1/orders/%2E%2E", 404, "route_not_found"},
+		{"GET", "/v1/shipments/%2e%2e/tracking", 404, "route_not_found"},
+		{"GET", "/v1/tracking/.%2e", 404, "route_not_found"},
+		{"GET", "/v1/%2e/orders", 404, "route_not_found"},
 		{"POST", "/v1/nope", 404, "route_not_found"},
 		{"POST", "/v1/orders", 405, "method_not_allowed"},
 		{"PUT", "/v1/orders/ord_sbx_0001", 405, "method_not_allowed"},
@@ -1541,7 +1544,16 @@ func TestIsCleanPath(t *testing.T) {
 		}
 		return np == p
 	}
-	segments := []string{"", ".", "..", "a", "v1", "...", ".a", "a.", "%2E"}
+	// An escaped dot segment is a dot segment too.
+	dots := func(p string) bool {
+		for _, seg := range strings.Split(p, "/") {
+			if u, err := url.PathUnescape(seg); err == nil && strings.Contains(seg, "%") && (u == "." || u == "..") {
+				return true
+			}
+		}
+		return false
+	}
+	segments := []string{"", ".", "..", "a", "v1", "...", ".a", "a.", "%2E", "%2e%2E", ".%2e", "%2e.", "%2e%2", "%41"}
 	var paths []string
 	var build func(prefix string, depth int)
 	build = func(prefix string, depth int) {
@@ -1556,8 +1568,8 @@ func TestIsCleanPath(t *testing.T) {
 	build("", 0)
 	paths = append(paths, "a/b", "*", "/a//", "//")
 	for _, p := range paths {
-		if got, want := isCleanPath(p), muxClean(p); got != want {
-			t.Errorf("isCleanPath(%q) = %v, ServeMux's rule says %v", p, got, want)
+		if got, want := isCleanPath(p), muxClean(p) && !dots(p); got != want {
+			t.Errorf("isCleanPath(%q) = %v, ServeMux's rule (with escaped dots unclean) says %v", p, got, want)
 		}
 	}
 }
@@ -1688,38 +1700,116 @@ func TestADelayWatchesAClientThatSentABody(t *testing.T) {
 // partly and then stall are cut off, as on a new connection: within 30 s by default.
 func TestKeptAliveConnectionsCutPartialHeaders(t *testing.T) {
 	t.Parallel()
-	if d := defaultConfig(); d.idleTimeout > 30*time.Second || d.readHeaderTimeout > 30*time.Second {
-		t.Errorf("IdleTimeout %v, ReadHeaderTimeout %v: partial headers of a kept-alive connection would wait past 30 s", d.idleTimeout, d.readHeaderTimeout)
+	// Between two requests net/http waits under IdleTimeout for the next request's first
+	// four bytes, then gives its headers ReadHeaderTimeout afresh: headers whose first byte
+	// comes at once and the next three just before the idle deadline wait for both.
+	if d := defaultConfig(); d.idleTimeout+d.readHeaderTimeout > 30*time.Second {
+		t.Errorf("IdleTimeout %v and ReadHeaderTimeout %v: partial headers of a kept-alive connection would wait %v, past 30 s", d.idleTimeout, d.readHeaderTimeout, d.idleTimeout+d.readHeaderTimeout)
 	}
 	cfg := defaultConfig()
-	cfg.idleTimeout, cfg.readHeaderTimeout = 300*time.Millisecond, 300*time.Millisecond
+	cfg.idleTimeout, cfg.readHeaderTimeout = 600*time.Millisecond, 300*time.Millisecond
+	bound := cfg.idleTimeout + cfg.readHeaderTimeout
 	addr := serveTCP(t, newEnv(t, envOptions{}).h, cfg)
-	for _, partial := range []string{"G", "GE", "GET"} {
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-		br := bufio.NewReader(conn)
-		res, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, res.Body)
-		start := time.Now()
-		io.WriteString(conn, partial)
-		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		_, err = br.ReadByte()
-		if took := time.Since(start); err == nil || took > 3*time.Second {
-			t.Errorf("%q after a first request: the connection was still open after %v (%v)", partial, took, err)
-		}
-		conn.Close()
+	for _, tt := range []struct {
+		name  string
+		first string        // sent at once after the first answer
+		later string        // sent after a pause
+		pause time.Duration // before later
+	}{
+		{"one byte", "G", "", 0},
+		{"three bytes", "GET", "", 0},
+		{"a byte, then three more just before the idle deadline", "G", "ET ", 550 * time.Millisecond},
+		{"a request line, then a header just before the idle deadline", "GET /healthz HTTP/1.1\r\n", "Host: x\r\n", 550 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+			br := bufio.NewReader(conn)
+			res, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, res.Body)
+			start := time.Now()
+			io.WriteString(conn, tt.first)
+			if tt.later != "" {
+				time.Sleep(tt.pause)
+				io.WriteString(conn, tt.later)
+			}
+			// Cut off: closed, after net/http's own 400 or nothing.
+			conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, err = io.Copy(io.Discard, br)
+			if took := time.Since(start); err != nil || took > bound+300*time.Millisecond {
+				t.Errorf("the connection was still open %v after the headers' first byte (%v); want it cut within %v", took, err, bound)
+			}
+		})
 	}
 }
 
 // TestFramingOfItsOwnClosesTheConnection: a request with Transfer-Encoding (with or without
 // a Content-Length beside it, which net/http drops before any handler) is answered, and
 // the connection is then closed.
+// TestBrokenChunkedFramingIsA400: a body whose chunked framing the client broke is
+// answered 400 malformed_json where the connection still allows it, logged as such (not
+// 499, as if the client had gone), and the connection is closed; nothing changes. A client
+// that goes away in the middle of its body is still a 499.
+func TestBrokenChunkedFramingIsA400(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1})
+	addr := serveTCP(t, e.h, defaultConfig())
+	send := func(t *testing.T, head, body string) (string, bool) {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		io.WriteString(conn, head+"Host: x\r\nAuthorization: Bearer sk_test_sandbox_all\r\nTransfer-Encoding: chunked\r\n\r\n"+body)
+		return readAll(conn)
+	}
+	for _, framing := range []struct{ name, body string }{
+		{"a size that is not hexadecimal", "zz\r\nhello\r\n0\r\n\r\n"},
+		{"a negative size", "-1\r\nhello\r\n0\r\n\r\n"},
+		{"a size of 18 digits", "000000000000000005\r\nhello\r\n0\r\n\r\n"},
+		{"a size over 64 bits", "fffffffffffffffff\r\nhello\r\n0\r\n\r\n"},
+		{"bare line feeds", "5\nhello\n0\n\n"},
+		{"data longer than its size", "2\r\nhello\r\n0\r\n\r\n"},
+	} {
+		for _, head := range []string{"POST /v1/test_helpers/clock HTTP/1.1\r\n", "GET /v1/orders HTTP/1.1\r\n", "GET /healthz HTTP/1.1\r\n", "POST /v1/test_helpers/clock HTTP/1.1\r\nPrefer: delay=50\r\n"} {
+			t.Run(framing.name+" "+strings.Fields(head)[1], func(t *testing.T) {
+				got, closed := send(t, head, framing.body)
+				status, rest, _ := strings.Cut(got, "\r\n")
+				if status != "HTTP/1.1 400 Bad Request" || !closed || !strings.Contains(rest, "Content-Type: application/problem+json") ||
+					!strings.Contains(rest, `"code":"malformed_json"`) || !strings.Contains(rest, "chunked framing is broken") {
+					t.Errorf("%q answered %q (closed %v); want a 400 malformed_json, then the connection closed", framing.body, got, closed)
+				}
+			})
+		}
+	}
+	if c := e.readClock(t, "sk_test_sandbox_all"); c.FrozenTime != "" {
+		t.Errorf("the clock was set by a body whose framing was broken: %+v", c)
+	}
+	logs := e.logs.String()
+	if strings.Contains(logs, `"status":499`) || strings.Count(logs, `"msg":"request body framing broken"`) != 24 {
+		t.Errorf("the broken bodies are not logged as 400s, each with a warning:\n%s", logs)
+	}
+	// A client that goes away in the middle of a chunk is gone: nothing is sent.
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(conn, "POST /v1/test_helpers/clock HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_sandbox_all\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n{\"froz")
+	conn.(*net.TCPConn).CloseWrite()
+	if got, _ := readAll(conn); got != "" {
+		t.Errorf("a client gone in the middle of its body was answered %q", got)
+	}
+	conn.Close()
+	waitFor(t, "the 499 of a client gone in the middle of its body", func() bool { return strings.Contains(e.logs.String(), `"status":499`) })
+}
+
 func TestFramingOfItsOwnClosesTheConnection(t *testing.T) {
 	t.Parallel()
 	addr := serveTCP(t, newEnv(t, envOptions{}).h, defaultConfig())
