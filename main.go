@@ -13,9 +13,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"html"
 	"html/template"
 	"io"
 	"log/slog"
+	"math"
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
@@ -1666,6 +1668,7 @@ const (
 
 // landing is the page's template and what it shows that does not depend on the request.
 type landing struct {
+	started     time.Time // the start instant
 	page        *template.Template
 	loopback    bool // the sandbox listens on loopback only: a loopback Host may see the keys
 	tenants     []landingTenantKeys
@@ -1675,13 +1678,14 @@ type landing struct {
 // landingTenantKeys is a shown tenant with the keys the page may show of it.
 type landingTenantKeys struct {
 	t        *tenant
-	name     string
+	name     template.HTML
 	keys     []landingKey
 	moreKeys int
+	curlKey  string // the first key, for the example command
 }
 
 func newLanding(sb *sandbox, loopback bool) *landing {
-	l := &landing{page: template.Must(template.New("landing").Funcs(template.FuncMap{"count": groupDigits}).Parse(landingHTML)), loopback: loopback}
+	l := &landing{page: template.Must(template.New("landing").Funcs(template.FuncMap{"count": groupDigits}).Parse(landingHTML)), loopback: loopback, started: sb.start}
 	// The first key's tenant first, then the rest in the order the dataset declares them.
 	order := sb.tenants.list
 	if len(sb.keyLines) > 0 {
@@ -1700,6 +1704,9 @@ func newLanding(sb *sandbox, loopback bool) *landing {
 			continue
 		}
 		if tk := &l.tenants[i]; len(tk.keys) < pageRows {
+			if len(tk.keys) == 0 {
+				tk.curlKey = boundValue(k.key, pageValue)
+			}
 			tk.keys = append(tk.keys, landingKey{cut(k.key), k.scopes, k.state})
 		} else {
 			tk.moreKeys++
@@ -1712,14 +1719,20 @@ func newLanding(sb *sandbox, loopback bool) *landing {
 type (
 	landingData struct {
 		Origin, BaseURL string
+		Started         string
 		ShowKeys        bool
 		Curl            string
 		Tenants         []landingTenant
 		MoreTenants     int
 	}
-	landingKey    struct{ Key, Scopes, State string }
+	landingKey struct {
+		Key           template.HTML
+		Scopes, State string
+	}
 	landingTenant struct {
-		Name, Now     string
+		Name          template.HTML
+		Now           string
+		Offset        template.HTML
 		Frozen        bool
 		Keys          []landingKey
 		MoreKeys      int
@@ -1731,13 +1744,17 @@ type (
 		MorePast      int
 		MoreFuture    int
 	}
-	landingHappening struct{ At, ID, What string }
+	landingHappening struct{ Offset, ID, What template.HTML }
 	landingShipment  struct {
-		ID, TrackingNumber, Status string
-		Shared                     bool
-		Dropped                    int
+		ID, TrackingNumber template.HTML
+		Status             string
+		Shared             bool
+		Dropped            int
 	}
-	landingOrder struct{ ID, Status, CreatedAt string }
+	landingOrder struct {
+		ID                template.HTML
+		Status, CreatedAt string
+	}
 )
 
 // landingPage answers GET /: the page, each tenant as its clock, read once, shows it. Its
@@ -1747,14 +1764,18 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 	l := s.landing
 	origin := originOf(r, s.origin)
 	host, _, valid := splitHostPort(strings.ToLower(r.Host))
-	d := landingData{Origin: origin, BaseURL: origin + "/v1", ShowKeys: l.loopback && valid && namesLoopback(host), MoreTenants: l.moreTenants}
+	d := landingData{Origin: origin, BaseURL: origin + "/v1", Started: formatTimestamp(l.started), ShowKeys: l.loopback && valid && namesLoopback(host), MoreTenants: l.moreTenants}
 	for _, tk := range l.tenants {
 		clock := tk.t.clock.read(s.now)
-		lt := landingTenant{Name: tk.name, Now: formatTimestamp(clock.now), Frozen: clock.frozen}
+		now := clock.now
+		if !clock.frozen {
+			now = now.Truncate(time.Second) // a frozen clock is shown at the instant it was set to
+		}
+		lt := landingTenant{Name: tk.name, Now: formatTimestamp(now), Offset: fromStart(now, l.started), Frozen: clock.frozen}
 		if d.ShowKeys {
 			lt.Keys, lt.MoreKeys = tk.keys, tk.moreKeys
 			if d.Curl == "" && len(tk.keys) > 0 {
-				d.Curl = "curl -s -H 'Authorization: Bearer " + tk.keys[0].Key + "' " + d.BaseURL + "/orders"
+				d.Curl = "curl -s -H 'Authorization: Bearer " + tk.curlKey + "' " + d.BaseURL + "/orders"
 			}
 		}
 		shipments, more := tk.t.shipments.firstShown(clock.now, pageRows)
@@ -1769,10 +1790,10 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 		lt.MoreOrders = more
 		past, future, morePast, moreFuture := tk.t.timelineAround(clock.now, pageHappenings)
 		for _, h := range past {
-			lt.Past = append(lt.Past, landingHappening{formatTimestamp(h.at), cut(h.id), cut(h.what)})
+			lt.Past = append(lt.Past, landingHappening{fromStart(h.at, l.started), cut(h.id), cut(h.what)})
 		}
 		for _, h := range future {
-			lt.Future = append(lt.Future, landingHappening{formatTimestamp(h.at), cut(h.id), cut(h.what)})
+			lt.Future = append(lt.Future, landingHappening{fromStart(h.at, l.started), cut(h.id), cut(h.what)})
 		}
 		lt.MorePast, lt.MoreFuture = morePast, moreFuture
 		d.Tenants = append(d.Tenants, lt)
@@ -1789,9 +1810,39 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 // its clock.
 const pageHappenings = 10
 
-// cut bounds a shown value: over pageValue bytes, it is its first pageValue-3 bytes (cut at
-// a UTF-8 boundary) and "...".
-func cut(s string) string { return boundValue(s, pageValue) }
+// cut is a shown value as the page writes it, HTML-escaped and bounded by what is written:
+// when its escaped form is over pageValue bytes, it is the longest beginning whose escaped
+// form fits pageValue-3 bytes, then "...". A value with nothing to escape is thus cut to
+// its first 61 bytes (at a UTF-8 boundary), and one full of & to 11 of them (&amp; each):
+// the page's bound holds whatever the values hold.
+func cut(s string) template.HTML {
+	escaped := html.EscapeString(s)
+	if len(escaped) <= pageValue {
+		return template.HTML(escaped)
+	}
+	var b strings.Builder
+	for _, r := range s {
+		e := html.EscapeString(string(r))
+		if b.Len()+len(e) > pageValue-3 {
+			break
+		}
+		b.WriteString(e)
+	}
+	return template.HTML(b.String() + "...")
+}
+
+// fromStart is at's offset from the start instant as relative instants write it (+1m30s,
+// -10m0s: exact, to the nanosecond), or "" past what a duration holds (some 292 years).
+func fromStart(at, start time.Time) template.HTML {
+	d := at.Sub(start)
+	switch {
+	case d == math.MaxInt64 || d == math.MinInt64:
+		return ""
+	case d < 0:
+		return template.HTML(d.String())
+	}
+	return template.HTML("+" + d.String())
+}
 
 // groupDigits writes n with its digits grouped by commas: 99,980.
 func groupDigits(n int) string {

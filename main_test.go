@@ -9,7 +9,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"html"
 	"io"
 	"log/slog"
 	"maps"
@@ -3066,25 +3065,28 @@ func TestLandingPage(t *testing.T) {
 		"curl -s -H &#39;Authorization: Bearer sk_test_sandbox_all&#39; http://127.0.0.1:8080/v1/orders",
 		"<tr><td>sk_test_sandbox_expired<td>tracking:read orders:read<td>expired 2026-01-01T00:00:00Z\n",
 		"<tr><td>sk_live_sandbox_all<td>", "<tr><td>shp_sbx_spring<td>SBX1000000001<td>delivered\n",
-		"<tr><td>shp_sbx_twin_a<td>SBX2000000000<td>in_transit<td class=\"n\">shared number \n",
-		"<tr><td>shp_sbx_naive<td>SBX1000000003<td>in_transit<td class=\"n\">3 dropped\n",
+		"<tr><td>shp_sbx_twin_a<td>SBX2000000000<td>in_transit<td>shared number \n",
+		"<tr><td>shp_sbx_naive<td>SBX1000000003<td>in_transit<td>3 dropped\n",
+		"<th>Notes\n", "Started at 2026-11-22T12:00:00Z.",
+		`Accounts and environments: <a href="#t0">acct_sandbox/test</a> <a href="#t1">acct_sandbox/live</a> <a href="#t2">acct_sync/test</a> <a href="#t3">acct_other/test</a></p>`,
+		`<h2 id="t2">acct_sync/test</h2>`,
 		"<tr><td>shp_sbx_unlabelled<td><span class=\"n\">none</span>", "and 31 more orders",
 		"<tr><td>ord_other_0001<td>fulfilled<td>2026-10-14T09:00:00Z\n",
-		"As its sandbox clock shows it: 2026-11-22T12:00:00Z.</p>",
+		"As its sandbox clock shows it: 2026-11-22T12:00:00Z (+0s).</p>",
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %q", want)
 		}
 	}
-	if strings.Contains(page, "<script") || strings.Contains(page, "src=") || strings.Index(page, "<h2>acct_sandbox/test") > strings.Index(page, "<h2>acct_sandbox/live") ||
-		strings.Index(page, "<h2>acct_sandbox/live") > strings.Index(page, "<h2>acct_other/test") {
+	if strings.Contains(page, "<script") || strings.Contains(page, "src=") || strings.Index(page, ">acct_sandbox/test</h2>") > strings.Index(page, ">acct_sandbox/live</h2>") ||
+		strings.Index(page, ">acct_sandbox/live</h2>") > strings.Index(page, ">acct_other/test</h2>") {
 		t.Error("the page has a script or an external asset, or its tenants are not the first key's, then the dataset's order")
 	}
 	// The clock: a shipment's status and the orders as the tenant's clock shows them.
 	e.setClock(t, "sk_test_sandbox_all", "2026-03-29T01:30:00Z")
 	page = string(e.get(t, "/", "").body)
 	if !strings.Contains(page, "<tr><td>shp_sbx_spring<td>SBX1000000001<td>in_transit\n") || !strings.Contains(page, "None yet.") ||
-		!strings.Contains(page, "As its sandbox clock shows it: 2026-03-29T01:30:00Z, frozen.") {
+		!strings.Contains(page, "As its sandbox clock shows it: 2026-03-29T01:30:00Z (-5722h30m0s), frozen.") {
 		t.Error("the page does not follow the tenant's clock")
 	}
 	// The keys only to a loopback Host: a page reached under another name (DNS rebinding)
@@ -3130,29 +3132,30 @@ func pageDataset(tenants, keys, shipments, orders, width int, fill string) []byt
 		s := fmt.Sprintf("%s%d", prefix, i)
 		return s + strings.Repeat(fill, max(0, width-len(s)))
 	}
+	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
 	var as, ks, ss, os []string
 	for a := range tenants {
 		acct := id("a", a)[:max(1, width-len("/test"))]
-		as = append(as, `{"id":"`+acct+`","environments":["test"]}`)
+		as = append(as, `{"id":`+q(acct)+`,"environments":["test"]}`)
 		for k := range keys {
-			key := strings.ReplaceAll(id(fmt.Sprintf("k%d_", a), k), "&", "+") // a key is a Bearer credential
-			ks = append(ks, `{"key":"`+key+`","account":"`+acct+`","environment":"test","scopes":["tracking:read","orders:read"],"expires_at":"2099-12-31T23:59:59.123456789Z"}`)
+			key := strings.NewReplacer("&", "+", `"`, "+").Replace(id(fmt.Sprintf("k%d_", a), k)) // a key is a Bearer credential
+			ks = append(ks, `{"key":`+q(key)+`,"account":`+q(acct)+`,"environment":"test","scopes":["tracking:read","orders:read"],"expires_at":"2099-12-31T23:59:59.123456789Z"}`)
 		}
-		for o := range orders {
-			imported := fmt.Sprintf("start+%d.123456789s", o)
+		for o := range orders { // offsets as long as they are written: +2000000h59m10.123456789s
+			imported := fmt.Sprintf("start+2000000h59m%d.123456789s", 10+o)
 			if o < orders/2 {
-				imported = fmt.Sprintf("start-%d.123456789s", o+1)
+				imported = fmt.Sprintf("start-2000000h59m%d.123456789s", 10+o)
 			}
-			os = append(os, `{"id":"`+id(fmt.Sprintf("o%d_", a), o)+`","account":"`+acct+`","environment":"test","merchant_reference":"R","platform":"ebay","status":"partially_fulfilled",`+
-				`"created_at":"start-1h0.123456789s","imported_at":"`+imported+`"}`)
+			os = append(os, `{"id":`+q(id(fmt.Sprintf("o%d_", a), o))+`,"account":`+q(acct)+`,"environment":"test","merchant_reference":"R","platform":"ebay","status":"partially_fulfilled",`+
+				`"created_at":"start-2000001h0.123456789s","imported_at":"`+imported+`"}`)
 		}
 		for s := range shipments {
-			after := "0s"
+			after := fmt.Sprintf("-2000000h59m%d.123456789s", 10+s)
 			if s >= shipments/2 {
-				after = fmt.Sprintf("%d.123456789s", s)
+				after = fmt.Sprintf("2000000h59m%d.123456789s", 10+s)
 			}
-			ss = append(ss, `{"id":"`+id(fmt.Sprintf("s%d_", a), s)+`","account":"`+acct+`","environment":"test","reference":"R","tracking_number":"`+id(fmt.Sprintf("t%d_", a), s/2)+`"`+
-				`,"events":[{"after":"`+after+`","status":"available_for_pickup","description":"`+id("d", s)+`"},{"timestamp":"no offset","status":"in_transit","description":"x"}]}`)
+			ss = append(ss, `{"id":`+q(id(fmt.Sprintf("s%d_", a), s))+`,"account":`+q(acct)+`,"environment":"test","reference":"R","tracking_number":`+q(id(fmt.Sprintf("t%d_", a), s/2))+
+				`,"events":[{"after":"`+after+`","status":"available_for_pickup","description":`+q(id("d", s))+`},{"timestamp":"no offset","status":"in_transit","description":"x"}]}`)
 		}
 	}
 	return []byte(dataset(strings.Join(as, ","), strings.Join(ks, ","), strings.Join(ss, ","), strings.Join(os, ",")))
@@ -3176,6 +3179,9 @@ func TestLandingPageIsBounded(t *testing.T) {
 		{"10,000 shipments", 1, 1, 10000, 1, 12, "x", 256 << 10, []string{"and 9,980 more shipments"}},
 		{"4,000 tenants", 4000, 1, 1, 1, 12, "x", 256 << 10, []string{"and 3,980 more accounts and environments"}},
 		{"values of 63 bytes", 25, 25, 25, 50, 63, "x", 256 << 10, []string{"and 5 more keys", "and 5 more shipments", "and 5 more orders", "and 5 more accounts", "and 27 more before", "and 28 more to come"}},
+		{"values of 63 bytes of +", 25, 25, 25, 50, 63, "+", 256 << 10, []string{"and 5 more keys"}},
+		{"values of 63 bytes of &", 25, 25, 25, 50, 63, "&", 256 << 10, []string{"&amp;&amp;..."}},
+		{`values of 63 bytes of "`, 25, 25, 25, 50, 63, `"`, 256 << 10, []string{"&#34;&#34;..."}},
 		{"values of 255 bytes to escape", 25, 25, 25, 50, 255, "&", 1 << 20, []string{"&amp;&amp;..."}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -3185,7 +3191,7 @@ func TestLandingPageIsBounded(t *testing.T) {
 			if len(page) > tt.limit {
 				t.Errorf("the page is %d bytes, want at most %d", len(page), tt.limit)
 			}
-			if n := strings.Count(page, "<h2>"); n != min(tt.tenants, 20) {
+			if n := strings.Count(page, "<h2 id="); n != min(tt.tenants, 20) {
 				t.Errorf("%d tenants shown, want %d", n, min(tt.tenants, 20))
 			}
 			for _, want := range tt.want {
@@ -3193,9 +3199,9 @@ func TestLandingPageIsBounded(t *testing.T) {
 					t.Errorf("the page lacks %q", want)
 				}
 			}
-			for _, cell := range regexp.MustCompile(`<td>([^<]*)`).FindAllStringSubmatch(page, -1) {
-				if raw := html.UnescapeString(cell[1]); len(raw) > 64 {
-					t.Fatalf("a shown value of %d bytes: %q", len(raw), raw)
+			for _, cell := range regexp.MustCompile(`<td>([^<\n]*)`).FindAllStringSubmatch(page, -1) {
+				if len(cell[1]) > 64 && !strings.HasPrefix(cell[1], "shared number") {
+					t.Fatalf("a shown value written in %d bytes: %q", len(cell[1]), cell[1])
 				}
 			}
 		})
@@ -4596,35 +4602,44 @@ func TestPagesUnderAMovingTimeline(t *testing.T) {
 func TestLandingPageShowsTimelines(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
-	page := string(e.get(t, "/", "").body)
-	sync := page[strings.Index(page, "<h2>acct_sync/test"):]
+	past, future := timelineOnPage(t, string(e.get(t, "/", "").body), "acct_sync/test")
 	for _, want := range []string{
-		"<tr><td>2026-11-22T11:50:00Z<td>ord_sync_0001<td>imported, unfulfilled<td>shown\n",
-		"<tr><td>2026-11-22T11:59:00Z<td>ord_sync_0005<td>imported, unfulfilled<td>shown\n",
-		"<tr><td>2026-11-22T12:00:30Z<td>ord_sync_0005<td>now cancelled<td>to come\n",
-		"<tr><td>2026-11-22T12:01:00Z<td>shp_sync_1<td>created<td>to come\n<tr><td>2026-11-22T12:01:00Z<td>ord_sync_0001<td>now partially_fulfilled<td>to come\n<tr><td>2026-11-22T12:01:00Z<td>shp_sync_1<td>tracking: pre_transit<td>to come\n",
-		"<tr><td>2026-11-22T12:01:30Z<td>ord_sync_0002<td>imported, unfulfilled<td>to come\n",
-		"<tr><td>ord_sync_0005<td>unfulfilled<td>2026-11-22T11:59:00Z\n",
+		"<tr><td>-10m0s<td>ord_sync_0001<td>imported, unfulfilled\n",
+		"<tr><td>-1m0s<td>ord_sync_0005<td>imported, unfulfilled\n",
 	} {
-		if !strings.Contains(sync, want) {
-			t.Errorf("acct_sync's section lacks %q", want)
+		if !strings.Contains(past, want) {
+			t.Errorf("acct_sync's timeline shows no %q", want)
 		}
+	}
+	for _, want := range []string{
+		"<tr><td>+30s<td>ord_sync_0005<td>now cancelled\n",
+		"<tr><td>+1m0s<td>shp_sync_1<td>created\n<tr><td>+1m0s<td>ord_sync_0001<td>now partially_fulfilled\n<tr><td>+1m0s<td>shp_sync_1<td>tracking: pre_transit\n",
+		"<tr><td>+1m30s<td>ord_sync_0002<td>imported, unfulfilled\n",
+	} {
+		if !strings.Contains(future, want) {
+			t.Errorf("acct_sync's timeline has not %q to come", want)
+		}
+	}
+	sync := tenantOnPage(t, string(e.get(t, "/", "").body), "acct_sync/test")
+	if !strings.Contains(sync, "<tr><td>ord_sync_0005<td>unfulfilled<td>2026-11-22T11:59:00Z\n") {
+		t.Error("acct_sync's orders lack ord_sync_0005 as it stands")
 	}
 	if strings.Contains(sync, "ord_sync_0002<td>unfulfilled") || strings.Contains(sync, "<td>shp_sync_1<td>SYNC") {
 		t.Error("the page shows an order not imported yet, or a shipment not created yet")
 	}
 	// Moved on: everything shown; the shipment found and the link shown.
 	e.setClock(t, "sk_test_sync_all", "2026-11-22T12:02:00Z")
-	page = string(e.get(t, "/", "").body)
-	sync = page[strings.Index(page, "<h2>acct_sync/test"):]
+	page := string(e.get(t, "/", "").body)
+	sync = tenantOnPage(t, page, "acct_sync/test")
+	past, future = timelineOnPage(t, page, "acct_sync/test")
 	for _, want := range []string{"<tr><td>shp_sync_1<td>SYNC1000000001<td>in_transit\n", "<tr><td>ord_sync_0001<td>fulfilled<td>2026-11-22T11:50:00Z\n",
-		"and 2 more before", "<tr><td>2026-11-22T12:02:00Z<td>ord_sync_0001<td>now fulfilled<td>shown\n"} {
-		if !strings.Contains(sync, want) {
+		"and 2 more before", "<tr><td>+2m0s<td>ord_sync_0001<td>now fulfilled\n"} {
+		if !strings.Contains(sync, want) || strings.Contains(want, "<td>+2m") && !strings.Contains(past, want) {
 			t.Errorf("acct_sync's section at +2m lacks %q", want)
 		}
 	}
-	if strings.Contains(sync, "to come") {
-		t.Error("at +2m something of acct_sync is still to come")
+	if strings.Contains(future, "<tr><td>+") {
+		t.Errorf("at +2m something of acct_sync is still to come: %s", future)
 	}
 	// A long timeline: 10 each side, then counts.
 	var orders []string
@@ -4636,10 +4651,40 @@ func TestLandingPageShowsTimelines(t *testing.T) {
 		orders = append(orders, fmt.Sprintf(`{"id":"ord_%02d","account":"acct_a","environment":"test","merchant_reference":"R","platform":"ebay","status":"unfulfilled","created_at":"start-100m","imported_at":%q}`, i, imported))
 	}
 	long := newEnv(t, envOptions{data: []byte(dataset(dsAccounts, dsKey, "", strings.Join(orders, ","))), rate: -1, step: -1})
-	page = string(long.get(t, "/", "").body)
-	if strings.Count(page, "<td>shown\n") != 10 || strings.Count(page, "to come\n") != 10+1 || !strings.Contains(page, "and 11 more before") || !strings.Contains(page, "and 19 more to come") {
-		t.Errorf("a timeline of 50 imports, 21 of them shown: the page shows %d and %d to come", strings.Count(page, "<td>shown\n"), strings.Count(page, "to come\n"))
+	past, future = timelineOnPage(t, string(long.get(t, "/", "").body), "acct_a/test")
+	if n, m := strings.Count(past, "<tr><td>"), strings.Count(future, "<tr><td>"); n != 10 || m != 10 || !strings.Contains(past, "and 11 more before") || !strings.Contains(future, "and 19 more to come") {
+		t.Errorf("a timeline of 50 imports, 21 of them shown: the page shows %d and %d to come", n, m)
 	}
+}
+
+// tenantOnPage is the section of the landing page about the tenant named name.
+func tenantOnPage(t *testing.T, page, name string) string {
+	t.Helper()
+	i := strings.Index(page, ">"+name+"</h2>")
+	if i < 0 {
+		t.Fatalf("the page has no section for %s", name)
+	}
+	section := page[i:]
+	if end := strings.Index(section[1:], "<h2 "); end >= 0 {
+		section = section[:end+1]
+	}
+	return section
+}
+
+// timelineOnPage is the tenant's timeline on the landing page, split at its clock: what is
+// shown, and what is to come.
+func timelineOnPage(t *testing.T, page, name string) (shown, toCome string) {
+	t.Helper()
+	section := tenantOnPage(t, page, name)
+	i := strings.Index(section, "<h3>Timeline</h3>")
+	if i < 0 {
+		t.Fatalf("%s's section has no timeline", name)
+	}
+	shown, toCome, ok := strings.Cut(section[i:], `<tr><td class="n" colspan="3">now (`)
+	if !ok {
+		t.Fatalf("%s's timeline does not mark its clock", name)
+	}
+	return shown, toCome
 }
 
 // tracking.go: every fixture's tracking view, lookup by number, normalization.
