@@ -88,8 +88,7 @@ func paramError(c code, param, detail string) *apiError {
 
 // The errors that do not depend on the request are made once.
 var (
-	errRouteNotFound = &apiError{code: codeRouteNotFound, detail: "No operation is served at this path. The operations are under /v1; see /v1/openapi.json."}
-	errInternal      = &apiError{code: codeInternalError, detail: "The sandbox failed unexpectedly. The failure is logged with this request_id."}
+	errInternal = &apiError{code: codeInternalError, detail: "The sandbox failed unexpectedly. The failure is logged with this request_id."}
 )
 
 // problem is the body of every error answer: RFC 9457 problem details with the code and

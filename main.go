@@ -837,7 +837,8 @@ func (s *server) routes() []route {
 		{"GET /v1/test_helpers/clock", s.testHelper(s.getClock)},
 		{"POST /v1/test_helpers/clock", s.testHelper(s.setClock)},
 		{"GET /v1/openapi.json", s.keyless(s.serveOpenAPI)},
-		{"GET /healthz", s.keyless(s.serveHealth)},
+		{"GET /v1/healthz", s.keyless(s.serveHealth)},
+		{"GET /healthz", s.keyless(s.serveHealth)}, // also outside the base URL, for probes that know none
 		{"GET /{$}", s.keyless(s.landingPage)},
 	}
 }
@@ -870,8 +871,8 @@ func (s *server) handler(extra ...route) http.Handler {
 	for _, path := range []string{"/v1", "/v1/{$}"} {
 		mux.Handle(path, s.serveRoute(path, s.v1Root))
 	}
-	mux.Handle("/", s.serveRoute("/", routeNotFound))
-	return cleanPaths(s.serveRoute("", routeNotFound), mux)
+	mux.Handle("/", s.serveRoute("/", s.routeNotFound))
+	return cleanPaths(s.serveRoute("", s.routeNotFound), mux)
 }
 
 // operation wraps a v1 operation in its checks, in the contract's order: (route and method
@@ -943,13 +944,20 @@ func noParams(h keyedHandler) keyedHandler {
 	}
 }
 
-// serveHealth answers GET /healthz.
+// serveHealth answers GET /v1/healthz and GET /healthz.
 func (s *server) serveHealth(w http.ResponseWriter, r *http.Request, c *call) {
 	writeBody(w, http.StatusOK, jsonContentType, s.health)
 }
 
-func routeNotFound(w http.ResponseWriter, r *http.Request, c *call) {
-	writeProblem(w, c.id, errRouteNotFound)
+// routeNotFound answers a path that no route serves, naming the document and the page at
+// the address the request used; a path outside /v1 is told that the operations are under it.
+func (s *server) routeNotFound(w http.ResponseWriter, r *http.Request, c *call) {
+	origin := originOf(r, s.origin)
+	detail := "No operation is served at this path. Every operation is described in " + origin + "/v1/openapi.json; in a browser, " + origin + "/ shows the keys and fixtures."
+	if p := r.URL.Path; p != "/v1" && !strings.HasPrefix(p, "/v1/") {
+		detail = "No operation is served at this path. The operations are under " + origin + "/v1, each described in " + origin + "/v1/openapi.json; in a browser, " + origin + "/ shows the keys and fixtures."
+	}
+	writeProblem(w, c.id, &apiError{code: codeRouteNotFound, detail: detail})
 }
 
 // methodNotAllowed answers 405 with the path's methods in Allow. When no browser is

@@ -393,6 +393,9 @@ func (d *openAPI) resolve(node any) map[string]any {
 // method the path does not document must be the GET operation's 405.
 func (d *openAPI) response(r *http.Request, status int) (map[string]any, error) {
 	p := r.URL.EscapedPath()
+	if p == "/healthz" {
+		p = "/v1/healthz" // the same answer, for probes that know no base URL
+	}
 	for _, dp := range d.paths {
 		if !dp.match.MatchString(p) {
 			continue
@@ -422,6 +425,9 @@ func (d *openAPI) response(r *http.Request, status int) (map[string]any, error) 
 
 // checkResponse validates a response's body and headers against the document.
 func (d *openAPI) checkResponse(r *http.Request, rep reply) error {
+	if r.URL.Path == "/" {
+		return nil // a page for people, which the document does not describe
+	}
 	resp, err := d.response(r, rep.status)
 	if err != nil {
 		return err
@@ -466,7 +472,14 @@ func (d *openAPI) checkResponse(r *http.Request, rep reply) error {
 			return fmt.Errorf("header %s is not documented for this response", name)
 		}
 		for _, v := range values {
-			if err := d.validate(h["schema"], v, "header "+name, nil); err != nil {
+			var value any = v
+			if asMap(h["schema"])["type"] == "integer" { // a header's text, read as its schema's type
+				value = json.Number(v)
+				if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+					return fmt.Errorf("header %s: %q is not an integer", name, v)
+				}
+			}
+			if err := d.validate(h["schema"], value, "header "+name, nil); err != nil {
 				return err
 			}
 		}
@@ -1509,6 +1522,14 @@ func TestRoutesMethodsAndPaths(t *testing.T) {
 				t.Errorf("Location = %q: no path is redirected", loc)
 			}
 		})
+	}
+	// A 404 under /v1 never sends the client under /v1; outside it, it does. Both name the
+	// document and the page.
+	for target, under := range map[string]bool{"/v1/nope": true, "/v1/orders/ord_sbx_0001/x": true, "/v1/shipments/%2e%2e/tracking": true, "/v2/orders": false, "/orders": false, "//v1/orders": false} {
+		detail := wantProblem(t, e.get(t, target, ""), 404, "route_not_found", "").Detail
+		if strings.Contains(detail, "are under") == under || !strings.Contains(detail, "http://127.0.0.1:8080/v1/openapi.json") || !strings.Contains(detail, "http://127.0.0.1:8080/ shows") {
+			t.Errorf("GET %s: the 404 says %q", target, detail)
+		}
 	}
 	if rep := e.get(t, "/healthz", ""); string(rep.body) != `{"status":"ok"}` {
 		t.Errorf("GET /healthz = %s, want {\"status\":\"ok\"}", rep)
@@ -2676,11 +2697,19 @@ func TestOpenAPIRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The document describes what lives under the base URL: / is a page for people, and
+	// /healthz is /v1/healthz for probes that know no base URL.
 	var routed []string
 	for _, rt := range s.routes() {
-		pattern := strings.Replace(rt.pattern, "/{$}", "/", 1)
-		routed = append(routed, pattern)
-		if method, path, _ := strings.Cut(pattern, " "); method == "GET" {
+		method, path, _ := strings.Cut(rt.pattern, " ")
+		if !strings.HasPrefix(path, "/v1/") {
+			if path == "/healthz" && !slices.Contains(documented, "GET /v1/healthz") {
+				t.Errorf("/healthz is routed, /v1/healthz is not documented")
+			}
+			continue
+		}
+		routed = append(routed, rt.pattern)
+		if method == "GET" {
 			routed = append(routed, "HEAD "+path) // a GET pattern serves HEAD
 		}
 	}
@@ -2884,8 +2913,8 @@ func TestOpenAPIServedDocument(t *testing.T) {
 		r := newRequest(http.MethodGet, "/v1/openapi.json", "")
 		r.Host = host
 		urls := regexp.MustCompile(`"url":"([^"]*)"`).FindAllStringSubmatch(string(e.do(t, r).body), -1)
-		if len(urls) < 2 {
-			t.Fatalf("Host %q: %d servers entries, want the top level's and /healthz's", host, len(urls))
+		if len(urls) != 1 {
+			t.Fatalf("Host %q: %d servers entries, want the top level's only", host, len(urls))
 		}
 		for _, u := range urls {
 			if !strings.HasPrefix(u[1], want+"/") && u[1] != want {
@@ -3034,8 +3063,61 @@ func TestOpenAPIDocumentForClients(t *testing.T) {
 	if n := fmt.Sprint(asMap(cursor)["maxLength"]); n != strconv.Itoa(maxCursorLen) {
 		t.Errorf("cursor maxLength = %s, want %d (the longest cursor accepted)", n, maxCursorLen)
 	}
-	if name, _ := asMap(asMap(doc["info"])["license"])["name"].(string); name == "" {
-		t.Error("info.license has no name")
+	if license := asMap(asMap(doc["info"])["license"]); license["name"] == nil || license["identifier"] == nil && license["url"] == nil {
+		t.Errorf("info.license = %v, want a name and an identifier or url", license)
+	}
+	// What lives under the base URL, as generators read it: no path-level servers (they
+	// ignore them), no page for browsers; arrays with items; numbers typed as numbers; one
+	// camelCase; scopes named where a bearer scheme has none to list.
+	if _, ok := asMap(doc["paths"])["/"]; ok {
+		t.Error("the document describes /, a page for browsers")
+	}
+	for path, item := range asMap(doc["paths"]) {
+		if asMap(item)["servers"] != nil {
+			t.Errorf("%s has servers of its own, which generators ignore", path)
+		}
+		for method, op := range asMap(item) {
+			id, _ := asMap(op)["operationId"].(string)
+			if method == "head" {
+				get, _ := asMap(asMap(item)["get"])["operationId"].(string)
+				if rest := strings.TrimPrefix(get, "get"); id != "head"+strings.ToUpper(rest[:1])+rest[1:] {
+					t.Errorf("HEAD %s is %s, want the head of %s in camelCase", path, id, get)
+				}
+			}
+			scopes := asSlice(asMap(op)["x-required-scopes"])
+			for _, req := range asSlice(asMap(op)["security"]) {
+				for scheme, list := range asMap(req) {
+					if len(asSlice(list)) > 0 {
+						t.Errorf("%s %s lists scopes %v for %s, an http scheme: name them in x-required-scopes", method, path, list, scheme)
+					}
+				}
+			}
+			if len(scopes) > 0 && method == "get" {
+				target := "/v1" + strings.NewReplacer("{id}", "x", "{tracking_number}", "x").Replace(path)
+				challenge := e.get(t, target, "sk_test_sandbox_none").header.Get("WWW-Authenticate")
+				if want := fmt.Sprintf(`scope="%s"`, scopes[0]); !strings.Contains(challenge, want) {
+					t.Errorf("GET %s names scopes %v; the server asks for %s", path, scopes, challenge)
+				}
+			}
+		}
+	}
+	var arrays func(at string, node any)
+	arrays = func(at string, node any) {
+		if m := asMap(node); m != nil {
+			if m["type"] == "array" && m["items"] == nil {
+				t.Errorf("%s: an array without items", at)
+			}
+			for k, v := range m {
+				arrays(at+"."+k, v)
+			}
+		}
+		for i, v := range asSlice(node) {
+			arrays(fmt.Sprintf("%s[%d]", at, i), v)
+		}
+	}
+	arrays("$", doc)
+	if typ := asMap(asMap(asMap(asMap(doc["components"])["headers"])["Retry-After"])["schema"])["type"]; typ != "integer" {
+		t.Errorf("Retry-After is typed %v, want integer", typ)
 	}
 	for kind, items := range asMap(doc["components"]) {
 		for name := range asMap(items) {
@@ -3043,6 +3125,9 @@ func TestOpenAPIDocumentForClients(t *testing.T) {
 				t.Errorf("component %s/%s is not used", kind, name)
 			}
 		}
+	}
+	if e.get(t, "/v1/healthz", "").status != 200 {
+		t.Error("GET /v1/healthz, the document's /healthz under the base URL, does not answer")
 	}
 	if bytes.Contains(body, []byte("needs no escaping")) || !bytes.Contains(body, []byte("%2B")) {
 		t.Error("the document advises against the + rule, or does not say to send + as %2B")
@@ -5456,7 +5541,7 @@ func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
 // type as encoding/json writes it, with and without a param.
 func TestProblemBodyIsWhatEncodingJSONWrites(t *testing.T) {
 	t.Parallel()
-	for _, e := range []*apiError{errRouteNotFound, errCursorForged, paramError(codeUnknownParameter, "\xff <&> \"x\"", "odd \u2028 detail"), paramError(codeUnknownParameter, "", "")} {
+	for _, e := range []*apiError{errTrackingNotFound, errCursorForged, paramError(codeUnknownParameter, "\xff <&> \"x\"", "odd \u2028 detail"), paramError(codeUnknownParameter, "", "")} {
 		status := e.status()
 		want, err := marshalJSON(problem{"about:blank", rfc9110Titles[status], status, e.detail, e.code, e.param, "req_x"})
 		if err != nil {
