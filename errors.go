@@ -1169,14 +1169,14 @@ type preference struct {
 // that a long header costs no more than a short one.
 const maxPreferences = 16
 
-var errPreferClock = paramError(codeInvalidParameter, "Prefer", `Prefer clock must be an RFC 3339 timestamp with an offset, such as clock="2026-11-01T09:30:00Z".`)
+var errPreferClock = paramError(codeInvalidParameter, "Prefer", `Prefer clock must be an RFC 3339 timestamp with an offset, such as clock="2026-11-01T09:30:00Z", or an instant relative to the start instant, such as clock="start+90s".`)
 
 // parsePrefer reads the Prefer header fields (RFC 7240, section 2): comma-separated
 // preferences, each a token with an optional value (token or quoted string) and optional
 // parameters after ";". Names are case-insensitive; the first instance of a preference
 // counts; preferences other than code, delay and (where readClock) clock are ignored, as
 // the RFC says. Faults are judged in the order sent.
-func parsePrefer(fields []string, readClock bool) (preference, *apiError) {
+func parsePrefer(fields []string, readClock bool, start time.Time) (preference, *apiError) {
 	var p preference
 	var seenCode, seenDelay, seenClock bool
 	var applied []string
@@ -1202,7 +1202,7 @@ func parsePrefer(fields []string, readClock bool) (preference, *apiError) {
 				applied = append(applied, "delay="+strconv.Itoa(ms))
 			case readClock && strings.EqualFold(name, "clock") && !seenClock:
 				seenClock = true
-				at, err := parseTimestamp(value)
+				at, err := parseInstant(value, start)
 				if err != nil {
 					return p, errPreferClock
 				}

@@ -370,12 +370,16 @@ func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, t
 	return cfg.shutdownTimeout, err
 }
 
-// loadingLine says what start-up is doing while a large dataset loads.
+// loadingLine says what start-up is doing while a large dataset loads: the embedded
+// default dataset, or the file -data names.
 func loadingLine(name string, seed int) string {
-	if seed > 0 {
-		return fmt.Sprintf("Loading the %s and %d generated orders...\n", name, seed)
+	if name == defaultDatasetName {
+		name = "the " + name
 	}
-	return fmt.Sprintf("Loading the %s...\n", name)
+	if seed > 0 {
+		return fmt.Sprintf("Loading %s and %d generated orders...\n", name, seed)
+	}
+	return fmt.Sprintf("Loading %s...\n", name)
 }
 
 // loadUnlessStopped loads, unless ctx is cancelled first: a signal during a long load
@@ -1132,7 +1136,7 @@ func (s *server) simulate(readClock bool) wrapper {
 				next(w, r, c)
 				return
 			}
-			p, err := parsePrefer(fields, readClock)
+			p, err := parsePrefer(fields, readClock, s.clocks.started)
 			if err != nil {
 				writeProblem(w, c.id, err)
 				return

@@ -1142,6 +1142,9 @@ func TestRunServesTheDefaultSandbox(t *testing.T) {
 			t.Errorf("the banner's line for a browser is %q, want it to name %s/ and no /v1", line, origin)
 		}
 	}
+	if !strings.HasPrefix(stdout.String(), "Loading the embedded default dataset...\n") {
+		t.Errorf("start-up does not say what it loads:\n%s", stdout)
+	}
 	if !strings.Contains(stdout.String(), "Base URL: "+base+" for API clients") {
 		t.Errorf("the banner has no line with the base URL for clients:\n%s", stdout)
 	}
@@ -1210,8 +1213,9 @@ func TestRunWithADatasetFile(t *testing.T) {
 	if status != 200 || body != want {
 		t.Errorf("GET ord_acme_2 from testdata/example.json = %d %s, want 200 %s", status, body, want)
 	}
-	if !strings.Contains(stdout.String(), "sk_test_acme_all") || strings.Contains(stdout.String(), "sk_test_sandbox_all") {
-		t.Errorf("start-up lists the wrong keys for -data:\n%s", stdout)
+	if !strings.Contains(stdout.String(), "sk_test_acme_all") || strings.Contains(stdout.String(), "sk_test_sandbox_all") ||
+		!strings.HasPrefix(stdout.String(), "Loading testdata/example.json...\n") {
+		t.Errorf("start-up lists the wrong keys for -data, or does not say what it loads:\n%s", stdout)
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -4216,6 +4220,10 @@ func TestPreferClock(t *testing.T) {
 		{`clock="` + formatTimestamp(testNow) + `"`, `clock="2026-11-22T12:00:00Z"`, "0005:unfulfilled:- 0004:fulfilled:- 0003:unfulfilled:- 0001:unfulfilled:-"},
 		{"clock=2026-11-22T13:01:30+01:00", `clock="2026-11-22T12:01:30Z"`, "0006:unfulfilled:- 0005:cancelled:- 0004:fulfilled:- 0003:unfulfilled:- 0002:unfulfilled:- 0001:partially_fulfilled:shp_sync_1"},
 		{`delay=0, Clock="2026-11-22T12:00:45.5Z", clock="2000-01-01T00:00:00Z"`, `delay=0, clock="2026-11-22T12:00:45.5Z"`, "0006:unfulfilled:- 0005:cancelled:- 0004:fulfilled:- 0003:unfulfilled:- 0001:unfulfilled:-"},
+		// Relative to the start instant, as the clock's body and a dataset write them.
+		{`clock="start+90s"`, `clock="2026-11-22T12:01:30Z"`, "0006:unfulfilled:- 0005:cancelled:- 0004:fulfilled:- 0003:unfulfilled:- 0002:unfulfilled:- 0001:partially_fulfilled:shp_sync_1"},
+		{`clock=start`, `clock="2026-11-22T12:00:00Z"`, "0005:unfulfilled:- 0004:fulfilled:- 0003:unfulfilled:- 0001:unfulfilled:-"},
+		{`clock="start-1m30.5s"`, `clock="2026-11-22T11:58:29.5Z"`, "0004:fulfilled:- 0003:unfulfilled:- 0001:unfulfilled:-"},
 	} {
 		rep := e.get(t, "/v1/orders", key, "Prefer", tt.prefer)
 		if got := rep.header.Get("Preference-Applied"); got != tt.applied {
@@ -4251,6 +4259,9 @@ func TestPreferClock(t *testing.T) {
 	// A bad value is 422 naming Prefer, judged with code and delay in the order sent.
 	for _, tt := range []struct{ prefer, code string }{
 		{`clock="yesterday"`, "invalid_parameter"},
+		{`clock="start+"`, "invalid_parameter"},
+		{`clock="start + 90s"`, "invalid_parameter"},
+		{`clock="START+90s"`, "invalid_parameter"},
 		{`clock="2026-11-22T12:00:00"`, "invalid_parameter"},
 		{"clock=2026-11-22T12:00:00+01:00", ""},
 		{`clock="2026-11-22T24:00:00Z"`, "invalid_parameter"},
@@ -5864,7 +5875,7 @@ func FuzzParsePrefer(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, header string) {
-		p, err := parsePrefer([]string{header}, true)
+		p, err := parsePrefer([]string{header}, true, testNow)
 		if err != nil {
 			if e := asAPIError(err); e == nil || e.code != codeInvalidParameter || e.param == nil || *e.param != "Prefer" {
 				t.Fatalf("parsePrefer(%q) = %+v, want invalid_parameter naming Prefer", header, err)
@@ -5874,7 +5885,7 @@ func FuzzParsePrefer(f *testing.F) {
 		if p.delay < 0 || p.delay > maxPreferDelay || p.clock != nil && !strings.Contains(p.applied, `clock="`+formatTimestamp(*p.clock)+`"`) {
 			t.Fatalf("parsePrefer(%q) accepted %+v", header, p)
 		}
-		if q, err := parsePrefer([]string{header}, false); err == nil && q.clock != nil || err != nil && strings.Contains(err.Error(), "clock") {
+		if q, err := parsePrefer([]string{header}, false, testNow); err == nil && q.clock != nil || err != nil && strings.Contains(err.Error(), "clock") {
 			t.Fatalf("parsePrefer(%q) without the clock read it: %+v, %v", header, q, err)
 		}
 	})
