@@ -116,9 +116,10 @@ type envOptions struct {
 	secret string // -cursor-secret
 	step   time.Duration
 	extra  []route
-	quiet  bool   // log to io.Discard rather than keep the log
-	cors   string // -cors-origin
-	remote bool   // listening where other machines reach it: the page hides the keys
+	quiet  bool      // log to io.Discard rather than keep the log
+	cors   string    // -cors-origin
+	remote bool      // listening where other machines reach it: the page hides the keys
+	start  time.Time // the start instant; zero: testNow
 }
 
 // env is one sandbox under test. Its methods take the caller's own t, so that a failure
@@ -145,7 +146,11 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	access := newLogBuffer(out, 0) // each line straight out
 	log := slog.New(slog.NewJSONHandler(access, nil))
-	sb, err := loadBytes(name, data, o.seed, testNow, log)
+	start := o.start
+	if start.IsZero() {
+		start = testNow
+	}
+	sb, err := loadBytes(name, data, o.seed, start, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -3006,6 +3011,41 @@ func TestReadmeExamples(t *testing.T) {
 	}
 	if ran < 8 {
 		t.Errorf("only %d shell blocks with curl found in the README", ran)
+	}
+}
+
+// TestReadmeSyncReadsEveryTimestamp: the README's two order syncs print what it shows also
+// when the API writes timestamps with a fraction of a second (a start instant of
+// 12:00:19.5 makes every acct_sync instant one): they compare instants, not strings, and
+// step with Prefer clock offsets rather than date arithmetic.
+func TestReadmeSyncReadsEveryTimestamp(t *testing.T) {
+	t.Parallel()
+	for _, tool := range []string{"bash", "curl", "jq"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed: the README's shell examples are not run", tool)
+		}
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOptions{rate: -1, start: time.Date(2026, 11, 22, 12, 0, 19, 5e8, time.UTC)})
+	ts := httptest.NewServer(e.h)
+	defer ts.Close()
+	blocks := regexp.MustCompile("(?s)```sh\n(.*?)```\n(?:\n```(?:text|json)\n(.*?)\n```)?").FindAllStringSubmatch(string(readme), -1)
+	ran := 0
+	for _, b := range blocks {
+		if !strings.Contains(b[1], "sk_test_sync_all") || !strings.Contains(b[1], "created_from") {
+			continue
+		}
+		ran++
+		out, err := exec.Command("bash", "-c", "set -euo pipefail\nB="+ts.URL+"/v1\n"+b[1]).Output()
+		if got := strings.TrimSuffix(string(out), "\n"); err != nil || got != b[2] {
+			t.Errorf("a README sync over fractional timestamps printed (%v)\n%s\nthe README shows\n%s", err, got, b[2])
+		}
+	}
+	if ran != 2 {
+		t.Errorf("%d README syncs found, want the watermark and the look-back ones", ran)
 	}
 }
 
