@@ -1377,8 +1377,10 @@ func isCleanPath(p string) bool {
 	}
 	for rest := p[1:]; rest != ""; {
 		seg, after, more := strings.Cut(rest, "/")
-		if u, err := url.PathUnescape(seg); err == nil && strings.Contains(seg, "%") {
-			seg = u
+		if strings.IndexByte(seg, '%') >= 0 {
+			if u, err := url.PathUnescape(seg); err == nil {
+				seg = u
+			}
 		}
 		if seg == "" || seg == "." || seg == ".." {
 			return false
