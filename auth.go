@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -29,6 +31,7 @@ type tenant struct {
 	live      bool
 	shipments shipmentIndex
 	orders    orderIndex
+	timeline  []happening // what the dataset schedules for its shipments and orders, in order
 	clock     sandboxClock
 }
 
@@ -55,9 +58,25 @@ func (c *sandboxClock) read(wall func() time.Time) clockReading {
 }
 
 // timelineAround is the last n things the tenant's dataset schedules at or before at and
-// the next n after it, and how many more there are on each side.
+// the next n after it, oldest first, and how many more there are on each side: a search of
+// the timeline, and counts by subtraction.
 func (t *tenant) timelineAround(at time.Time, n int) (past, future []happening, morePast, moreFuture int) {
-	return around(at, n, t.shipments.timeline(), t.orders.timeline())
+	k := sort.Search(len(t.timeline), func(k int) bool { return t.timeline[k].at.After(at) })
+	past, future = t.timeline[max(0, k-n):k], t.timeline[k:min(len(t.timeline), k+n)]
+	return past, future, k - len(past), len(t.timeline) - k - len(future)
+}
+
+// sortHappenings puts a timeline in order: oldest first, ties by kind, then id, then as given.
+func sortHappenings(h []happening) {
+	slices.SortStableFunc(h, func(a, b happening) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		if a.kind != b.kind {
+			return int(a.kind) - int(b.kind)
+		}
+		return strings.Compare(a.id, b.id)
+	})
 }
 
 // freeze stops the clock at at; a nil at makes it follow the wall clock again.
@@ -244,6 +263,9 @@ func (ts *tenants) build() (orders, shipments int, err error) {
 		if err := t.orders.build(); err != nil {
 			return 0, 0, err
 		}
+		t.timeline = append(t.shipments.happenings, t.orders.happenings...)
+		t.shipments.happenings, t.orders.happenings = nil, nil
+		sortHappenings(t.timeline)
 		orders += t.orders.count()
 		shipments += t.shipments.count()
 	}

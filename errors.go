@@ -1,7 +1,7 @@
-// errors.go is the floor every other file stands on. First the error answers (the codes,
-// the problem type, the one function that writes a problem); then what the files above
-// share beneath them: writing a body and JSON, timestamps and a dataset's instants, dataset
-// faults and strict decoding, the Prefer header, and a timeline's happenings.
+// errors.go holds the errors of the service: the codes and the one table from a code to its
+// status, the problem type and the one function that writes every problem, and the table of
+// answers a test client may ask for. Below them, in a section of its own, is the shared
+// floor: what every file uses beneath its own concern.
 package main
 
 import (
@@ -13,8 +13,6 @@ import (
 	"math"
 	"net/http"
 	"regexp"
-	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -142,6 +140,58 @@ func appendProblem(b []byte, e *apiError, requestID string) []byte {
 	return append(b, '}')
 }
 
+// Simulated answers: what a test client may have the sandbox answer though nothing went
+// wrong, asked for with Prefer: code=... (read beside the simulate wrapper in main.go). This
+// is the one table of them: the Prefer parser's message, the Retry-After rule and the
+// document's checks read it.
+
+// simulatedAnswer is an answer a test client may ask for: the status as Prefer names it, the
+// error the real API would answer with, what its detail says happened, and whether it says
+// when to retry (Retry-After).
+type simulatedAnswer struct {
+	status     string
+	code       code
+	what       string
+	retryAfter bool
+	prefer     *apiError // the answer to Prefer: code=<status>
+}
+
+var simulatedAnswers = []*simulatedAnswer{
+	simulated("429", codeRateLimited, "the rate limit is reached. Retry after the Retry-After seconds.", true),
+	simulated("500", codeInternalError, "an unexpected service failure.", false),
+	simulated("502", codeProviderNotConfirmed, "the provider did not confirm the operation; do not retry a booking blindly.", false),
+	simulated("503", codeProviderUnavailable, "the provider is unavailable. Retry after the Retry-After seconds.", true),
+}
+
+func simulated(status string, c code, what string, retryAfter bool) *simulatedAnswer {
+	return &simulatedAnswer{status: status, code: c, what: what, retryAfter: retryAfter,
+		prefer: &apiError{code: c, detail: "Simulated at your request (Prefer: code=" + status + "): " + what}}
+}
+
+// simulatedAnswerOf is the answer of a status, or nil.
+func simulatedAnswerOf(status string) *simulatedAnswer {
+	for _, a := range simulatedAnswers {
+		if a.status == status {
+			return a
+		}
+	}
+	return nil
+}
+
+// simulatedStatuses lists the statuses that may be asked for: "429, 500, 502, 503".
+func simulatedStatuses() string {
+	var list []string
+	for _, a := range simulatedAnswers {
+		list = append(list, a.status)
+	}
+	return strings.Join(list, ", ")
+}
+
+// The shared floor. What follows is not about errors: it is what every other file uses
+// beneath its own concern (writing a body and JSON, whole numbers, instants, a timeline's
+// entries, a dataset's faults and its reading), kept here at the ground so that every file
+// stands above what it uses and no arrow between files runs back up.
+
 // Writing a body, and JSON.
 
 // The types of the answers' bodies.
@@ -256,12 +306,6 @@ var (
 	errOutOfRFC3339 = errors.New("is an instant outside the years 0000 to 9999 in UTC, which RFC 3339 cannot write")
 )
 
-// The years RFC 3339 can write.
-const (
-	firstRFC3339Year = 0
-	lastRFC3339Year  = 9999
-)
-
 // parseTimestamp reads a strict RFC 3339 date-time with an explicit offset and returns the
 // same instant in UTC, or why it cannot. Instants whose UTC year is outside 0000..9999 are
 // refused: they could not be written back as RFC 3339.
@@ -279,10 +323,16 @@ func parseTimestamp(s string) (time.Time, error) {
 	return t, nil
 }
 
-// writable reports whether RFC 3339 can write t: its UTC year is 0000 to 9999.
+// The first and last instants RFC 3339 can write: the years 0000 to 9999 in UTC.
+var (
+	firstWritable = instantOf(time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC))
+	lastWritable  = instantOf(time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC))
+)
+
+// writable reports whether RFC 3339 can write t.
 func writable(t time.Time) bool {
-	t = t.UTC()
-	return t.Year() >= firstRFC3339Year && t.Year() <= lastRFC3339Year
+	at := instantOf(t)
+	return !firstWritable.after(at) && !at.after(lastWritable)
 }
 
 // formatTimestamp writes an instant as responses do: UTC, suffix Z, fractional seconds
@@ -358,6 +408,27 @@ func (a instant) compare(b instant) int {
 	return 0
 }
 
+// A timeline's entries: what a dataset schedules to happen, which orders.go and
+// tracking.go make and auth.go merges into each tenant's timeline.
+
+// happening is one entry of a tenant's timeline: one thing at one instant.
+type happening struct {
+	at   time.Time
+	kind happeningKind
+	id   string // the order's or the shipment's
+	what string // what happens: "imported", "now fulfilled", an event's status and description
+}
+
+// happeningKind orders the entries of one instant.
+type happeningKind uint8
+
+const (
+	shipmentCreated happeningKind = iota
+	orderImported
+	orderChanged
+	shipmentEvent
+)
+
 // Dataset faults. A dataset that cannot be served is refused at start with the file, the
 // JSON path of the fault and the reason.
 
@@ -370,6 +441,81 @@ type datasetError struct {
 
 func (e *datasetError) Error() string {
 	return fmt.Sprintf("dataset %s: %s: %s", e.file, e.path, e.reason)
+}
+
+// The checks of a dataset's fields. Each names the fault's path as path.name (path alone
+// when name is ""), joined only when there is a fault: a million orders are checked.
+
+// memberPath is the path of member name of the object at path.
+func memberPath(path, name string) string {
+	if name == "" {
+		return path
+	}
+	return path + "." + name
+}
+
+// required refuses an empty value of a required field.
+func required(path, name, value string) error {
+	if value == "" {
+		return &datasetError{path: memberPath(path, name), reason: "required, and must not be empty"}
+	}
+	return nil
+}
+
+// oneOf returns the index of a value in its vocabulary, what names, or refuses it.
+func oneOf(path, name, what, value string, allowed []string) (int, error) {
+	if err := required(path, name, value); err != nil {
+		return 0, err
+	}
+	for i, a := range allowed {
+		if a == value {
+			return i, nil
+		}
+	}
+	return 0, &datasetError{path: memberPath(path, name), reason: fmt.Sprintf("unknown %s %q; want one of %s", what, value, strings.Join(allowed, ", "))}
+}
+
+// maxIDBytes bounds every id, reference, key and tracking number of a dataset: a key must
+// fit a header, and an order id a cursor of at most maxCursorLen.
+const maxIDBytes = 255
+
+// checkID refuses an id, reference, key or tracking number that is empty, longer than
+// maxIDBytes or holds a control character (Unicode's Cc: U+0000 to U+001F and U+007F to
+// U+009F). The value is UTF-8, as the dataset's reader made sure.
+func checkID[T string | []byte](path, name string, value T) error {
+	switch {
+	case len(value) == 0:
+		return &datasetError{path: memberPath(path, name), reason: "required, and must not be empty"}
+	case len(value) > maxIDBytes:
+		return &datasetError{path: memberPath(path, name), reason: fmt.Sprintf("is %d bytes long; at most %d", len(value), maxIDBytes)}
+	}
+	for i := 0; i < len(value); i++ {
+		// U+0080 to U+009F are written C2 80 to C2 9F.
+		if c := value[i]; c < 0x20 || c == 0x7f || c == 0xc2 && i+1 < len(value) && value[i+1] >= 0x80 && value[i+1] <= 0x9f {
+			return &datasetError{path: memberPath(path, name), reason: "holds a control character"}
+		}
+	}
+	return nil
+}
+
+// timestampField reads a dataset timestamp (not a raw event's): it must be strict RFC 3339
+// with an offset, or the dataset is refused.
+func timestampField(path, name, value string) (time.Time, error) {
+	t, err := parseTimestamp(value)
+	if err != nil {
+		return time.Time{}, &datasetError{path: memberPath(path, name), reason: strconv.Quote(value) + " " + err.Error()}
+	}
+	return t, nil
+}
+
+// instantField reads an instant of the dataset's schedule (an order's or a shipment's):
+// RFC 3339, or relative to start; anything else refuses the dataset.
+func instantField(path, name, value string, start time.Time) (time.Time, error) {
+	t, err := parseInstant(value, start)
+	if err != nil {
+		return time.Time{}, &datasetError{path: memberPath(path, name), reason: strconv.Quote(value) + " " + err.Error()}
+	}
+	return t, nil
 }
 
 // Reading a dataset: one JSON text from a stream, in one pass and strictly. Records are
@@ -1066,259 +1212,15 @@ type jsonScalar struct {
 	text     string // when a string
 }
 
-// The checks of a dataset's fields. Each names the fault's path as path.name (path alone
-// when name is ""), joined only when there is a fault: a million orders are checked.
-
-// memberPath is the path of member name of the object at path.
-func memberPath(path, name string) string {
-	if name == "" {
-		return path
-	}
-	return path + "." + name
-}
-
-// required refuses an empty value of a required field.
-func required(path, name, value string) error {
-	if value == "" {
-		return &datasetError{path: memberPath(path, name), reason: "required, and must not be empty"}
-	}
-	return nil
-}
-
-// oneOf returns the index of a value in its vocabulary, what names, or refuses it.
-func oneOf(path, name, what, value string, allowed []string) (int, error) {
-	if err := required(path, name, value); err != nil {
-		return 0, err
-	}
-	for i, a := range allowed {
-		if a == value {
-			return i, nil
-		}
-	}
-	return 0, &datasetError{path: memberPath(path, name), reason: fmt.Sprintf("unknown %s %q; want one of %s", what, value, strings.Join(allowed, ", "))}
-}
-
-// maxIDBytes bounds every id, reference, key and tracking number of a dataset: a key must
-// fit a header, and an order id a cursor of at most maxCursorLen.
-const maxIDBytes = 255
-
-// checkID refuses an id, reference, key or tracking number that is empty, longer than
-// maxIDBytes or holds a control character (Unicode's Cc: U+0000 to U+001F and U+007F to
-// U+009F). The value is UTF-8, as the dataset's reader made sure.
-func checkID[T string | []byte](path, name string, value T) error {
-	switch {
-	case len(value) == 0:
-		return &datasetError{path: memberPath(path, name), reason: "required, and must not be empty"}
-	case len(value) > maxIDBytes:
-		return &datasetError{path: memberPath(path, name), reason: fmt.Sprintf("is %d bytes long; at most %d", len(value), maxIDBytes)}
-	}
-	for i := 0; i < len(value); i++ {
-		// U+0080 to U+009F are written C2 80 to C2 9F.
-		if c := value[i]; c < 0x20 || c == 0x7f || c == 0xc2 && i+1 < len(value) && value[i+1] >= 0x80 && value[i+1] <= 0x9f {
-			return &datasetError{path: memberPath(path, name), reason: "holds a control character"}
-		}
-	}
-	return nil
-}
-
-// timestampField reads a dataset timestamp (not a raw event's): it must be strict RFC 3339
-// with an offset, or the dataset is refused.
-func timestampField(path, name, value string) (time.Time, error) {
-	t, err := parseTimestamp(value)
-	if err != nil {
-		return time.Time{}, &datasetError{path: memberPath(path, name), reason: strconv.Quote(value) + " " + err.Error()}
-	}
-	return t, nil
-}
-
-// instantField reads an instant of the dataset's schedule (an order's or a shipment's):
-// RFC 3339, or relative to start; anything else refuses the dataset.
-func instantField(path, name, value string, start time.Time) (time.Time, error) {
-	t, err := parseInstant(value, start)
-	if err != nil {
-		return time.Time{}, &datasetError{path: memberPath(path, name), reason: strconv.Quote(value) + " " + err.Error()}
-	}
-	return t, nil
-}
-
-// Simulated answers: a test-environment client may ask, with the RFC 7240 Prefer header,
-// for an answer the sandbox never gives on its own (code=429|500|502|503) and/or for a
-// delay (delay=MS), to rehearse how its integration copes, and for the instant its
-// request's resources are judged at (clock="<RFC 3339>"), so that parallel tests on one
-// tenant each keep their own time.
-
-const maxPreferDelay = 10 * time.Second
-
-// simulatedCodes are the statuses a client may ask for, with the answer the real API would give.
-var simulatedCodes = map[string]*apiError{
-	"429": {code: codeRateLimited, detail: "Simulated at your request (Prefer: code=429): the rate limit is reached. Retry after the Retry-After seconds."},
-	"500": {code: codeInternalError, detail: "Simulated at your request (Prefer: code=500): an unexpected service failure."},
-	"502": {code: codeProviderNotConfirmed, detail: "Simulated at your request (Prefer: code=502): the provider did not confirm the operation; do not retry a booking blindly."},
-	"503": {code: codeProviderUnavailable, detail: "Simulated at your request (Prefer: code=503): the provider is unavailable. Retry after the Retry-After seconds."},
-}
-
-// preference is what a request's Prefer header asks of the sandbox.
-type preference struct {
-	answer  *apiError // nil, or one of simulatedCodes
-	delay   time.Duration
-	clock   *time.Time // the instant the request's resources are judged at; nil: the tenant's clock
-	applied string     // the Preference-Applied value, "" when nothing is applied
-}
-
-// maxPreferences is how many preferences of a request are read; the rest are ignored, so
-// that a long header costs no more than a short one.
-const maxPreferences = 16
-
-var errPreferClock = paramError(codeInvalidParameter, "Prefer", `Prefer clock must be an RFC 3339 timestamp with an offset, such as clock="2026-11-01T09:30:00Z", or an instant relative to the start instant, such as clock="start+90s".`)
-
-// parsePrefer reads the Prefer header fields (RFC 7240, section 2): comma-separated
-// preferences, each a token with an optional value (token or quoted string) and optional
-// parameters after ";". Names are case-insensitive; the first instance of a preference
-// counts; preferences other than code, delay and (where readClock) clock are ignored, as
-// the RFC says. Faults are judged in the order sent.
-func parsePrefer(fields []string, readClock bool, start time.Time) (preference, *apiError) {
-	var p preference
-	var seenCode, seenDelay, seenClock bool
-	var applied []string
-	read := 0
-	for _, field := range fields {
-		for rest := field; rest != "" && read < maxPreferences; read++ {
-			var name, value string
-			name, value, rest = nextPreference(rest)
-			switch {
-			case strings.EqualFold(name, "code") && !seenCode:
-				seenCode = true
-				if p.answer = simulatedCodes[value]; p.answer == nil {
-					return p, paramError(codeInvalidParameter, "Prefer", "Prefer code must be one of 429, 500, 502, 503.")
-				}
-				applied = append(applied, "code="+value)
-			case strings.EqualFold(name, "delay") && !seenDelay:
-				seenDelay = true
-				ms, ok := parseWhole(value, int(maxPreferDelay/time.Millisecond))
-				if !ok {
-					return p, paramError(codeInvalidParameter, "Prefer", "Prefer delay must be a whole number of milliseconds from 0 to 10000.")
-				}
-				p.delay = time.Duration(ms) * time.Millisecond
-				applied = append(applied, "delay="+strconv.Itoa(ms))
-			case readClock && strings.EqualFold(name, "clock") && !seenClock:
-				seenClock = true
-				at, err := parseInstant(value, start)
-				if err != nil {
-					return p, errPreferClock
-				}
-				p.clock = &at
-				applied = append(applied, `clock="`+formatTimestamp(at)+`"`)
-			}
-		}
-	}
-	p.applied = strings.Join(applied, ", ")
-	return p, nil
-}
-
-// nextPreference reads the first preference off s in one pass: its name and value (a token,
-// or a quoted string's content), skipping its parameters and the comma that ends it.
-func nextPreference(s string) (name, value, rest string) {
-	i := strings.IndexAny(s, "=;,")
-	if i < 0 {
-		return strings.TrimSpace(s), "", ""
-	}
-	name = strings.TrimSpace(s[:i])
-	if s[i] == '=' {
-		v := strings.TrimLeft(s[i+1:], " \t")
-		i = len(s) - len(v)
-		if v != "" && v[0] == '"' {
-			end := 1
-			for end < len(v) && v[end] != '"' {
-				if v[end] == '\\' {
-					end++
-				}
-				end++
-			}
-			value = unquote(v[:min(end+1, len(v))])
-			i += min(end+1, len(v))
-		} else {
-			end := strings.IndexAny(v, ";,")
-			if end < 0 {
-				end = len(v)
-			}
-			value = strings.TrimSpace(v[:end])
-			i += end
-		}
-	}
-	for quoted := false; i < len(s); i++ { // parameters, up to the comma outside quotes
-		switch {
-		case quoted && s[i] == '\\':
-			i++
-		case s[i] == '"':
-			quoted = !quoted
-		case !quoted && s[i] == ',':
-			return name, value, s[i+1:]
-		}
-	}
-	return name, value, ""
-}
-
-// unquote returns the content of a quoted-string, or s itself when it is a token.
-func unquote(s string) string {
-	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
-		return s
-	}
-	var b strings.Builder
-	for i := 1; i < len(s)-1; i++ {
-		if s[i] == '\\' && i+1 < len(s)-1 {
-			i++
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// A timeline is what a dataset schedules to happen, as the landing page lists it: an
-// order's import and its changes, a shipment's creation and its events scheduled with after.
-
-// happening is one entry of a tenant's timeline: one thing at one instant.
-type happening struct {
-	at   time.Time
-	kind happeningKind
-	id   string // the order's or the shipment's
-	what string // what happens: "imported", "now fulfilled", an event's status and description
-}
-
-// happeningKind orders the entries of one instant.
-type happeningKind uint8
-
-const (
-	shipmentCreated happeningKind = iota
-	orderImported
-	orderChanged
-	shipmentEvent
-)
-
-// sortHappenings puts a timeline in order: oldest first, ties by kind, then id, then as given.
-func sortHappenings(h []happening) {
-	slices.SortStableFunc(h, func(a, b happening) int {
-		if c := a.at.Compare(b.at); c != 0 {
-			return c
-		}
-		if a.kind != b.kind {
-			return int(a.kind) - int(b.kind)
-		}
-		return strings.Compare(a.id, b.id)
+// readList reads the array at path, each element a record that its type decodes.
+func readList[T any, P interface {
+	*T
+	decode(d *jsonReader, path string) error
+}](d *jsonReader, path string, list *[]T) error {
+	return d.array(path, func(i int) error {
+		var rec T
+		err := P(&rec).decode(d, path+"["+strconv.Itoa(i)+"]")
+		*list = append(*list, rec)
+		return err
 	})
-}
-
-// around is the last n happenings at or before at and the next n after it of a timeline
-// kept in sorted parts, and how many more there are on each side.
-func around(at time.Time, n int, parts ...[]happening) (past, future []happening, morePast, moreFuture int) {
-	for _, part := range parts {
-		k := sort.Search(len(part), func(k int) bool { return part[k].at.After(at) })
-		past = append(past, part[max(0, k-n):k]...)
-		future = append(future, part[k:min(len(part), k+n)]...)
-		morePast += k
-		moreFuture += len(part) - k
-	}
-	sortHappenings(past)
-	sortHappenings(future)
-	past, future = past[max(0, len(past)-n):], future[:min(len(future), n)]
-	return past, future, morePast - len(past), moreFuture - len(future)
 }

@@ -520,19 +520,6 @@ func readDatasetFile(src io.Reader, limit int64) (*datasetFile, error) {
 	return ds, err
 }
 
-// readList reads the array at path, each element a record that its type decodes.
-func readList[T any, P interface {
-	*T
-	decode(d *jsonReader, path string) error
-}](d *jsonReader, path string, list *[]T) error {
-	return d.array(path, func(i int) error {
-		var rec T
-		err := P(&rec).decode(d, path+"["+strconv.Itoa(i)+"]")
-		*list = append(*list, rec)
-		return err
-	})
-}
-
 // openDataset opens a -data file, or refuses one whose size is known to be over
 // maxDatasetBytes. Whatever it is (a file, a FIFO, a device), it is read as a stream:
 // opening and reading it may block, which loading bounds from a signal.
@@ -1162,15 +1149,140 @@ func (s *server) simulate(readClock bool) wrapper {
 				}
 			}
 			if p.answer != nil {
-				if p.answer.code == codeRateLimited || p.answer.code == codeProviderUnavailable {
+				if p.answer.retryAfter {
 					w.Header().Set("Retry-After", "1")
 				}
-				writeProblem(w, c.id, p.answer)
+				writeProblem(w, c.id, p.answer.prefer)
 				return
 			}
 			next(w, r, c)
 		}
 	}
+}
+
+// The Prefer header (RFC 7240): a test-environment client may ask for an answer the sandbox
+// never gives on its own (code=429|500|502|503, errors.go's simulatedAnswers), for a delay
+// (delay=MS), to rehearse how its integration copes, and for the instant its request's
+// resources are judged at (clock="<RFC 3339>" or "start+90s"), so that parallel tests on one
+// tenant each keep their own time. simulate applies what parsePrefer reads.
+
+// maxPreferDelay is the longest delay a request may ask for.
+const maxPreferDelay = 10 * time.Second
+
+// preference is what a request's Prefer header asks of the sandbox.
+type preference struct {
+	answer  *simulatedAnswer // nil, or one of simulatedAnswers
+	delay   time.Duration
+	clock   *time.Time // the instant the request's resources are judged at; nil: the tenant's clock
+	applied string     // the Preference-Applied value, "" when nothing is applied
+}
+
+// maxPreferences is how many preferences of a request are read; the rest are ignored, so
+// that a long header costs no more than a short one.
+const maxPreferences = 16
+
+var errPreferClock = paramError(codeInvalidParameter, "Prefer", `Prefer clock must be an RFC 3339 timestamp with an offset, such as clock="2026-11-01T09:30:00Z", or an instant relative to the start instant, such as clock="start+90s".`)
+
+// parsePrefer reads the Prefer header fields (RFC 7240, section 2): comma-separated
+// preferences, each a token with an optional value (token or quoted string) and optional
+// parameters after ";". Names are case-insensitive; the first instance of a preference
+// counts; preferences other than code, delay and (where readClock) clock are ignored, as
+// the RFC says. Faults are judged in the order sent.
+func parsePrefer(fields []string, readClock bool, start time.Time) (preference, *apiError) {
+	var p preference
+	var seenCode, seenDelay, seenClock bool
+	var applied []string
+	read := 0
+	for _, field := range fields {
+		for rest := field; rest != "" && read < maxPreferences; read++ {
+			var name, value string
+			name, value, rest = nextPreference(rest)
+			switch {
+			case strings.EqualFold(name, "code") && !seenCode:
+				seenCode = true
+				if p.answer = simulatedAnswerOf(value); p.answer == nil {
+					return p, paramError(codeInvalidParameter, "Prefer", "Prefer code must be one of "+simulatedStatuses()+".")
+				}
+				applied = append(applied, "code="+value)
+			case strings.EqualFold(name, "delay") && !seenDelay:
+				seenDelay = true
+				ms, ok := parseWhole(value, int(maxPreferDelay/time.Millisecond))
+				if !ok {
+					return p, paramError(codeInvalidParameter, "Prefer", "Prefer delay must be a whole number of milliseconds from 0 to 10000.")
+				}
+				p.delay = time.Duration(ms) * time.Millisecond
+				applied = append(applied, "delay="+strconv.Itoa(ms))
+			case readClock && strings.EqualFold(name, "clock") && !seenClock:
+				seenClock = true
+				at, err := parseInstant(value, start)
+				if err != nil {
+					return p, errPreferClock
+				}
+				p.clock = &at
+				applied = append(applied, `clock="`+formatTimestamp(at)+`"`)
+			}
+		}
+	}
+	p.applied = strings.Join(applied, ", ")
+	return p, nil
+}
+
+// nextPreference reads the first preference off s in one pass: its name and value (a token,
+// or a quoted string's content), skipping its parameters and the comma that ends it.
+func nextPreference(s string) (name, value, rest string) {
+	i := strings.IndexAny(s, "=;,")
+	if i < 0 {
+		return strings.TrimSpace(s), "", ""
+	}
+	name = strings.TrimSpace(s[:i])
+	if s[i] == '=' {
+		v := strings.TrimLeft(s[i+1:], " \t")
+		i = len(s) - len(v)
+		if v != "" && v[0] == '"' {
+			end := 1
+			for end < len(v) && v[end] != '"' {
+				if v[end] == '\\' {
+					end++
+				}
+				end++
+			}
+			value = unquote(v[:min(end+1, len(v))])
+			i += min(end+1, len(v))
+		} else {
+			end := strings.IndexAny(v, ";,")
+			if end < 0 {
+				end = len(v)
+			}
+			value = strings.TrimSpace(v[:end])
+			i += end
+		}
+	}
+	for quoted := false; i < len(s); i++ { // parameters, up to the comma outside quotes
+		switch {
+		case quoted && s[i] == '\\':
+			i++
+		case s[i] == '"':
+			quoted = !quoted
+		case !quoted && s[i] == ',':
+			return name, value, s[i+1:]
+		}
+	}
+	return name, value, ""
+}
+
+// unquote returns the content of a quoted-string, or s itself when it is a token.
+func unquote(s string) string {
+	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
+		return s
+	}
+	var b strings.Builder
+	for i := 1; i < len(s)-1; i++ {
+		if s[i] == '\\' && i+1 < len(s)-1 {
+			i++
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // maxBodyBytes is the request body limit: 256 KiB.

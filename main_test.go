@@ -3160,6 +3160,22 @@ func TestOpenAPIDocumentForClients(t *testing.T) {
 		}
 	}
 	arrays("$", doc)
+	// The simulated answers, from their one table: Prefer names them all, and each one's
+	// answer documents Retry-After exactly when the table says it carries it.
+	prefer := fmt.Sprint(asMap(asMap(asMap(doc["components"])["parameters"])["Prefer"])["description"])
+	if want := "code=" + strings.ReplaceAll(simulatedStatuses(), ", ", "|"); !strings.Contains(prefer, want+" ") {
+		t.Errorf("the Prefer parameter does not name %s: %s", want, prefer)
+	}
+	list := asMap(asMap(asMap(asMap(doc["paths"])["/orders"])["get"])["responses"])
+	for _, a := range simulatedAnswers {
+		resp := asMap(list[a.status])
+		if ref, ok := resp["$ref"].(string); ok {
+			resp = asMap(asMap(asMap(doc["components"])["responses"])[strings.TrimPrefix(ref, "#/components/responses/")])
+		}
+		if _, documented := asMap(resp["headers"])["Retry-After"]; documented != a.retryAfter {
+			t.Errorf("GET /v1/orders %s documents Retry-After %v; the simulated answer carries it: %v", a.status, documented, a.retryAfter)
+		}
+	}
 	if typ := asMap(asMap(asMap(asMap(doc["components"])["headers"])["Retry-After"])["schema"])["type"]; typ != "integer" {
 		t.Errorf("Retry-After is typed %v, want integer", typ)
 	}

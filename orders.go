@@ -194,9 +194,9 @@ type orderLink struct {
 	createdAt  instant
 }
 
-// statusAt is the status at at of an order whose first status is first and whose changes
+// orderStatusAt is the status at at of an order whose first status is first and whose changes
 // are changes: that of its last change at or before at.
-func statusAt(first uint8, changes []statusChange, at instant) uint8 {
+func orderStatusAt(first uint8, changes []statusChange, at instant) uint8 {
 	k := sort.Search(len(changes), func(k int) bool { return changes[k].at.after(at) })
 	if k == 0 {
 		return first
@@ -248,7 +248,7 @@ func (ix *orderIndex) addOrder(path, where string, rs *orderRecords, r int, star
 	p.endChange = uint32(len(ix.changes))
 	changes := ix.changes[p.firstChange:p.endChange]
 	if rec.imported || relativeInstant.MatchString(rs.str(rec.createdAt)) {
-		ix.happenings = append(ix.happenings, happening{at: p.importedAt.time(), kind: orderImported, id: id, what: "imported, " + orderStatuses[statusAt(p.status, changes, p.importedAt)]})
+		ix.happenings = append(ix.happenings, happening{at: p.importedAt.time(), kind: orderImported, id: id, what: "imported, " + orderStatuses[orderStatusAt(p.status, changes, p.importedAt)]})
 	}
 	for _, c := range changes {
 		ix.happenings = append(ix.happenings, happening{at: c.at.time(), kind: orderChanged, id: id, what: "now " + orderStatuses[c.status]})
@@ -482,7 +482,6 @@ func (ix *orderIndex) build() error {
 	ix.recs, ix.pending, ix.changes, ix.links = nil, nil, nil, nil
 	ix.table = newIDTable(ix)
 	slices.SortFunc(ix.imports, instant.compare)
-	sortHappenings(ix.happenings)
 	return nil
 }
 
@@ -560,7 +559,7 @@ type orderIndex struct {
 	states     []orderState    // every timeline's states, in order
 	stateJSON  []byte          // every state's JSON
 	imports    []instant       // the imports of the orders with a timeline, sorted
-	happenings []happening     // what the dataset schedules for the orders, in order
+	happenings []happening     // while loading: what the dataset schedules for the orders
 }
 
 // storedOrder is one order's record: where its JSON and id are, its created_at, its status
@@ -636,9 +635,11 @@ func (ix *orderIndex) createdAt(i int) time.Time {
 
 // after reports whether order i was created after at.
 func (ix *orderIndex) after(i int, at time.Time) bool {
-	r := &ix.records[i]
-	return r.sec > at.Unix() || r.sec == at.Unix() && r.nsec > int32(at.Nanosecond())
+	return ix.records[i].created().after(instantOf(at))
 }
+
+// created is the order's created_at.
+func (r *storedOrder) created() instant { return instant{r.sec, r.nsec} }
 
 // idTable finds an order by its id: open addressing over slots holding index+1 (0 is
 // empty), so that a million ids cost four bytes each and nothing for the collector.
@@ -979,9 +980,6 @@ func (ix *orderIndex) firstListed(at time.Time, n int) ([]listedOrder, int) {
 	})
 	return orders, ix.listedCount(at) - len(orders)
 }
-
-// timeline is what the dataset schedules for the orders, in order.
-func (ix *orderIndex) timeline() []happening { return ix.happenings }
 
 // timelineOf is the timeline of order i, which has one.
 func (ix *orderIndex) timelineOf(i int) *orderTimeline {

@@ -298,7 +298,7 @@ type shipmentIndex struct {
 	byTrackingNumber map[string]*numberHolders // the shipments that hold each primary number
 	created          createdTree               // finds the shipments found at an instant without a scan
 	creations        []instant                 // the creation instants given, sorted: how many are found
-	happenings       []happening               // creations and events scheduled with after, in order
+	happenings       []happening               // while loading: creations and events scheduled with after
 }
 
 func newShipmentIndex() shipmentIndex {
@@ -378,7 +378,6 @@ func (ix *shipmentIndex) count() int { return len(ix.list) }
 // build prepares what the index finds without a scan, once every shipment is added.
 func (ix *shipmentIndex) build() {
 	slices.SortFunc(ix.creations, instant.compare)
-	sortHappenings(ix.happenings)
 	if len(ix.creations) > 0 {
 		ix.created = newCreatedTree(ix.list)
 	}
@@ -444,9 +443,6 @@ func (ix *shipmentIndex) firstShown(at time.Time, n int) ([]shownShipment, int) 
 	found := len(ix.list) - len(ix.creations) + sort.Search(len(ix.creations), func(k int) bool { return ix.creations[k].after(now) })
 	return shown, found - len(shown)
 }
-
-// timeline is what the dataset schedules for the shipments, in order.
-func (ix *shipmentIndex) timeline() []happening { return ix.happenings }
 
 // numberHolders are the shipments of a tenant that hold one primary tracking number, as
 // far as a lookup needs them: at any instant the number is held by none, by one (the
