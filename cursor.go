@@ -84,35 +84,32 @@ var (
 	errCursorMalformed = paramError(codeInvalidCursor, "cursor", "The cursor is not a next_cursor of this API. Pass next_cursor from the previous page unchanged.")
 	errCursorForged    = paramError(codeInvalidCursor, "cursor", "The cursor was not issued by this sandbox or was altered. Cursors do not survive a restart unless -cursor-secret is set.")
 	errCursorTenant    = paramError(codeInvalidCursor, "cursor", "The cursor was issued to another account or environment.")
-	errCursorFilters   = paramError(codeInvalidCursor, "cursor", "The cursor was issued for other filters. Keep status, created_from and created_to the same between pages.")
 )
 
-// verify returns the position a cursor holds if this signer issued it for the tenant and
-// filters given; owner is the tag of the tenant.
-func (c *cursorSigner) verify(s string, owner, filters tag) (cursorPosition, error) {
+// verify returns the position a cursor holds and the filters it was issued for if this
+// signer issued it for the tenant owner (a tag); whether its filters are the page's is the
+// list's to judge.
+func (c *cursorSigner) verify(s string, owner tag) (cursorPosition, tag, error) {
 	if len(s) > maxCursorLen || !isBase64URL(s) {
-		return cursorPosition{}, errCursorMalformed
+		return cursorPosition{}, tag{}, errCursorMalformed
 	}
 	b, err := strictBase64.DecodeString(s)
 	if err != nil || len(b) < cursorHeaderLen+1+sha256.Size || b[0] != cursorVersion {
-		return cursorPosition{}, errCursorMalformed
+		return cursorPosition{}, tag{}, errCursorMalformed
 	}
 	body, mac := b[:len(b)-sha256.Size], b[len(b)-sha256.Size:]
 	if !hmac.Equal(mac, c.mac(body)) {
-		return cursorPosition{}, errCursorForged
+		return cursorPosition{}, tag{}, errCursorForged
 	}
 	if tag(body[1:9]) != owner {
-		return cursorPosition{}, errCursorTenant
-	}
-	if tag(body[9:17]) != filters {
-		return cursorPosition{}, errCursorFilters
+		return cursorPosition{}, tag{}, errCursorTenant
 	}
 	nsec := binary.BigEndian.Uint32(body[25:29])
 	if nsec >= uint32(time.Second) {
-		return cursorPosition{}, errCursorMalformed
+		return cursorPosition{}, tag{}, errCursorMalformed
 	}
 	sec := int64(binary.BigEndian.Uint64(body[17:25]))
-	return cursorPosition{createdAt: time.Unix(sec, int64(nsec)).UTC(), id: string(body[cursorHeaderLen:])}, nil
+	return cursorPosition{createdAt: time.Unix(sec, int64(nsec)).UTC(), id: string(body[cursorHeaderLen:])}, tag(body[9:17]), nil
 }
 
 // isBase64URL reports whether s holds only the base64url alphabet: the decoder itself

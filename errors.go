@@ -214,7 +214,9 @@ func writeBody(w http.ResponseWriter, status int, contentType string, parts ...[
 	h.Set("Content-Length", strconv.Itoa(n))
 	w.WriteHeader(status)
 	for _, p := range parts {
-		w.Write(p)
+		if len(p) > 0 {
+			w.Write(p)
+		}
 	}
 }
 

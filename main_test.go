@@ -5446,7 +5446,7 @@ func checkOrderIndex(t testing.TB, ix *orderIndex) {
 	}
 	// Each order is in its status's list, or, with a timeline, in the list of those that move.
 	total := len(ix.moving)
-	for s, list := range ix.byStatus {
+	for s, list := range ix.byValue[0] {
 		for k, i := range list {
 			if int(ix.records[i].status) != s || ix.records[i].moves || k > 0 && list[k-1] >= i {
 				t.Fatalf("the %s list holds order %d (%s) at %d", orderStatuses[s], i, orderStatuses[ix.records[i].status], k)
@@ -5554,20 +5554,65 @@ func (c *cursorSigner) sign(tenant, filters tag, pos cursorPosition) string {
 	return string(c.appendSigned(nil, tenant, filters, pos.createdAt, []byte(pos.id)))
 }
 
+// TestListParamsAreOneTable: the parameters of GET /v1/orders are one table, which the
+// README's list, the document's and the messages that name them follow.
+func TestListParamsAreOneTable(t *testing.T) {
+	t.Parallel()
+	var names []string
+	for _, p := range listParams {
+		names = append(names, p.name)
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := regexp.MustCompile("(?s)\\| Parameter \\| Values \\|\n\\|---\\|---\\|\n(.*?)\n\n").FindSubmatch(readme)
+	if table == nil {
+		t.Fatal("the README has no table of GET /v1/orders's parameters")
+	}
+	var inReadme []string
+	for _, row := range strings.Split(string(table[1]), "\n") {
+		first, _, _ := strings.Cut(strings.TrimPrefix(row, "| "), " |")
+		for _, m := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(first, -1) {
+			inReadme = append(inReadme, m[1])
+		}
+	}
+	doc := theOpenAPI(t)
+	var inDocument []string
+	for _, p := range asSlice(asMap(asMap(asMap(doc.root["paths"])["/orders"])["get"])["parameters"]) {
+		if name := fmt.Sprint(doc.resolve(p)["name"]); name != "Prefer" {
+			inDocument = append(inDocument, name)
+		}
+	}
+	for what, list := range map[string][]string{"the README": inReadme, "the document": inDocument} {
+		if !slices.Equal(slices.Sorted(slices.Values(list)), slices.Sorted(slices.Values(names))) {
+			t.Errorf("%s lists the parameters %v, the table %v", what, list, names)
+		}
+	}
+	e := newEnv(t, envOptions{rate: -1})
+	if p := wantProblem(t, e.get(t, "/v1/orders?page=2", "sk_test_sandbox_all"), 422, "unknown_parameter", "page"); !strings.Contains(p.Detail, "takes limit, cursor, status, created_from and created_to.") {
+		t.Errorf("the unknown parameter's detail is %q", p.Detail)
+	}
+	if !strings.Contains(errCursorFilters.detail, "Keep status, created_from and created_to the same") {
+		t.Errorf("the cursor's filters are named %q", errCursorFilters.detail)
+	}
+}
+
 // TestCursorBindsEnvironment: the environment is part of the tenant a cursor is bound to.
 // (Live keys answer 503 before any parameter, so this is only reachable below the API.)
 func TestCursorBindsEnvironment(t *testing.T) {
 	t.Parallel()
 	c := newCursorSigner([]byte("k"))
 	pos := cursorPosition{createdAt: testNow, id: "ord_1"}
-	filters := (&orderQuery{status: -1}).filterTag()
+	every := everyOrder()
+	filters := every.tag()
 	s := c.sign(tagOf("tenant", "acct_sandbox", "test"), filters, pos)
-	if _, err := c.verify(s, tagOf("tenant", "acct_sandbox", "live"), filters); err != errCursorTenant {
+	if _, _, err := c.verify(s, tagOf("tenant", "acct_sandbox", "live")); err != errCursorTenant {
 		t.Errorf("verify in the live environment = %v, want %v", err, errCursorTenant)
 	}
-	got, err := c.verify(s, tagOf("tenant", "acct_sandbox", "test"), filters)
-	if err != nil || got != pos {
-		t.Errorf("verify = %v, %v; want %v", got, err, pos)
+	got, bound, err := c.verify(s, tagOf("tenant", "acct_sandbox", "test"))
+	if err != nil || got != pos || bound != filters {
+		t.Errorf("verify = %v, %v, %v; want %v and its filters", got, bound, err, pos)
 	}
 }
 
@@ -5884,7 +5929,9 @@ func FuzzParseInstant(f *testing.F) {
 
 func FuzzCursorVerify(f *testing.F) {
 	c := newCursorSigner([]byte("fuzz"))
-	tenant, filters := tagOf("tenant", "acct_sandbox", "test"), (&orderQuery{status: 2}).filterTag()
+	fulfilled := everyOrder()
+	fulfilled.equal[0] = 2
+	tenant, filters := tagOf("tenant", "acct_sandbox", "test"), fulfilled.tag()
 	for _, pos := range []cursorPosition{{testNow, "ord_sbx_0001"}, {time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC), "x"}, {testNow.Add(time.Nanosecond), strings.Repeat("o", 300)}} {
 		f.Add(c.sign(tenant, filters, pos))
 	}
@@ -5892,7 +5939,7 @@ func FuzzCursorVerify(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		pos, err := c.verify(s, tenant, filters)
+		pos, bound, err := c.verify(s, tenant)
 		if err != nil {
 			if e := asAPIError(err); e == nil || e.code != codeInvalidCursor || e.param == nil || *e.param != "cursor" {
 				t.Fatalf("verify(%q) = %+v, want an invalid_cursor error", s, err)
@@ -5900,7 +5947,7 @@ func FuzzCursorVerify(f *testing.F) {
 			return
 		}
 		// Only a cursor this signer issued verifies, and it has one spelling.
-		if again := c.sign(tenant, filters, pos); again != s {
+		if again := c.sign(tenant, bound, pos); again != s || bound != filters {
 			t.Fatalf("verify(%q) passed, but the cursor for its position is %q", s, again)
 		}
 	})
@@ -5919,7 +5966,7 @@ func FuzzOrderQuery(f *testing.F) {
 			}
 			return
 		}
-		if q.limit < 1 || q.limit > maxPageSize || q.status < -1 || q.status >= len(orderStatuses) || q.hasFrom && q.hasTo && q.from.After(q.to) {
+		if q.limit < 1 || q.limit > maxPageSize || q.filter.equal[0] < anyValue || int(q.filter.equal[0]) >= len(orderStatuses) || q.filter.from.after(q.filter.to) {
 			t.Fatalf("parseOrderQuery(%q) accepted %+v", raw, q)
 		}
 	})
@@ -6162,8 +6209,8 @@ func BenchmarkListOrders(b *testing.B) {
 		ix := &e.sb.tenants.byID[seedTenant].orders
 		oldest := ix.createdAt(ix.count() - 1)
 		middle := ix.count() / 2
-		q := orderQuery{status: -1}
-		deep := e.srv.lister.cursors.sign(ix.tag, q.filterTag(), cursorPosition{ix.createdAt(middle), string(ix.id(middle))})
+		every := everyOrder()
+		deep := e.srv.cursors.sign(ix.tag, every.tag(), cursorPosition{ix.createdAt(middle), string(ix.id(middle))})
 		cases := []struct{ name, query string }{
 			{"no_filter", "limit=100"},
 			{"status", "limit=100&status=fulfilled"},

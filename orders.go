@@ -10,13 +10,11 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
-	"net/http"
 	"net/url"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -453,7 +451,9 @@ func (ix *orderIndex) build() error {
 	ix.records = make([]storedOrder, 0, n)
 	ix.bytes = make([]byte, 0, n*180)
 	ix.ids = make([]byte, 0, n*16)
-	ix.byStatus = make([][]int32, len(orderStatuses))
+	for k, ef := range equalityFilters {
+		ix.byValue[k] = make([][]int32, len(ef.vocabulary))
+	}
 	var given, seed loadingOrder // the next of each, newest first
 	var idBuf, refBuf [32]byte
 	if len(ix.pending) > 0 {
@@ -498,7 +498,10 @@ func (ix *orderIndex) store(o *loadingOrder) error {
 		idOff: uint32(len(ix.ids)), idLen: uint8(len(o.id)), status: last, moves: o.moves()})
 	ix.ids = append(ix.ids, o.id...)
 	if !o.moves() {
-		ix.byStatus[o.status] = append(ix.byStatus[o.status], i)
+		for k, ef := range equalityFilters {
+			v := ef.value(&ix.records[i], nil)
+			ix.byValue[k][v] = append(ix.byValue[k][v], i)
+		}
 		return nil
 	}
 	ix.moving = append(ix.moving, i)
@@ -542,17 +545,17 @@ func (ix *orderIndex) store(o *loadingOrder) error {
 // orders whose showing moves with the clock (a late import, a change, a link that appears)
 // keep a timeline beside: the states they pass through, each with its JSON.
 type orderIndex struct {
-	tag        tag              // binds cursors to the tenant
-	recs       *orderRecords    // while loading: the dataset's orders
-	pending    []pendingOrder   // while loading: the tenant's, checked
-	byID       map[string]int32 // while loading: the index of each in pending
-	changes    []statusChange   // while loading: their changes
-	links      []orderLink      // while loading: their links
-	seeds      int              // -seed-orders, generated at build
-	records    []storedOrder    // in list order
-	bytes      []byte           // each order's JSON in list order, each followed by a comma
-	ids        []byte           // each order's id, in list order
-	byStatus   [][]int32        // indexes of the orders without a timeline, per status, in list order
+	tag        tag                             // binds cursors to the tenant
+	recs       *orderRecords                   // while loading: the dataset's orders
+	pending    []pendingOrder                  // while loading: the tenant's, checked
+	byID       map[string]int32                // while loading: the index of each in pending
+	changes    []statusChange                  // while loading: their changes
+	links      []orderLink                     // while loading: their links
+	seeds      int                             // -seed-orders, generated at build
+	records    []storedOrder                   // in list order
+	bytes      []byte                          // each order's JSON in list order, each followed by a comma
+	ids        []byte                          // each order's id, in list order
+	byValue    [len(equalityFilters)][][]int32 // for each equality filter, the orders without a timeline of each value, in list order
 	table      idTable
 	moving     []int32         // indexes of the orders with a timeline, in list order
 	timelines  []orderTimeline // theirs, in the same order
@@ -678,18 +681,175 @@ func (t *idTable) find(ix *orderIndex, id string) int {
 	return -1
 }
 
-// orderQuery is a parsed GET /v1/orders query.
-type orderQuery struct {
-	limit          int
-	status         int // index into orderStatuses, -1 for any
-	from, to       time.Time
-	hasFrom, hasTo bool
-	cursor         string
-	hasCursor      bool
+// The query of GET /v1/orders: one table of its parameters, which its parser, its messages,
+// the cursor's binding of the filters and the README's list (a test checks it) all read.
+
+// orderFilter is what a list keeps of the orders: for each equality filter the value it
+// keeps (anyValue for every order), and an inclusive range of created_at (dawn and never
+// where it is open). The cursor binds it: a page is of one filter.
+type orderFilter struct {
+	equal    [len(equalityFilters)]int8
+	from, to instant
 }
 
-// listParams are the parameters GET /v1/orders takes.
-var listParams = []string{"limit", "cursor", "status", "created_from", "created_to"}
+// anyValue is an equality filter that keeps every order.
+const anyValue = -1
+
+// everyOrder is the filter of a query that gives none.
+func everyOrder() orderFilter {
+	f := orderFilter{from: dawn, to: never}
+	for k := range f.equal {
+		f.equal[k] = anyValue
+	}
+	return f
+}
+
+// equalityFilter is a parameter that keeps the orders whose field has one value of its
+// vocabulary. Each has an index, built from this table: the orders without a timeline of
+// each value, in list order.
+type equalityFilter struct {
+	param      string
+	vocabulary []string
+	value      func(r *storedOrder, st *orderState) uint8 // the order's, as it shows in st (nil: it has no timeline)
+}
+
+var equalityFilters = [...]equalityFilter{
+	{"status", orderStatuses, func(r *storedOrder, st *orderState) uint8 {
+		if st != nil {
+			return st.status
+		}
+		return r.status
+	}},
+}
+
+// keeps reports whether f keeps order i, which shows as st (nil: it has no timeline), by
+// its equality filters.
+func (f *orderFilter) keeps(r *storedOrder, st *orderState) bool {
+	for k, v := range f.equal {
+		if v != anyValue && equalityFilters[k].value(r, st) != uint8(v) {
+			return false
+		}
+	}
+	return true
+}
+
+// narrowest is the first equality filter f sets, whose index a page walks, or -1.
+func (f *orderFilter) narrowest() int {
+	for k, v := range f.equal {
+		if v != anyValue {
+			return k
+		}
+	}
+	return -1
+}
+
+// equalities is how many equality filters f sets.
+func (f *orderFilter) equalities() int {
+	n := 0
+	for _, v := range f.equal {
+		if v != anyValue {
+			n++
+		}
+	}
+	return n
+}
+
+// tag binds a cursor to the filter: the same instants, however written, are the same filter.
+func (f *orderFilter) tag() tag {
+	var buf [len(equalityFilters) + 2*13]byte
+	b := buf[:0]
+	for _, v := range f.equal {
+		b = append(b, byte(v+1))
+	}
+	for _, bound := range [...]instant{f.from, f.to} {
+		if bound == dawn || bound == never {
+			b = append(b, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+			continue
+		}
+		b = append(b, 1)
+		b = binary.BigEndian.AppendUint64(b, uint64(bound.sec))
+		b = binary.BigEndian.AppendUint32(b, uint32(bound.nsec))
+	}
+	return tagOf("orders", string(b))
+}
+
+// orderQuery is a parsed GET /v1/orders query.
+type orderQuery struct {
+	limit  int
+	cursor *string // verified against the filter once it is read whole
+	filter orderFilter
+}
+
+// listParam is a parameter of GET /v1/orders and how its value is read into a query. A
+// filter's value is bound to the cursor: it must stay the same between pages.
+type listParam struct {
+	name   string
+	filter bool
+	read   func(q *orderQuery, value string) error
+}
+
+// listParams are the parameters of GET /v1/orders, in the order its messages name them.
+var listParams = listParamsOf()
+
+func listParamsOf() []listParam {
+	params := []listParam{{"limit", false, readLimit}, {"cursor", false, func(q *orderQuery, v string) error { q.cursor = &v; return nil }}}
+	for k := range equalityFilters {
+		params = append(params, listParam{equalityFilters[k].param, true, readEqual(k)})
+	}
+	return append(params,
+		listParam{"created_from", true, readBound("created_from", func(f *orderFilter) *instant { return &f.from })},
+		listParam{"created_to", true, readBound("created_to", func(f *orderFilter) *instant { return &f.to })})
+}
+
+// listParamNames names the parameters (the filters only, when filters), as a sentence
+// does: "status, created_from and created_to".
+func listParamNames(filters bool) string {
+	var names []string
+	for _, p := range listParams {
+		if p.filter || !filters {
+			names = append(names, p.name)
+		}
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
+func readLimit(q *orderQuery, value string) error {
+	n, ok := parseWhole(value, maxPageSize)
+	if !ok || n < 1 {
+		return paramError(codeInvalidParameter, "limit", fmt.Sprintf("limit must be a whole number from 1 to %d.", maxPageSize))
+	}
+	q.limit = n
+	return nil
+}
+
+// readEqual reads the value of equality filter k.
+func readEqual(k int) func(q *orderQuery, value string) error {
+	ef := &equalityFilters[k]
+	return func(q *orderQuery, value string) error {
+		v := slices.Index(ef.vocabulary, value)
+		if v < 0 {
+			return paramError(codeInvalidParameter, ef.param, ef.param+" must be one of "+strings.Join(ef.vocabulary, ", ")+".")
+		}
+		q.filter.equal[k] = int8(v)
+		return nil
+	}
+}
+
+// readBound reads the instant of created_from or created_to (name) into the bound of the
+// filter that bound picks.
+func readBound(name string, bound func(f *orderFilter) *instant) func(q *orderQuery, value string) error {
+	return func(q *orderQuery, value string) error {
+		t, err := parseTimestamp(value)
+		if _, plus := parseTimestamp(strings.Replace(value, " ", "+", 1)); err != nil && plus == nil {
+			return paramError(codeInvalidParameter, name, "The value of "+name+" has a space where its offset's + should be: a query reads a literal + as a space. Send the + as %2B (such as 2026-11-01T00:00:00%2B01:00), or give the instant in Z.")
+		}
+		if err != nil {
+			return paramError(codeInvalidParameter, name, "The value of "+name+" "+err.Error()+".")
+		}
+		*bound(&q.filter) = instantOf(t)
+		return nil
+	}
+}
 
 // queryParam is one name=value pair of a query, its name decoded; a name that cannot be
 // decoded is kept as sent (and is then no parameter's name).
@@ -739,120 +899,72 @@ func refuseParams(raw string) error {
 
 // parseOrderQuery reads the GET /v1/orders query. Faults are reported in the order the
 // parameters were sent, each pair judged by its name, then by its value; the cursor itself
-// is verified later, against the filters.
+// is verified later, against the filter.
 func parseOrderQuery(raw string) (orderQuery, error) {
-	q := orderQuery{limit: defaultPageSize, status: -1}
-	var seen [5]bool // indexed like listParams
+	q := orderQuery{limit: defaultPageSize, filter: everyOrder()}
+	var seen uint64 // a bit for each of listParams
 	for p, rest, ok := nextParam(raw); ok; p, rest, ok = nextParam(rest) {
-		i := slices.Index(listParams, p.name)
+		i := slices.IndexFunc(listParams, func(lp listParam) bool { return lp.name == p.name })
 		if i < 0 {
-			return q, unknownParam(p.name, "GET /v1/orders takes limit, cursor, status, created_from and created_to.")
+			return q, unknownParam(p.name, "GET /v1/orders takes "+listParamNames(false)+".")
 		}
-		if seen[i] {
+		if seen&(1<<i) != 0 {
 			return q, paramError(codeInvalidParameter, p.name, p.name+" is given more than once; give it once.")
 		}
-		seen[i] = true
+		seen |= 1 << i
 		value, err := p.value()
 		if err != nil {
 			return q, err
 		}
-		if err := q.set(p.name, value); err != nil {
+		if err := listParams[i].read(&q, value); err != nil {
 			return q, err
 		}
 	}
-	if q.hasFrom && q.hasTo && q.from.After(q.to) {
+	if q.filter.from.after(q.filter.to) {
 		return q, paramError(codeInvalidParameter, "created_from", "created_from must not be after created_to.")
 	}
 	return q, nil
 }
 
-// set takes one parameter's value.
-func (q *orderQuery) set(name, value string) error {
-	switch name {
-	case "limit":
-		n, ok := parseWhole(value, maxPageSize)
-		if !ok || n < 1 {
-			return paramError(codeInvalidParameter, "limit", "limit must be a whole number from 1 to 100.")
-		}
-		q.limit = n
-	case "status":
-		if q.status = slices.Index(orderStatuses, value); q.status < 0 {
-			return paramError(codeInvalidParameter, "status", "status must be one of "+strings.Join(orderStatuses, ", ")+".")
-		}
-	case "created_from", "created_to":
-		t, err := parseTimestamp(value)
-		if _, plus := parseTimestamp(strings.Replace(value, " ", "+", 1)); err != nil && plus == nil {
-			return paramError(codeInvalidParameter, name, "The value of "+name+" has a space where its offset's + should be: a query reads a literal + as a space. Send the + as %2B (such as 2026-11-01T00:00:00%2B01:00), or give the instant in Z.")
-		}
-		if err != nil {
-			return paramError(codeInvalidParameter, name, "The value of "+name+" "+err.Error()+".")
-		}
-		if name == "created_from" {
-			q.from, q.hasFrom = t, true
-		} else {
-			q.to, q.hasTo = t, true
-		}
-	case "cursor":
-		q.cursor, q.hasCursor = value, true
-	}
-	return nil
-}
+// errCursorFilters answers a cursor of another filter.
+var errCursorFilters = paramError(codeInvalidCursor, "cursor", "The cursor was issued for other filters. Keep "+listParamNames(true)+" the same between pages.")
 
-// filterTag binds a cursor to the filters of a query: the same instants, however written,
-// are the same filter.
-func (q *orderQuery) filterTag() tag {
-	var buf [1 + 2*13]byte
-	b := append(buf[:0], byte(q.status+1))
-	for _, bound := range []struct {
-		set bool
-		at  time.Time
-	}{{q.hasFrom, q.from}, {q.hasTo, q.to}} {
-		if bound.set {
-			b = append(b, 1)
-			b = binary.BigEndian.AppendUint64(b, uint64(bound.at.Unix()))
-			b = binary.BigEndian.AppendUint32(b, uint32(bound.at.Nanosecond()))
-		} else {
-			b = append(b, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-		}
-	}
-	return tagOf("orders", string(b))
-}
+// Pages: what a list shows at an instant, without a scan.
 
-// span is where the list a query asks for lies as the clock shows it at at, in positions
-// of the list of all orders, after the position after: from the newest created at or before
-// both at and created_to (an order is listed from its import, which is never before its
+// span is where the list f asks for lies as the clock shows it at at, in positions of the
+// list of all orders, after the position after: from the newest created at or before both
+// at and created_to (an order is listed from its import, which is never before its
 // created_at), to the last created at or after created_from.
-func (ix *orderIndex) span(q *orderQuery, after *cursorPosition, at time.Time) (lo, hi int) {
+func (ix *orderIndex) span(f *orderFilter, after *cursorPosition, at instant) (lo, hi int) {
 	n := len(ix.records)
 	to := at
-	if q.hasTo && q.to.Before(at) {
-		to = q.to
+	if at.after(f.to) {
+		to = f.to
 	}
-	lo = sort.Search(n, func(i int) bool { return !ix.after(i, to) })
+	lo = sort.Search(n, func(i int) bool { return !ix.records[i].created().after(to) })
 	if after != nil {
+		pos := instantOf(after.createdAt)
 		lo = max(lo, sort.Search(n, func(i int) bool {
-			c := ix.createdAt(i).Compare(after.createdAt)
+			c := ix.records[i].created().compare(pos)
 			return c < 0 || (c == 0 && string(ix.id(i)) < after.id)
 		}))
 	}
-	hi = n
-	if q.hasFrom {
-		hi = sort.Search(n, func(i int) bool { return ix.createdAt(i).Before(q.from) })
-	}
+	hi = sort.Search(n, func(i int) bool { return f.from.after(ix.records[i].created()) })
 	return lo, max(lo, hi)
 }
 
-// listed calls yield with what the list of status (-1: every status) shows at at between
-// positions lo and hi, in list order, until yield returns false: orders without a timeline
-// as runs of positions i to j (body nil; for a status's list one order a run), and each
+// listed calls yield with what the list f keeps shows at at between positions lo and hi,
+// in list order, until yield returns false: orders without a timeline as runs of
+// positions i to j (body nil; one order a run when f has an equality filter), and each
 // order with a timeline that shows at at, one at a time, with the body it shows. It visits
-// no order outside [lo, hi) and, beyond what it yields, only orders with a timeline.
-func (ix *orderIndex) listed(status, lo, hi int, at time.Time, yield func(i, j int, body []byte) bool) {
-	now := instantOf(at)
+// no order outside [lo, hi) and, beyond what it yields, only orders with a timeline and,
+// where f has several equality filters, those its narrowest keeps.
+func (ix *orderIndex) listed(f *orderFilter, lo, hi int, at instant, yield func(i, j int, body []byte) bool) {
 	m, mEnd := searchIndexes(ix.moving, lo), searchIndexes(ix.moving, hi)
-	var still []int32 // a status's orders without a timeline
-	if status >= 0 {
-		list := ix.byStatus[status]
+	k := f.narrowest()
+	var still []int32 // the orders without a timeline that the narrowest equality filter keeps
+	if k >= 0 {
+		list := ix.byValue[k][f.equal[k]]
 		still = list[searchIndexes(list, lo):searchIndexes(list, hi)]
 	}
 	for pos := lo; ; m++ {
@@ -860,13 +972,13 @@ func (ix *orderIndex) listed(status, lo, hi int, at time.Time, yield func(i, j i
 		if m < mEnd {
 			next = int(ix.moving[m])
 		}
-		if status < 0 {
+		if k < 0 {
 			if pos < next && !yield(pos, next, nil) {
 				return
 			}
 		} else {
 			for ; len(still) > 0 && int(still[0]) < next; still = still[1:] {
-				if !yield(int(still[0]), int(still[0])+1, nil) {
+				if i := int(still[0]); f.keeps(&ix.records[i], nil) && !yield(i, i+1, nil) {
 					return
 				}
 			}
@@ -874,7 +986,7 @@ func (ix *orderIndex) listed(status, lo, hi int, at time.Time, yield func(i, j i
 		if m == mEnd {
 			return
 		}
-		if st, ok := ix.showsAs(&ix.timelines[m], now); ok && (status < 0 || int(st.status) == status) && !yield(next, next+1, ix.stateJSONOf(st)) {
+		if st, ok := ix.showsAs(&ix.timelines[m], at); ok && f.keeps(&ix.records[next], st) && !yield(next, next+1, ix.stateJSONOf(st)) {
 			return
 		}
 		pos = next + 1
@@ -887,14 +999,14 @@ func searchIndexes(list []int32, i int) int {
 }
 
 // appendPage appends the orders of one page, comma-separated, to b: the first limit orders
-// the list of status shows at at between lo and hi. It returns the record index of the
+// the list f keeps shows at at between lo and hi. It returns the record index of the
 // page's last order, and whether more follow.
-func (ix *orderIndex) appendPage(b []byte, status, limit, lo, hi int, at time.Time) ([]byte, int, bool) {
-	if searchIndexes(ix.moving, lo) == searchIndexes(ix.moving, hi) {
-		return ix.appendStill(b, status, limit, lo, hi)
+func (ix *orderIndex) appendPage(b []byte, f *orderFilter, limit, lo, hi int, at instant) ([]byte, int, bool) {
+	if searchIndexes(ix.moving, lo) == searchIndexes(ix.moving, hi) && f.equalities() <= 1 {
+		return ix.appendStill(b, f, limit, lo, hi)
 	}
 	n, last, more := 0, -1, false
-	ix.listed(status, lo, hi, at, func(i, j int, body []byte) bool {
+	ix.listed(f, lo, hi, at, func(i, j int, body []byte) bool {
 		if n == limit {
 			more = true
 			return false
@@ -919,43 +1031,45 @@ func (ix *orderIndex) appendPage(b []byte, status, limit, lo, hi int, at time.Ti
 	return b, last, more
 }
 
-// appendStill is appendPage where no order of the span has a timeline: the list of all is
-// one slice of the block, a status's list one copy an order.
-func (ix *orderIndex) appendStill(b []byte, status, limit, lo, hi int) ([]byte, int, bool) {
-	if status < 0 {
+// appendStill is appendPage where no order of the span has a timeline and f sets at most
+// its one equality filter: the list of all is one slice of the block, a value's list one
+// copy an order.
+func (ix *orderIndex) appendStill(b []byte, f *orderFilter, limit, lo, hi int) ([]byte, int, bool) {
+	k := f.narrowest()
+	if k < 0 {
 		take := min(limit, hi-lo)
 		if take == 0 {
 			return b, -1, false
 		}
 		return append(b, ix.bytes[ix.records[lo].off:ix.end(lo+take-1)]...), lo + take - 1, hi-lo > take
 	}
-	list := ix.byStatus[status]
-	k, end := searchIndexes(list, lo), searchIndexes(list, hi)
-	take := min(limit, end-k)
+	list := ix.byValue[k][f.equal[k]]
+	from, end := searchIndexes(list, lo), searchIndexes(list, hi)
+	take := min(limit, end-from)
 	if take == 0 {
 		return b, -1, false
 	}
-	for n, i := range list[k : k+take] {
+	for n, i := range list[from : from+take] {
 		if n > 0 {
 			b = append(b, ',')
 		}
 		b = append(b, ix.resource(int(i))...)
 	}
-	return b, int(list[k+take-1]), end-k > take
+	return b, int(list[from+take-1]), end-from > take
 }
 
 // visible is the position of the newest order that may show at at: none before it was
 // created yet.
-func (ix *orderIndex) visible(at time.Time) int {
-	return sort.Search(len(ix.records), func(i int) bool { return !ix.after(i, at) })
+func (ix *orderIndex) visible(at instant) int {
+	return sort.Search(len(ix.records), func(i int) bool { return !ix.records[i].created().after(at) })
 }
 
 // listedCount is how many orders the list of all shows at at, without a scan: those
 // without a timeline created by then, and those with one imported by then.
-func (ix *orderIndex) listedCount(at time.Time) int {
-	lo, now := ix.visible(at), instantOf(at)
+func (ix *orderIndex) listedCount(at instant) int {
+	lo := ix.visible(at)
 	still := len(ix.records) - lo - (len(ix.moving) - searchIndexes(ix.moving, lo))
-	return still + sort.Search(len(ix.imports), func(k int) bool { return ix.imports[k].after(now) })
+	return still + sort.Search(len(ix.imports), func(k int) bool { return ix.imports[k].after(at) })
 }
 
 // listedOrder is an order as a list shows it at an instant.
@@ -967,18 +1081,19 @@ type listedOrder struct {
 // firstListed is the first n orders GET /v1/orders lists at at, and how many more it does.
 func (ix *orderIndex) firstListed(at time.Time, n int) ([]listedOrder, int) {
 	var orders []listedOrder
-	ix.listed(-1, ix.visible(at), len(ix.records), at, func(i, j int, body []byte) bool {
+	now, all := instantOf(at), everyOrder()
+	ix.listed(&all, ix.visible(now), len(ix.records), now, func(i, j int, body []byte) bool {
 		for ; i < j && len(orders) < n; i++ {
-			status := int(ix.records[i].status)
+			status := ix.records[i].status
 			if body != nil {
-				st, _ := ix.showsAs(ix.timelineOf(i), instantOf(at))
-				status = int(st.status)
+				st, _ := ix.showsAs(ix.timelineOf(i), now)
+				status = st.status
 			}
 			orders = append(orders, listedOrder{string(ix.id(i)), orderStatuses[status], ix.createdAt(i)})
 		}
 		return len(orders) < n
 	})
-	return orders, ix.listedCount(at) - len(orders)
+	return orders, ix.listedCount(now) - len(orders)
 }
 
 // timelineOf is the timeline of order i, which has one.
@@ -988,66 +1103,53 @@ func (ix *orderIndex) timelineOf(i int) *orderTimeline {
 
 var errOrderNotFound = &apiError{code: codeNotFound, detail: "No imported order with this ID exists in this account and environment."}
 
-// serveGet answers GET /v1/orders/{id} as the clock shows it at at: an order is found
+// get is the order with this id as GET /v1/orders/{id} shows it at at: an order is found
 // from its import on, as it stands then.
-func (ix *orderIndex) serveGet(w http.ResponseWriter, r *http.Request, at time.Time) error {
-	i := ix.table.find(ix, r.PathValue("id"))
+func (ix *orderIndex) get(id string, at time.Time) ([]byte, error) {
+	i := ix.table.find(ix, id)
 	if i < 0 || ix.after(i, at) {
-		return errOrderNotFound
+		return nil, errOrderNotFound
 	}
-	b := ix.resource(i)
-	if ix.records[i].moves {
-		st, ok := ix.showsAs(ix.timelineOf(i), instantOf(at))
-		if !ok {
-			return errOrderNotFound
-		}
-		b = ix.stateJSONOf(st)
+	if !ix.records[i].moves {
+		return ix.resource(i), nil
 	}
-	writeBody(w, http.StatusOK, jsonContentType, b)
-	return nil
+	st, ok := ix.showsAs(ix.timelineOf(i), instantOf(at))
+	if !ok {
+		return nil, errOrderNotFound
+	}
+	return ix.stateJSONOf(st), nil
 }
 
-// orderLister answers GET /v1/orders for every tenant: a page of the tenant's orders,
-// newest first, assembled from the orders' prepared bytes. A page (up to 100 orders, some
-// 16 KiB) is assembled in a pooled buffer and written in one write.
-type orderLister struct {
-	cursors *cursorSigner
-	pages   sync.Pool // of *[]byte
-}
-
-func newOrderLister(cursors *cursorSigner) *orderLister {
-	return &orderLister{cursors: cursors, pages: sync.Pool{New: func() any { return new([]byte) }}}
-}
-
-func (ls *orderLister) serveList(w http.ResponseWriter, r *http.Request, ix *orderIndex, at time.Time) error {
-	q, err := parseOrderQuery(r.URL.RawQuery)
+// page appends to b the answer of GET /v1/orders with this raw query, as the list shows it
+// at at: a page of the tenant's orders, newest first, assembled from their prepared bytes,
+// and its pagination, with a next_cursor cursors signs.
+func (ix *orderIndex) page(b []byte, rawQuery string, cursors *cursorSigner, at time.Time) ([]byte, error) {
+	q, err := parseOrderQuery(rawQuery)
 	if err != nil {
-		return err
+		return b, err
 	}
-	filters := q.filterTag()
+	filter := q.filter.tag()
 	var after *cursorPosition
-	if q.hasCursor {
-		pos, err := ls.cursors.verify(q.cursor, ix.tag, filters)
+	if q.cursor != nil {
+		pos, bound, err := cursors.verify(*q.cursor, ix.tag)
 		if err != nil {
-			return err
+			return b, err
+		}
+		if bound != filter {
+			return b, errCursorFilters
 		}
 		after = &pos
 	}
-	lo, hi := ix.span(&q, after, at)
-	buf := ls.pages.Get().(*[]byte)
-	defer ls.pages.Put(buf)
-	b := append((*buf)[:0], `{"data":[`...)
-	b, last, more := ix.appendPage(b, q.status, q.limit, lo, hi, at)
+	now := instantOf(at)
+	lo, hi := ix.span(&q.filter, after, now)
+	b = append(b, `{"data":[`...)
+	b, last, more := ix.appendPage(b, &q.filter, q.limit, lo, hi, now)
 	b = append(b, `],"pagination":{"limit":`...)
 	b = strconv.AppendInt(b, int64(q.limit), 10)
-	if more {
-		b = append(b, `,"next_cursor":"`...)
-		b = ls.cursors.appendSigned(b, ix.tag, filters, ix.createdAt(last), ix.id(last))
-		b = append(b, `","has_more":true}}`...)
-	} else {
-		b = append(b, `,"next_cursor":null,"has_more":false}}`...)
+	if !more {
+		return append(b, `,"next_cursor":null,"has_more":false}}`...), nil
 	}
-	*buf = b
-	writeBody(w, http.StatusOK, jsonContentType, b)
-	return nil
+	b = append(b, `,"next_cursor":"`...)
+	b = cursors.appendSigned(b, ix.tag, filter, ix.createdAt(last), ix.id(last))
+	return append(b, `","has_more":true}}`...), nil
 }

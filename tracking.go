@@ -5,7 +5,6 @@ package main
 
 import (
 	"fmt"
-	"net/http"
 	"slices"
 	"sort"
 	"strconv"
@@ -276,15 +275,18 @@ func (s *shipment) statusAt(at time.Time) string {
 	return trackingStatuses[0]
 }
 
-// write answers with the view as the clock shows it at at: the events at or before at.
-func (s *shipment) write(w http.ResponseWriter, at time.Time) {
+// view is a tracking view as an answer writes it: its parts, one after another, so that a
+// view the clock cuts short is not assembled first.
+type view [3][]byte
+
+// viewAt is the view as the clock shows it at at: the events at or before at.
+func (s *shipment) viewAt(at time.Time) view {
 	k := s.shown(at)
 	if k == len(s.instants) {
-		writeBody(w, http.StatusOK, jsonContentType, s.full)
-		return
+		return view{s.full}
 	}
 	head, events := s.parts(k)
-	writeBody(w, http.StatusOK, jsonContentType, head, events, viewEnd)
+	return view{head, events, viewEnd}
 }
 
 // viewEnd closes a tracking view's events and the view; never modified.
@@ -465,8 +467,8 @@ func (h *numberHolders) with(s *shipment) *numberHolders {
 	return h
 }
 
-// byNumber is the one shipment found at at with this primary tracking number.
-func (ix *shipmentIndex) byNumber(number string, at time.Time) (*shipment, error) {
+// holder is the one shipment found at at with this primary tracking number.
+func (ix *shipmentIndex) holder(number string, at time.Time) (*shipment, error) {
 	h, now := ix.byTrackingNumber[number], instantOf(at)
 	switch {
 	case h == nil || h.first.createdAt.after(now):
@@ -480,7 +482,7 @@ func (ix *shipmentIndex) byNumber(number string, at time.Time) (*shipment, error
 // sharedAt reports whether more than one shipment found at at holds this tracking number:
 // a lookup by number then answers 404.
 func (ix *shipmentIndex) sharedAt(number string, at time.Time) bool {
-	_, err := ix.byNumber(number, at)
+	_, err := ix.holder(number, at)
 	return err == errTrackingAmbiguous
 }
 
@@ -546,24 +548,22 @@ var (
 	errTrackingAmbiguous = &apiError{code: codeNotFound, detail: "This tracking number belongs to more than one shipment in this account and environment; look the shipment up by its ID."}
 )
 
-// serveByID answers GET /v1/shipments/{id}/tracking as the tenant's clock shows it at at:
-// a shipment is found from its creation on, and the events after at are not shown yet.
-func (ix *shipmentIndex) serveByID(w http.ResponseWriter, r *http.Request, at time.Time) error {
-	s := ix.byID[r.PathValue("id")]
+// viewByID is GET /v1/shipments/{id}/tracking as the tenant's clock shows it at at: a
+// shipment is found from its creation on, and the events after at are not shown yet.
+func (ix *shipmentIndex) viewByID(id string, at time.Time) (view, error) {
+	s := ix.byID[id]
 	if s == nil || !s.existsAt(at) {
-		return errShipmentNotFound
+		return view{}, errShipmentNotFound
 	}
-	s.write(w, at)
-	return nil
+	return s.viewAt(at), nil
 }
 
-// serveByNumber answers GET /v1/tracking/{tracking_number}: an exact match on the primary
+// viewByNumber is GET /v1/tracking/{tracking_number}: an exact match on the primary
 // tracking number of the one shipment of the key's account and environment found at at.
-func (ix *shipmentIndex) serveByNumber(w http.ResponseWriter, r *http.Request, at time.Time) error {
-	s, err := ix.byNumber(r.PathValue("tracking_number"), at)
+func (ix *shipmentIndex) viewByNumber(number string, at time.Time) (view, error) {
+	s, err := ix.holder(number, at)
 	if err != nil {
-		return err
+		return view{}, err
 	}
-	s.write(w, at)
-	return nil
+	return s.viewAt(at), nil
 }
