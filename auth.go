@@ -89,8 +89,6 @@ type tenants struct {
 	list []*tenant
 }
 
-func newTenants() tenants { return tenants{byID: map[tenantID]*tenant{}} }
-
 var environments = []string{"test", "live"}
 
 // accountRecord is an account as the dataset holds it.
@@ -113,8 +111,40 @@ func (rec *accountRecord) decode(d *jsonReader, path string) error {
 	})
 }
 
+// Loading: a loader files each record of a dataset under the tenant it names and hands it
+// to the file that owns the record, which checks it. The indexes a loader makes know their
+// tenant and the start instant, so that neither travels with each record.
+
+// loader loads one dataset: the instant its relative instants count from, its tenants, and
+// its keys, each with where it was first given and what the banner says of it.
+type loader struct {
+	start    time.Time
+	tenants  tenants
+	keys     keyring
+	keyLines []keyLine
+	firstUse map[[sha256.Size]byte]string // the path of each key's digest
+}
+
+func newLoader(start time.Time) *loader {
+	return &loader{start: start, tenants: tenants{byID: map[tenantID]*tenant{}}, keys: keyring{}, firstUse: map[[sha256.Size]byte]string{}}
+}
+
+// addAccounts declares the dataset's accounts and their environments as tenants.
+func (ld *loader) addAccounts(list []accountRecord) error {
+	if len(list) == 0 {
+		return &datasetError{path: "$.accounts", reason: "at least one account is required"}
+	}
+	for i, rec := range list {
+		if err := ld.addAccount("$.accounts["+strconv.Itoa(i)+"]", rec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // addAccount declares an account's environments as tenants.
-func (ts *tenants) addAccount(path string, rec accountRecord) error {
+func (ld *loader) addAccount(path string, rec accountRecord) error {
+	ts := &ld.tenants
 	if err := checkID(path, "id", rec.ID); err != nil {
 		return err
 	}
@@ -130,7 +160,7 @@ func (ts *tenants) addAccount(path string, rec accountRecord) error {
 		if ts.byID[id] != nil {
 			return &datasetError{path: epath, reason: fmt.Sprintf("duplicate: %s is declared more than once", id)}
 		}
-		t := &tenant{id: id, live: env == "live", shipments: newShipmentIndex(), orders: newOrderIndex(tagOf("tenant", rec.ID, env))}
+		t := &tenant{id: id, live: env == "live", shipments: newShipmentIndex(id.String(), ld.start), orders: newOrderIndex(rec.ID, env, ld.start)}
 		ts.byID[id] = t
 		ts.list = append(ts.list, t)
 	}
@@ -185,34 +215,31 @@ func eachRecord[T record](ts *tenants, name string, list []T, add func(path stri
 	return nil
 }
 
-// loadKeys files the dataset's keys in kr, and returns what the banner says of each: its
-// state at the start instant.
-func (ts *tenants) loadKeys(list []keyRecord, kr keyring, start time.Time) ([]keyLine, error) {
-	var lines []keyLine
-	firstUse := map[[sha256.Size]byte]string{}
-	err := eachRecord(ts, "keys", list, func(path string, rec keyRecord, t *tenant) error {
-		line, err := kr.addKey(path, rec, t, firstUse, start)
-		lines = append(lines, line)
+// loadKeys files the dataset's keys, with what the banner says of each: its state at the
+// start instant.
+func (ld *loader) loadKeys(list []keyRecord) error {
+	return eachRecord(&ld.tenants, "keys", list, func(path string, rec keyRecord, t *tenant) error {
+		line, err := ld.addKey(path, rec, t)
+		ld.keyLines = append(ld.keyLines, line)
 		return err
 	})
-	return lines, err
 }
 
 // loadOrders hands each of the dataset's orders to its tenant's orders. Orders mostly come
 // in runs of one tenant's, so the tenant of the order before is tried first.
-func (ts *tenants) loadOrders(rs *orderRecords, start time.Time) error {
+func (ld *loader) loadOrders(rs *orderRecords) error {
 	var t *tenant
 	for i := range rs.list {
 		path := "$.orders[" + strconv.Itoa(i) + "]"
 		account, environment := rs.values[rs.list[i].account], rs.values[rs.list[i].environment]
 		if t == nil || t.id != (tenantID{account, environment}) {
 			var err error
-			if t, err = ts.find(path, account, environment); err != nil {
+			if t, err = ld.tenants.find(path, account, environment); err != nil {
 				return err
 			}
 		}
 		t.orders.recs = rs
-		if err := t.orders.addOrder(path, t.id.String(), rs, i, start); err != nil {
+		if err := t.orders.addOrder(path, rs, i); err != nil {
 			return err
 		}
 	}
@@ -229,10 +256,10 @@ type loadedShipment struct {
 // loadShipments files each of the dataset's shipments under its tenant and makes the link
 // to the order it was created with, which must be of the same account and environment. It
 // returns the shipments whose raw events were left out or shown once.
-func (ts *tenants) loadShipments(list []shipmentRecord, start time.Time) ([]loadedShipment, error) {
+func (ld *loader) loadShipments(list []shipmentRecord) ([]loadedShipment, error) {
 	var noted []loadedShipment
-	err := eachRecord(ts, "shipments", list, func(path string, rec shipmentRecord, t *tenant) error {
-		s, n, err := t.shipments.addShipment(path, t.id.String(), rec, start)
+	err := eachRecord(&ld.tenants, "shipments", list, func(path string, rec shipmentRecord, t *tenant) error {
+		s, n, err := t.shipments.addShipment(path, rec)
 		if err != nil {
 			return err
 		}
@@ -245,20 +272,20 @@ func (ts *tenants) loadShipments(list []shipmentRecord, start time.Time) ([]load
 		if !t.orders.has(*rec.OrderID) {
 			// Only a refusal asks the other tenants, to name the order's owner: loading
 			// stays linear in the number of tenants.
-			for _, other := range ts.list {
+			for _, other := range ld.tenants.list {
 				if other.orders.has(*rec.OrderID) {
 					return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("order %q belongs to %s, not to %s: shipment %q cannot be linked across accounts or environments", *rec.OrderID, other.id, t.id, rec.ID)}
 				}
 			}
 		}
-		return t.orders.link(path, t.id.String(), *rec.OrderID, rec.ID, s.createdAt)
+		return t.orders.link(path, *rec.OrderID, rec.ID, s.createdAt)
 	})
 	return noted, err
 }
 
 // build prepares each tenant's indexes once every record is filed, and counts what they hold.
-func (ts *tenants) build() (orders, shipments int, err error) {
-	for _, t := range ts.list {
+func (ld *loader) build() (orders, shipments int, err error) {
+	for _, t := range ld.tenants.list {
 		t.shipments.build()
 		if err := t.orders.build(); err != nil {
 			return 0, 0, err
@@ -351,8 +378,9 @@ func (rec *keyRecord) decode(d *jsonReader, path string) error {
 
 // addKey checks one dataset key and keeps only its digest. The line it returns, the key's
 // text with its state at the start instant, is the one place that text goes: the banner
-// and the page. firstUse holds the path of each digest seen so far.
-func (kr keyring) addKey(path string, rec keyRecord, t *tenant, firstUse map[[sha256.Size]byte]string, start time.Time) (keyLine, error) {
+// and the page.
+func (ld *loader) addKey(path string, rec keyRecord, t *tenant) (keyLine, error) {
+	firstUse, start := ld.firstUse, ld.start
 	if err := checkID(path, "key", rec.Key); err != nil {
 		return keyLine{}, err
 	}
@@ -390,7 +418,7 @@ func (kr keyring) addKey(path string, rec keyRecord, t *tenant, firstUse map[[sh
 	case t.live:
 		line.state = "live: every call answers 503"
 	}
-	kr[digest] = k
+	ld.keys[digest] = k
 	return line, nil
 }
 

@@ -6,6 +6,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	_ "embed"
@@ -309,30 +310,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // cfg.shutdownTimeout.
 func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, tuneHeap heapTuner, stop *stopSignal, out *console, logs *logBuffer) (time.Duration, error) {
 	logger := slog.New(slog.NewJSONHandler(logs, nil))
-	name := defaultDatasetName
-	open := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(defaultDataset)), nil }
-	if cfg.dataFile != "" {
-		name = cfg.dataFile
-		open = func() (io.ReadCloser, error) { return openDataset(cfg.dataFile) }
-	}
 	// The start instant: -clock as given, else the wall clock read once, to the second.
 	start := time.Now().UTC().Truncate(time.Second)
 	if cfg.clock != nil {
 		start = *cfg.clock
 	}
-	out.say(loadingLine(name, cfg.seedOrders))
-	sb, err := loadUnlessStopped(ctx, func() (*sandbox, error) {
-		src, err := open()
-		var de *datasetError
-		if err != nil && !errors.As(err, &de) {
-			return nil, fmt.Errorf("%s: %w", cfg.dataName, err)
-		}
-		if err != nil {
-			return nil, err
-		}
-		defer src.Close()
-		return loadDataset(name, src, cfg.seedOrders, start, logger)
-	})
+	sb, err := loadUnlessStopped(ctx, func() (*sandbox, error) { return loadConfigured(cfg, start, out, logger) })
 	if err != nil {
 		return cfg.loadStopTimeout, err
 	}
@@ -368,6 +351,25 @@ func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, t
 		out.say(fmt.Sprintf("Stopped: %d requests drained.\n", srv.drained.Load()))
 	}
 	return cfg.shutdownTimeout, err
+}
+
+// loadConfigured loads the dataset the configuration names: the embedded default, or the
+// file -data names, which is opened and read here, under loading's bound from a signal.
+func loadConfigured(cfg config, start time.Time, out *console, log *slog.Logger) (*sandbox, error) {
+	name, src := defaultDatasetName, io.ReadCloser(io.NopCloser(bytes.NewReader(defaultDataset)))
+	out.say(loadingLine(cmp.Or(cfg.dataFile, name), cfg.seedOrders))
+	if cfg.dataFile != "" {
+		name = cfg.dataFile
+		var err error
+		var de *datasetError
+		if src, err = openDataset(cfg.dataFile); errors.As(err, &de) {
+			return nil, err
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: %w", cfg.dataName, err)
+		}
+	}
+	defer src.Close()
+	return loadDataset(name, src, cfg.seedOrders, start, log)
 }
 
 // loadingLine says what start-up is doing while a large dataset loads: the embedded
@@ -470,28 +472,24 @@ func decodeDataset(src io.Reader, seed int, start time.Time) (*sandbox, []loaded
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(ds.accounts) == 0 {
-		return nil, nil, &datasetError{path: "$.accounts", reason: "at least one account is required"}
-	}
-	sb := &sandbox{start: start, tenants: newTenants(), keys: keyring{}}
-	for i, rec := range ds.accounts {
-		if err := sb.tenants.addAccount("$.accounts["+strconv.Itoa(i)+"]", rec); err != nil {
-			return nil, nil, err
-		}
-	}
+	ld := newLoader(start)
 	var noted []loadedShipment
-	sb.keyLines, err = sb.tenants.loadKeys(ds.keys, sb.keys, start)
+	err = ld.addAccounts(ds.accounts)
 	if err == nil {
-		err = sb.tenants.loadOrders(ds.orders, start)
+		err = ld.loadKeys(ds.keys)
 	}
 	if err == nil {
-		noted, err = sb.tenants.loadShipments(ds.shipments, start)
+		err = ld.loadOrders(ds.orders)
+	}
+	if err == nil {
+		noted, err = ld.loadShipments(ds.shipments)
 	}
 	if err == nil && seed > 0 {
-		err = sb.addSeedOrders(seed)
+		err = addSeedOrders(&ld.tenants, seed)
 	}
+	sb := &sandbox{start: start, tenants: ld.tenants, keys: ld.keys, keyLines: ld.keyLines}
 	if err == nil {
-		sb.orderCount, sb.shipmentCount, err = sb.tenants.build()
+		sb.orderCount, sb.shipmentCount, err = ld.build()
 	}
 	if err != nil {
 		return nil, nil, err
@@ -536,8 +534,8 @@ func openDataset(name string) (io.ReadCloser, error) {
 }
 
 // addSeedOrders adds n generated orders to acct_sandbox/test.
-func (sb *sandbox) addSeedOrders(n int) error {
-	t := sb.tenants.byID[seedTenant]
+func addSeedOrders(ts *tenants, n int) error {
+	t := ts.byID[seedTenant]
 	if t == nil {
 		return fmt.Errorf("-seed-orders: the dataset has no account %s with environment %s to seed", seedTenant.account, seedTenant.environment)
 	}

@@ -5390,7 +5390,7 @@ func TestPaginationWalks(t *testing.T) {
 func TestSeedOrders(t *testing.T) {
 	t.Parallel()
 	seeded := func() *orderIndex {
-		ix := newOrderIndex(tag{})
+		ix := newOrderIndex("acct_sandbox", "test", testNow)
 		if err := ix.seedOrders(1000); err != nil {
 			t.Fatal(err)
 		}

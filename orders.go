@@ -204,7 +204,7 @@ func orderStatusAt(first uint8, changes []statusChange, at instant) uint8 {
 
 // addOrder checks the dataset's order r, its instants read against start, and keeps it
 // for build.
-func (ix *orderIndex) addOrder(path, where string, rs *orderRecords, r int, start time.Time) error {
+func (ix *orderIndex) addOrder(path string, rs *orderRecords, r int) error {
 	rec := &rs.list[r]
 	id := rs.str(rec.id)
 	if err := checkID(path, "id", id); err != nil {
@@ -221,16 +221,16 @@ func (ix *orderIndex) addOrder(path, where string, rs *orderRecords, r int, star
 	if err != nil {
 		return err
 	}
-	createdAt, err := instantField(path, "created_at", rs.str(rec.createdAt), start)
+	createdAt, err := instantField(path, "created_at", rs.str(rec.createdAt), ix.start)
 	if err != nil {
 		return err
 	}
 	if _, dup := ix.byID[id]; dup {
-		return &datasetError{path: path + ".id", reason: fmt.Sprintf("duplicate order id %q in %s", id, where)}
+		return &datasetError{path: path + ".id", reason: fmt.Sprintf("duplicate order id %q in %s", id, ix.owner)}
 	}
 	p := pendingOrder{rec: int32(r), createdAt: instantOf(createdAt), importedAt: instantOf(createdAt), status: uint8(status), platform: uint8(platform), link: -1}
 	if rec.imported {
-		at, err := instantField(path, "imported_at", rs.str(rec.importedAt), start)
+		at, err := instantField(path, "imported_at", rs.str(rec.importedAt), ix.start)
 		if err != nil {
 			return err
 		}
@@ -240,7 +240,7 @@ func (ix *orderIndex) addOrder(path, where string, rs *orderRecords, r int, star
 		p.importedAt = instantOf(at)
 	}
 	p.firstChange = uint32(len(ix.changes))
-	if err := ix.readChanges(path+".changes", rs, rec, &p, start); err != nil {
+	if err := ix.readChanges(path+".changes", rs, rec, &p); err != nil {
 		return err
 	}
 	p.endChange = uint32(len(ix.changes))
@@ -259,7 +259,7 @@ func (ix *orderIndex) addOrder(path, where string, rs *orderRecords, r int, star
 // readChanges checks an order's changes and keeps them in the index: each a status of the
 // vocabulary unlike the one before, at an instant after the one before (the first after
 // created_at).
-func (ix *orderIndex) readChanges(path string, rs *orderRecords, rec *orderRecord, p *pendingOrder, start time.Time) error {
+func (ix *orderIndex) readChanges(path string, rs *orderRecords, rec *orderRecord, p *pendingOrder) error {
 	status, after, afterWhat := p.status, p.createdAt, "the order's created_at"
 	for k, c := range rs.changes[rec.firstChange:rec.endChange] {
 		cpath := path + "[" + strconv.Itoa(k) + "]"
@@ -270,7 +270,7 @@ func (ix *orderIndex) readChanges(path string, rs *orderRecords, rec *orderRecor
 		if uint8(next) == status {
 			return &datasetError{path: cpath + ".status", reason: fmt.Sprintf("%q is the status the order has already: a change changes it", orderStatuses[next])}
 		}
-		t, err := instantField(cpath, "at", rs.str(c.at), start)
+		t, err := instantField(cpath, "at", rs.str(c.at), ix.start)
 		if err != nil {
 			return err
 		}
@@ -294,10 +294,10 @@ func (ix *orderIndex) has(id string) bool {
 // order's shipment_id, shown from createdAt on (dawn: the shipment always existed). One
 // order can be linked once (a second link is the API's 409), and not by a shipment created
 // before the order is imported.
-func (ix *orderIndex) link(path, where, orderID, shipmentID string, createdAt instant) error {
+func (ix *orderIndex) link(path, orderID, shipmentID string, createdAt instant) error {
 	i, ok := ix.byID[orderID]
 	if !ok {
-		return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("no order %q in %s to link shipment %q to", orderID, where, shipmentID)}
+		return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("no order %q in %s to link shipment %q to", orderID, ix.owner, shipmentID)}
 	}
 	p := &ix.pending[i]
 	if p.link >= 0 {
@@ -426,8 +426,8 @@ func (o *loadingOrder) appendResource(b []byte, status uint8, linked bool) []byt
 	return append(b, `"}`...)
 }
 
-// view makes o the pending order p, its strings the dataset's.
-func (ix *orderIndex) view(o *loadingOrder, p *pendingOrder) {
+// loadingOf makes o the pending order p, its strings the dataset's.
+func (ix *orderIndex) loadingOf(o *loadingOrder, p *pendingOrder) {
 	rec := &ix.recs.list[p.rec]
 	*o = loadingOrder{id: ix.recs.bytes(rec.id), reference: ix.recs.bytes(rec.reference), platform: p.platform,
 		createdAt: p.createdAt, importedAt: p.importedAt, status: p.status, changes: ix.changes[p.firstChange:p.endChange], linkedAt: dawn}
@@ -457,7 +457,7 @@ func (ix *orderIndex) build() error {
 	var given, seed loadingOrder // the next of each, newest first
 	var idBuf, refBuf [32]byte
 	if len(ix.pending) > 0 {
-		ix.view(&given, &ix.pending[0])
+		ix.loadingOf(&given, &ix.pending[0])
 	}
 	if ix.seeds > 0 {
 		seededOrder(&seed, idBuf[:], refBuf[:], 0, ix.seeds)
@@ -468,7 +468,7 @@ func (ix *orderIndex) build() error {
 				return err
 			}
 			if p++; p < len(ix.pending) {
-				ix.view(&given, &ix.pending[p])
+				ix.loadingOf(&given, &ix.pending[p])
 			}
 			continue
 		}
@@ -545,7 +545,9 @@ func (ix *orderIndex) store(o *loadingOrder) error {
 // orders whose showing moves with the clock (a late import, a change, a link that appears)
 // keep a timeline beside: the states they pass through, each with its JSON.
 type orderIndex struct {
+	owner      string                          // the account and environment, as messages name them
 	tag        tag                             // binds cursors to the tenant
+	start      time.Time                       // while loading: the instant relative instants count from
 	recs       *orderRecords                   // while loading: the dataset's orders
 	pending    []pendingOrder                  // while loading: the tenant's, checked
 	byID       map[string]int32                // while loading: the index of each in pending
@@ -591,8 +593,10 @@ type orderState struct {
 	linked    bool
 }
 
-func newOrderIndex(owner tag) orderIndex {
-	return orderIndex{tag: owner, byID: map[string]int32{}}
+// newOrderIndex is the orders of an account's environment, whose relative instants count
+// from start.
+func newOrderIndex(account, environment string, start time.Time) orderIndex {
+	return orderIndex{owner: account + "/" + environment, tag: tagOf("tenant", account, environment), start: start, byID: map[string]int32{}}
 }
 
 // showsAs is the state the list shows an order with a timeline in at at, and whether it

@@ -295,6 +295,8 @@ var viewEnd = []byte("]}")
 // shipmentIndex is a tenant's shipments, by id and by primary tracking number, and what
 // their dataset schedules.
 type shipmentIndex struct {
+	owner            string      // the account and environment, as messages name them
+	start            time.Time   // while loading: the instant relative instants count from
 	list             []*shipment // in the dataset's order
 	byID             map[string]*shipment
 	byTrackingNumber map[string]*numberHolders // the shipments that hold each primary number
@@ -303,28 +305,30 @@ type shipmentIndex struct {
 	happenings       []happening               // while loading: creations and events scheduled with after
 }
 
-func newShipmentIndex() shipmentIndex {
-	return shipmentIndex{byID: map[string]*shipment{}, byTrackingNumber: map[string]*numberHolders{}}
+// newShipmentIndex is the shipments of owner, an account's environment, whose relative
+// instants count from start.
+func newShipmentIndex(owner string, start time.Time) shipmentIndex {
+	return shipmentIndex{owner: owner, start: start, byID: map[string]*shipment{}, byTrackingNumber: map[string]*numberHolders{}}
 }
 
 // addShipment checks one dataset shipment, normalizes its events (those scheduled with
 // after happen after start), prepares its view and files it.
-func (ix *shipmentIndex) addShipment(path, where string, rec shipmentRecord, start time.Time) (*shipment, normalization, error) {
+func (ix *shipmentIndex) addShipment(path string, rec shipmentRecord) (*shipment, normalization, error) {
 	if err := checkShipment(path, rec); err != nil {
 		return nil, normalization{}, err
 	}
 	if ix.byID[rec.ID] != nil {
-		return nil, normalization{}, &datasetError{path: path + ".id", reason: fmt.Sprintf("duplicate shipment id %q in %s", rec.ID, where)}
+		return nil, normalization{}, &datasetError{path: path + ".id", reason: fmt.Sprintf("duplicate shipment id %q in %s", rec.ID, ix.owner)}
 	}
 	createdAt := dawn
 	if rec.CreatedAt != nil {
-		at, err := instantField(path, "created_at", *rec.CreatedAt, start)
+		at, err := instantField(path, "created_at", *rec.CreatedAt, ix.start)
 		if err != nil {
 			return nil, normalization{}, err
 		}
 		createdAt = instantOf(at)
 	}
-	raw, err := readEvents(path, rec.Events, start)
+	raw, err := readEvents(path, rec.Events, ix.start)
 	if err != nil {
 		return nil, normalization{}, err
 	}
