@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"reflect"
 	"regexp"
 	"runtime"
 	"runtime/debug"
@@ -5635,6 +5636,43 @@ func TestErrorCodes(t *testing.T) {
 
 // TestAppendJSONStringMatchesEncodingJSON: the hand-written encoding of orders and errors
 // writes strings exactly as encoding/json does (with HTML escaping off).
+// TestResourcesAreWrittenAsSpecified: the two resources written without encoding/json at
+// answer time keep the spec's members in the spec's order. A tracking view is a prepared
+// head then its events, which holds only while events is the view's last member; an order
+// is appended by hand, member by member.
+func TestResourcesAreWrittenAsSpecified(t *testing.T) {
+	t.Parallel()
+	view := reflect.TypeOf(trackingView{})
+	var members []string
+	for i := range view.NumField() {
+		members = append(members, view.Field(i).Tag.Get("json"))
+	}
+	if want := []string{"shipment_id", "reference", "tracking_number", "status", "events"}; !slices.Equal(members, want) {
+		t.Errorf("trackingView's members are %v, want the spec's %v, events last", members, want)
+	}
+	order := reflect.TypeOf(orderJSON{})
+	members = nil
+	for i := range order.NumField() {
+		members = append(members, strings.TrimSuffix(order.Field(i).Tag.Get("json"), ",omitempty"))
+	}
+	if want := []string{"id", "merchant_reference", "platform", "status", "shipment_id", "created_at"}; !slices.Equal(members, want) {
+		t.Errorf("the test's order has members %v, want the spec's %v", members, want)
+	}
+	shipment := "shp \"<&>\u2028"
+	for _, linked := range []bool{false, true} {
+		o := loadingOrder{id: []byte("ord \"quoted\" <&> \u2028 é"), reference: []byte("\\ref\t"), platform: 4, status: 1, shipmentID: shipment,
+			createdAt: instantOf(time.Date(2026, 3, 29, 1, 30, 0, 500, time.UTC))}
+		want := orderJSON{ID: string(o.id), MerchantReference: string(o.reference), Platform: "tiktok_shop", Status: "partially_fulfilled", CreatedAt: "2026-03-29T01:30:00.0000005Z"}
+		if linked {
+			want.ShipmentID = &shipment
+		}
+		b, _ := marshalJSON(want)
+		if got := o.appendResource(nil, o.status, linked); string(got) != string(b) {
+			t.Errorf("appendResource = %s\nencoding/json writes %s", got, b)
+		}
+	}
+}
+
 func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{"", "plain", "quote\" back\\slash", "ctl \x00\x01\x1f\x7f\n\r\t", "html <&>", "\u2028\u2029", "bad \xff\xfe utf8 \xe2\x82", "é ü 日本 🚚", "\uFFFD literal"} {

@@ -405,7 +405,9 @@ func newer(a, b *loadingOrder) bool {
 // appendResource appends the order as the API shows it (exactly the spec's six fields: id,
 // merchant_reference, platform, status, shipment_id, created_at) with this status and
 // link. It is written by hand rather than with encoding/json because -seed-orders encodes
-// a million orders at start-up; a test checks that it matches encoding/json.
+// a million orders at start-up: a member added, dropped or moved here changes the API's
+// resource, which TestResourcesAreWrittenAsSpecified holds to the spec's six, in order, as
+// encoding/json writes them.
 func (o *loadingOrder) appendResource(b []byte, status uint8, linked bool) []byte {
 	b = append(b, `{"id":`...)
 	b = appendJSONString(b, o.id)

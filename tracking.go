@@ -4,6 +4,8 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -60,7 +62,9 @@ type trackingEvent struct {
 	Location    string `json:"location"`
 }
 
-// trackingView is the body both tracking operations answer with.
+// trackingView is the body both tracking operations answer with. Events is its last member,
+// and must stay so: newShipment writes each view's head once, up to "events":[, and a view
+// is that head, then its events (a view that does not end in its events is refused there).
 type trackingView struct {
 	ShipmentID     string          `json:"shipment_id"`
 	Reference      string          `json:"reference"`
@@ -238,7 +242,11 @@ func newShipment(rec shipmentRecord, events []stampedEvent) (*shipment, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.heads[i] = view[:len(view)-len("]}")]
+		head, ok := bytes.CutSuffix(view, []byte(`"events":[]}`))
+		if !ok {
+			return nil, errors.New("a tracking view must end in its events: trackingView's last member is Events")
+		}
+		s.heads[i] = append(head, `"events":[`...)
 	}
 	s.full = s.view(len(events))
 	return s, nil
