@@ -825,8 +825,8 @@ func (s *server) routes() []route {
 		{"GET /v1/tracking/{tracking_number}", s.operation(scopeTrackingRead, noParams(trackingByNumber))},
 		{"GET /v1/orders", s.operation(scopeOrdersRead, s.listOrders)},
 		{"GET /v1/orders/{id}", s.operation(scopeOrdersRead, noParams(getOrder))},
-		{"GET /v1/test_helpers/clock", s.testHelper(s.getClock)},
-		{"POST /v1/test_helpers/clock", s.testHelper(s.setClock)},
+		{"GET /v1/test_helpers/clock", s.testHelper(codeAndDelay, s.getClock)},
+		{"POST /v1/test_helpers/clock", s.testHelper(codeAndDelay, s.setClock)},
 		{"GET /v1/openapi.json", s.keyless(s.serveOpenAPI)},
 		{"GET /v1/healthz", s.keyless(s.serveHealth)},
 		{"GET /healthz", s.keyless(s.serveHealth)}, // also outside the base URL, for probes that know none
@@ -866,22 +866,28 @@ func (s *server) handler(extra ...route) http.Handler {
 	return cleanPaths(s.serveRoute("", s.routeNotFound), mux)
 }
 
-// operation wraps a v1 operation in its checks, in the contract's order: (route and method
-// by the mux), declared body size (413), key (401, expiry judged by the tenant's clock),
-// live environment (503), rate limit (429), scope (403), simulated answer (Prefer),
-// streamed body size (413); h then checks parameters and the resource.
+// operation wraps a v1 operation in the checks of a keyed route, with the key's expiry
+// judged by the tenant's clock, then its scope (403) and every Prefer preference; h then
+// checks parameters and the resource.
 func (s *server) operation(need scope, h keyedHandler) callHandler {
-	return chain(s.serveKeyed(h), capDeclared, requireKey(s.keys, s.now, false), refuseLive, limitRate(s.rate, s.now),
-		requireScope(need), s.simulate(true), s.readBody)
+	return s.keyed(h, tenantClock, requireScope(need), s.simulate(withClock))
 }
 
-// testHelper wraps a clock operation in an operation's checks but the scope (any active key
-// of the tenant may use the clock), with a key's expiry judged by the wall clock, so that a
-// tenant can always move its clock back, and with no Prefer clock; it takes no query
+// testHelper wraps a test helper in the checks of a keyed route but the scope (any active
+// key of the tenant may use it), with a key's expiry judged by the wall clock, so that a
+// tenant can always move its clock back, then the preferences it reads; it takes no query
 // parameters.
-func (s *server) testHelper(h keyedHandler) callHandler {
-	return chain(s.serveKeyed(noParams(h)), capDeclared, requireKey(s.keys, s.now, true), refuseLive, limitRate(s.rate, s.now),
-		s.simulate(false), s.readBody)
+func (s *server) testHelper(reads preferences, h keyedHandler) callHandler {
+	return s.keyed(noParams(h), wallClock, s.simulate(reads))
+}
+
+// keyed wraps h in the checks of a route called with a key, in the contract's order: (route
+// and method by the mux), declared body size (413), key (401, its expiry by expiry's
+// clock), live environment (503), rate limit (429), then the route's own (scope, Prefer),
+// then the streamed body size (413).
+func (s *server) keyed(h keyedHandler, expiry expiryClock, own ...wrapper) callHandler {
+	checks := []wrapper{capDeclared, requireKey(s.keys, s.now, expiry), refuseLive, limitRate(s.rate, s.now)}
+	return chain(s.serveKeyed(h), append(append(checks, own...), s.readBody)...)
 }
 
 // keyless wraps a route that needs no key: it has only the body's cap.
@@ -1020,7 +1026,11 @@ type call struct {
 	status int
 }
 
-// callHandler is a handler that is handed the request's call.
+// callHandler is a handler that is handed the request's call. It is not a
+// func(http.Handler) http.Handler: what one check finds (the key, its tenant's clock
+// reading, the instant the answer is judged at) is handed to the next as a typed value,
+// not recovered from a context by a key or from the ResponseWriter by asserting its type,
+// which any wrapper of a demo's (a middleware, a recorder) would break.
 type callHandler func(w http.ResponseWriter, r *http.Request, c *call)
 
 // wrapper is one check a request passes on its way to its handler: it answers, or hands
@@ -1053,10 +1063,18 @@ func capDeclared(next callHandler) callHandler {
 	}
 }
 
+// expiryClock is the clock a route judges a key's expiry by.
+type expiryClock uint8
+
+const (
+	tenantClock expiryClock = iota // the tenant's clock, as read once: the operations
+	wallClock                      // the wall clock: the test helpers, so that a tenant can always move its clock back
+)
+
 // requireKey answers 401 unless the request carries an active key, which it hands on with
-// its tenant's clock, read once. A key's expiry is judged by that reading, or, for the clock
-// operations (expiryByWall), by the wall clock, so that a tenant can always move its clock back.
-func requireKey(keys keyring, wall func() time.Time, expiryByWall bool) wrapper {
+// its tenant's clock, read once. A key's expiry is judged by that reading or by the wall
+// clock, as expiry says.
+func requireKey(keys keyring, wall func() time.Time, expiry expiryClock) wrapper {
 	return func(next callHandler) callHandler {
 		return func(w http.ResponseWriter, r *http.Request, c *call) {
 			k, fault := keys.authenticate(r.Header)
@@ -1064,7 +1082,7 @@ func requireKey(keys keyring, wall func() time.Time, expiryByWall bool) wrapper 
 				c.clock = k.tenant.clock.read(wall)
 				c.at = c.clock.now
 				judged := c.clock.now
-				if expiryByWall {
+				if expiry == wallClock {
 					judged = wall()
 				}
 				if k.expiredAt(judged) {
@@ -1137,13 +1155,21 @@ var (
 	errRateLimit = &apiError{code: codeRateLimited, detail: "The sandbox rate limit for this key is reached. Retry after the Retry-After seconds."}
 )
 
-// simulate applies a test client's Prefer header: a simulated answer, a delay and, where
-// readClock (not on the clock operations, which ignore it), the instant the request's
-// resources are judged at. It runs right after the scope check, so a live key, a missing or
-// bad key, a rate-limited key and a key without the scope get exactly what they would get
-// without the header, a simulated answer shows no data, and a key's expiry is judged by its
-// tenant's clock, not by Prefer's.
-func (s *server) simulate(readClock bool) wrapper {
+// preferences are what a route reads of Prefer beyond code and delay, which every route
+// that reads it applies.
+type preferences uint8
+
+const (
+	codeAndDelay preferences = 0      // the clock operations: clock is ignored there
+	withClock    preferences = 1 << 0 // clock: the instant the request's resources are judged at
+)
+
+// simulate applies a test client's Prefer header: a simulated answer, a delay and, as reads
+// says, the instant the request's resources are judged at. It runs right after the scope
+// check, so a live key, a missing or bad key, a rate-limited key and a key without the scope
+// get exactly what they would get without the header, a simulated answer shows no data, and
+// a key's expiry is judged by its tenant's clock, not by Prefer's.
+func (s *server) simulate(reads preferences) wrapper {
 	return func(next callHandler) callHandler {
 		return func(w http.ResponseWriter, r *http.Request, c *call) {
 			fields := r.Header["Prefer"]
@@ -1151,7 +1177,7 @@ func (s *server) simulate(readClock bool) wrapper {
 				next(w, r, c)
 				return
 			}
-			p, err := parsePrefer(fields, readClock, s.clocks.started)
+			p, err := parsePrefer(fields, reads, s.clocks.started)
 			if err != nil {
 				writeProblem(w, c.id, err)
 				return
@@ -1214,9 +1240,9 @@ var errPreferClock = paramError(codeInvalidParameter, "Prefer", `Prefer clock mu
 // parsePrefer reads the Prefer header fields (RFC 7240, section 2): comma-separated
 // preferences, each a token with an optional value (token or quoted string) and optional
 // parameters after ";". Names are case-insensitive; the first instance of a preference
-// counts; preferences other than code, delay and (where readClock) clock are ignored, as
+// counts; preferences other than code, delay and (where reads says) clock are ignored, as
 // the RFC says. Faults are judged in the order sent.
-func parsePrefer(fields []string, readClock bool, start time.Time) (preference, *apiError) {
+func parsePrefer(fields []string, reads preferences, start time.Time) (preference, *apiError) {
 	var p preference
 	var seenCode, seenDelay, seenClock bool
 	var applied []string
@@ -1240,7 +1266,7 @@ func parsePrefer(fields []string, readClock bool, start time.Time) (preference, 
 				}
 				p.delay = time.Duration(ms) * time.Millisecond
 				applied = append(applied, "delay="+strconv.Itoa(ms))
-			case readClock && strings.EqualFold(name, "clock") && !seenClock:
+			case reads&withClock != 0 && strings.EqualFold(name, "clock") && !seenClock:
 				seenClock = true
 				at, err := parseInstant(value, start)
 				if err != nil {

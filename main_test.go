@@ -6016,7 +6016,7 @@ func FuzzParsePrefer(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, header string) {
-		p, err := parsePrefer([]string{header}, true, testNow)
+		p, err := parsePrefer([]string{header}, withClock, testNow)
 		if err != nil {
 			if e := asAPIError(err); e == nil || e.code != codeInvalidParameter || e.param == nil || *e.param != "Prefer" {
 				t.Fatalf("parsePrefer(%q) = %+v, want invalid_parameter naming Prefer", header, err)
@@ -6026,7 +6026,7 @@ func FuzzParsePrefer(f *testing.F) {
 		if p.delay < 0 || p.delay > maxPreferDelay || p.clock != nil && !strings.Contains(p.applied, `clock="`+formatTimestamp(*p.clock)+`"`) {
 			t.Fatalf("parsePrefer(%q) accepted %+v", header, p)
 		}
-		if q, err := parsePrefer([]string{header}, false, testNow); err == nil && q.clock != nil || err != nil && strings.Contains(err.Error(), "clock") {
+		if q, err := parsePrefer([]string{header}, codeAndDelay, testNow); err == nil && q.clock != nil || err != nil && strings.Contains(err.Error(), "clock") {
 			t.Fatalf("parsePrefer(%q) without the clock read it: %+v, %v", header, q, err)
 		}
 	})
