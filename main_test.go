@@ -35,24 +35,28 @@ import (
 	"unicode/utf8"
 )
 
-// The suite, in the order of this file:
+// The suite, in the order of this file. Tests run in parallel but for the few that measure
+// the heap, compare timings or set the collector; real processes are started only where
+// signals, pipes and sockets are the point.
 //
 //   - The harness: every request goes through the real handler chain (server.handler, as
 //     run serves it), and every response is checked against the rules that hold for all
 //     responses and against the OpenAPI document. Helpers take the caller's own t.
-//   - main.go: the way out in the worst arrangement (first: its 15 s of waiting is what the
-//     other tests overlap), flags and run, loading, routes and paths, real sockets, the
-//     body cap, the access log, shutdown, the OpenAPI document, the README's examples run
-//     as written, the landing page, CORS.
-//   - auth.go: keys on every operation, the rate limit, the sandbox clock.
-//   - Timelines: acct_sync at each instant, Prefer clock, refusals, shipments created
-//     later, pages under a moving timeline, the page's timeline.
+//   - main.go, the process: the way out in the worst arrangement (first: its 15 s of waiting
+//     is what the other tests overlap), flags and run, loading a dataset, shutdown, memory.
+//   - main.go, the server: routes and paths, real sockets and connection limits, the body
+//     cap, the check order, panics, the access log.
+//   - main.go, Prefer: simulated answers, delays, and a request at its own instant.
+//   - main.go, what needs no key: the OpenAPI document, the README's examples run as
+//     written, the landing page, CORS.
+//   - auth.go: keys on every operation, the rate limit.
+//   - auth.go, the sandbox clock and timelines: acct_sync at each instant, refusals,
+//     shipments created later, pages under a moving timeline, the page's timeline.
 //   - tracking.go, orders.go, cursor.go, errors.go: each file's rules.
 //   - Fuzz targets, one for every parser of client or dataset input.
 //   - Benchmarks, through the whole handler chain.
-//
-// Tests run in parallel but for the few that measure the heap, compare timings or set the
-// collector; real processes are started only where signals, pipes and sockets are the point.
+
+// The harness.
 
 // TestMain lets more tests run at once than the machine has cores, go test's default: most
 // of them wait on sockets, timers and other processes. -parallel, when given, wins, and a
@@ -255,6 +259,14 @@ func newRequest(method, target, key string, headerPairs ...string) *http.Request
 	return r
 }
 
+// newBodyRequest is a request with a body.
+func newBodyRequest(method, target, key, body string, headerPairs ...string) *http.Request {
+	r := newRequest(method, target, key, headerPairs...)
+	r.Body = io.NopCloser(strings.NewReader(body))
+	r.ContentLength = int64(len(body))
+	return r
+}
+
 // checkResponse checks what holds for every response: the common headers, an exact
 // Content-Length, problem+json for every error with the request id of the header, and
 // conformance to the OpenAPI document.
@@ -295,8 +307,12 @@ var rfc9110Titles = map[int]string{
 	502: "Bad Gateway", 503: "Service Unavailable",
 }
 
-// caseName is s as a subtest's name: a / would make it two levels.
-func caseName(s string) string { return strings.ReplaceAll(s, "/", "∕") }
+// caseName is a subtest's name made of the case's own text (a method and a path, a query):
+// its slashes and spaces are word breaks, so that the name can be typed into -run
+// (TestRoutesMethodsAndPaths/GET_v1_orders), where a slash would make levels of it.
+func caseName(s string) string {
+	return strings.Join(strings.FieldsFunc(s, func(r rune) bool { return r == '/' || r == ' ' }), " ")
+}
 
 // wantProblem checks an error response's status, code and param.
 func wantProblem(t testing.TB, rep reply, status int, code, param string) problem {
@@ -694,10 +710,10 @@ func (e *env) walk(t testing.TB, key, query string, limit int) []orderJSON {
 			t.Fatalf("pagination.limit = %d, want the applied %d", p.Pagination.Limit, limit)
 		}
 		if len(p.Data) > limit {
-			t.Fatalf("page has %d orders, limit %d", len(p.Data), limit)
+			t.Fatalf("a page has %d orders, want at most its limit %d", len(p.Data), limit)
 		}
 		if p.Pagination.HasMore != (p.Pagination.NextCursor != nil) {
-			t.Fatalf("has_more = %v with next_cursor %v", p.Pagination.HasMore, p.Pagination.NextCursor)
+			t.Fatalf("has_more = %v with next_cursor %v, want has_more exactly when a next_cursor is given", p.Pagination.HasMore, p.Pagination.NextCursor)
 		}
 		if p.Pagination.HasMore && len(p.Data) != limit {
 			t.Fatalf("a page with more after it has %d orders, want a full %d", len(p.Data), limit)
@@ -869,9 +885,6 @@ func openSink() *gatedSink {
 	return s
 }
 
-// main.go: flags and run, the route table and the wrappers, the access log, connection
-// limits and shutdown, loading a dataset, the OpenAPI document.
-
 // stalledPipe is a pipe that nobody reads, filled to the brim before the sandbox starts:
 // every write to it blocks, as to a terminal paused with Ctrl-S.
 func stalledPipe(t *testing.T) *os.File {
@@ -902,6 +915,67 @@ func busyCores(t *testing.T) {
 		t.Cleanup(func() { burn.Process.Kill(); burn.Wait() })
 	}
 }
+
+// sandboxBinary builds the sandbox once into a temporary directory, for the tests where a
+// real process, its signals and its pipes are the point.
+var sandboxBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "sandbox-test")
+	if err != nil {
+		return "", err
+	}
+	bin := dir + "/sandbox"
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// startProcess starts the sandbox binary with args on a free port, its stderr to stderr,
+// and returns it with its stdout, read line by line as it comes.
+func startProcess(t *testing.T, stderr io.Writer, args ...string) (*exec.Cmd, *lockedBuffer) {
+	t.Helper()
+	bin, err := sandboxBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, append([]string{"-addr", "127.0.0.1:0", "-rate", "0"}, args...)...)
+	stdout := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd, stdout
+}
+
+// waitExit waits for cmd to exit and returns how long it took from since, and its status.
+func waitExit(t *testing.T, cmd *exec.Cmd, since time.Time, limit time.Duration) (time.Duration, int) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+		return time.Since(since), cmd.ProcessState.ExitCode()
+	case <-time.After(limit + 5*time.Second):
+		t.Fatalf("the process had not exited %v after the signal", limit+5*time.Second)
+		return 0, 0
+	}
+}
+
+// signalAndWait sends cmd SIGTERM while it is doing what, and wants it to exit 1 within
+// bound: its outputs are stalled, so lines were lost.
+func signalAndWait(t *testing.T, cmd *exec.Cmd, what string, bound time.Duration) {
+	t.Helper()
+	signalled := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	took, status := waitExit(t, cmd, signalled, bound)
+	t.Logf("exited %v after the signal, status %d", took, status)
+	if took > bound || status != 1 {
+		t.Errorf("stalled outputs, busy cores, a signal while %s: exit status %d after %v; want 1 within %v", what, status, took, bound)
+	}
+}
+
+// main.go, the process: the way out, flags and run, loading a dataset, shutdown, memory.
 
 // TestTheWayOutIsBoundedInTheWorstArrangement (first of all: its 15 s of waiting is what the
 // other tests overlap): stdout and stderr are one pipe that nobody
@@ -945,7 +1019,7 @@ func TestTheWayOutIsBoundedInTheWorstArrangement(t *testing.T) {
 		}
 		for range 200 {
 			if status, _ := httpGet(t, "http://"+addr+"/v1/orders", "Bearer sk_test_sandbox_all"); status != 200 {
-				t.Fatalf("GET /v1/orders = %d", status)
+				t.Fatalf("GET /v1/orders = %d, want 200", status)
 			}
 		}
 		busyCores(t)
@@ -992,19 +1066,6 @@ func TestTheWayOutIsBoundedInTheWorstArrangement(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 		signalAndWait(t, cmd, "reading a FIFO whose writer stalls", 2*time.Second)
 	})
-}
-
-// signalAndWait sends cmd SIGTERM while it is doing what, and wants it to exit 1 within
-// bound: its outputs are stalled, so lines were lost.
-func signalAndWait(t *testing.T, cmd *exec.Cmd, what string, bound time.Duration) {
-	t.Helper()
-	signalled := time.Now()
-	cmd.Process.Signal(syscall.SIGTERM)
-	took, status := waitExit(t, cmd, signalled, bound)
-	t.Logf("exited %v after the signal, status %d", took, status)
-	if took > bound || status != 1 {
-		t.Errorf("stalled outputs, busy cores, a signal while %s: exit status %d after %v; want 1 within %v", what, status, took, bound)
-	}
 }
 
 func TestParseConfig(t *testing.T) {
@@ -1460,6 +1521,311 @@ func TestOneOrdersChangesLoadInLinearTime(t *testing.T) { // not parallel: it co
 	}
 }
 
+// TestLoadWithoutLoss drives the handler chain from 16 goroutines with 20,000 mixed
+// requests and checks every answer; unknown keys leave no state behind.
+func TestLoadWithoutLoss(t *testing.T) {
+	t.Parallel()
+	// The limiter runs on every keyed request, on a clock that stands still, with room for
+	// all of them: the answers do not depend on how the goroutines interleave.
+	e := newEnv(t, envOptions{seed: 200, rate: maxRate, step: -1})
+	type expect struct {
+		target, key string
+		status      int
+		code        string
+		body        string
+	}
+	mix := []expect{
+		{"/v1/orders/ord_sbx_0001", "sk_test_sandbox_all", 200, "", sandboxOrderJSON},
+		{"/v1/orders/ord_sbx_0001", "sk_test_sandbox_orders", 200, "", sandboxOrderJSON},
+		{"/v1/orders/ord_other_0001", "sk_test_other_all", 200, "", otherOrderJSON},
+		{"/v1/orders/ord_other_0001", "sk_test_sandbox_all", 404, "not_found", ""},
+		{"/v1/orders?limit=3&status=cancelled", "sk_test_sandbox_all", 200, "", ""},
+		{"/v1/orders?limit=0", "sk_test_sandbox_all", 422, "invalid_parameter", ""},
+		{"/v1/orders?cursor=x", "sk_test_sandbox_orders", 400, "invalid_cursor", ""},
+		{"/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_tracking", 200, "", ""},
+		{"/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_orders", 403, "insufficient_scope", ""},
+		{"/v1/tracking/SBX1000000001", "sk_test_other_all", 200, "", ""},
+		{"/v1/tracking/SBX2000000000", "sk_test_sandbox_all", 404, "not_found", ""},
+		{"/v1/orders", "sk_test_sandbox_none", 403, "insufficient_scope", ""},
+		{"/v1/orders", "sk_test_sandbox_expired", 401, "expired_api_key", ""},
+		{"/v1/orders", "sk_test_sandbox_revoked", 401, "revoked_api_key", ""},
+		{"/v1/orders", "sk_live_sandbox_all", 503, "live_not_released", ""},
+		{"/v1/orders", "", 401, "missing_api_key", ""},
+		{"/v1/nope", "sk_test_sandbox_all", 404, "route_not_found", ""},
+		{"/healthz", "", 200, "", `{"status":"ok"}`},
+	}
+	first := map[string][]byte{}
+	for _, m := range mix {
+		first[m.target+m.key] = e.get(t, m.target, m.key).body
+	}
+	const workers, total = 16, 20000
+	var next atomic.Int64
+	var failures atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= total {
+					return
+				}
+				var m expect
+				if i%5 == 4 { // an unknown key, never the same twice
+					m = expect{"/v1/orders", "sk_test_unknown_" + strconv.FormatInt(i, 10), 401, "invalid_api_key", ""}
+				} else {
+					m = mix[int(i)%len(mix)]
+				}
+				rec := httptest.NewRecorder()
+				e.h.ServeHTTP(rec, newRequest(http.MethodGet, m.target, m.key))
+				ok := rec.Code == m.status
+				if m.code != "" {
+					ok = ok && strings.Contains(rec.Body.String(), `"code":"`+m.code+`"`) && rec.Header().Get("Content-Type") == "application/problem+json"
+				} else if want := first[m.target+m.key]; ok && !strings.HasPrefix(m.key, "sk_test_unknown_") {
+					ok = bytes.Equal(rec.Body.Bytes(), want)
+				}
+				if m.body != "" {
+					ok = ok && rec.Body.String() == m.body
+				}
+				if !ok || !requestIDPattern.MatchString(rec.Header().Get("Request-Id")) {
+					if failures.Add(1) <= 5 {
+						t.Errorf("request %d: GET %s (%s) = %d %s, want %d %s", i, m.target, m.key, rec.Code, rec.Body, m.status, m.code)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := failures.Load(); n > 0 {
+		t.Fatalf("%d of %d answers were wrong", n, total)
+	}
+	if lines := strings.Count(e.logs.String(), `"msg":"request"`); lines != total+len(mix) {
+		t.Errorf("%d request log lines for %d requests", lines, total+len(mix))
+	}
+}
+
+// shutdownRig serves h with serve and grace on loopback, and sends it request on a
+// connection of its own: the request's body is streaming when the rig returns, once the
+// handler has it. cancel starts the shutdown; serve's error arrives on stopped.
+type shutdownRig struct {
+	addr    string
+	conn    net.Conn
+	cancel  func()
+	stopped chan error
+}
+
+func startShutdownRig(t *testing.T, h http.Handler, grace time.Duration, request string) *shutdownRig {
+	t.Helper()
+	arrived := make(chan struct{})
+	signalled := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		h.ServeHTTP(w, r)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rig := &shutdownRig{addr: ln.Addr().String(), cancel: cancel, stopped: make(chan error, 1)}
+	go func() {
+		rig.stopped <- serve(ctx, newHTTPServer(defaultConfig(), signalled, slog.New(slog.DiscardHandler)), ln, func() {}, watchStop(ctx), grace)
+	}()
+	if rig.conn, err = net.Dial("tcp", rig.addr); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rig.conn.Close() })
+	rig.conn.SetDeadline(time.Now().Add(20 * time.Second))
+	io.WriteString(rig.conn, request)
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request never reached the handler")
+	}
+	return rig
+}
+
+// TestGracefulShutdown: shutdown begins while a request's body is still streaming; new
+// connections are refused, the request is answered in full, and serve returns nil.
+func TestGracefulShutdown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	rig := startShutdownRig(t, e.h, 10*time.Second,
+		"GET /v1/orders/ord_sbx_0001 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_sandbox_all\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+	conn, stopped := rig.conn, rig.stopped
+	rig.cancel()
+	waitFor(t, "new connections to be refused", func() bool {
+		c, err := net.DialTimeout("tcp", rig.addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	select {
+	case err := <-stopped:
+		t.Fatalf("serve returned %v while a request was in flight", err)
+	default:
+	}
+	io.WriteString(conn, "5\r\nworld\r\n0\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("the in-flight request was not answered: %v", err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != 200 || string(body) != sandboxOrderJSON {
+		t.Errorf("the in-flight request = %d %s, want 200 and the order", res.StatusCode, body)
+	}
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Errorf("serve = %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("serve did not return after the last request finished")
+	}
+}
+
+// TestSignalDrainsAndSaysSo: SIGTERM prints a line when shutting down and one when
+// stopped, with the requests drained, and exits 0.
+func TestSignalDrainsAndSaysSo(t *testing.T) {
+	t.Parallel()
+	cmd, stdout := startProcess(t, io.Discard)
+	waitFor(t, "the banner", func() bool { return strings.Contains(stdout.String(), "Base URL: ") })
+	base := regexp.MustCompile(`Base URL: (\S+)`).FindStringSubmatch(stdout.String())[1]
+	u, _ := url.Parse(base)
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET /v1/orders/ord_sbx_0001 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_sandbox_all\r\nPrefer: delay=1000\r\n\r\n")
+	time.Sleep(300 * time.Millisecond) // no hook reaches into another process: the request has arrived by now
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("the request in flight at the signal = %v, %v; want 200", res, err)
+	}
+	took, status := waitExit(t, cmd, start, 15*time.Second)
+	out := stdout.String()
+	if status != 0 || !strings.Contains(out, "Shutting down: requests in flight may take up to 10s to finish.") || !strings.Contains(out, "Stopped: 1 requests drained.") {
+		t.Errorf("exit status %d after %v, stdout:\n%s\nwant 0, and the shutting-down and stopped lines with 1 request", status, took, out)
+	}
+}
+
+// TestLogBufferCloseIsBounded: closing a log whose destination is stuck gives up after its
+// bound and says lines were lost.
+func TestLogBufferCloseIsBounded(t *testing.T) {
+	t.Parallel()
+	sink := &gatedSink{gate: make(chan struct{})}
+	defer close(sink.gate)
+	l := newLogBuffer(sink, time.Millisecond)
+	l.Write([]byte("a line\n"))
+	waitFor(t, "the flusher to be stuck in the destination", func() bool { return sink.waiting.Load() == 1 })
+	l.Write([]byte("another line\n"))
+	start := time.Now()
+	err := l.closeWithin(100 * time.Millisecond)
+	if took := time.Since(start); err == nil || took > time.Second {
+		t.Errorf("closeWithin on a stuck destination = %v after %v, want an error after about 100ms", err, took)
+	}
+}
+
+// TestShutdownGraceRunsOut: a request still in flight when the grace period ends is cut
+// off, and serve says so rather than report a clean drain.
+func TestShutdownGraceRunsOut(t *testing.T) {
+	t.Parallel()
+	reading := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) })
+	// A body that never ends keeps the request in flight.
+	rig := startShutdownRig(t, reading, 100*time.Millisecond, "GET /v1/orders HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n")
+	conn := rig.conn
+	rig.cancel()
+	select {
+	case err := <-rig.stopped:
+		if err == nil || !strings.Contains(err.Error(), "cut off") {
+			t.Errorf("serve = %v, want an error saying requests were cut off", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("serve did not return after its grace period")
+	}
+	conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := conn.Read(make([]byte, 1)); err == nil {
+		t.Error("the cut-off connection is still open")
+	}
+}
+
+// TestRunBoundsHeapGrowth: with a large dataset and main's heap tuner, run lets the heap
+// grow by a bounded amount past it rather than double it; a GOGC variable, when set, wins;
+// the setting is restored when run returns; without a tuner run leaves it alone, so that
+// tests may call run in parallel.
+func TestRunBoundsHeapGrowth(t *testing.T) { // not parallel: the GC setting is the process's
+	current := func() int { p := debug.SetGCPercent(100); debug.SetGCPercent(p); return p }
+	before := current()
+	_, _, _, stop := startRunWithEnv(t, nil, boundHeapGrowth, "-seed-orders", "300000")
+	during := current()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if during < 10 || during >= 100 {
+		t.Errorf("GC percentage %d while serving 300,000 orders, want 10 to 99", during)
+	}
+	if after := current(); after != before {
+		t.Errorf("GC percentage %d after run returned, want %d as before", after, before)
+	}
+	_, _, _, stop = startRunWithEnv(t, map[string]string{"GOGC": "100"}, boundHeapGrowth, "-seed-orders", "300000")
+	during = current()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if during != before {
+		t.Errorf("GC percentage %d with GOGC set, want %d: the variable wins", during, before)
+	}
+	_, _, _, stop = startRun(t, "-seed-orders", "300000")
+	during = current()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if during != before {
+		t.Errorf("GC percentage %d from run without a tuner, want %d", during, before)
+	}
+}
+
+// TestGCPercent: the heap grows by about 64 MiB past the dataset between collections, a
+// small one as a large one; never by less than 10%.
+func TestGCPercent(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		live uint64
+		want int
+	}{
+		{0, 1600}, {1 << 20, 1600}, {4 << 20, 1600}, {16 << 20, 400}, {64 << 20, 100}, {128 << 20, 50}, {550 << 20, 11}, {640 << 20, 10}, {5 << 30, 10},
+	} {
+		if got := gcPercent(c.live); got != c.want {
+			t.Errorf("gcPercent(%d MiB) = %d, want %d", c.live>>20, got, c.want)
+		}
+	}
+}
+
+// TestUnknownKeysLeaveNoState: unknown keys create no rate-limit state: 50,000 of them leave
+// the heap where it was.
+func TestUnknownKeysLeaveNoState(t *testing.T) { // not parallel: it measures the heap
+	quiet := newEnv(t, envOptions{quiet: true}) // a kept log would grow by a line a request
+	var before, after runtimeMem
+	before.read()
+	for i := 0; i < 50000; i++ {
+		quiet.h.ServeHTTP(httptest.NewRecorder(), newRequest(http.MethodGet, "/v1/orders", "sk_test_flood_"+strconv.Itoa(i)))
+	}
+	after.read()
+	if grown := int64(after.heap) - int64(before.heap); grown > 1<<20 {
+		t.Errorf("the heap grew by %d bytes over 50,000 unknown keys: they leave state behind", grown)
+	}
+	if rep := quiet.get(t, "/v1/orders", "sk_test_sandbox_all"); rep.status != 200 {
+		t.Errorf("after the flood, GET with a known key = %s, want 200", rep)
+	}
+}
+
+// main.go, the server: routes and paths, real sockets and connection limits, the body cap,
+// the order of the checks, panics, the access log.
+
 func TestRoutesMethodsAndPaths(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
@@ -1687,45 +2053,6 @@ func TestHalfClosedClientGetsNoEmptySuccess(t *testing.T) {
 	}
 }
 
-// TestADelayWatchesAClientThatSentABody: net/http watches a connection only once the body
-// is read, so a Prefer delay reads it first: a client with a body that goes away during
-// the delay is logged 499 at once and changes nothing; the body is judged after the delay.
-func TestADelayWatchesAClientThatSentABody(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, envOptions{})
-	conn, err := net.Dial("tcp", serveTCP(t, e.h, defaultConfig()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := `{"frozen_time":"2020-01-01T00:00:00Z"}`
-	io.WriteString(conn, "POST /v1/test_helpers/clock HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_sandbox_all\r\nPrefer: delay=3000\r\n"+
-		"Content-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
-	conn.Close()
-	start := time.Now()
-	waitFor(t, "the gone client's request to be logged 499", func() bool {
-		return strings.Contains(e.logs.String(), `"route":"/v1/test_helpers/clock","status":499`)
-	})
-	if took := time.Since(start); took > 2*time.Second {
-		t.Errorf("the gone client was noticed after %v, want at once, not after the delay", took)
-	}
-	if c := e.readClock(t, "sk_test_sandbox_all"); c.FrozenTime != "" {
-		t.Errorf("the clock is %+v after an aborted request, want it unchanged", c)
-	}
-	// A body is judged after the delay: over the cap, 413; not JSON, 400.
-	for _, tt := range []struct {
-		body string
-		code string
-	}{{strings.Repeat(" ", maxBodyBytes+1), "body_too_large"}, {"frozen", "malformed_json"}} {
-		start := time.Now()
-		r := newBodyRequest(http.MethodPost, "/v1/test_helpers/clock", "sk_test_sandbox_all", tt.body, "Prefer", "delay=50")
-		r.ContentLength = -1 // streamed: not refused before the key
-		rep := e.do(t, r)
-		if took := time.Since(start); took < 50*time.Millisecond || string(rep.problem(t).Code) != tt.code {
-			t.Errorf("a %d-byte body with delay=50 = %s after %v, want %s after the delay", len(tt.body), rep, took, tt.code)
-		}
-	}
-}
-
 // TestKeptAliveConnectionsCutPartialHeaders: after a first request, headers that arrive
 // partly and then stall are cut off, as on a new connection: within 30 s by default.
 func TestKeptAliveConnectionsCutPartialHeaders(t *testing.T) {
@@ -1857,45 +2184,56 @@ func TestFramingOfItsOwnClosesTheConnection(t *testing.T) {
 	}
 }
 
-// TestCheckOrder: when a request has several faults, the first check in the contract's
-// order answers: route/method, body size, key, live, rate limit, scope, Prefer,
-// parameters (422, then 400), resource.
-func TestCheckOrder(t *testing.T) {
+func TestConnectionLimits(t *testing.T) {
 	t.Parallel()
-	big := strings.Repeat("x", maxBodyBytes+1)
-	tests := []struct {
-		name, method, target, key, body string
-		headers                         []string
-		status                          int
-		code, param                     string
-	}{
-		{"unknown route before method", "POST", "/v1/nope", "", "", nil, 404, "route_not_found", ""},
-		{"method before body size", "POST", "/v1/orders", "", big, nil, 405, "method_not_allowed", ""},
-		{"body size before key", "GET", "/v1/orders", "", big, nil, 413, "body_too_large", ""},
-		{"key before live", "GET", "/v1/orders?limit=0", "sk_live_nope", "", nil, 401, "invalid_api_key", ""},
-		{"key before parameters", "GET", "/v1/orders?limit=0", "", "", nil, 401, "missing_api_key", ""},
-		{"a key in the query is never read", "GET", "/v1/orders?api_key=sk_test_sandbox_all", "", "", nil, 401, "missing_api_key", ""},
-		{"live before scope and parameters", "GET", "/v1/orders?limit=0", "sk_live_sandbox_all", "", []string{"Prefer", "code=500"}, 503, "live_not_released", ""},
-		{"scope before Prefer", "GET", "/v1/orders", "sk_test_sandbox_tracking", "", []string{"Prefer", "code=500"}, 403, "insufficient_scope", ""},
-		{"scope before parameters", "GET", "/v1/orders?limit=0", "sk_test_sandbox_none", "", nil, 403, "insufficient_scope", ""},
-		{"Prefer before parameters", "GET", "/v1/orders?limit=0", "sk_test_sandbox_all", "", []string{"Prefer", "code=502"}, 502, "provider_not_confirmed", ""},
-		{"bad Prefer before parameters", "GET", "/v1/orders?limit=0", "sk_test_sandbox_all", "", []string{"Prefer", "code=200"}, 422, "invalid_parameter", "Prefer"},
-		{"422 before 400", "GET", "/v1/orders?cursor=garbage&limit=0", "sk_test_sandbox_all", "", nil, 422, "invalid_parameter", "limit"},
-		{"parameters before resource", "GET", "/v1/orders/ord_nope?x=1", "sk_test_sandbox_all", "", nil, 422, "unknown_parameter", "x"},
-		{"expired before scope", "GET", "/v1/orders", "sk_test_sandbox_expired", "", nil, 401, "expired_api_key", ""},
-	}
+	cfg := defaultConfig()
+	// A client that never finishes its headers is cut off after ReadHeaderTimeout.
 	e := newEnv(t, envOptions{})
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r := newRequest(tt.method, tt.target, tt.key, tt.headers...)
-			if tt.body != "" {
-				r = httptest.NewRequest(tt.method, "http://127.0.0.1:8080"+tt.target, strings.NewReader(tt.body))
-				if tt.key != "" {
-					r.Header.Set("Authorization", "Bearer "+tt.key)
-				}
+	cfg.readHeaderTimeout = 300 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newHTTPServer(cfg, e.h, slog.New(slog.DiscardHandler))
+	go srv.Serve(ln)
+	defer srv.Close()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	io.WriteString(conn, "GET /v1/orders HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+	closed := make(chan time.Duration)
+	go func() {
+		io.Copy(io.Discard, conn)
+		closed <- time.Since(start)
+	}()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	giveUp := time.After(5 * time.Second)
+	for {
+		select {
+		case took := <-closed:
+			if took > 2*time.Second {
+				t.Errorf("the slow client was cut off after %v, want about 300ms", took)
 			}
-			wantProblem(t, e.do(t, r), tt.status, tt.code, tt.param)
-		})
+			goto headers
+		case <-tick.C:
+			conn.Write([]byte("a")) // a byte at a time, never the end of the headers
+		case <-giveUp:
+			t.Fatal("a client that never finishes its headers is still connected after 5s")
+		}
+	}
+headers:
+	// Headers over MaxHeaderBytes are refused by net/http before any handler.
+	res, err := http.Get("http://" + ln.Addr().String() + "/healthz?" + strings.Repeat("a", 70<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("70 KiB of request line = %d, want 431", res.StatusCode)
 	}
 }
 
@@ -1968,6 +2306,48 @@ func TestBodyLimit(t *testing.T) {
 				t.Errorf("%.60q = %d %s, want 413 body_too_large", raw, res.StatusCode, b)
 			}
 		}()
+	}
+}
+
+// TestCheckOrder: when a request has several faults, the first check in the contract's
+// order answers: route/method, body size, key, live, rate limit, scope, Prefer,
+// parameters (422, then 400), resource.
+func TestCheckOrder(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("x", maxBodyBytes+1)
+	tests := []struct {
+		name, method, target, key, body string
+		headers                         []string
+		status                          int
+		code, param                     string
+	}{
+		{"unknown route before method", "POST", "/v1/nope", "", "", nil, 404, "route_not_found", ""},
+		{"method before body size", "POST", "/v1/orders", "", big, nil, 405, "method_not_allowed", ""},
+		{"body size before key", "GET", "/v1/orders", "", big, nil, 413, "body_too_large", ""},
+		{"key before live", "GET", "/v1/orders?limit=0", "sk_live_nope", "", nil, 401, "invalid_api_key", ""},
+		{"key before parameters", "GET", "/v1/orders?limit=0", "", "", nil, 401, "missing_api_key", ""},
+		{"a key in the query is never read", "GET", "/v1/orders?api_key=sk_test_sandbox_all", "", "", nil, 401, "missing_api_key", ""},
+		{"live before scope and parameters", "GET", "/v1/orders?limit=0", "sk_live_sandbox_all", "", []string{"Prefer", "code=500"}, 503, "live_not_released", ""},
+		{"scope before Prefer", "GET", "/v1/orders", "sk_test_sandbox_tracking", "", []string{"Prefer", "code=500"}, 403, "insufficient_scope", ""},
+		{"scope before parameters", "GET", "/v1/orders?limit=0", "sk_test_sandbox_none", "", nil, 403, "insufficient_scope", ""},
+		{"Prefer before parameters", "GET", "/v1/orders?limit=0", "sk_test_sandbox_all", "", []string{"Prefer", "code=502"}, 502, "provider_not_confirmed", ""},
+		{"bad Prefer before parameters", "GET", "/v1/orders?limit=0", "sk_test_sandbox_all", "", []string{"Prefer", "code=200"}, 422, "invalid_parameter", "Prefer"},
+		{"422 before 400", "GET", "/v1/orders?cursor=garbage&limit=0", "sk_test_sandbox_all", "", nil, 422, "invalid_parameter", "limit"},
+		{"parameters before resource", "GET", "/v1/orders/ord_nope?x=1", "sk_test_sandbox_all", "", nil, 422, "unknown_parameter", "x"},
+		{"expired before scope", "GET", "/v1/orders", "sk_test_sandbox_expired", "", nil, 401, "expired_api_key", ""},
+	}
+	e := newEnv(t, envOptions{})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRequest(tt.method, tt.target, tt.key, tt.headers...)
+			if tt.body != "" {
+				r = httptest.NewRequest(tt.method, "http://127.0.0.1:8080"+tt.target, strings.NewReader(tt.body))
+				if tt.key != "" {
+					r.Header.Set("Authorization", "Bearer "+tt.key)
+				}
+			}
+			wantProblem(t, e.do(t, r), tt.status, tt.code, tt.param)
+		})
 	}
 }
 
@@ -2288,406 +2668,314 @@ func TestLogBufferSlowSink(t *testing.T) {
 	}
 }
 
-func TestConnectionLimits(t *testing.T) {
-	t.Parallel()
-	cfg := defaultConfig()
-	// A client that never finishes its headers is cut off after ReadHeaderTimeout.
-	e := newEnv(t, envOptions{})
-	cfg.readHeaderTimeout = 300 * time.Millisecond
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := newHTTPServer(cfg, e.h, slog.New(slog.DiscardHandler))
-	go srv.Serve(ln)
-	defer srv.Close()
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	start := time.Now()
-	io.WriteString(conn, "GET /v1/orders HTTP/1.1\r\nHost: x\r\nX-Slow: ")
-	closed := make(chan time.Duration)
-	go func() {
-		io.Copy(io.Discard, conn)
-		closed <- time.Since(start)
-	}()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	giveUp := time.After(5 * time.Second)
-	for {
-		select {
-		case took := <-closed:
-			if took > 2*time.Second {
-				t.Errorf("the slow client was cut off after %v, want about 300ms", took)
-			}
-			goto headers
-		case <-tick.C:
-			conn.Write([]byte("a")) // a byte at a time, never the end of the headers
-		case <-giveUp:
-			t.Fatal("a client that never finishes its headers is still connected after 5s")
-		}
-	}
-headers:
-	// Headers over MaxHeaderBytes are refused by net/http before any handler.
-	res, err := http.Get("http://" + ln.Addr().String() + "/healthz?" + strings.Repeat("a", 70<<10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
-		t.Errorf("70 KiB of request line = %d, want 431", res.StatusCode)
-	}
-}
+// main.go, Prefer: an answer the sandbox never gives on its own, a delay, and a request at
+// its own instant.
 
-// shutdownRig serves h with serve and grace on loopback, and sends it request on a
-// connection of its own: the request's body is streaming when the rig returns, once the
-// handler has it. cancel starts the shutdown; serve's error arrives on stopped.
-type shutdownRig struct {
-	addr    string
-	conn    net.Conn
-	cancel  func()
-	stopped chan error
-}
-
-func startShutdownRig(t *testing.T, h http.Handler, grace time.Duration, request string) *shutdownRig {
-	t.Helper()
-	arrived := make(chan struct{})
-	signalled := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		close(arrived)
-		h.ServeHTTP(w, r)
-	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	rig := &shutdownRig{addr: ln.Addr().String(), cancel: cancel, stopped: make(chan error, 1)}
-	go func() {
-		rig.stopped <- serve(ctx, newHTTPServer(defaultConfig(), signalled, slog.New(slog.DiscardHandler)), ln, func() {}, watchStop(ctx), grace)
-	}()
-	if rig.conn, err = net.Dial("tcp", rig.addr); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rig.conn.Close() })
-	rig.conn.SetDeadline(time.Now().Add(20 * time.Second))
-	io.WriteString(rig.conn, request)
-	select {
-	case <-arrived:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the request never reached the handler")
-	}
-	return rig
-}
-
-// TestGracefulShutdown: shutdown begins while a request's body is still streaming; new
-// connections are refused, the request is answered in full, and serve returns nil.
-func TestGracefulShutdown(t *testing.T) {
+func TestPreferSimulatedCodes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
-	rig := startShutdownRig(t, e.h, 10*time.Second,
-		"GET /v1/orders/ord_sbx_0001 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_sandbox_all\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
-	conn, stopped := rig.conn, rig.stopped
-	rig.cancel()
-	waitFor(t, "new connections to be refused", func() bool {
-		c, err := net.DialTimeout("tcp", rig.addr, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err != nil
-	})
-	select {
-	case err := <-stopped:
-		t.Fatalf("serve returned %v while a request was in flight", err)
-	default:
-	}
-	io.WriteString(conn, "5\r\nworld\r\n0\r\n\r\n")
-	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("the in-flight request was not answered: %v", err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	if res.StatusCode != 200 || string(body) != sandboxOrderJSON {
-		t.Errorf("the in-flight request = %d %s, want 200 and the order", res.StatusCode, body)
-	}
-	select {
-	case err := <-stopped:
-		if err != nil {
-			t.Errorf("serve = %v, want nil", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Error("serve did not return after the last request finished")
-	}
-}
-
-// sandboxBinary builds the sandbox once into a temporary directory, for the tests where a
-// real process, its signals and its pipes are the point.
-var sandboxBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "sandbox-test")
-	if err != nil {
-		return "", err
-	}
-	bin := dir + "/sandbox"
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
-})
-
-// startProcess starts the sandbox binary with args on a free port, its stderr to stderr,
-// and returns it with its stdout, read line by line as it comes.
-func startProcess(t *testing.T, stderr io.Writer, args ...string) (*exec.Cmd, *lockedBuffer) {
-	t.Helper()
-	bin, err := sandboxBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, append([]string{"-addr", "127.0.0.1:0", "-rate", "0"}, args...)...)
-	stdout := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	return cmd, stdout
-}
-
-// waitExit waits for cmd to exit and returns how long it took from since, and its status.
-func waitExit(t *testing.T, cmd *exec.Cmd, since time.Time, limit time.Duration) (time.Duration, int) {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-		return time.Since(since), cmd.ProcessState.ExitCode()
-	case <-time.After(limit + 5*time.Second):
-		t.Fatalf("the process had not exited %v after the signal", limit+5*time.Second)
-		return 0, 0
-	}
-}
-
-// TestSignalDrainsAndSaysSo: SIGTERM prints a line when shutting down and one when
-// stopped, with the requests drained, and exits 0.
-func TestSignalDrainsAndSaysSo(t *testing.T) {
-	t.Parallel()
-	cmd, stdout := startProcess(t, io.Discard)
-	waitFor(t, "the banner", func() bool { return strings.Contains(stdout.String(), "Base URL: ") })
-	base := regexp.MustCompile(`Base URL: (\S+)`).FindStringSubmatch(stdout.String())[1]
-	u, _ := url.Parse(base)
-	conn, err := net.Dial("tcp", u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	io.WriteString(conn, "GET /v1/orders/ord_sbx_0001 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_sandbox_all\r\nPrefer: delay=1000\r\n\r\n")
-	time.Sleep(300 * time.Millisecond) // no hook reaches into another process: the request has arrived by now
-	start := time.Now()
-	cmd.Process.Signal(syscall.SIGTERM)
-	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil || res.StatusCode != 200 {
-		t.Fatalf("the request in flight at the signal = %v, %v; want 200", res, err)
-	}
-	took, status := waitExit(t, cmd, start, 15*time.Second)
-	out := stdout.String()
-	if status != 0 || !strings.Contains(out, "Shutting down: requests in flight may take up to 10s to finish.") || !strings.Contains(out, "Stopped: 1 requests drained.") {
-		t.Errorf("exit status %d after %v, stdout:\n%s\nwant 0, and the shutting-down and stopped lines with 1 request", status, took, out)
-	}
-}
-
-// TestLogBufferCloseIsBounded: closing a log whose destination is stuck gives up after its
-// bound and says lines were lost.
-func TestLogBufferCloseIsBounded(t *testing.T) {
-	t.Parallel()
-	sink := &gatedSink{gate: make(chan struct{})}
-	defer close(sink.gate)
-	l := newLogBuffer(sink, time.Millisecond)
-	l.Write([]byte("a line\n"))
-	waitFor(t, "the flusher to be stuck in the destination", func() bool { return sink.waiting.Load() == 1 })
-	l.Write([]byte("another line\n"))
-	start := time.Now()
-	err := l.closeWithin(100 * time.Millisecond)
-	if took := time.Since(start); err == nil || took > time.Second {
-		t.Errorf("closeWithin on a stuck destination = %v after %v, want an error after about 100ms", err, took)
-	}
-}
-
-// TestShutdownGraceRunsOut: a request still in flight when the grace period ends is cut
-// off, and serve says so rather than report a clean drain.
-func TestShutdownGraceRunsOut(t *testing.T) {
-	t.Parallel()
-	reading := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) })
-	// A body that never ends keeps the request in flight.
-	rig := startShutdownRig(t, reading, 100*time.Millisecond, "GET /v1/orders HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n")
-	conn := rig.conn
-	rig.cancel()
-	select {
-	case err := <-rig.stopped:
-		if err == nil || !strings.Contains(err.Error(), "cut off") {
-			t.Errorf("serve = %v, want an error saying requests were cut off", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("serve did not return after its grace period")
-	}
-	conn.SetReadDeadline(time.Now().Add(2 * time.Second))
-	if _, err := conn.Read(make([]byte, 1)); err == nil {
-		t.Error("the cut-off connection is still open")
-	}
-}
-
-// TestRunBoundsHeapGrowth: with a large dataset and main's heap tuner, run lets the heap
-// grow by a bounded amount past it rather than double it; a GOGC variable, when set, wins;
-// the setting is restored when run returns; without a tuner run leaves it alone, so that
-// tests may call run in parallel.
-func TestRunBoundsHeapGrowth(t *testing.T) { // not parallel: the GC setting is the process's
-	current := func() int { p := debug.SetGCPercent(100); debug.SetGCPercent(p); return p }
-	before := current()
-	_, _, _, stop := startRunWithEnv(t, nil, boundHeapGrowth, "-seed-orders", "300000")
-	during := current()
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	if during < 10 || during >= 100 {
-		t.Errorf("GC percentage %d while serving 300,000 orders, want 10 to 99", during)
-	}
-	if after := current(); after != before {
-		t.Errorf("GC percentage %d after run returned, want %d as before", after, before)
-	}
-	_, _, _, stop = startRunWithEnv(t, map[string]string{"GOGC": "100"}, boundHeapGrowth, "-seed-orders", "300000")
-	during = current()
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	if during != before {
-		t.Errorf("GC percentage %d with GOGC set, want %d: the variable wins", during, before)
-	}
-	_, _, _, stop = startRun(t, "-seed-orders", "300000")
-	during = current()
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	if during != before {
-		t.Errorf("GC percentage %d from run without a tuner, want %d", during, before)
-	}
-}
-
-// TestGCPercent: the heap grows by about 64 MiB past the dataset between collections, a
-// small one as a large one; never by less than 10%.
-func TestGCPercent(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		live uint64
-		want int
+	tests := []struct {
+		prefer     string
+		status     int
+		code       string
+		retryAfter string
+		applied    string
 	}{
-		{0, 1600}, {1 << 20, 1600}, {4 << 20, 1600}, {16 << 20, 400}, {64 << 20, 100}, {128 << 20, 50}, {550 << 20, 11}, {640 << 20, 10}, {5 << 30, 10},
-	} {
-		if got := gcPercent(c.live); got != c.want {
-			t.Errorf("gcPercent(%d MiB) = %d, want %d", c.live>>20, got, c.want)
+		{"code=429", 429, "rate_limited", "1", "code=429"},
+		{"code=500", 500, "internal_error", "", "code=500"},
+		{"code=502", 502, "provider_not_confirmed", "", "code=502"},
+		{"code=503", 503, "provider_unavailable", "1", "code=503"},
+		{"CODE=500", 500, "internal_error", "", "code=500"},
+		{`code="502"`, 502, "provider_not_confirmed", "", "code=502"},
+		{"code=503; reason=test", 503, "provider_unavailable", "1", "code=503"},
+		{"respond-async, code=500, wait=10", 500, "internal_error", "", "code=500"},
+		{"code=500, code=502", 500, "internal_error", "", "code=500"},
+		{"code=503, delay=5", 503, "provider_unavailable", "1", "code=503, delay=5"},
+		{"delay=00, code=502", 502, "provider_not_confirmed", "", "delay=0, code=502"},
+	}
+	for _, op := range operations {
+		for _, tt := range tests {
+			t.Run(caseName(op.name+" "+tt.prefer), func(t *testing.T) {
+				rep := e.get(t, op.target, "sk_test_sandbox_all", "Prefer", tt.prefer)
+				p := wantProblem(t, rep, tt.status, tt.code, "")
+				if rep.header.Get("Retry-After") != tt.retryAfter || rep.header.Get("Preference-Applied") != tt.applied {
+					t.Errorf("Retry-After %q, Preference-Applied %q; want %q, %q", rep.header.Get("Retry-After"), rep.header.Get("Preference-Applied"), tt.retryAfter, tt.applied)
+				}
+				if strings.Contains(string(rep.body), "ord_sbx") || strings.Contains(string(rep.body), "shp_sbx") || !strings.Contains(p.Detail, "Simulated") {
+					t.Errorf("a simulated answer %s shows data or does not say it is simulated", rep.body)
+				}
+			})
+		}
+	}
+	// Two Prefer fields are one list (RFC 7240): the first instance of code counts.
+	rep := e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", "code=502", "Prefer", "code=500")
+	wantProblem(t, rep, 502, "provider_not_confirmed", "")
+}
+
+// TestPreferReadsTheFirstPreferences: preferences past the sixteenth are not read, so that
+// a header of thousands costs what a short one does.
+func TestPreferReadsTheFirstPreferences(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	filler := strings.Repeat("x=1, ", 15)
+	wantProblem(t, e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", filler+"code=500"), 500, "internal_error", "")
+	if rep := e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", filler+"x=1, code=500"); rep.status != 200 || rep.header.Get("Preference-Applied") != "" {
+		t.Errorf("code=500 as the 17th preference = %s (Preference-Applied %q), want it not read", rep, rep.header.Get("Preference-Applied"))
+	}
+	if rep := e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", strings.Repeat(",", 60000)+"code=500"); rep.status != 200 {
+		t.Errorf("60,000 empty preferences, then code=500 = %s, want 200", rep)
+	}
+}
+
+func TestPreferInvalidValues(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	for _, prefer := range []string{"code=404", "code=200", "code=abc", "code=", "code", "code=5000", "code=-500", "code=500.0",
+		"delay=-1", "delay=10001", "delay=abc", "delay=1.5", "delay=", "delay", "delay=99999999999999999999", "delay=1e3", "code=500, delay=20000", "code=599", "delay=600000"} {
+		rep := e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", prefer)
+		wantProblem(t, rep, 422, "invalid_parameter", "Prefer")
+		if rep.header.Get("Preference-Applied") != "" {
+			t.Errorf("Prefer %q: a refused preference is reported applied: %q", prefer, rep.header.Get("Preference-Applied"))
 		}
 	}
 }
 
-// TestLoadWithoutLoss drives the handler chain from 16 goroutines with 20,000 mixed
-// requests and checks every answer; unknown keys leave no state behind.
-func TestLoadWithoutLoss(t *testing.T) {
+// TestPreferDoesNotOutrankRealAnswers: a live key, a missing or bad key, a key without the
+// scope and a rate-limited key get exactly what they get without the header.
+func TestPreferDoesNotOutrankRealAnswers(t *testing.T) {
 	t.Parallel()
-	// The limiter runs on every keyed request, on a clock that stands still, with room for
-	// all of them: the answers do not depend on how the goroutines interleave.
-	e := newEnv(t, envOptions{seed: 200, rate: maxRate, step: -1})
-	type expect struct {
-		target, key string
-		status      int
-		code        string
-		body        string
+	e := newEnv(t, envOptions{step: -1})
+	for _, key := range []string{"sk_live_sandbox_all", "", "sk_test_nope", "sk_test_sandbox_expired", "sk_test_sandbox_revoked", "sk_test_sandbox_tracking"} {
+		plain := e.get(t, "/v1/orders", key)
+		prefer := e.get(t, "/v1/orders", key, "Prefer", "code=500, delay=1")
+		if plain.status == 200 || prefer.status != plain.status || withoutRequestID(t, prefer.body) != withoutRequestID(t, plain.body) || prefer.header.Get("Preference-Applied") != "" {
+			t.Errorf("key %q: with Prefer %s, without %s", key, prefer, plain)
+		}
 	}
-	mix := []expect{
-		{"/v1/orders/ord_sbx_0001", "sk_test_sandbox_all", 200, "", sandboxOrderJSON},
-		{"/v1/orders/ord_sbx_0001", "sk_test_sandbox_orders", 200, "", sandboxOrderJSON},
-		{"/v1/orders/ord_other_0001", "sk_test_other_all", 200, "", otherOrderJSON},
-		{"/v1/orders/ord_other_0001", "sk_test_sandbox_all", 404, "not_found", ""},
-		{"/v1/orders?limit=3&status=cancelled", "sk_test_sandbox_all", 200, "", ""},
-		{"/v1/orders?limit=0", "sk_test_sandbox_all", 422, "invalid_parameter", ""},
-		{"/v1/orders?cursor=x", "sk_test_sandbox_orders", 400, "invalid_cursor", ""},
-		{"/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_tracking", 200, "", ""},
-		{"/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_orders", 403, "insufficient_scope", ""},
-		{"/v1/tracking/SBX1000000001", "sk_test_other_all", 200, "", ""},
-		{"/v1/tracking/SBX2000000000", "sk_test_sandbox_all", 404, "not_found", ""},
-		{"/v1/orders", "sk_test_sandbox_none", 403, "insufficient_scope", ""},
-		{"/v1/orders", "sk_test_sandbox_expired", 401, "expired_api_key", ""},
-		{"/v1/orders", "sk_test_sandbox_revoked", 401, "revoked_api_key", ""},
-		{"/v1/orders", "sk_live_sandbox_all", 503, "live_not_released", ""},
-		{"/v1/orders", "", 401, "missing_api_key", ""},
-		{"/v1/nope", "sk_test_sandbox_all", 404, "route_not_found", ""},
-		{"/healthz", "", 200, "", `{"status":"ok"}`},
+	for i := 0; i < 25; i++ {
+		e.get(t, "/v1/orders", "sk_test_sandbox_all")
 	}
-	first := map[string][]byte{}
-	for _, m := range mix {
-		first[m.target+m.key] = e.get(t, m.target, m.key).body
+	rep := e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", "code=500")
+	if p := wantProblem(t, rep, 429, "rate_limited", ""); strings.Contains(p.Detail, "Simulated") || rep.header.Get("Preference-Applied") != "" {
+		t.Errorf("a rate-limited key's Prefer was applied: %s", rep)
 	}
-	const workers, total = 16, 20000
-	var next atomic.Int64
-	var failures atomic.Int64
+}
+
+// TestRequestsWithoutPreferAreUnchanged: without Prefer (or with only preferences the
+// sandbox ignores) the answer is the same, byte for byte apart from the request id.
+func TestRequestsWithoutPreferAreUnchanged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	for _, target := range []string{"/v1/orders", "/v1/orders/ord_sbx_0001", "/v1/orders/nope", "/v1/orders?limit=0", "/v1/shipments/shp_sbx_spring/tracking", "/v1/tracking/SBX2000000000"} {
+		plain := e.get(t, target, "sk_test_sandbox_all")
+		ignored := e.get(t, target, "sk_test_sandbox_all", "Prefer", "return=minimal, respond-async, wait=5, handling=strict", "Prefer", `;;,,=="\x01`)
+		if plain.header.Get("Preference-Applied") != "" || ignored.header.Get("Preference-Applied") != "" {
+			t.Errorf("%s: Preference-Applied without an applied preference", target)
+		}
+		if plain.status != ignored.status || withoutRequestID(t, plain.body) != withoutRequestID(t, ignored.body) {
+			t.Errorf("%s: %s, with ignored preferences %s", target, plain, ignored)
+		}
+		for _, h := range [][]string{plain.header.Values("Request-Id"), ignored.header.Values("Request-Id")} {
+			if len(h) != 1 {
+				t.Errorf("%s: Request-Id %v", target, h)
+			}
+		}
+		a, b := plain.header.Clone(), ignored.header.Clone()
+		a.Del("Request-Id")
+		b.Del("Request-Id")
+		if fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Errorf("%s: headers %v, with ignored preferences %v", target, a, b)
+		}
+	}
+}
+
+func TestPreferDelay(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	start := time.Now()
+	rep := e.get(t, "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all", "Prefer", "delay=30")
+	if took := time.Since(start); took < 30*time.Millisecond || rep.status != 200 || string(rep.body) != sandboxOrderJSON || rep.header.Get("Preference-Applied") != "delay=30" {
+		t.Errorf("delay=30 took %v and answered %s (Preference-Applied %q); want at least 30ms, the order, delay=30", took, rep, rep.header.Get("Preference-Applied"))
+	}
+
+	// A client that goes away ends the wait: nothing is sent, and the log says 499.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := newRequest(http.MethodGet, "/v1/orders", "sk_test_sandbox_all", "Prefer", "delay=10000").WithContext(ctx)
+	rec := httptest.NewRecorder()
+	start = time.Now()
+	func() {
+		defer func() {
+			if v := recover(); v != http.ErrAbortHandler {
+				t.Errorf("a request whose client is gone ended with %v, want the panic http.ErrAbortHandler (no answer at all)", v)
+			}
+		}()
+		e.h.ServeHTTP(rec, r)
+	}()
+	if took := time.Since(start); took > 5*time.Second || rec.Body.Len() != 0 || rec.Code != 200 && rec.Code != 0 {
+		t.Errorf("a request whose client is gone took %v and was answered %d %s; want at once, nothing", took, rec.Code, rec.Body)
+	}
+	if !strings.Contains(e.logs.String(), `"route":"/v1/orders","status":499`) {
+		t.Errorf("the log does not record the gone client's request as 499:\n%s", e.logs)
+	}
+
+	// Shutting down ends the wait too: the request is answered at once.
+	close(e.stopping)
+	start = time.Now()
+	shut := e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", "delay=10000, code=503")
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("a delay during shutdown took %v, want an answer at once", took)
+	}
+	wantProblem(t, shut, 503, "provider_unavailable", "")
+}
+
+// TestADelayWatchesAClientThatSentABody: net/http watches a connection only once the body
+// is read, so a Prefer delay reads it first: a client with a body that goes away during
+// the delay is logged 499 at once and changes nothing; the body is judged after the delay.
+func TestADelayWatchesAClientThatSentABody(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	conn, err := net.Dial("tcp", serveTCP(t, e.h, defaultConfig()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"frozen_time":"2020-01-01T00:00:00Z"}`
+	io.WriteString(conn, "POST /v1/test_helpers/clock HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_sandbox_all\r\nPrefer: delay=3000\r\n"+
+		"Content-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+	conn.Close()
+	start := time.Now()
+	waitFor(t, "the gone client's request to be logged 499", func() bool {
+		return strings.Contains(e.logs.String(), `"route":"/v1/test_helpers/clock","status":499`)
+	})
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the gone client was noticed after %v, want at once, not after the delay", took)
+	}
+	if c := e.readClock(t, "sk_test_sandbox_all"); c.FrozenTime != "" {
+		t.Errorf("the clock is %+v after an aborted request, want it unchanged", c)
+	}
+	// A body is judged after the delay: over the cap, 413; not JSON, 400.
+	for _, tt := range []struct {
+		body string
+		code string
+	}{{strings.Repeat(" ", maxBodyBytes+1), "body_too_large"}, {"frozen", "malformed_json"}} {
+		start := time.Now()
+		r := newBodyRequest(http.MethodPost, "/v1/test_helpers/clock", "sk_test_sandbox_all", tt.body, "Prefer", "delay=50")
+		r.ContentLength = -1 // streamed: not refused before the key
+		rep := e.do(t, r)
+		if took := time.Since(start); took < 50*time.Millisecond || string(rep.problem(t).Code) != tt.code {
+			t.Errorf("a %d-byte body with delay=50 = %s after %v, want %s after the delay", len(tt.body), rep, took, tt.code)
+		}
+	}
+}
+
+// TestPreferClock: Prefer clock judges one request's resources at its instant and stores
+// nothing, beside a tenant clock moved elsewhere; the key is still judged by the tenant's
+// clock; Preference-Applied echoes it in the order sent; the clock operations ignore it.
+func TestPreferClock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	const key = "sk_test_sync_all"
+	e.setClock(t, key, formatTimestamp(testNow.Add(2*time.Minute))) // everything has happened
+	at90 := testNow.Add(90 * time.Second)
+	for _, tt := range []struct {
+		prefer, applied string
+		list            string
+	}{
+		{`clock="` + formatTimestamp(testNow) + `"`, `clock="2026-11-22T12:00:00Z"`, "0005:unfulfilled:- 0004:fulfilled:- 0003:unfulfilled:- 0001:unfulfilled:-"},
+		{"clock=2026-11-22T13:01:30+01:00", `clock="2026-11-22T12:01:30Z"`, "0006:unfulfilled:- 0005:cancelled:- 0004:fulfilled:- 0003:unfulfilled:- 0002:unfulfilled:- 0001:partially_fulfilled:shp_sync_1"},
+		{`delay=0, Clock="2026-11-22T12:00:45.5Z", clock="2000-01-01T00:00:00Z"`, `delay=0, clock="2026-11-22T12:00:45.5Z"`, "0006:unfulfilled:- 0005:cancelled:- 0004:fulfilled:- 0003:unfulfilled:- 0001:unfulfilled:-"},
+		// Relative to the start instant, as the clock's body and a dataset write them.
+		{`clock="start+90s"`, `clock="2026-11-22T12:01:30Z"`, "0006:unfulfilled:- 0005:cancelled:- 0004:fulfilled:- 0003:unfulfilled:- 0002:unfulfilled:- 0001:partially_fulfilled:shp_sync_1"},
+		{`clock=start`, `clock="2026-11-22T12:00:00Z"`, "0005:unfulfilled:- 0004:fulfilled:- 0003:unfulfilled:- 0001:unfulfilled:-"},
+		{`clock="start-1m30.5s"`, `clock="2026-11-22T11:58:29.5Z"`, "0004:fulfilled:- 0003:unfulfilled:- 0001:unfulfilled:-"},
+	} {
+		rep := e.get(t, "/v1/orders", key, "Prefer", tt.prefer)
+		if got := rep.header.Get("Preference-Applied"); got != tt.applied {
+			t.Errorf("Prefer %s: Preference-Applied %q, want %q", tt.prefer, got, tt.applied)
+		}
+		var items []string
+		for _, o := range decodePage(t, rep).Data {
+			link := "-"
+			if o.ShipmentID != nil {
+				link = *o.ShipmentID
+			}
+			items = append(items, strings.TrimPrefix(o.ID, "ord_sync_")+":"+o.Status+":"+link)
+		}
+		if strings.Join(items, " ") != tt.list {
+			t.Errorf("Prefer %s lists %v, want %s", tt.prefer, items, tt.list)
+		}
+	}
+	// Every operation reads it; nothing is stored.
+	wantProblem(t, e.get(t, "/v1/orders/ord_sync_0002", key, "Prefer", `clock="`+formatTimestamp(testNow)+`"`), 404, "not_found", "")
+	wantProblem(t, e.get(t, "/v1/tracking/SYNC1000000001", key, "Prefer", `clock="`+formatTimestamp(at90.Add(-time.Minute))+`"`), 404, "not_found", "")
+	if n, status := eventsOf(t, e.get(t, "/v1/shipments/shp_sync_1/tracking", key, "Prefer", `clock="`+formatTimestamp(at90)+`"`)); n != 1 || status != "pre_transit" {
+		t.Errorf("shp_sync_1 at +90s: %d events, %s", n, status)
+	}
+	if c := e.readClock(t, key); c.FrozenTime != "2026-11-22T12:02:00Z" {
+		t.Errorf("the tenant's clock is %+v after requests with Prefer clock, want it where it was", c)
+	}
+	// With code: echoed in the order sent, the code answers.
+	rep := e.get(t, "/v1/orders", key, "Prefer", `clock="2026-11-22T12:00:00Z", code=503`)
+	wantProblem(t, rep, 503, "provider_unavailable", "")
+	if got := rep.header.Get("Preference-Applied"); got != `clock="2026-11-22T12:00:00Z", code=503` {
+		t.Errorf("Preference-Applied %q", got)
+	}
+	// A bad value is 422 naming Prefer, judged with code and delay in the order sent.
+	for _, tt := range []struct{ prefer, code string }{
+		{`clock="yesterday"`, "invalid_parameter"},
+		{`clock="start+"`, "invalid_parameter"},
+		{`clock="start + 90s"`, "invalid_parameter"},
+		{`clock="START+90s"`, "invalid_parameter"},
+		{`clock="2026-11-22T12:00:00"`, "invalid_parameter"},
+		{"clock=2026-11-22T12:00:00+01:00", ""},
+		{`clock="2026-11-22T24:00:00Z"`, "invalid_parameter"},
+		{`code=418, clock="bad"`, "invalid_parameter"},
+		{`clock="bad", code=503`, "invalid_parameter"},
+		{`clock="2026-11-22T12:00:00Z", clock="bad"`, ""},
+	} {
+		rep := e.get(t, "/v1/orders", key, "Prefer", tt.prefer)
+		if tt.code == "" {
+			if rep.status != 200 {
+				t.Errorf("Prefer %s = %s, want 200", tt.prefer, rep)
+			}
+			continue
+		}
+		p := wantProblem(t, rep, 422, tt.code, "Prefer")
+		if strings.Contains(tt.prefer, "code=418") != strings.Contains(p.Detail, "code") {
+			t.Errorf("Prefer %s: detail %q, want the first fault sent", tt.prefer, p.Detail)
+		}
+	}
+	// The key is judged by the tenant's clock, before Prefer: an expired key stays expired.
+	wantProblem(t, e.get(t, "/v1/orders", "sk_test_sandbox_expired", "Prefer", `clock="2025-01-01T00:00:00Z"`), 401, "expired_api_key", "")
+	// The clock operations ignore it: neither applied nor echoed, a bad one no fault.
+	for _, prefer := range []string{`clock="2000-01-01T00:00:00Z"`, `clock="bad"`} {
+		rep := e.get(t, "/v1/test_helpers/clock", key, "Prefer", prefer)
+		if c := decodeClock(t, rep); c.Now != "2026-11-22T12:02:00Z" || rep.header.Get("Preference-Applied") != "" {
+			t.Errorf("GET clock with Prefer %s = %+v, Preference-Applied %q; want the tenant's clock, nothing applied", prefer, c, rep.header.Get("Preference-Applied"))
+		}
+	}
+	// Parallel tests on one tenant each keep their own time.
 	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
+	for i := range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= total {
-					return
-				}
-				var m expect
-				if i%5 == 4 { // an unknown key, never the same twice
-					m = expect{"/v1/orders", "sk_test_unknown_" + strconv.FormatInt(i, 10), 401, "invalid_api_key", ""}
-				} else {
-					m = mix[int(i)%len(mix)]
-				}
+			at := testNow.Add(time.Duration(i) * 15 * time.Second)
+			for range 50 {
 				rec := httptest.NewRecorder()
-				e.h.ServeHTTP(rec, newRequest(http.MethodGet, m.target, m.key))
-				ok := rec.Code == m.status
-				if m.code != "" {
-					ok = ok && strings.Contains(rec.Body.String(), `"code":"`+m.code+`"`) && rec.Header().Get("Content-Type") == "application/problem+json"
-				} else if want := first[m.target+m.key]; ok && !strings.HasPrefix(m.key, "sk_test_unknown_") {
-					ok = bytes.Equal(rec.Body.Bytes(), want)
-				}
-				if m.body != "" {
-					ok = ok && rec.Body.String() == m.body
-				}
-				if !ok || !requestIDPattern.MatchString(rec.Header().Get("Request-Id")) {
-					if failures.Add(1) <= 5 {
-						t.Errorf("request %d: GET %s (%s) = %d %s, want %d %s", i, m.target, m.key, rec.Code, rec.Body, m.status, m.code)
-					}
+				e.h.ServeHTTP(rec, newRequest(http.MethodGet, "/v1/orders/ord_sync_0002", key, "Prefer", `clock="`+formatTimestamp(at)+`"`))
+				if found := rec.Code == 200; found != !at.Before(at90) {
+					t.Errorf("at %s ord_sync_0002 answered %d", formatTimestamp(at), rec.Code)
+					return
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	if n := failures.Load(); n > 0 {
-		t.Fatalf("%d of %d answers were wrong", n, total)
-	}
-	if lines := strings.Count(e.logs.String(), `"msg":"request"`); lines != total+len(mix) {
-		t.Errorf("%d request log lines for %d requests", lines, total+len(mix))
-	}
 }
 
-// TestUnknownKeysLeaveNoState: unknown keys create no rate-limit state: 50,000 of them leave
-// the heap where it was.
-func TestUnknownKeysLeaveNoState(t *testing.T) { // not parallel: it measures the heap
-	quiet := newEnv(t, envOptions{quiet: true}) // a kept log would grow by a line a request
-	var before, after runtimeMem
-	before.read()
-	for i := 0; i < 50000; i++ {
-		quiet.h.ServeHTTP(httptest.NewRecorder(), newRequest(http.MethodGet, "/v1/orders", "sk_test_flood_"+strconv.Itoa(i)))
-	}
-	after.read()
-	if grown := int64(after.heap) - int64(before.heap); grown > 1<<20 {
-		t.Errorf("the heap grew by %d bytes over 50,000 unknown keys: they leave state behind", grown)
-	}
-	if rep := quiet.get(t, "/v1/orders", "sk_test_sandbox_all"); rep.status != 200 {
-		t.Errorf("after the flood, a known key = %s", rep)
-	}
-}
+// main.go, what needs no key: the OpenAPI document, the README's examples, the landing
+// page, CORS.
 
 // TestOpenAPIRoutes: every documented path and method is routed, and every route is
 // documented.
@@ -2934,6 +3222,131 @@ func TestOpenAPIServedDocument(t *testing.T) {
 	}
 }
 
+// TestOpenAPIDocumentForClients: what generated clients and linters need of the served
+// document: HEAD beside each GET, a described schema for the document itself, every error
+// code with a description, bounds on the cursor, a license, no unused component, and no
+// advice against the + rule.
+func TestOpenAPIDocumentForClients(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	body := e.get(t, "/v1/openapi.json", "").body
+	var doc map[string]any
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for path, item := range asMap(doc["paths"]) {
+		_, get := asMap(item)["get"]
+		_, head := asMap(item)["head"]
+		if get != head {
+			t.Errorf("%s: GET documented %v, HEAD documented %v; want HEAD beside each GET", path, get, head)
+		}
+	}
+	self := asMap(asMap(asMap(asMap(asMap(asMap(asMap(doc["paths"])["/openapi.json"])["get"])["responses"])["200"])["content"])["application/json"])["schema"]
+	if req := fmt.Sprint(asMap(self)["required"]); req != "[openapi info paths]" {
+		t.Errorf("the document's own schema requires %s, want openapi, info and paths", req)
+	}
+	schemas := asMap(asMap(doc["components"])["schemas"])
+	codeSchema := asMap(asMap(asMap(schemas["Problem"])["properties"])["code"])
+	descriptions := asMap(codeSchema["x-enumDescriptions"])
+	for c := range codeStatus {
+		if d, _ := descriptions[string(c)].(string); !strings.HasPrefix(d, strconv.Itoa(codeStatus[c])+": ") || !strings.Contains(fmt.Sprint(codeSchema["description"]), string(c)+": ") {
+			t.Errorf("code %s has no one-line description starting with its status: %q", c, d)
+		}
+	}
+	if len(descriptions) != len(codeStatus) {
+		t.Errorf("%d code descriptions, want %d", len(descriptions), len(codeStatus))
+	}
+	cursor := asMap(asMap(asMap(doc["components"])["parameters"])["Cursor"])["schema"]
+	if n := fmt.Sprint(asMap(cursor)["maxLength"]); n != strconv.Itoa(maxCursorLen) {
+		t.Errorf("cursor maxLength = %s, want %d (the longest cursor accepted)", n, maxCursorLen)
+	}
+	if license := asMap(asMap(doc["info"])["license"]); license["name"] == nil || license["identifier"] == nil && license["url"] == nil {
+		t.Errorf("info.license = %v, want a name and an identifier or url", license)
+	}
+	// What lives under the base URL, as generators read it: no path-level servers (they
+	// ignore them), no page for browsers; arrays with items; numbers typed as numbers; one
+	// camelCase; scopes named where a bearer scheme has none to list.
+	if _, ok := asMap(doc["paths"])["/"]; ok {
+		t.Error("the document describes /, a page for browsers")
+	}
+	for path, item := range asMap(doc["paths"]) {
+		if asMap(item)["servers"] != nil {
+			t.Errorf("%s has servers of its own, which generators ignore", path)
+		}
+		for method, op := range asMap(item) {
+			id, _ := asMap(op)["operationId"].(string)
+			if method == "head" {
+				get, _ := asMap(asMap(item)["get"])["operationId"].(string)
+				if rest := strings.TrimPrefix(get, "get"); id != "head"+strings.ToUpper(rest[:1])+rest[1:] {
+					t.Errorf("HEAD %s is %s, want the head of %s in camelCase", path, id, get)
+				}
+			}
+			scopes := asSlice(asMap(op)["x-required-scopes"])
+			for _, req := range asSlice(asMap(op)["security"]) {
+				for scheme, list := range asMap(req) {
+					if len(asSlice(list)) > 0 {
+						t.Errorf("%s %s lists scopes %v for %s, an http scheme: name them in x-required-scopes", method, path, list, scheme)
+					}
+				}
+			}
+			if len(scopes) > 0 && method == "get" {
+				target := "/v1" + strings.NewReplacer("{id}", "x", "{tracking_number}", "x").Replace(path)
+				challenge := e.get(t, target, "sk_test_sandbox_none").header.Get("WWW-Authenticate")
+				if want := fmt.Sprintf(`scope="%s"`, scopes[0]); !strings.Contains(challenge, want) {
+					t.Errorf("GET %s names scopes %v; the server asks for %s", path, scopes, challenge)
+				}
+			}
+		}
+	}
+	var arrays func(at string, node any)
+	arrays = func(at string, node any) {
+		if m := asMap(node); m != nil {
+			if m["type"] == "array" && m["items"] == nil {
+				t.Errorf("%s: an array without items", at)
+			}
+			for k, v := range m {
+				arrays(at+"."+k, v)
+			}
+		}
+		for i, v := range asSlice(node) {
+			arrays(fmt.Sprintf("%s[%d]", at, i), v)
+		}
+	}
+	arrays("$", doc)
+	// The simulated answers, from their one table: Prefer names them all, and each one's
+	// answer documents Retry-After exactly when the table says it carries it.
+	prefer := fmt.Sprint(asMap(asMap(asMap(doc["components"])["parameters"])["Prefer"])["description"])
+	if want := "code=" + strings.ReplaceAll(simulatedStatuses(), ", ", "|"); !strings.Contains(prefer, want+" ") {
+		t.Errorf("the Prefer parameter does not name %s: %s", want, prefer)
+	}
+	list := asMap(asMap(asMap(asMap(doc["paths"])["/orders"])["get"])["responses"])
+	for _, a := range simulatedAnswers {
+		resp := asMap(list[a.status])
+		if ref, ok := resp["$ref"].(string); ok {
+			resp = asMap(asMap(asMap(doc["components"])["responses"])[strings.TrimPrefix(ref, "#/components/responses/")])
+		}
+		if _, documented := asMap(resp["headers"])["Retry-After"]; documented != a.retryAfter {
+			t.Errorf("GET /v1/orders %s documents Retry-After %v; the simulated answer carries it: %v", a.status, documented, a.retryAfter)
+		}
+	}
+	if typ := asMap(asMap(asMap(asMap(doc["components"])["headers"])["Retry-After"])["schema"])["type"]; typ != "integer" {
+		t.Errorf("Retry-After is typed %v, want integer", typ)
+	}
+	for kind, items := range asMap(doc["components"]) {
+		for name := range asMap(items) {
+			if kind != "securitySchemes" && !bytes.Contains(body, []byte(`"#/components/`+kind+`/`+name+`"`)) {
+				t.Errorf("component %s/%s is not used", kind, name)
+			}
+		}
+	}
+	if e.get(t, "/v1/healthz", "").status != 200 {
+		t.Error("GET /v1/healthz, the document's /healthz under the base URL, does not answer")
+	}
+	if bytes.Contains(body, []byte("needs no escaping")) || !bytes.Contains(body, []byte("%2B")) {
+		t.Error("the document advises against the + rule, or does not say to send + as %2B")
+	}
+}
+
 // TestReadmeExamples: the README's shell examples, run as written in the repository: the
 // quick start's go run . serves them (on a free port, named by SANDBOX_ADDR, in place of
 // 127.0.0.1:8080); each block must exit 0, leave nothing listening on the ports it used,
@@ -3070,131 +3483,6 @@ func TestReadmeDatasetExample(t *testing.T) {
 	}
 }
 
-// TestOpenAPIDocumentForClients: what generated clients and linters need of the served
-// document: HEAD beside each GET, a described schema for the document itself, every error
-// code with a description, bounds on the cursor, a license, no unused component, and no
-// advice against the + rule.
-func TestOpenAPIDocumentForClients(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, envOptions{})
-	body := e.get(t, "/v1/openapi.json", "").body
-	var doc map[string]any
-	if err := json.Unmarshal(body, &doc); err != nil {
-		t.Fatal(err)
-	}
-	for path, item := range asMap(doc["paths"]) {
-		_, get := asMap(item)["get"]
-		_, head := asMap(item)["head"]
-		if get != head {
-			t.Errorf("%s: GET documented %v, HEAD documented %v; want HEAD beside each GET", path, get, head)
-		}
-	}
-	self := asMap(asMap(asMap(asMap(asMap(asMap(asMap(doc["paths"])["/openapi.json"])["get"])["responses"])["200"])["content"])["application/json"])["schema"]
-	if req := fmt.Sprint(asMap(self)["required"]); req != "[openapi info paths]" {
-		t.Errorf("the document's own schema requires %s, want openapi, info and paths", req)
-	}
-	schemas := asMap(asMap(doc["components"])["schemas"])
-	codeSchema := asMap(asMap(asMap(schemas["Problem"])["properties"])["code"])
-	descriptions := asMap(codeSchema["x-enumDescriptions"])
-	for c := range codeStatus {
-		if d, _ := descriptions[string(c)].(string); !strings.HasPrefix(d, strconv.Itoa(codeStatus[c])+": ") || !strings.Contains(fmt.Sprint(codeSchema["description"]), string(c)+": ") {
-			t.Errorf("code %s has no one-line description starting with its status: %q", c, d)
-		}
-	}
-	if len(descriptions) != len(codeStatus) {
-		t.Errorf("%d code descriptions, want %d", len(descriptions), len(codeStatus))
-	}
-	cursor := asMap(asMap(asMap(doc["components"])["parameters"])["Cursor"])["schema"]
-	if n := fmt.Sprint(asMap(cursor)["maxLength"]); n != strconv.Itoa(maxCursorLen) {
-		t.Errorf("cursor maxLength = %s, want %d (the longest cursor accepted)", n, maxCursorLen)
-	}
-	if license := asMap(asMap(doc["info"])["license"]); license["name"] == nil || license["identifier"] == nil && license["url"] == nil {
-		t.Errorf("info.license = %v, want a name and an identifier or url", license)
-	}
-	// What lives under the base URL, as generators read it: no path-level servers (they
-	// ignore them), no page for browsers; arrays with items; numbers typed as numbers; one
-	// camelCase; scopes named where a bearer scheme has none to list.
-	if _, ok := asMap(doc["paths"])["/"]; ok {
-		t.Error("the document describes /, a page for browsers")
-	}
-	for path, item := range asMap(doc["paths"]) {
-		if asMap(item)["servers"] != nil {
-			t.Errorf("%s has servers of its own, which generators ignore", path)
-		}
-		for method, op := range asMap(item) {
-			id, _ := asMap(op)["operationId"].(string)
-			if method == "head" {
-				get, _ := asMap(asMap(item)["get"])["operationId"].(string)
-				if rest := strings.TrimPrefix(get, "get"); id != "head"+strings.ToUpper(rest[:1])+rest[1:] {
-					t.Errorf("HEAD %s is %s, want the head of %s in camelCase", path, id, get)
-				}
-			}
-			scopes := asSlice(asMap(op)["x-required-scopes"])
-			for _, req := range asSlice(asMap(op)["security"]) {
-				for scheme, list := range asMap(req) {
-					if len(asSlice(list)) > 0 {
-						t.Errorf("%s %s lists scopes %v for %s, an http scheme: name them in x-required-scopes", method, path, list, scheme)
-					}
-				}
-			}
-			if len(scopes) > 0 && method == "get" {
-				target := "/v1" + strings.NewReplacer("{id}", "x", "{tracking_number}", "x").Replace(path)
-				challenge := e.get(t, target, "sk_test_sandbox_none").header.Get("WWW-Authenticate")
-				if want := fmt.Sprintf(`scope="%s"`, scopes[0]); !strings.Contains(challenge, want) {
-					t.Errorf("GET %s names scopes %v; the server asks for %s", path, scopes, challenge)
-				}
-			}
-		}
-	}
-	var arrays func(at string, node any)
-	arrays = func(at string, node any) {
-		if m := asMap(node); m != nil {
-			if m["type"] == "array" && m["items"] == nil {
-				t.Errorf("%s: an array without items", at)
-			}
-			for k, v := range m {
-				arrays(at+"."+k, v)
-			}
-		}
-		for i, v := range asSlice(node) {
-			arrays(fmt.Sprintf("%s[%d]", at, i), v)
-		}
-	}
-	arrays("$", doc)
-	// The simulated answers, from their one table: Prefer names them all, and each one's
-	// answer documents Retry-After exactly when the table says it carries it.
-	prefer := fmt.Sprint(asMap(asMap(asMap(doc["components"])["parameters"])["Prefer"])["description"])
-	if want := "code=" + strings.ReplaceAll(simulatedStatuses(), ", ", "|"); !strings.Contains(prefer, want+" ") {
-		t.Errorf("the Prefer parameter does not name %s: %s", want, prefer)
-	}
-	list := asMap(asMap(asMap(asMap(doc["paths"])["/orders"])["get"])["responses"])
-	for _, a := range simulatedAnswers {
-		resp := asMap(list[a.status])
-		if ref, ok := resp["$ref"].(string); ok {
-			resp = asMap(asMap(asMap(doc["components"])["responses"])[strings.TrimPrefix(ref, "#/components/responses/")])
-		}
-		if _, documented := asMap(resp["headers"])["Retry-After"]; documented != a.retryAfter {
-			t.Errorf("GET /v1/orders %s documents Retry-After %v; the simulated answer carries it: %v", a.status, documented, a.retryAfter)
-		}
-	}
-	if typ := asMap(asMap(asMap(asMap(doc["components"])["headers"])["Retry-After"])["schema"])["type"]; typ != "integer" {
-		t.Errorf("Retry-After is typed %v, want integer", typ)
-	}
-	for kind, items := range asMap(doc["components"]) {
-		for name := range asMap(items) {
-			if kind != "securitySchemes" && !bytes.Contains(body, []byte(`"#/components/`+kind+`/`+name+`"`)) {
-				t.Errorf("component %s/%s is not used", kind, name)
-			}
-		}
-	}
-	if e.get(t, "/v1/healthz", "").status != 200 {
-		t.Error("GET /v1/healthz, the document's /healthz under the base URL, does not answer")
-	}
-	if bytes.Contains(body, []byte("needs no escaping")) || !bytes.Contains(body, []byte("%2B")) {
-		t.Error("the document advises against the + rule, or does not say to send + as %2B")
-	}
-}
-
 // TestLandingPage: GET / (that exact path) is a small HTML page with the base URL, the keys
 // (only to a loopback Host on loopback), each tenant's keys, shipments and orders as its
 // clock shows them, and links, all at the address the browser used.
@@ -3204,7 +3492,7 @@ func TestLandingPage(t *testing.T) {
 	rep := e.get(t, "/", "")
 	page := string(rep.body)
 	if rep.status != 200 || rep.header.Get("Content-Type") != "text/html; charset=utf-8" {
-		t.Fatalf("GET / = %d %s", rep.status, rep.header.Get("Content-Type"))
+		t.Fatalf("GET / = %d %s, want 200 text/html; charset=utf-8", rep.status, rep.header.Get("Content-Type"))
 	}
 	for _, want := range []string{
 		`<link rel="icon" href="data:,">`, "<code>http://127.0.0.1:8080/v1</code>", `href="http://127.0.0.1:8080/v1/openapi.json"`, `href="http://127.0.0.1:8080/healthz"`,
@@ -3354,6 +3642,96 @@ func TestLandingPageIsBounded(t *testing.T) {
 	}
 }
 
+// tenantOnPage is the section of the landing page about the tenant named name.
+func tenantOnPage(t *testing.T, page, name string) string {
+	t.Helper()
+	i := strings.Index(page, ">"+name+"</h2>")
+	if i < 0 {
+		t.Fatalf("the page has no section for %s", name)
+	}
+	section := page[i:]
+	if end := strings.Index(section[1:], "<h2 "); end >= 0 {
+		section = section[:end+1]
+	}
+	return section
+}
+
+// timelineOnPage is the tenant's timeline on the landing page, split at its clock: what is
+// shown, and what is to come.
+func timelineOnPage(t *testing.T, page, name string) (shown, toCome string) {
+	t.Helper()
+	section := tenantOnPage(t, page, name)
+	i := strings.Index(section, "<h3>Timeline</h3>")
+	if i < 0 {
+		t.Fatalf("%s's section has no timeline", name)
+	}
+	shown, toCome, ok := strings.Cut(section[i:], `<tr><td class="n" colspan="3">now (`)
+	if !ok {
+		t.Fatalf("%s's timeline does not mark its clock", name)
+	}
+	return shown, toCome
+}
+
+// TestLandingPageShowsTimelines: each tenant's timeline, the last 10 happenings at or
+// before its clock marked shown and the next 10 marked to come, with how many more.
+func TestLandingPageShowsTimelines(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	past, future := timelineOnPage(t, string(e.get(t, "/", "").body), "acct_sync/test")
+	for _, want := range []string{
+		"<tr><td>-10m0s<td>ord_sync_0001<td>imported, unfulfilled\n",
+		"<tr><td>-1m0s<td>ord_sync_0005<td>imported, unfulfilled\n",
+	} {
+		if !strings.Contains(past, want) {
+			t.Errorf("acct_sync's timeline shows no %q", want)
+		}
+	}
+	for _, want := range []string{
+		"<tr><td>+30s<td>ord_sync_0005<td>now cancelled\n",
+		"<tr><td>+1m0s<td>shp_sync_1<td>created\n<tr><td>+1m0s<td>ord_sync_0001<td>now partially_fulfilled\n<tr><td>+1m0s<td>shp_sync_1<td>tracking: pre_transit\n",
+		"<tr><td>+1m30s<td>ord_sync_0002<td>imported, unfulfilled\n",
+	} {
+		if !strings.Contains(future, want) {
+			t.Errorf("acct_sync's timeline has not %q to come", want)
+		}
+	}
+	sync := tenantOnPage(t, string(e.get(t, "/", "").body), "acct_sync/test")
+	if !strings.Contains(sync, "<tr><td>ord_sync_0005<td>unfulfilled<td>2026-11-22T11:59:00Z\n") {
+		t.Error("acct_sync's orders lack ord_sync_0005 as it stands")
+	}
+	if strings.Contains(sync, "ord_sync_0002<td>unfulfilled") || strings.Contains(sync, "<td>shp_sync_1<td>SYNC") {
+		t.Error("the page shows an order not imported yet, or a shipment not created yet")
+	}
+	// Moved on: everything shown; the shipment found and the link shown.
+	e.setClock(t, "sk_test_sync_all", "2026-11-22T12:02:00Z")
+	page := string(e.get(t, "/", "").body)
+	sync = tenantOnPage(t, page, "acct_sync/test")
+	past, future = timelineOnPage(t, page, "acct_sync/test")
+	for _, want := range []string{"<tr><td>shp_sync_1<td>SYNC1000000001<td>in_transit\n", "<tr><td>ord_sync_0001<td>fulfilled<td>2026-11-22T11:50:00Z\n",
+		"and 2 more before", "<tr><td>+2m0s<td>ord_sync_0001<td>now fulfilled\n"} {
+		if !strings.Contains(sync, want) || strings.Contains(want, "<td>+2m") && !strings.Contains(past, want) {
+			t.Errorf("acct_sync's section at +2m lacks %q", want)
+		}
+	}
+	if strings.Contains(future, "<tr><td>+") {
+		t.Errorf("at +2m something of acct_sync is still to come: %s", future)
+	}
+	// A long timeline: 10 each side, then counts.
+	var orders []string
+	for i := range 50 {
+		imported := fmt.Sprintf("start+%dm", i-20)
+		if i < 20 {
+			imported = fmt.Sprintf("start-%dm", 20-i)
+		}
+		orders = append(orders, fmt.Sprintf(`{"id":"ord_%02d","account":"acct_a","environment":"test","merchant_reference":"R","platform":"ebay","status":"unfulfilled","created_at":"start-100m","imported_at":%q}`, i, imported))
+	}
+	long := newEnv(t, envOptions{data: []byte(dataset(dsAccounts, dsKey, "", strings.Join(orders, ","))), rate: -1, step: -1})
+	past, future = timelineOnPage(t, string(long.get(t, "/", "").body), "acct_a/test")
+	if n, m := strings.Count(past, "<tr><td>"), strings.Count(future, "<tr><td>"); n != 10 || m != 10 || !strings.Contains(past, "and 11 more before") || !strings.Contains(future, "and 19 more to come") {
+		t.Errorf("a timeline of 50 imports, 21 of them shown: the page shows %d and %d to come", n, m)
+	}
+}
+
 // TestCORS: with -cors-origin every answer under /v1 and /healthz, errors included, lets that
 // origin read it; a preflight on a known path is answered before any key; without the flag
 // no CORS header is sent and OPTIONS is 405.
@@ -3387,7 +3765,7 @@ func TestCORS(t *testing.T) {
 	rep := preflight(e, "/v1/test_helpers/clock")
 	if rep.status != 204 || rep.header.Get("Access-Control-Allow-Methods") != "GET, HEAD, POST" || rep.header.Get("Access-Control-Allow-Headers") != "authorization, prefer" ||
 		rep.header.Get("Access-Control-Max-Age") != "600" || rep.header.Get("Access-Control-Allow-Origin") != "http://localhost:3000" {
-		t.Errorf("preflight = %d %v", rep.status, rep.header)
+		t.Errorf("preflight = %d %v, want 204 with the CORS headers", rep.status, rep.header)
 	}
 	wantProblem(t, preflight(e, "/v1/nope"), 404, "route_not_found", "")
 	wantProblem(t, e.do(t, newRequest(http.MethodOptions, "/v1/orders", "")), 405, "method_not_allowed", "") // not a preflight
@@ -3436,7 +3814,7 @@ func TestBannerSaysWhereItListens(t *testing.T) {
 	}
 }
 
-// auth.go: keys, scopes, tenants and the rate limit.
+// auth.go: keys on every operation, the rate limit.
 
 func TestEveryKeyOnEveryOperation(t *testing.T) {
 	t.Parallel()
@@ -3559,7 +3937,7 @@ func TestAuthorizationHeaderVariants(t *testing.T) {
 			}
 			wantProblem(t, rep, tt.status, tt.code, "")
 			if got := rep.header.Get("WWW-Authenticate"); got != `Bearer realm="sandbox"` {
-				t.Errorf("WWW-Authenticate = %q", got)
+				t.Errorf("WWW-Authenticate = %q, want Bearer realm=\"sandbox\"", got)
 			}
 			if rep.header.Get("RateLimit") != "" {
 				t.Errorf("a 401 carries RateLimit %q: an unknown caller has no rate-limit state", rep.header.Get("RateLimit"))
@@ -3667,7 +4045,8 @@ func TestRateLimitOfOtherSettings(t *testing.T) {
 	}
 }
 
-// The sandbox clock (auth.go holds a tenant's clock; every read obeys it).
+// auth.go, the sandbox clock (a tenant's; every read obeys it), and the timelines a
+// dataset schedules on it, with the acct_sync tenant built on them.
 
 // clockJSON is a clock operation's answer; FrozenTime is "" for null.
 type clockJSON struct {
@@ -3683,7 +4062,7 @@ func (e *env) setClock(t testing.TB, key, frozen string) clockJSON {
 	}
 	rep := e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/clock", key, body))
 	if rep.status != 200 {
-		t.Fatalf("POST clock %s = %s", body, rep)
+		t.Fatalf("POST clock %s = %s, want 200", body, rep)
 	}
 	return decodeClock(t, rep)
 }
@@ -3710,14 +4089,6 @@ func decodeClock(t testing.TB, rep reply) clockJSON {
 		frozen = *c.FrozenTime
 	}
 	return clockJSON{frozen, c.Now, c.StartedAt}
-}
-
-// newBodyRequest is a request with a body.
-func newBodyRequest(method, target, key, body string, headerPairs ...string) *http.Request {
-	r := newRequest(method, target, key, headerPairs...)
-	r.Body = io.NopCloser(strings.NewReader(body))
-	r.ContentLength = int64(len(body))
-	return r
 }
 
 // eventsOf is the number of events and the status a tracking view shows.
@@ -3935,7 +4306,7 @@ func TestClockGovernsOrders(t *testing.T) {
 	}
 	e.setClock(t, key, "2026-11-01T09:30:00Z")
 	if rep := e.get(t, "/v1/orders/ord_sbx_0001", key); rep.status != 200 || string(rep.body) != sandboxOrderJSON {
-		t.Errorf("at ord_sbx_0001's created_at, GET = %s", rep)
+		t.Errorf("at ord_sbx_0001's created_at, GET = %s, want 200 %s", rep, sandboxOrderJSON)
 	}
 	// Cursors do not bind the clock: a cursor made under one clock pages on under another.
 	e.setClock(t, key, "")
@@ -3961,7 +4332,7 @@ func TestClockGovernsKeyExpiry(t *testing.T) {
 	wantProblem(t, e.get(t, "/v1/orders", "sk_test_a"), 401, "expired_api_key", "")
 	// The clock itself still answers the key, so that the tenant can move it back.
 	if c := e.setClock(t, "sk_test_a", ""); c.FrozenTime != "" {
-		t.Errorf("resuming = %+v", c)
+		t.Errorf("resuming the wall clock = %+v, want frozen_time null", c)
 	}
 	if rep := e.get(t, "/v1/orders", "sk_test_a"); rep.status != 200 {
 		t.Errorf("back on the wall clock the key answers %s, want 200", rep)
@@ -4137,8 +4508,6 @@ func TestRunWithClock(t *testing.T) {
 	}
 }
 
-// Timelines: what a dataset schedules to move, and the acct_sync tenant built on it.
-
 // listAt is what GET /v1/orders query shows key at Prefer clock at (zero: the tenant's
 // clock), as "id:status:shipment" items, walking every page of limit.
 func (e *env) listAt(t testing.TB, key, query string, limit int, at time.Time) []string {
@@ -4259,112 +4628,6 @@ func TestSyncTenantWalkThrough(t *testing.T) {
 	if strings.Join(got, " ") != "0006:unfulfilled:- 0005:cancelled:-" {
 		t.Errorf("polling from the watermark at +2m lists %v: want 0006 and 0005, and 0002 missed", got)
 	}
-}
-
-// TestPreferClock: Prefer clock judges one request's resources at its instant and stores
-// nothing, beside a tenant clock moved elsewhere; the key is still judged by the tenant's
-// clock; Preference-Applied echoes it in the order sent; the clock operations ignore it.
-func TestPreferClock(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, envOptions{rate: -1, step: -1})
-	const key = "sk_test_sync_all"
-	e.setClock(t, key, formatTimestamp(testNow.Add(2*time.Minute))) // everything has happened
-	at90 := testNow.Add(90 * time.Second)
-	for _, tt := range []struct {
-		prefer, applied string
-		list            string
-	}{
-		{`clock="` + formatTimestamp(testNow) + `"`, `clock="2026-11-22T12:00:00Z"`, "0005:unfulfilled:- 0004:fulfilled:- 0003:unfulfilled:- 0001:unfulfilled:-"},
-		{"clock=2026-11-22T13:01:30+01:00", `clock="2026-11-22T12:01:30Z"`, "0006:unfulfilled:- 0005:cancelled:- 0004:fulfilled:- 0003:unfulfilled:- 0002:unfulfilled:- 0001:partially_fulfilled:shp_sync_1"},
-		{`delay=0, Clock="2026-11-22T12:00:45.5Z", clock="2000-01-01T00:00:00Z"`, `delay=0, clock="2026-11-22T12:00:45.5Z"`, "0006:unfulfilled:- 0005:cancelled:- 0004:fulfilled:- 0003:unfulfilled:- 0001:unfulfilled:-"},
-		// Relative to the start instant, as the clock's body and a dataset write them.
-		{`clock="start+90s"`, `clock="2026-11-22T12:01:30Z"`, "0006:unfulfilled:- 0005:cancelled:- 0004:fulfilled:- 0003:unfulfilled:- 0002:unfulfilled:- 0001:partially_fulfilled:shp_sync_1"},
-		{`clock=start`, `clock="2026-11-22T12:00:00Z"`, "0005:unfulfilled:- 0004:fulfilled:- 0003:unfulfilled:- 0001:unfulfilled:-"},
-		{`clock="start-1m30.5s"`, `clock="2026-11-22T11:58:29.5Z"`, "0004:fulfilled:- 0003:unfulfilled:- 0001:unfulfilled:-"},
-	} {
-		rep := e.get(t, "/v1/orders", key, "Prefer", tt.prefer)
-		if got := rep.header.Get("Preference-Applied"); got != tt.applied {
-			t.Errorf("Prefer %s: Preference-Applied %q, want %q", tt.prefer, got, tt.applied)
-		}
-		var items []string
-		for _, o := range decodePage(t, rep).Data {
-			link := "-"
-			if o.ShipmentID != nil {
-				link = *o.ShipmentID
-			}
-			items = append(items, strings.TrimPrefix(o.ID, "ord_sync_")+":"+o.Status+":"+link)
-		}
-		if strings.Join(items, " ") != tt.list {
-			t.Errorf("Prefer %s lists %v, want %s", tt.prefer, items, tt.list)
-		}
-	}
-	// Every operation reads it; nothing is stored.
-	wantProblem(t, e.get(t, "/v1/orders/ord_sync_0002", key, "Prefer", `clock="`+formatTimestamp(testNow)+`"`), 404, "not_found", "")
-	wantProblem(t, e.get(t, "/v1/tracking/SYNC1000000001", key, "Prefer", `clock="`+formatTimestamp(at90.Add(-time.Minute))+`"`), 404, "not_found", "")
-	if n, status := eventsOf(t, e.get(t, "/v1/shipments/shp_sync_1/tracking", key, "Prefer", `clock="`+formatTimestamp(at90)+`"`)); n != 1 || status != "pre_transit" {
-		t.Errorf("shp_sync_1 at +90s: %d events, %s", n, status)
-	}
-	if c := e.readClock(t, key); c.FrozenTime != "2026-11-22T12:02:00Z" {
-		t.Errorf("the tenant's clock is %+v after requests with Prefer clock, want it where it was", c)
-	}
-	// With code: echoed in the order sent, the code answers.
-	rep := e.get(t, "/v1/orders", key, "Prefer", `clock="2026-11-22T12:00:00Z", code=503`)
-	wantProblem(t, rep, 503, "provider_unavailable", "")
-	if got := rep.header.Get("Preference-Applied"); got != `clock="2026-11-22T12:00:00Z", code=503` {
-		t.Errorf("Preference-Applied %q", got)
-	}
-	// A bad value is 422 naming Prefer, judged with code and delay in the order sent.
-	for _, tt := range []struct{ prefer, code string }{
-		{`clock="yesterday"`, "invalid_parameter"},
-		{`clock="start+"`, "invalid_parameter"},
-		{`clock="start + 90s"`, "invalid_parameter"},
-		{`clock="START+90s"`, "invalid_parameter"},
-		{`clock="2026-11-22T12:00:00"`, "invalid_parameter"},
-		{"clock=2026-11-22T12:00:00+01:00", ""},
-		{`clock="2026-11-22T24:00:00Z"`, "invalid_parameter"},
-		{`code=418, clock="bad"`, "invalid_parameter"},
-		{`clock="bad", code=503`, "invalid_parameter"},
-		{`clock="2026-11-22T12:00:00Z", clock="bad"`, ""},
-	} {
-		rep := e.get(t, "/v1/orders", key, "Prefer", tt.prefer)
-		if tt.code == "" {
-			if rep.status != 200 {
-				t.Errorf("Prefer %s = %s, want 200", tt.prefer, rep)
-			}
-			continue
-		}
-		p := wantProblem(t, rep, 422, tt.code, "Prefer")
-		if strings.Contains(tt.prefer, "code=418") != strings.Contains(p.Detail, "code") {
-			t.Errorf("Prefer %s: detail %q, want the first fault sent", tt.prefer, p.Detail)
-		}
-	}
-	// The key is judged by the tenant's clock, before Prefer: an expired key stays expired.
-	wantProblem(t, e.get(t, "/v1/orders", "sk_test_sandbox_expired", "Prefer", `clock="2025-01-01T00:00:00Z"`), 401, "expired_api_key", "")
-	// The clock operations ignore it: neither applied nor echoed, a bad one no fault.
-	for _, prefer := range []string{`clock="2000-01-01T00:00:00Z"`, `clock="bad"`} {
-		rep := e.get(t, "/v1/test_helpers/clock", key, "Prefer", prefer)
-		if c := decodeClock(t, rep); c.Now != "2026-11-22T12:02:00Z" || rep.header.Get("Preference-Applied") != "" {
-			t.Errorf("GET clock with Prefer %s = %+v, Preference-Applied %q; want the tenant's clock, nothing applied", prefer, c, rep.header.Get("Preference-Applied"))
-		}
-	}
-	// Parallel tests on one tenant each keep their own time.
-	var wg sync.WaitGroup
-	for i := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			at := testNow.Add(time.Duration(i) * 15 * time.Second)
-			for range 50 {
-				rec := httptest.NewRecorder()
-				e.h.ServeHTTP(rec, newRequest(http.MethodGet, "/v1/orders/ord_sync_0002", key, "Prefer", `clock="`+formatTimestamp(at)+`"`))
-				if found := rec.Code == 200; found != !at.Before(at90) {
-					t.Errorf("at %s ord_sync_0002 answered %d", formatTimestamp(at), rec.Code)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
 }
 
 // TestTimelineRefusals: the dataset's schedule is checked at load; a bad instant, change or
@@ -4748,96 +5011,6 @@ func TestPagesUnderAMovingTimeline(t *testing.T) {
 	if !slices.Equal(rest, want) {
 		t.Errorf("the pages after a cursor under a moved clock: %d orders, want %d", len(rest), len(want))
 	}
-}
-
-// TestLandingPageShowsTimelines: each tenant's timeline, the last 10 happenings at or
-// before its clock marked shown and the next 10 marked to come, with how many more.
-func TestLandingPageShowsTimelines(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, envOptions{rate: -1, step: -1})
-	past, future := timelineOnPage(t, string(e.get(t, "/", "").body), "acct_sync/test")
-	for _, want := range []string{
-		"<tr><td>-10m0s<td>ord_sync_0001<td>imported, unfulfilled\n",
-		"<tr><td>-1m0s<td>ord_sync_0005<td>imported, unfulfilled\n",
-	} {
-		if !strings.Contains(past, want) {
-			t.Errorf("acct_sync's timeline shows no %q", want)
-		}
-	}
-	for _, want := range []string{
-		"<tr><td>+30s<td>ord_sync_0005<td>now cancelled\n",
-		"<tr><td>+1m0s<td>shp_sync_1<td>created\n<tr><td>+1m0s<td>ord_sync_0001<td>now partially_fulfilled\n<tr><td>+1m0s<td>shp_sync_1<td>tracking: pre_transit\n",
-		"<tr><td>+1m30s<td>ord_sync_0002<td>imported, unfulfilled\n",
-	} {
-		if !strings.Contains(future, want) {
-			t.Errorf("acct_sync's timeline has not %q to come", want)
-		}
-	}
-	sync := tenantOnPage(t, string(e.get(t, "/", "").body), "acct_sync/test")
-	if !strings.Contains(sync, "<tr><td>ord_sync_0005<td>unfulfilled<td>2026-11-22T11:59:00Z\n") {
-		t.Error("acct_sync's orders lack ord_sync_0005 as it stands")
-	}
-	if strings.Contains(sync, "ord_sync_0002<td>unfulfilled") || strings.Contains(sync, "<td>shp_sync_1<td>SYNC") {
-		t.Error("the page shows an order not imported yet, or a shipment not created yet")
-	}
-	// Moved on: everything shown; the shipment found and the link shown.
-	e.setClock(t, "sk_test_sync_all", "2026-11-22T12:02:00Z")
-	page := string(e.get(t, "/", "").body)
-	sync = tenantOnPage(t, page, "acct_sync/test")
-	past, future = timelineOnPage(t, page, "acct_sync/test")
-	for _, want := range []string{"<tr><td>shp_sync_1<td>SYNC1000000001<td>in_transit\n", "<tr><td>ord_sync_0001<td>fulfilled<td>2026-11-22T11:50:00Z\n",
-		"and 2 more before", "<tr><td>+2m0s<td>ord_sync_0001<td>now fulfilled\n"} {
-		if !strings.Contains(sync, want) || strings.Contains(want, "<td>+2m") && !strings.Contains(past, want) {
-			t.Errorf("acct_sync's section at +2m lacks %q", want)
-		}
-	}
-	if strings.Contains(future, "<tr><td>+") {
-		t.Errorf("at +2m something of acct_sync is still to come: %s", future)
-	}
-	// A long timeline: 10 each side, then counts.
-	var orders []string
-	for i := range 50 {
-		imported := fmt.Sprintf("start+%dm", i-20)
-		if i < 20 {
-			imported = fmt.Sprintf("start-%dm", 20-i)
-		}
-		orders = append(orders, fmt.Sprintf(`{"id":"ord_%02d","account":"acct_a","environment":"test","merchant_reference":"R","platform":"ebay","status":"unfulfilled","created_at":"start-100m","imported_at":%q}`, i, imported))
-	}
-	long := newEnv(t, envOptions{data: []byte(dataset(dsAccounts, dsKey, "", strings.Join(orders, ","))), rate: -1, step: -1})
-	past, future = timelineOnPage(t, string(long.get(t, "/", "").body), "acct_a/test")
-	if n, m := strings.Count(past, "<tr><td>"), strings.Count(future, "<tr><td>"); n != 10 || m != 10 || !strings.Contains(past, "and 11 more before") || !strings.Contains(future, "and 19 more to come") {
-		t.Errorf("a timeline of 50 imports, 21 of them shown: the page shows %d and %d to come", n, m)
-	}
-}
-
-// tenantOnPage is the section of the landing page about the tenant named name.
-func tenantOnPage(t *testing.T, page, name string) string {
-	t.Helper()
-	i := strings.Index(page, ">"+name+"</h2>")
-	if i < 0 {
-		t.Fatalf("the page has no section for %s", name)
-	}
-	section := page[i:]
-	if end := strings.Index(section[1:], "<h2 "); end >= 0 {
-		section = section[:end+1]
-	}
-	return section
-}
-
-// timelineOnPage is the tenant's timeline on the landing page, split at its clock: what is
-// shown, and what is to come.
-func timelineOnPage(t *testing.T, page, name string) (shown, toCome string) {
-	t.Helper()
-	section := tenantOnPage(t, page, name)
-	i := strings.Index(section, "<h3>Timeline</h3>")
-	if i < 0 {
-		t.Fatalf("%s's section has no timeline", name)
-	}
-	shown, toCome, ok := strings.Cut(section[i:], `<tr><td class="n" colspan="3">now (`)
-	if !ok {
-		t.Fatalf("%s's timeline does not mark its clock", name)
-	}
-	return shown, toCome
 }
 
 // tracking.go: every fixture's tracking view, lookup by number, normalization.
@@ -5285,6 +5458,50 @@ func TestOrderQueryValidation(t *testing.T) {
 	}
 }
 
+// TestListParamsAreOneTable: the parameters of GET /v1/orders are one table, which the
+// README's list, the document's and the messages that name them follow.
+func TestListParamsAreOneTable(t *testing.T) {
+	t.Parallel()
+	var names []string
+	for _, p := range listParams {
+		names = append(names, p.name)
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := regexp.MustCompile("(?s)\\| Parameter \\| Values \\|\n\\|---\\|---\\|\n(.*?)\n\n").FindSubmatch(readme)
+	if table == nil {
+		t.Fatal("the README has no table of GET /v1/orders's parameters")
+	}
+	var inReadme []string
+	for _, row := range strings.Split(string(table[1]), "\n") {
+		first, _, _ := strings.Cut(strings.TrimPrefix(row, "| "), " |")
+		for _, m := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(first, -1) {
+			inReadme = append(inReadme, m[1])
+		}
+	}
+	doc := theOpenAPI(t)
+	var inDocument []string
+	for _, p := range asSlice(asMap(asMap(asMap(doc.root["paths"])["/orders"])["get"])["parameters"]) {
+		if name := fmt.Sprint(doc.resolve(p)["name"]); name != "Prefer" {
+			inDocument = append(inDocument, name)
+		}
+	}
+	for what, list := range map[string][]string{"the README": inReadme, "the document": inDocument} {
+		if !slices.Equal(slices.Sorted(slices.Values(list)), slices.Sorted(slices.Values(names))) {
+			t.Errorf("%s lists the parameters %v, the table %v", what, list, names)
+		}
+	}
+	e := newEnv(t, envOptions{rate: -1})
+	if p := wantProblem(t, e.get(t, "/v1/orders?page=2", "sk_test_sandbox_all"), 422, "unknown_parameter", "page"); !strings.Contains(p.Detail, "takes limit, cursor, status, created_from and created_to.") {
+		t.Errorf("the unknown parameter's detail is %q", p.Detail)
+	}
+	if !strings.Contains(errCursorFilters.detail, "Keep status, created_from and created_to the same") {
+		t.Errorf("the cursor's filters are named %q", errCursorFilters.detail)
+	}
+}
+
 // TestPaginationWalks walks seeded orders for every combination of filters: every order
 // that matches appears once, in list order, and none that does not.
 func TestPaginationWalks(t *testing.T) {
@@ -5477,6 +5694,45 @@ func TestOrderIndexOfSeededOrders(t *testing.T) {
 	}
 }
 
+// TestAppendJSONStringMatchesEncodingJSON: the hand-written encoding of orders and errors
+// writes strings exactly as encoding/json does (with HTML escaping off).
+// TestResourcesAreWrittenAsSpecified: the two resources written without encoding/json at
+// answer time keep the spec's members in the spec's order. A tracking view is a prepared
+// head then its events, which holds only while events is the view's last member; an order
+// is appended by hand, member by member.
+func TestResourcesAreWrittenAsSpecified(t *testing.T) {
+	t.Parallel()
+	view := reflect.TypeOf(trackingView{})
+	var members []string
+	for i := range view.NumField() {
+		members = append(members, view.Field(i).Tag.Get("json"))
+	}
+	if want := []string{"shipment_id", "reference", "tracking_number", "status", "events"}; !slices.Equal(members, want) {
+		t.Errorf("trackingView's members are %v, want the spec's %v, events last", members, want)
+	}
+	order := reflect.TypeOf(orderJSON{})
+	members = nil
+	for i := range order.NumField() {
+		members = append(members, strings.TrimSuffix(order.Field(i).Tag.Get("json"), ",omitempty"))
+	}
+	if want := []string{"id", "merchant_reference", "platform", "status", "shipment_id", "created_at"}; !slices.Equal(members, want) {
+		t.Errorf("the test's order has members %v, want the spec's %v", members, want)
+	}
+	shipment := "shp \"<&>\u2028"
+	for _, linked := range []bool{false, true} {
+		o := loadingOrder{id: []byte("ord \"quoted\" <&> \u2028 é"), reference: []byte("\\ref\t"), platform: 4, status: 1, shipmentID: shipment,
+			createdAt: instantOf(time.Date(2026, 3, 29, 1, 30, 0, 500, time.UTC))}
+		want := orderJSON{ID: string(o.id), MerchantReference: string(o.reference), Platform: "tiktok_shop", Status: "partially_fulfilled", CreatedAt: "2026-03-29T01:30:00.0000005Z"}
+		if linked {
+			want.ShipmentID = &shipment
+		}
+		b, _ := marshalJSON(want)
+		if got := o.appendResource(nil, o.status, linked); string(got) != string(b) {
+			t.Errorf("appendResource = %s\nencoding/json writes %s", got, b)
+		}
+	}
+}
+
 // cursor.go: what a cursor binds, and that nothing else passes.
 
 func TestCursorBinding(t *testing.T) {
@@ -5555,50 +5811,6 @@ func (c *cursorSigner) sign(tenant, filters tag, pos cursorPosition) string {
 	return string(c.appendSigned(nil, tenant, filters, pos.createdAt, []byte(pos.id)))
 }
 
-// TestListParamsAreOneTable: the parameters of GET /v1/orders are one table, which the
-// README's list, the document's and the messages that name them follow.
-func TestListParamsAreOneTable(t *testing.T) {
-	t.Parallel()
-	var names []string
-	for _, p := range listParams {
-		names = append(names, p.name)
-	}
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	table := regexp.MustCompile("(?s)\\| Parameter \\| Values \\|\n\\|---\\|---\\|\n(.*?)\n\n").FindSubmatch(readme)
-	if table == nil {
-		t.Fatal("the README has no table of GET /v1/orders's parameters")
-	}
-	var inReadme []string
-	for _, row := range strings.Split(string(table[1]), "\n") {
-		first, _, _ := strings.Cut(strings.TrimPrefix(row, "| "), " |")
-		for _, m := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(first, -1) {
-			inReadme = append(inReadme, m[1])
-		}
-	}
-	doc := theOpenAPI(t)
-	var inDocument []string
-	for _, p := range asSlice(asMap(asMap(asMap(doc.root["paths"])["/orders"])["get"])["parameters"]) {
-		if name := fmt.Sprint(doc.resolve(p)["name"]); name != "Prefer" {
-			inDocument = append(inDocument, name)
-		}
-	}
-	for what, list := range map[string][]string{"the README": inReadme, "the document": inDocument} {
-		if !slices.Equal(slices.Sorted(slices.Values(list)), slices.Sorted(slices.Values(names))) {
-			t.Errorf("%s lists the parameters %v, the table %v", what, list, names)
-		}
-	}
-	e := newEnv(t, envOptions{rate: -1})
-	if p := wantProblem(t, e.get(t, "/v1/orders?page=2", "sk_test_sandbox_all"), 422, "unknown_parameter", "page"); !strings.Contains(p.Detail, "takes limit, cursor, status, created_from and created_to.") {
-		t.Errorf("the unknown parameter's detail is %q", p.Detail)
-	}
-	if !strings.Contains(errCursorFilters.detail, "Keep status, created_from and created_to the same") {
-		t.Errorf("the cursor's filters are named %q", errCursorFilters.detail)
-	}
-}
-
 // TestCursorBindsEnvironment: the environment is part of the tenant a cursor is bound to.
 // (Live keys answer 503 before any parameter, so this is only reachable below the API.)
 func TestCursorBindsEnvironment(t *testing.T) {
@@ -5617,7 +5829,7 @@ func TestCursorBindsEnvironment(t *testing.T) {
 	}
 }
 
-// errors.go: codes, JSON strings, timestamps, and rehearsing failures with Prefer.
+// errors.go: codes, problems, JSON strings, timestamps.
 
 // TestErrorCodes: the document names every code the server answers with, and no other
 // (each code's status is checked where it is answered, and against the document's own
@@ -5634,41 +5846,18 @@ func TestErrorCodes(t *testing.T) {
 	}
 }
 
-// TestAppendJSONStringMatchesEncodingJSON: the hand-written encoding of orders and errors
-// writes strings exactly as encoding/json does (with HTML escaping off).
-// TestResourcesAreWrittenAsSpecified: the two resources written without encoding/json at
-// answer time keep the spec's members in the spec's order. A tracking view is a prepared
-// head then its events, which holds only while events is the view's last member; an order
-// is appended by hand, member by member.
-func TestResourcesAreWrittenAsSpecified(t *testing.T) {
+// TestProblemBodyIsWhatEncodingJSONWrites: the hand-appended error body is the problem
+// type as encoding/json writes it, with and without a param.
+func TestProblemBodyIsWhatEncodingJSONWrites(t *testing.T) {
 	t.Parallel()
-	view := reflect.TypeOf(trackingView{})
-	var members []string
-	for i := range view.NumField() {
-		members = append(members, view.Field(i).Tag.Get("json"))
-	}
-	if want := []string{"shipment_id", "reference", "tracking_number", "status", "events"}; !slices.Equal(members, want) {
-		t.Errorf("trackingView's members are %v, want the spec's %v, events last", members, want)
-	}
-	order := reflect.TypeOf(orderJSON{})
-	members = nil
-	for i := range order.NumField() {
-		members = append(members, strings.TrimSuffix(order.Field(i).Tag.Get("json"), ",omitempty"))
-	}
-	if want := []string{"id", "merchant_reference", "platform", "status", "shipment_id", "created_at"}; !slices.Equal(members, want) {
-		t.Errorf("the test's order has members %v, want the spec's %v", members, want)
-	}
-	shipment := "shp \"<&>\u2028"
-	for _, linked := range []bool{false, true} {
-		o := loadingOrder{id: []byte("ord \"quoted\" <&> \u2028 é"), reference: []byte("\\ref\t"), platform: 4, status: 1, shipmentID: shipment,
-			createdAt: instantOf(time.Date(2026, 3, 29, 1, 30, 0, 500, time.UTC))}
-		want := orderJSON{ID: string(o.id), MerchantReference: string(o.reference), Platform: "tiktok_shop", Status: "partially_fulfilled", CreatedAt: "2026-03-29T01:30:00.0000005Z"}
-		if linked {
-			want.ShipmentID = &shipment
+	for _, e := range []*apiError{errTrackingNotFound, errCursorForged, paramError(codeUnknownParameter, "\xff <&> \"x\"", "odd \u2028 detail"), paramError(codeUnknownParameter, "", "")} {
+		status := e.status()
+		want, err := marshalJSON(problem{"about:blank", rfc9110Titles[status], status, e.detail, e.code, e.param, "req_x"})
+		if err != nil {
+			t.Fatal(err)
 		}
-		b, _ := marshalJSON(want)
-		if got := o.appendResource(nil, o.status, linked); string(got) != string(b) {
-			t.Errorf("appendResource = %s\nencoding/json writes %s", got, b)
+		if got := appendProblem(nil, e, "req_x"); string(got) != string(want) {
+			t.Errorf("appendProblem(%v) = %s\nencoding/json writes %s", e, got, want)
 		}
 	}
 }
@@ -5683,22 +5872,6 @@ func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
 		want := strings.TrimSuffix(buf.String(), "\n")
 		if got := string(appendJSONString(nil, s)); got != want {
 			t.Errorf("appendJSONString(%q) = %s, want %s", s, got, want)
-		}
-	}
-}
-
-// TestProblemBodyIsWhatEncodingJSONWrites: the hand-appended error body is the problem
-// type as encoding/json writes it, with and without a param.
-func TestProblemBodyIsWhatEncodingJSONWrites(t *testing.T) {
-	t.Parallel()
-	for _, e := range []*apiError{errTrackingNotFound, errCursorForged, paramError(codeUnknownParameter, "\xff <&> \"x\"", "odd \u2028 detail"), paramError(codeUnknownParameter, "", "")} {
-		status := e.status()
-		want, err := marshalJSON(problem{"about:blank", rfc9110Titles[status], status, e.detail, e.code, e.param, "req_x"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := appendProblem(nil, e, "req_x"); string(got) != string(want) {
-			t.Errorf("appendProblem(%v) = %s\nencoding/json writes %s", e, got, want)
 		}
 	}
 }
@@ -5749,164 +5922,6 @@ func TestParseTimestamp(t *testing.T) {
 			t.Errorf("parseTimestamp(%q) = %s, %v; want %v", in, formatTimestamp(got), err, errOutOfRFC3339)
 		}
 	}
-}
-
-func TestPreferSimulatedCodes(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, envOptions{})
-	tests := []struct {
-		prefer     string
-		status     int
-		code       string
-		retryAfter string
-		applied    string
-	}{
-		{"code=429", 429, "rate_limited", "1", "code=429"},
-		{"code=500", 500, "internal_error", "", "code=500"},
-		{"code=502", 502, "provider_not_confirmed", "", "code=502"},
-		{"code=503", 503, "provider_unavailable", "1", "code=503"},
-		{"CODE=500", 500, "internal_error", "", "code=500"},
-		{`code="502"`, 502, "provider_not_confirmed", "", "code=502"},
-		{"code=503; reason=test", 503, "provider_unavailable", "1", "code=503"},
-		{"respond-async, code=500, wait=10", 500, "internal_error", "", "code=500"},
-		{"code=500, code=502", 500, "internal_error", "", "code=500"},
-		{"code=503, delay=5", 503, "provider_unavailable", "1", "code=503, delay=5"},
-		{"delay=00, code=502", 502, "provider_not_confirmed", "", "delay=0, code=502"},
-	}
-	for _, op := range operations {
-		for _, tt := range tests {
-			t.Run(caseName(op.name+" "+tt.prefer), func(t *testing.T) {
-				rep := e.get(t, op.target, "sk_test_sandbox_all", "Prefer", tt.prefer)
-				p := wantProblem(t, rep, tt.status, tt.code, "")
-				if rep.header.Get("Retry-After") != tt.retryAfter || rep.header.Get("Preference-Applied") != tt.applied {
-					t.Errorf("Retry-After %q, Preference-Applied %q; want %q, %q", rep.header.Get("Retry-After"), rep.header.Get("Preference-Applied"), tt.retryAfter, tt.applied)
-				}
-				if strings.Contains(string(rep.body), "ord_sbx") || strings.Contains(string(rep.body), "shp_sbx") || !strings.Contains(p.Detail, "Simulated") {
-					t.Errorf("a simulated answer %s shows data or does not say it is simulated", rep.body)
-				}
-			})
-		}
-	}
-	// Two Prefer fields are one list (RFC 7240): the first instance of code counts.
-	rep := e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", "code=502", "Prefer", "code=500")
-	wantProblem(t, rep, 502, "provider_not_confirmed", "")
-}
-
-// TestPreferReadsTheFirstPreferences: preferences past the sixteenth are not read, so that
-// a header of thousands costs what a short one does.
-func TestPreferReadsTheFirstPreferences(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, envOptions{})
-	filler := strings.Repeat("x=1, ", 15)
-	wantProblem(t, e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", filler+"code=500"), 500, "internal_error", "")
-	if rep := e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", filler+"x=1, code=500"); rep.status != 200 || rep.header.Get("Preference-Applied") != "" {
-		t.Errorf("code=500 as the 17th preference = %s (Preference-Applied %q), want it not read", rep, rep.header.Get("Preference-Applied"))
-	}
-	if rep := e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", strings.Repeat(",", 60000)+"code=500"); rep.status != 200 {
-		t.Errorf("60,000 empty preferences, then code=500 = %s, want 200", rep)
-	}
-}
-
-func TestPreferInvalidValues(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, envOptions{})
-	for _, prefer := range []string{"code=404", "code=200", "code=abc", "code=", "code", "code=5000", "code=-500", "code=500.0",
-		"delay=-1", "delay=10001", "delay=abc", "delay=1.5", "delay=", "delay", "delay=99999999999999999999", "delay=1e3", "code=500, delay=20000", "code=599", "delay=600000"} {
-		rep := e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", prefer)
-		wantProblem(t, rep, 422, "invalid_parameter", "Prefer")
-		if rep.header.Get("Preference-Applied") != "" {
-			t.Errorf("Prefer %q: a refused preference is reported applied: %q", prefer, rep.header.Get("Preference-Applied"))
-		}
-	}
-}
-
-// TestPreferDoesNotOutrankRealAnswers: a live key, a missing or bad key, a key without the
-// scope and a rate-limited key get exactly what they get without the header.
-func TestPreferDoesNotOutrankRealAnswers(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, envOptions{step: -1})
-	for _, key := range []string{"sk_live_sandbox_all", "", "sk_test_nope", "sk_test_sandbox_expired", "sk_test_sandbox_revoked", "sk_test_sandbox_tracking"} {
-		plain := e.get(t, "/v1/orders", key)
-		prefer := e.get(t, "/v1/orders", key, "Prefer", "code=500, delay=1")
-		if plain.status == 200 || prefer.status != plain.status || withoutRequestID(t, prefer.body) != withoutRequestID(t, plain.body) || prefer.header.Get("Preference-Applied") != "" {
-			t.Errorf("key %q: with Prefer %s, without %s", key, prefer, plain)
-		}
-	}
-	for i := 0; i < 25; i++ {
-		e.get(t, "/v1/orders", "sk_test_sandbox_all")
-	}
-	rep := e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", "code=500")
-	if p := wantProblem(t, rep, 429, "rate_limited", ""); strings.Contains(p.Detail, "Simulated") || rep.header.Get("Preference-Applied") != "" {
-		t.Errorf("a rate-limited key's Prefer was applied: %s", rep)
-	}
-}
-
-// TestRequestsWithoutPreferAreUnchanged: without Prefer (or with only preferences the
-// sandbox ignores) the answer is the same, byte for byte apart from the request id.
-func TestRequestsWithoutPreferAreUnchanged(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, envOptions{})
-	for _, target := range []string{"/v1/orders", "/v1/orders/ord_sbx_0001", "/v1/orders/nope", "/v1/orders?limit=0", "/v1/shipments/shp_sbx_spring/tracking", "/v1/tracking/SBX2000000000"} {
-		plain := e.get(t, target, "sk_test_sandbox_all")
-		ignored := e.get(t, target, "sk_test_sandbox_all", "Prefer", "return=minimal, respond-async, wait=5, handling=strict", "Prefer", `;;,,=="\x01`)
-		if plain.header.Get("Preference-Applied") != "" || ignored.header.Get("Preference-Applied") != "" {
-			t.Errorf("%s: Preference-Applied without an applied preference", target)
-		}
-		if plain.status != ignored.status || withoutRequestID(t, plain.body) != withoutRequestID(t, ignored.body) {
-			t.Errorf("%s: %s, with ignored preferences %s", target, plain, ignored)
-		}
-		for _, h := range [][]string{plain.header.Values("Request-Id"), ignored.header.Values("Request-Id")} {
-			if len(h) != 1 {
-				t.Errorf("%s: Request-Id %v", target, h)
-			}
-		}
-		a, b := plain.header.Clone(), ignored.header.Clone()
-		a.Del("Request-Id")
-		b.Del("Request-Id")
-		if fmt.Sprint(a) != fmt.Sprint(b) {
-			t.Errorf("%s: headers %v, with ignored preferences %v", target, a, b)
-		}
-	}
-}
-
-func TestPreferDelay(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, envOptions{})
-	start := time.Now()
-	rep := e.get(t, "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all", "Prefer", "delay=30")
-	if took := time.Since(start); took < 30*time.Millisecond || rep.status != 200 || string(rep.body) != sandboxOrderJSON || rep.header.Get("Preference-Applied") != "delay=30" {
-		t.Errorf("delay=30 took %v and answered %s (Preference-Applied %q); want at least 30ms, the order, delay=30", took, rep, rep.header.Get("Preference-Applied"))
-	}
-
-	// A client that goes away ends the wait: nothing is sent, and the log says 499.
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	r := newRequest(http.MethodGet, "/v1/orders", "sk_test_sandbox_all", "Prefer", "delay=10000").WithContext(ctx)
-	rec := httptest.NewRecorder()
-	start = time.Now()
-	func() {
-		defer func() {
-			if v := recover(); v != http.ErrAbortHandler {
-				t.Errorf("a request whose client is gone ended with %v, want the panic http.ErrAbortHandler (no answer at all)", v)
-			}
-		}()
-		e.h.ServeHTTP(rec, r)
-	}()
-	if took := time.Since(start); took > 5*time.Second || rec.Body.Len() != 0 || rec.Code != 200 && rec.Code != 0 {
-		t.Errorf("a request whose client is gone took %v and was answered %d %s; want at once, nothing", took, rec.Code, rec.Body)
-	}
-	if !strings.Contains(e.logs.String(), `"route":"/v1/orders","status":499`) {
-		t.Errorf("the log does not record the gone client's request as 499:\n%s", e.logs)
-	}
-
-	// Shutting down ends the wait too: the request is answered at once.
-	close(e.stopping)
-	start = time.Now()
-	shut := e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", "delay=10000, code=503")
-	if took := time.Since(start); took > 5*time.Second {
-		t.Errorf("a delay during shutdown took %v, want an answer at once", took)
-	}
-	wantProblem(t, shut, 503, "provider_unavailable", "")
 }
 
 // Fuzz targets, one for every parser of client or dataset input. Their seed corpus runs
