@@ -97,18 +97,13 @@ type accountRecord struct {
 	Environments []string
 }
 
-var accountFields = []string{"id", "environments"}
+var accountShape = shapeOf(
+	text("id", func(r *accountRecord) *string { return &r.ID }),
+	texts("environments", func(r *accountRecord) *[]string { return &r.Environments }),
+)
 
 func (rec *accountRecord) decode(d *jsonReader, path string) error {
-	return d.object(path, accountFields, func(name string) (err error) {
-		switch name {
-		case "id":
-			rec.ID, err = d.str(path, name)
-		case "environments":
-			rec.Environments, err = d.strs(path, name)
-		}
-		return err
-	})
+	return accountShape.read(d, path, rec)
 }
 
 // Loading: a loader files each record of a dataset under the tenant it names and hands it
@@ -354,27 +349,16 @@ type keyRecord struct {
 	Revoked     bool
 }
 
-var keyFields = []string{"key", "account", "environment", "scopes", "expires_at", "revoked"}
+var keyShape = shapeOf(
+	text("key", func(r *keyRecord) *string { return &r.Key }),
+	shared("account", func(r *keyRecord) *string { return &r.Account }),
+	shared("environment", func(r *keyRecord) *string { return &r.Environment }),
+	texts("scopes", func(r *keyRecord) *[]string { return &r.Scopes }),
+	optional("expires_at", func(r *keyRecord) **string { return &r.ExpiresAt }),
+	truth("revoked", func(r *keyRecord) *bool { return &r.Revoked }),
+)
 
-func (rec *keyRecord) decode(d *jsonReader, path string) error {
-	return d.object(path, keyFields, func(name string) (err error) {
-		switch name {
-		case "key":
-			rec.Key, err = d.str(path, name)
-		case "account":
-			rec.Account, err = d.interned(path, name)
-		case "environment":
-			rec.Environment, err = d.interned(path, name)
-		case "scopes":
-			rec.Scopes, err = d.strs(path, name)
-		case "expires_at":
-			rec.ExpiresAt, err = d.optStr(path, name)
-		case "revoked":
-			rec.Revoked, err = d.boolean(path, name)
-		}
-		return err
-	})
-}
+func (rec *keyRecord) decode(d *jsonReader, path string) error { return keyShape.read(d, path, rec) }
 
 // addKey checks one dataset key and keeps only its digest. The line it returns, the key's
 // text with its state at the start instant, is the one place that text goes: the banner

@@ -6,6 +6,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -744,25 +745,12 @@ func (d *jsonReader) object(path string, fields []string, member func(name strin
 // name (d.names[depth], good until the next member), the reader at the value, which value
 // reads. A name that is not UTF-8 is errNotUTF8.
 func (d *jsonReader) members(value func(name []byte) error) error {
-	if d.depth++; d.depth > maxJSONDepth {
-		return d.syntaxError(0, "exceeded max depth")
-	}
-	for len(d.names) <= d.depth {
+	for len(d.names) <= d.depth+1 {
 		d.names = append(d.names, nil)
 	}
-	d.pos++ // {
-	c, err := d.next()
-	if err != nil {
-		return err
-	}
-	if c == '}' {
-		d.pos++
-		d.depth--
-		return nil
-	}
-	for {
-		if c != '"' {
-			return d.unexpected(0, "looking for beginning of object key string")
+	return d.container('}', "after object key:value pair", func(int) error {
+		if c, err := d.next(); err != nil || c != '"' {
+			return cmp.Or(err, d.unexpected(0, "looking for beginning of object key string"))
 		}
 		name, err := d.stringBytes()
 		if err != nil {
@@ -774,21 +762,8 @@ func (d *jsonReader) members(value func(name []byte) error) error {
 			return d.unexpected(0, "after object key")
 		}
 		d.pos++
-		if err := value(name); err != nil {
-			return err
-		}
-		if c, ok := d.space(); !ok || c != ',' && c != '}' {
-			return d.unexpected(0, "after object key:value pair")
-		} else if c == '}' {
-			d.pos++
-			d.depth--
-			return nil
-		}
-		d.pos++
-		if c, err = d.next(); err != nil {
-			return err
-		}
-	}
+		return value(name)
+	})
 }
 
 // array reads an array at path, calling elem with each element's index, the reader at the
@@ -807,37 +782,36 @@ func (d *jsonReader) array(path string, elem func(i int) error) error {
 	case c != '[':
 		return d.unexpected(0, "looking for beginning of value")
 	}
-	return d.elements(elem)
+	return d.container(']', "after array element", elem)
 }
 
-// elements reads the elements of an array, the reader at its '['.
-func (d *jsonReader) elements(elem func(i int) error) error {
+// container reads an array or an object, the reader at its opening byte: each item, which
+// item reads, then a comma and the next, up to end. after is what a fault between two items
+// says they follow.
+func (d *jsonReader) container(end byte, after string, item func(i int) error) error {
 	if d.depth++; d.depth > maxJSONDepth {
 		return d.syntaxError(0, "exceeded max depth")
 	}
-	d.pos++ // [
+	d.pos++
 	c, err := d.next()
 	if err != nil {
 		return err
 	}
-	if c == ']' {
-		d.pos++
-		d.depth--
-		return nil
-	}
-	for i := 0; ; i++ {
-		if err := elem(i); err != nil {
+	for i := 0; c != end; i++ {
+		if err := item(i); err != nil {
 			return err
 		}
-		if c, ok := d.space(); !ok || c != ',' && c != ']' {
-			return d.unexpected(0, "after array element")
-		} else if c == ']' {
-			d.pos++
-			d.depth--
-			return nil
+		switch c, _ = d.space(); c { // 0 at the end of the stream
+		case ',':
+			d.pos, c = d.pos+1, 0
+		case end:
+		default:
+			return d.unexpected(0, after)
 		}
-		d.pos++
 	}
+	d.pos++
+	d.depth--
+	return nil
 }
 
 // errNotUTF8 is a string that holds bytes that are not UTF-8; its reader names the path.
@@ -1072,7 +1046,7 @@ func (d *jsonReader) skipValue() error {
 		}
 		return err
 	case c == '[':
-		return d.elements(func(i int) error {
+		return d.container(']', "after array element", func(i int) error {
 			err := d.skipValue()
 			if f, ok := err.(*utf8Fault); ok {
 				f.where = "[" + strconv.Itoa(i) + "]" + f.where
@@ -1212,6 +1186,91 @@ type jsonScalar struct {
 	given    bool // present and not null
 	isString bool
 	text     string // when a string
+}
+
+// A record's members: each record type lists its own, and how each is read into a record,
+// in a recordShape; read reads an object of them, names matched exactly, none given twice.
+
+// member is one member of a record of type T: its name, and how its value is read into rec.
+type member[T any] struct {
+	name string
+	read func(d *jsonReader, path, name string, rec *T) error
+}
+
+// recordShape is a record type's members, with their names as object matches them.
+type recordShape[T any] struct {
+	names   []string
+	members []member[T]
+}
+
+func shapeOf[T any](members ...member[T]) recordShape[T] {
+	sh := recordShape[T]{members: members}
+	for _, m := range members {
+		sh.names = append(sh.names, m.name)
+	}
+	return sh
+}
+
+// read reads the object at path into rec.
+func (sh *recordShape[T]) read(d *jsonReader, path string, rec *T) error {
+	return d.object(path, sh.names, func(name string) error {
+		for _, m := range sh.members {
+			if m.name == name {
+				return m.read(d, path, name, rec)
+			}
+		}
+		return nil // object passes only names of sh
+	})
+}
+
+// The kinds of member, each a reader of the JSON value into the field that field points to.
+
+// into is the member name read by read into the field of a record that field points to.
+func into[T, V any](name string, field func(*T) *V, read func(d *jsonReader, path, name string) (V, error)) member[T] {
+	return member[T]{name, func(d *jsonReader, path, name string, rec *T) (err error) {
+		*field(rec), err = read(d, path, name)
+		return err
+	}}
+}
+
+// text is a string; null reads as "".
+func text[T any](name string, field func(*T) *string) member[T] {
+	return into(name, field, (*jsonReader).str)
+}
+
+// shared is a string that repeats across records (an account, a status): kept once.
+func shared[T any](name string, field func(*T) *string) member[T] {
+	return into(name, field, (*jsonReader).interned)
+}
+
+// optional is a string or null (nil).
+func optional[T any](name string, field func(*T) **string) member[T] {
+	return into(name, field, (*jsonReader).optStr)
+}
+
+// texts is an array of strings; null reads as none.
+func texts[T any](name string, field func(*T) *[]string) member[T] {
+	return into(name, field, (*jsonReader).strs)
+}
+
+// truth is true or false; null reads as false.
+func truth[T any](name string, field func(*T) *bool) member[T] {
+	return into(name, field, (*jsonReader).boolean)
+}
+
+// anyScalar is a value whose JSON type the record judges (see jsonScalar).
+func anyScalar[T any](name string, field func(*T) *jsonScalar) member[T] {
+	return into(name, field, (*jsonReader).scalar)
+}
+
+// records is an array of records of type E, each decoded by its type.
+func records[T, E any, P interface {
+	*E
+	decode(d *jsonReader, path string) error
+}](name string, field func(*T) *[]E) member[T] {
+	return member[T]{name, func(d *jsonReader, path, name string, rec *T) error {
+		return readList[E, P](d, path+"."+name, field(rec))
+	}}
 }
 
 // readList reads the array at path, each element a record that its type decodes.

@@ -912,15 +912,16 @@ func (s *server) serveKeyed(h keyedHandler) callHandler {
 
 func trackingByID(w http.ResponseWriter, r *http.Request, c *call) error {
 	v, err := c.key.tenant.shipments.viewByID(r.PathValue("id"), c.at)
-	if err != nil {
-		return err
-	}
-	writeBody(w, http.StatusOK, jsonContentType, v[:]...)
-	return nil
+	return writeView(w, v, err)
 }
 
 func trackingByNumber(w http.ResponseWriter, r *http.Request, c *call) error {
 	v, err := c.key.tenant.shipments.viewByNumber(r.PathValue("tracking_number"), c.at)
+	return writeView(w, v, err)
+}
+
+// writeView answers with a tracking view, or returns the error found instead.
+func writeView(w http.ResponseWriter, v view, err error) error {
 	if err != nil {
 		return err
 	}

@@ -91,9 +91,32 @@ func (rs *orderRecords) value(b []byte) uint32 {
 	return uint32(len(rs.values) - 1)
 }
 
-var (
-	orderFields  = []string{"id", "account", "environment", "merchant_reference", "platform", "status", "created_at", "imported_at", "changes", "marketplace_token", "raw_marketplace_data"}
-	changeFields = []string{"status", "at"}
+// orderShape is the members of an order record: its own strings kept in the records' text,
+// the values that repeat kept once, and marketplace_token and raw_marketplace_data read (a
+// string, and any JSON) and not kept.
+var orderShape = shapeOf(
+	kept("id", func(o *orderRecord) *span { return &o.id }, (*orderRecords).keep),
+	kept("account", func(o *orderRecord) *uint32 { return &o.account }, (*orderRecords).value),
+	kept("environment", func(o *orderRecord) *uint32 { return &o.environment }, (*orderRecords).value),
+	kept("merchant_reference", func(o *orderRecord) *span { return &o.reference }, (*orderRecords).keep),
+	kept("platform", func(o *orderRecord) *uint32 { return &o.platform }, (*orderRecords).value),
+	kept("status", func(o *orderRecord) *uint32 { return &o.status }, (*orderRecords).value),
+	kept("created_at", func(o *orderRecord) *span { return &o.createdAt }, (*orderRecords).keep),
+	member[orderReading]{"imported_at", readImportedAt},
+	member[orderReading]{"changes", readChanges},
+	member[orderReading]{"marketplace_token", func(d *jsonReader, path, name string, _ *orderReading) error {
+		_, err := d.strBytes(path, name)
+		return err
+	}},
+	member[orderReading]{"raw_marketplace_data", func(d *jsonReader, path, name string, _ *orderReading) error {
+		return d.skip(path + "." + name)
+	}},
+)
+
+// changeShape is the members of a change of an order's status.
+var changeShape = shapeOf(
+	kept("status", func(c *changeRecord) *uint32 { return &c.status }, (*orderRecords).value),
+	kept("at", func(c *changeRecord) *span { return &c.at }, (*orderRecords).keep),
 )
 
 // read reads the dataset's list of orders at path.
@@ -106,66 +129,48 @@ func (rs *orderRecords) read(d *jsonReader, path string) error {
 	})
 }
 
-func (rs *orderRecords) readOrder(d *jsonReader, path string, rec *orderRecord) error {
-	return d.object(path, orderFields, func(name string) error {
-		var b []byte
-		var err error
-		switch name {
-		case "id", "merchant_reference", "created_at":
-			b, err = d.strBytes(path, name)
-			s := rs.keep(b)
-			switch name {
-			case "id":
-				rec.id = s
-			case "merchant_reference":
-				rec.reference = s
-			default:
-				rec.createdAt = s
-			}
-		case "account", "environment", "platform", "status":
-			b, err = d.strBytes(path, name)
-			v := rs.value(b)
-			switch name {
-			case "account":
-				rec.account = v
-			case "environment":
-				rec.environment = v
-			case "platform":
-				rec.platform = v
-			default:
-				rec.status = v
-			}
-		case "imported_at":
-			var c byte
-			if c, err = d.value(path, name, '"', "a string"); c != 0 && err == nil {
-				b, err = d.memberString(path, name)
-				rec.imported, rec.importedAt = true, rs.keep(b)
-			}
-		case "changes":
-			cpath := path + "." + name
-			err = d.array(cpath, func(k int) error { return rs.readChange(d, cpath+"["+strconv.Itoa(k)+"]") })
-			rec.endChange = uint32(len(rs.changes))
-		case "marketplace_token":
-			_, err = d.strBytes(path, name)
-		case "raw_marketplace_data":
-			err = d.skip(path + "." + name)
-		}
-		return err
-	})
+// orderReading is a record being read, of type R (an order or a change): it keeps its
+// strings in rs.
+type orderReading = reading[orderRecord]
+
+type reading[R any] struct {
+	rs  *orderRecords
+	rec *R
 }
 
-func (rs *orderRecords) readChange(d *jsonReader, path string) error {
-	var c changeRecord
-	err := d.object(path, changeFields, func(name string) error {
+// kept is the string member name, kept by keep in the records and set in the field of a
+// record that field points to.
+func kept[R, V any](name string, field func(*R) *V, keep func(rs *orderRecords, b []byte) V) member[reading[R]] {
+	return member[reading[R]]{name, func(d *jsonReader, path, name string, r *reading[R]) error {
 		b, err := d.strBytes(path, name)
-		if name == "status" {
-			c.status = rs.value(b)
-		} else {
-			c.at = rs.keep(b)
-		}
+		*field(r.rec) = keep(r.rs, b)
+		return err
+	}}
+}
+
+func (rs *orderRecords) readOrder(d *jsonReader, path string, rec *orderRecord) error {
+	return orderShape.read(d, path, &orderReading{rs, rec})
+}
+
+func readImportedAt(d *jsonReader, path, name string, r *orderReading) error {
+	c, err := d.value(path, name, '"', "a string")
+	if c == 0 || err != nil {
+		return err
+	}
+	b, err := d.memberString(path, name)
+	r.rec.imported, r.rec.importedAt = true, r.rs.keep(b)
+	return err
+}
+
+func readChanges(d *jsonReader, path, name string, r *orderReading) error {
+	cpath := path + "." + name
+	err := d.array(cpath, func(k int) error {
+		var c changeRecord
+		err := changeShape.read(d, cpath+"["+strconv.Itoa(k)+"]", &reading[changeRecord]{r.rs, &c})
+		r.rs.changes = append(r.rs.changes, c)
 		return err
 	})
-	rs.changes = append(rs.changes, c)
+	r.rec.endChange = uint32(len(r.rs.changes))
 	return err
 }
 

@@ -34,25 +34,15 @@ type rawEvent struct {
 	at        time.Time // the start instant plus after
 }
 
-var eventFields = []string{"timestamp", "after", "status", "description", "location"}
+var eventShape = shapeOf(
+	anyScalar("timestamp", func(e *rawEvent) *jsonScalar { return &e.Timestamp }),
+	anyScalar("after", func(e *rawEvent) *jsonScalar { return &e.After }),
+	shared("status", func(e *rawEvent) *string { return &e.Status }),
+	optional("description", func(e *rawEvent) **string { return &e.Description }),
+	optional("location", func(e *rawEvent) **string { return &e.Location }),
+)
 
-func (e *rawEvent) decode(d *jsonReader, path string) error {
-	return d.object(path, eventFields, func(name string) (err error) {
-		switch name {
-		case "timestamp":
-			e.Timestamp, err = d.scalar(path, name)
-		case "after":
-			e.After, err = d.scalar(path, name)
-		case "status":
-			e.Status, err = d.interned(path, name)
-		case "description":
-			e.Description, err = d.optStr(path, name)
-		case "location":
-			e.Location, err = d.optStr(path, name)
-		}
-		return err
-	})
-}
+func (e *rawEvent) decode(d *jsonReader, path string) error { return eventShape.read(d, path, e) }
 
 // trackingEvent is a stored, normalized event as the API shows it.
 type trackingEvent struct {
@@ -176,32 +166,20 @@ type shipmentRecord struct {
 	Events                []rawEvent
 }
 
-var shipmentFields = []string{"id", "account", "environment", "reference", "tracking_number", "parcel_tracking_numbers", "order_id", "created_at", "events"}
+var shipmentShape = shapeOf(
+	text("id", func(r *shipmentRecord) *string { return &r.ID }),
+	shared("account", func(r *shipmentRecord) *string { return &r.Account }),
+	shared("environment", func(r *shipmentRecord) *string { return &r.Environment }),
+	text("reference", func(r *shipmentRecord) *string { return &r.Reference }),
+	optional("tracking_number", func(r *shipmentRecord) **string { return &r.TrackingNumber }),
+	texts("parcel_tracking_numbers", func(r *shipmentRecord) *[]string { return &r.ParcelTrackingNumbers }),
+	optional("order_id", func(r *shipmentRecord) **string { return &r.OrderID }),
+	optional("created_at", func(r *shipmentRecord) **string { return &r.CreatedAt }),
+	records("events", func(r *shipmentRecord) *[]rawEvent { return &r.Events }),
+)
 
 func (rec *shipmentRecord) decode(d *jsonReader, path string) error {
-	return d.object(path, shipmentFields, func(name string) (err error) {
-		switch name {
-		case "id":
-			rec.ID, err = d.str(path, name)
-		case "account":
-			rec.Account, err = d.interned(path, name)
-		case "environment":
-			rec.Environment, err = d.interned(path, name)
-		case "reference":
-			rec.Reference, err = d.str(path, name)
-		case "tracking_number":
-			rec.TrackingNumber, err = d.optStr(path, name)
-		case "parcel_tracking_numbers":
-			rec.ParcelTrackingNumbers, err = d.strs(path, name)
-		case "order_id":
-			rec.OrderID, err = d.optStr(path, name)
-		case "created_at":
-			rec.CreatedAt, err = d.optStr(path, name)
-		case "events":
-			err = readList(d, path+"."+name, &rec.Events)
-		}
-		return err
-	})
+	return shipmentShape.read(d, path, rec)
 }
 
 // shipment is a stored shipment, its tracking view prepared once: the view with every event
