@@ -511,7 +511,7 @@ func readDatasetFile(src io.Reader, limit int64) (*datasetFile, error) {
 		case "shipments":
 			return readList(d, path, &ds.shipments)
 		case "orders":
-			return ds.orders.read(d, path)
+			return ds.orders.readOrders(d, path)
 		}
 		return nil
 	})

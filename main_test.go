@@ -5618,11 +5618,11 @@ func TestSeedOrders(t *testing.T) {
 		return &ix
 	}
 	a, b := seeded(), seeded()
-	if !bytes.Equal(a.bytes, b.bytes) || !slices.Equal(a.records, b.records) {
+	if !bytes.Equal(a.block, b.block) || !slices.Equal(a.records, b.records) {
 		t.Fatal("seeding is not deterministic")
 	}
 	checkOrderIndex(t, a)
-	if first, last := string(a.id(0)), string(a.id(999)); first != "ord_seed_0000999" || last != "ord_seed_0000000" {
+	if first, last := string(a.idOf(0)), string(a.idOf(999)); first != "ord_seed_0000999" || last != "ord_seed_0000000" {
 		t.Errorf("seeded ids run %s..%s, want ord_seed_0000999 (newest)..ord_seed_0000000", first, last)
 	}
 	if _, err := loadBytes("test", defaultDataset, 10, testNow, slog.New(slog.DiscardHandler)); err != nil {
@@ -5644,7 +5644,7 @@ func checkOrderIndex(t testing.TB, ix *orderIndex) {
 		if err := json.Unmarshal(ix.resource(i), &o); err != nil {
 			t.Fatalf("order %d is not JSON: %s", i, ix.resource(i))
 		}
-		if o["id"] != string(ix.id(i)) || o["status"] != orderStatuses[ix.records[i].status] || o["created_at"] != formatTimestamp(ix.createdAt(i)) {
+		if o["id"] != string(ix.idOf(i)) || o["status"] != orderStatuses[ix.records[i].status] || o["created_at"] != formatTimestamp(ix.createdAt(i)) {
 			t.Fatalf("order %d's record does not match its JSON %s", i, ix.resource(i))
 		}
 		var fields orderJSON
@@ -5652,11 +5652,11 @@ func checkOrderIndex(t testing.TB, ix *orderIndex) {
 		if want, _ := marshalJSON(fields); !bytes.Equal(ix.resource(i), want) {
 			t.Fatalf("order %d is written %s, encoding/json writes %s", i, ix.resource(i), want)
 		}
-		if i > 0 && !ix.createdAt(i).Before(ix.createdAt(i-1)) && !(ix.createdAt(i).Equal(ix.createdAt(i-1)) && string(ix.id(i)) < string(ix.id(i-1))) {
-			t.Fatalf("order %s comes after %s", ix.id(i), ix.id(i-1))
+		if i > 0 && !ix.createdAt(i).Before(ix.createdAt(i-1)) && !(ix.createdAt(i).Equal(ix.createdAt(i-1)) && string(ix.idOf(i)) < string(ix.idOf(i-1))) {
+			t.Fatalf("order %s comes after %s", ix.idOf(i), ix.idOf(i-1))
 		}
-		if got := ix.table.find(ix, string(ix.id(i))); got != i {
-			t.Fatalf("the id table finds %s at %d, want %d", ix.id(i), got, i)
+		if got := ix.table.find(ix, string(ix.idOf(i))); got != i {
+			t.Fatalf("the id table finds %s at %d, want %d", ix.idOf(i), got, i)
 		}
 	}
 	if ix.table.find(ix, "no such order") != -1 {
@@ -6089,8 +6089,8 @@ func FuzzLoadDataset(f *testing.F) {
 					MerchantReference string `json:"merchant_reference"`
 				}
 				json.Unmarshal(tn.orders.resource(i), &o)
-				if checkID("$", "", string(tn.orders.id(i))) != nil || checkID("$", "", o.MerchantReference) != nil {
-					t.Fatalf("order %q (reference %q) loaded", tn.orders.id(i), o.MerchantReference)
+				if checkID("$", "", string(tn.orders.idOf(i))) != nil || checkID("$", "", o.MerchantReference) != nil {
+					t.Fatalf("order %q (reference %q) loaded", tn.orders.idOf(i), o.MerchantReference)
 				}
 			}
 			for sid, sh := range tn.shipments.byID {
@@ -6263,7 +6263,7 @@ func BenchmarkListOrders(b *testing.B) {
 		oldest := ix.createdAt(ix.count() - 1)
 		middle := ix.count() / 2
 		every := everyOrder()
-		deep := e.srv.cursors.sign(ix.tag, every.tag(), cursorPosition{ix.createdAt(middle), string(ix.id(middle))})
+		deep := e.srv.cursors.sign(ix.tag, every.tag(), cursorPosition{ix.createdAt(middle), string(ix.idOf(middle))})
 		cases := []struct{ name, query string }{
 			{"no_filter", "limit=100"},
 			{"status", "limit=100&status=fulfilled"},

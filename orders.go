@@ -71,9 +71,9 @@ func newOrderRecords() *orderRecords {
 	return &orderRecords{values: []string{""}, valueOf: map[string]uint32{"": 0}}
 }
 
-func (rs *orderRecords) bytes(s span) []byte { return rs.text[s.off : s.off+s.n] }
+func (rs *orderRecords) textOf(s span) []byte { return rs.text[s.off : s.off+s.n] }
 
-func (rs *orderRecords) str(s span) string { return string(rs.bytes(s)) }
+func (rs *orderRecords) str(s span) string { return string(rs.textOf(s)) }
 
 // keep keeps b, an order's own string.
 func (rs *orderRecords) keep(b []byte) span {
@@ -120,7 +120,7 @@ var changeShape = shapeOf(
 )
 
 // read reads the dataset's list of orders at path.
-func (rs *orderRecords) read(d *jsonReader, path string) error {
+func (rs *orderRecords) readOrders(d *jsonReader, path string) error {
 	return d.array(path, func(i int) error {
 		rec := orderRecord{firstChange: uint32(len(rs.changes)), endChange: uint32(len(rs.changes))}
 		err := rs.readOrder(d, path+"["+strconv.Itoa(i)+"]", &rec)
@@ -215,7 +215,7 @@ func (ix *orderIndex) addOrder(path string, rs *orderRecords, r int) error {
 	if err := checkID(path, "id", id); err != nil {
 		return err
 	}
-	if err := checkID(path, "merchant_reference", rs.bytes(rec.reference)); err != nil {
+	if err := checkID(path, "merchant_reference", rs.textOf(rec.reference)); err != nil {
 		return err
 	}
 	platform, err := oneOf(path, "platform", "platform", rs.values[rec.platform], platforms)
@@ -231,7 +231,7 @@ func (ix *orderIndex) addOrder(path string, rs *orderRecords, r int) error {
 		return err
 	}
 	if _, dup := ix.byID[id]; dup {
-		return &datasetError{path: path + ".id", reason: fmt.Sprintf("duplicate order id %q in %s", id, ix.owner)}
+		return &datasetError{path: path + ".id", reason: fmt.Sprintf("duplicate order id %q in %s", id, ix.tenantName)}
 	}
 	p := pendingOrder{rec: int32(r), createdAt: instantOf(createdAt), importedAt: instantOf(createdAt), status: uint8(status), platform: uint8(platform), link: -1}
 	if rec.imported {
@@ -302,7 +302,7 @@ func (ix *orderIndex) has(id string) bool {
 func (ix *orderIndex) link(path, orderID, shipmentID string, createdAt instant) error {
 	i, ok := ix.byID[orderID]
 	if !ok {
-		return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("no order %q in %s to link shipment %q to", orderID, ix.owner, shipmentID)}
+		return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("no order %q in %s to link shipment %q to", orderID, ix.tenantName, shipmentID)}
 	}
 	p := &ix.pending[i]
 	if p.link >= 0 {
@@ -436,7 +436,7 @@ func (o *loadingOrder) appendResource(b []byte, status uint8, linked bool) []byt
 // loadingOf makes o the pending order p, its strings the dataset's.
 func (ix *orderIndex) loadingOf(o *loadingOrder, p *pendingOrder) {
 	rec := &ix.recs.list[p.rec]
-	*o = loadingOrder{id: ix.recs.bytes(rec.id), reference: ix.recs.bytes(rec.reference), platform: p.platform,
+	*o = loadingOrder{id: ix.recs.textOf(rec.id), reference: ix.recs.textOf(rec.reference), platform: p.platform,
 		createdAt: p.createdAt, importedAt: p.importedAt, status: p.status, changes: ix.changes[p.firstChange:p.endChange], linkedAt: dawn}
 	if p.link >= 0 {
 		o.shipmentID, o.linkedAt = ix.links[p.link].shipmentID, ix.links[p.link].createdAt
@@ -452,11 +452,11 @@ func (ix *orderIndex) build() error {
 		if c := b.createdAt.compare(a.createdAt); c != 0 {
 			return c
 		}
-		return bytes.Compare(ix.recs.bytes(ix.recs.list[b.rec].id), ix.recs.bytes(ix.recs.list[a.rec].id))
+		return bytes.Compare(ix.recs.textOf(ix.recs.list[b.rec].id), ix.recs.textOf(ix.recs.list[a.rec].id))
 	})
 	n := len(ix.pending) + ix.seeds
 	ix.records = make([]storedOrder, 0, n)
-	ix.bytes = make([]byte, 0, n*180)
+	ix.block = make([]byte, 0, n*180)
 	ix.ids = make([]byte, 0, n*16)
 	for k, ef := range equalityFilters {
 		ix.byValue[k] = make([][]int32, len(ef.vocabulary))
@@ -494,10 +494,10 @@ func (ix *orderIndex) build() error {
 
 // store appends one order, the next in list order, and its timeline if it has one.
 func (ix *orderIndex) store(o *loadingOrder) error {
-	start := len(ix.bytes)
+	start := len(ix.block)
 	last := o.lastStatus()
-	ix.bytes = append(o.appendResource(ix.bytes, last, o.shipmentID != ""), ',')
-	if len(ix.bytes) > math.MaxUint32 || len(ix.records) >= math.MaxInt32 {
+	ix.block = append(o.appendResource(ix.block, last, o.shipmentID != ""), ',')
+	if len(ix.block) > math.MaxUint32 || len(ix.records) >= math.MaxInt32 {
 		return errors.New("the orders of one account and environment exceed 4 GiB of JSON")
 	}
 	i := int32(len(ix.records))
@@ -552,7 +552,7 @@ func (ix *orderIndex) store(o *loadingOrder) error {
 // orders whose showing moves with the clock (a late import, a change, a link that appears)
 // keep a timeline beside: the states they pass through, each with its JSON.
 type orderIndex struct {
-	owner      string                          // the account and environment, as messages name them
+	tenantName string                          // the account and environment, as messages name them
 	tag        tag                             // binds cursors to the tenant
 	start      time.Time                       // while loading: the instant relative instants count from
 	recs       *orderRecords                   // while loading: the dataset's orders
@@ -562,7 +562,7 @@ type orderIndex struct {
 	links      []orderLink                     // while loading: their links
 	seeds      int                             // -seed-orders, generated at build
 	records    []storedOrder                   // in list order
-	bytes      []byte                          // each order's JSON in list order, each followed by a comma
+	block      []byte                          // each order's JSON in list order, each followed by a comma
 	ids        []byte                          // each order's id, in list order
 	byValue    [len(equalityFilters)][][]int32 // for each equality filter, the orders without a timeline of each value, in list order
 	table      idTable
@@ -603,7 +603,7 @@ type orderState struct {
 // newOrderIndex is the orders of an account's environment, whose relative instants count
 // from start.
 func newOrderIndex(account, environment string, start time.Time) orderIndex {
-	return orderIndex{owner: account + "/" + environment, tag: tagOf("tenant", account, environment), start: start, byID: map[string]int32{}}
+	return orderIndex{tenantName: account + "/" + environment, tag: tagOf("tenant", account, environment), start: start, byID: map[string]int32{}}
 }
 
 // showsAs is the state the list shows an order with a timeline in at at, and whether it
@@ -627,18 +627,18 @@ func (ix *orderIndex) stateJSONOf(st *orderState) []byte {
 func (ix *orderIndex) count() int { return len(ix.records) }
 
 func (ix *orderIndex) resource(i int) []byte {
-	return ix.bytes[ix.records[i].off:ix.end(i)]
+	return ix.block[ix.records[i].off:ix.jsonEnd(i)]
 }
 
 // end is where order i's JSON ends in bytes: a comma before the next order's.
-func (ix *orderIndex) end(i int) int {
+func (ix *orderIndex) jsonEnd(i int) int {
 	if i+1 < len(ix.records) {
 		return int(ix.records[i+1].off) - 1
 	}
-	return len(ix.bytes) - 1
+	return len(ix.block) - 1
 }
 
-func (ix *orderIndex) id(i int) []byte {
+func (ix *orderIndex) idOf(i int) []byte {
 	r := &ix.records[i]
 	return ix.ids[r.idOff : r.idOff+uint32(r.idLen)]
 }
@@ -669,7 +669,7 @@ func newIDTable(ix *orderIndex) idTable {
 	}
 	t := idTable{seed: maphash.MakeSeed(), slots: make([]int32, size)}
 	for i := range ix.records {
-		h := int(maphash.Bytes(t.seed, ix.id(i)) & uint64(size-1))
+		h := int(maphash.Bytes(t.seed, ix.idOf(i)) & uint64(size-1))
 		for t.slots[h] != 0 {
 			h = (h + 1) & (size - 1)
 		}
@@ -685,7 +685,7 @@ func (t *idTable) find(ix *orderIndex, id string) int {
 	}
 	mask := len(t.slots) - 1
 	for h := int(maphash.String(t.seed, id) & uint64(mask)); t.slots[h] != 0; h = (h + 1) & mask {
-		if i := int(t.slots[h] - 1); string(ix.id(i)) == id {
+		if i := int(t.slots[h] - 1); string(ix.idOf(i)) == id {
 			return i
 		}
 	}
@@ -957,7 +957,7 @@ func (ix *orderIndex) span(f *orderFilter, after *cursorPosition, at instant) (l
 		pos := instantOf(after.createdAt)
 		lo = max(lo, sort.Search(n, func(i int) bool {
 			c := ix.records[i].created().compare(pos)
-			return c < 0 || (c == 0 && string(ix.id(i)) < after.id)
+			return c < 0 || (c == 0 && string(ix.idOf(i)) < after.id)
 		}))
 	}
 	hi = sort.Search(n, func(i int) bool { return f.from.after(ix.records[i].created()) })
@@ -1031,7 +1031,7 @@ func (ix *orderIndex) appendPage(b []byte, f *orderFilter, limit, lo, hi int, at
 			return true
 		}
 		take := min(j-i, limit-n)
-		b = append(b, ix.bytes[ix.records[i].off:ix.end(i+take-1)]...) // a run is one slice of the block
+		b = append(b, ix.block[ix.records[i].off:ix.jsonEnd(i+take-1)]...) // a run is one slice of the block
 		n, last = n+take, i+take-1
 		if take < j-i {
 			more = true
@@ -1052,7 +1052,7 @@ func (ix *orderIndex) appendStill(b []byte, f *orderFilter, limit, lo, hi int) (
 		if take == 0 {
 			return b, -1, false
 		}
-		return append(b, ix.bytes[ix.records[lo].off:ix.end(lo+take-1)]...), lo + take - 1, hi-lo > take
+		return append(b, ix.block[ix.records[lo].off:ix.jsonEnd(lo+take-1)]...), lo + take - 1, hi-lo > take
 	}
 	list := ix.byValue[k][f.equal[k]]
 	from, end := searchIndexes(list, lo), searchIndexes(list, hi)
@@ -1100,7 +1100,7 @@ func (ix *orderIndex) firstListed(at time.Time, n int) ([]listedOrder, int) {
 				st, _ := ix.showsAs(ix.timelineOf(i), now)
 				status = st.status
 			}
-			orders = append(orders, listedOrder{string(ix.id(i)), orderStatuses[status], ix.createdAt(i)})
+			orders = append(orders, listedOrder{string(ix.idOf(i)), orderStatuses[status], ix.createdAt(i)})
 		}
 		return len(orders) < n
 	})
@@ -1161,6 +1161,6 @@ func (ix *orderIndex) page(b []byte, rawQuery string, cursors *cursorSigner, at 
 		return append(b, `,"next_cursor":null,"has_more":false}}`...), nil
 	}
 	b = append(b, `,"next_cursor":"`...)
-	b = cursors.appendSigned(b, ix.tag, filter, ix.createdAt(last), ix.id(last))
+	b = cursors.appendSigned(b, ix.tag, filter, ix.createdAt(last), ix.idOf(last))
 	return append(b, `","has_more":true}}`...), nil
 }

@@ -88,7 +88,7 @@ func normalizeEvents(raw []rawEvent) ([]stampedEvent, normalization) {
 		description string
 	}
 	var n normalization
-	kept := make([]stampedEvent, 0, len(raw))
+	stored := make([]stampedEvent, 0, len(raw))
 	seen := make(map[identity]bool, len(raw))
 	for _, e := range raw {
 		at, err := eventInstant(e)
@@ -106,10 +106,10 @@ func normalizeEvents(raw []rawEvent) ([]stampedEvent, normalization) {
 		if e.Location != nil {
 			ev.Location = *e.Location
 		}
-		kept = append(kept, stampedEvent{at, e.scheduled, ev})
+		stored = append(stored, stampedEvent{at, e.scheduled, ev})
 	}
-	slices.SortStableFunc(kept, func(a, b stampedEvent) int { return a.at.Compare(b.at) })
-	return kept, n
+	slices.SortStableFunc(stored, func(a, b stampedEvent) int { return a.at.Compare(b.at) })
+	return stored, n
 }
 
 // eventInstant is when a raw event happened: as scheduled with after, or its timestamp as
@@ -281,7 +281,7 @@ var viewEnd = []byte("]}")
 // shipmentIndex is a tenant's shipments, by id and by primary tracking number, and what
 // their dataset schedules.
 type shipmentIndex struct {
-	owner            string      // the account and environment, as messages name them
+	tenantName       string      // the account and environment, as messages name them
 	start            time.Time   // while loading: the instant relative instants count from
 	list             []*shipment // in the dataset's order
 	byID             map[string]*shipment
@@ -294,7 +294,7 @@ type shipmentIndex struct {
 // newShipmentIndex is the shipments of owner, an account's environment, whose relative
 // instants count from start.
 func newShipmentIndex(owner string, start time.Time) shipmentIndex {
-	return shipmentIndex{owner: owner, start: start, byID: map[string]*shipment{}, byTrackingNumber: map[string]*numberHolders{}}
+	return shipmentIndex{tenantName: owner, start: start, byID: map[string]*shipment{}, byTrackingNumber: map[string]*numberHolders{}}
 }
 
 // addShipment checks one dataset shipment, normalizes its events (those scheduled with
@@ -304,7 +304,7 @@ func (ix *shipmentIndex) addShipment(path string, rec shipmentRecord) (*shipment
 		return nil, normalization{}, err
 	}
 	if ix.byID[rec.ID] != nil {
-		return nil, normalization{}, &datasetError{path: path + ".id", reason: fmt.Sprintf("duplicate shipment id %q in %s", rec.ID, ix.owner)}
+		return nil, normalization{}, &datasetError{path: path + ".id", reason: fmt.Sprintf("duplicate shipment id %q in %s", rec.ID, ix.tenantName)}
 	}
 	createdAt := dawn
 	if rec.CreatedAt != nil {
