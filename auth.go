@@ -5,6 +5,7 @@ package main
 
 import (
 	"bytes"
+	"container/list"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -33,6 +35,8 @@ type tenant struct {
 	orders    orderIndex
 	timeline  []happening // what the dataset schedules for its shipments and orders, in order
 	clock     sandboxClock
+	sequences sequences     // Prefer: code=503; times=2, counted
+	faulted   atomic.Uint64 // the requests -faults has judged, the k of the next is this plus one
 }
 
 // sandboxClock is a tenant's clock, like Stripe's test clocks: it follows the wall clock
@@ -518,6 +522,72 @@ func (l *rateLimit) take(b *bucket, now time.Time) (remaining int, ok bool, wait
 			return int((l.burst - (next - t)) / l.interval), true, 0
 		}
 	}
+}
+
+// Rehearsals counted: a code that fails only the first N requests of a sequence (Prefer:
+// code=503; times=2). The requests of one sequence share the tenant, the method, the
+// target as sent and the whole Prefer value.
+
+const (
+	sequenceIdle = 60 * time.Second // a sequence is forgotten this long after its last request
+	maxSequences = 10000            // a tenant's; a new one beyond forgets the least recently used
+)
+
+// sequences are a tenant's sequences, by the SHA-256 digest of their identity, the most
+// recently used first. They take memory only as they fill.
+type sequences struct {
+	mu     sync.Mutex
+	byID   map[[sha256.Size]byte]*list.Element
+	recent list.List // of *sequence
+}
+
+type sequence struct {
+	id    [sha256.Size]byte
+	count int
+	last  time.Time
+}
+
+// count counts a request of the sequence id at now and returns how many it has had, this
+// one included: 1 for a sequence that is new, or forgotten sequenceIdle after its last.
+func (q *sequences) count(id [sha256.Size]byte, now time.Time) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if e, ok := q.byID[id]; ok {
+		seq := e.Value.(*sequence)
+		if now.Sub(seq.last) >= sequenceIdle {
+			seq.count = 0
+		}
+		seq.count, seq.last = seq.count+1, now
+		q.recent.MoveToFront(e)
+		return seq.count
+	}
+	if q.byID == nil {
+		q.byID = map[[sha256.Size]byte]*list.Element{}
+	}
+	if q.recent.Len() >= maxSequences {
+		oldest := q.recent.Back()
+		delete(q.byID, oldest.Value.(*sequence).id)
+		q.recent.Remove(oldest)
+	}
+	q.byID[id] = q.recent.PushFront(&sequence{id: id, count: 1, last: now})
+	return 1
+}
+
+// held is how many sequences the tenant holds.
+func (q *sequences) held() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.byID)
+}
+
+// sequenceOf is the digest of a request's sequence: its method, its target as sent (path
+// and query) and its Prefer fields, joined as one.
+func sequenceOf(method, target string, prefer []string) [sha256.Size]byte {
+	h := sha256.New()
+	io.WriteString(h, method+"\x00"+target+"\x00"+strings.Join(prefer, ", "))
+	var id [sha256.Size]byte
+	h.Sum(id[:0])
+	return id
 }
 
 // The clock operations (test helpers, not API writes): GET and POST /v1/test_helpers/clock.

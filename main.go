@@ -9,7 +9,9 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -19,6 +21,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"math/bits"
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
@@ -75,6 +78,7 @@ type config struct {
 	dataFile     string
 	cursorSecret string
 	clock        *time.Time // -clock: every tenant's clock starts frozen there
+	faults       *faultPlan // -faults: nil for none
 
 	readHeaderTimeout time.Duration
 	readTimeout       time.Duration
@@ -126,6 +130,10 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 		}
 		cfg.clock = &at
 		return nil
+	})
+	fs.Func("faults", "fail a `SPEC` share of the operations' requests that name no Prefer code: rate=R (0 to 1, required),codes=C|C (from 429, 500, 502, 503; default 503),seed=S (default 1), such as rate=0.05,codes=503|429,seed=7 (default: none)", func(v string) (err error) {
+		cfg.faults, err = parseFaults(v)
+		return err
 	})
 	fs.Func("cors-origin", "answer browsers of this `origin` (scheme://host[:port], or *) with CORS headers (default: none)", func(s string) error {
 		if s != "*" && !validOrigin(s) {
@@ -329,7 +337,7 @@ func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, t
 	base := baseURL(ln.Addr())
 	stopping := make(chan struct{})
 	srv, err := newServer(sb, serverOptions{rate: cfg.rate, cursorSecret: cfg.cursorSecret, baseURL: base, log: logger, access: logs,
-		stopping: stopping, corsOrigin: cfg.corsOrigin, loopback: isLoopback(ln.Addr())})
+		stopping: stopping, corsOrigin: cfg.corsOrigin, loopback: isLoopback(ln.Addr()), faults: cfg.faults})
 	if err != nil {
 		ln.Close()
 		return cfg.loadStopTimeout, err
@@ -340,6 +348,9 @@ func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, t
 			t.clock.freeze(cfg.clock)
 		}
 		exposed += "Every sandbox clock is frozen at " + formatTimestamp(*cfg.clock) + " (-clock); POST /v1/test_helpers/clock moves one.\n"
+	}
+	if cfg.faults != nil {
+		exposed += "Faults are on: " + cfg.faults.describe() + "\n"
 	}
 	out.say(banner(base, sb.keyLines, exposed))
 	logger.Info("serving", "base_url", base, "orders", sb.orderCount, "shipments", sb.shipmentCount)
@@ -745,6 +756,7 @@ type serverOptions struct {
 	access       *logBuffer       // the access log: one line per request; nil for none
 	stopping     <-chan struct{}  // closed when the server starts shutting down
 	corsOrigin   string           // "": no CORS headers
+	faults       *faultPlan       // nil: no faults
 	loopback     bool             // listening on loopback only: the landing page shows the keys
 	now          func() time.Time // the wall clock: tenants' clocks follow it, and the rate limit uses it
 }
@@ -755,7 +767,8 @@ type server struct {
 	// line. Only those write it: a counter every request wrote would bounce its cache line
 	// between the cores (compare.sh shows it).
 	drained  atomic.Int64
-	cors     *cors // nil: no CORS headers
+	cors     *cors      // nil: no CORS headers
+	faults   *faultPlan // nil: -faults is off
 	landing  *landing
 	clocks   clockHelpers
 	keys     keyring
@@ -796,7 +809,8 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 	}
 	return &server{
 		cors:     c,
-		landing:  newLanding(sb, o.loopback),
+		faults:   o.faults,
+		landing:  newLanding(sb, o.loopback, o.faults),
 		clocks:   clockHelpers{started: sb.start, wall: o.now},
 		keys:     sb.keys,
 		rate:     newRateLimit(o.rate, o.now()),
@@ -870,7 +884,7 @@ func (s *server) handler(extra ...route) http.Handler {
 // judged by the tenant's clock, then its scope (403) and every Prefer preference; h then
 // checks parameters and the resource.
 func (s *server) operation(need scope, h keyedHandler) callHandler {
-	return s.keyed(h, tenantClock, requireScope(need), s.simulate(withClock))
+	return s.keyed(h, tenantClock, requireScope(need), s.simulate(withClock|withFaults))
 }
 
 // testHelper wraps a test helper in the checks of a keyed route but the scope (any active
@@ -1020,12 +1034,22 @@ func (s *server) v1Root(w http.ResponseWriter, r *http.Request, c *call) {
 // requireKey has found one, the instant its resources are judged at, and the status it
 // was answered with.
 type call struct {
-	id     string
-	key    *apiKey
-	clock  clockReading // the tenant's clock, read once when the key was found
-	at     time.Time    // what the answer shows is judged at this instant: clock.now, or Prefer's clock
-	status int
+	id        string
+	key       *apiKey
+	clock     clockReading // the tenant's clock, read once when the key was found
+	at        time.Time    // what the answer shows is judged at this instant: clock.now, or Prefer's clock
+	status    int
+	simulated simulation // what answered instead of the route, if anything did
 }
+
+// simulation is what answered a request instead of its route.
+type simulation uint8
+
+const (
+	notSimulated simulation = iota
+	byPrefer                // Prefer: code=...
+	byFaults                // -faults
+)
 
 // callHandler is a handler that is handed the request's call. It is not a
 // func(http.Handler) http.Handler: what one check finds (the key, its tenant's clock
@@ -1163,18 +1187,21 @@ type preferences uint8
 const (
 	codeAndDelay preferences = 0      // the clock operations: clock is ignored there
 	withClock    preferences = 1 << 0 // clock: the instant the request's resources are judged at
+	withFaults   preferences = 1 << 1 // -faults may fail a request that names no code: the four operations
 )
 
 // simulate applies a test client's Prefer header: a simulated answer, a delay and, as reads
-// says, the instant the request's resources are judged at. It runs right after the scope
-// check, so a live key, a missing or bad key, a rate-limited key and a key without the scope
-// get exactly what they would get without the header, a simulated answer shows no data, and
-// a key's expiry is judged by its tenant's clock, not by Prefer's.
+// says, the instant the request's resources are judged at; and, on a route -faults may
+// fail, the fault of a request that names no code. It runs right after the scope check, so
+// a live key, a missing or bad key, a rate-limited key and a key without the scope get
+// exactly what they would get without the header, a simulated answer shows no data, and a
+// key's expiry is judged by its tenant's clock, not by Prefer's.
 func (s *server) simulate(reads preferences) wrapper {
+	faultable := reads&withFaults != 0 && s.faults != nil
 	return func(next callHandler) callHandler {
 		return func(w http.ResponseWriter, r *http.Request, c *call) {
 			fields := r.Header["Prefer"]
-			if len(fields) == 0 {
+			if len(fields) == 0 && !faultable {
 				next(w, r, c)
 				return
 			}
@@ -1183,36 +1210,175 @@ func (s *server) simulate(reads preferences) wrapper {
 				writeProblem(w, c.id, err)
 				return
 			}
-			if p.applied != "" {
-				w.Header().Set("Preference-Applied", p.applied)
+			answer, problem := s.answerOf(&p, r, c, faultable)
+			if applied := p.appliedHeader(c.simulated == byPrefer); applied != "" {
+				w.Header().Set("Preference-Applied", applied)
 			}
 			if p.clock != nil {
 				c.at = *p.clock
 			}
 			if p.delay > 0 {
-				readAhead(r, c)
-				t := time.NewTimer(p.delay)
-				select {
-				case <-t.C:
-				case <-s.stopping:
-					// The server is shutting down: answer now, so that draining is not held up.
-					t.Stop()
-				case <-r.Context().Done():
-					// The client went away: nothing is sent rather than an empty success.
-					t.Stop()
-					abort(c)
-				}
+				s.delay(r, c, p.delay)
 			}
-			if p.answer != nil {
-				if p.answer.retryAfter {
+			if answer != nil {
+				if answer.retryAfter {
 					w.Header().Set("Retry-After", "1")
 				}
-				writeProblem(w, c.id, p.answer.prefer)
+				writeProblem(w, c.id, problem)
 				return
 			}
 			next(w, r, c)
 		}
 	}
+}
+
+// answerOf is the answer a request gets instead of its own, with its problem, or nil: the
+// code Prefer asks for, unless its sequence has failed its times already; or, where
+// faultable and no code is asked for, the request's fault under -faults.
+func (s *server) answerOf(p *preference, r *http.Request, c *call, faultable bool) (*simulatedAnswer, *apiError) {
+	t := c.key.tenant
+	switch {
+	case p.code != nil && p.times > 0 && t.sequences.count(sequenceOf(r.Method, targetOf(r), r.Header["Prefer"]), s.now()) > p.times:
+		return nil, nil // past its times: the answer it would get without code
+	case p.code != nil:
+		c.simulated = byPrefer
+		return p.code, p.code.prefer
+	case faultable:
+		k := t.faulted.Add(1)
+		if answer := s.faults.judge(t.id, k); answer != nil {
+			c.simulated = byFaults
+			return answer, s.faults.problem(answer, t.id, k)
+		}
+	}
+	return nil, nil
+}
+
+// targetOf is a request's target as sent: its path and query.
+func targetOf(r *http.Request) string {
+	if r.RequestURI != "" {
+		return r.RequestURI
+	}
+	return r.URL.RequestURI()
+}
+
+// delay waits d before the answer: the request's body is read first, so that a client that
+// goes away is noticed with or without one (nothing is sent then), and a shutdown answers
+// at once, so that draining is not held up.
+func (s *server) delay(r *http.Request, c *call, d time.Duration) {
+	readAhead(r, c)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.stopping:
+	case <-r.Context().Done():
+		abort(c)
+	}
+}
+
+// Faults for clients that cannot send a header: -faults rate=R,codes=C|C,seed=S fails a
+// share of the requests to the four operations that name no Prefer code, the same ones at
+// every start, and says so in each answer's detail.
+
+// faultPlan is the -faults setting.
+type faultPlan struct {
+	rate    uint64 // in millionths: 0 to 1,000,000
+	answers []*simulatedAnswer
+	seed    uint64
+	spec    string // as given
+}
+
+// parseFaults reads -faults: rate=R (digits, then optionally a point and 1 to 6 digits, from
+// 0 to 1; required), codes=C|C... (from the simulated answers, none twice; default 503) and
+// seed=S (0 to 2^64-1; default 1), each at most once, separated by commas.
+func parseFaults(spec string) (*faultPlan, error) {
+	f := &faultPlan{seed: 1, spec: spec, answers: []*simulatedAnswer{simulatedAnswerOf("503")}}
+	given := map[string]bool{}
+	for _, part := range strings.Split(spec, ",") {
+		name, value, _ := strings.Cut(part, "=")
+		if given[name] {
+			return nil, fmt.Errorf("%s is given twice", name)
+		}
+		given[name] = true
+		var err error
+		switch name {
+		case "rate":
+			f.rate, err = parseRate(value)
+		case "codes":
+			f.answers, err = parseFaultCodes(value)
+		case "seed":
+			if f.seed, err = strconv.ParseUint(value, 10, 64); err != nil || strings.Trim(value, "0123456789") != "" {
+				err = fmt.Errorf("seed=%s is not a whole number from 0 to 18446744073709551615", value)
+			}
+		default:
+			err = fmt.Errorf("%q is not a part of it: want rate=R,codes=C|C,seed=S, such as rate=0.05,codes=503|429,seed=7", part)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if !given["rate"] {
+		return nil, errors.New("rate is required, such as rate=0.05")
+	}
+	return f, nil
+}
+
+// parseRate reads a rate from 0 to 1 in millionths: digits, then optionally a point and 1
+// to 6 digits (0, 0.05, 1.0).
+func parseRate(value string) (uint64, error) {
+	whole, frac, point := strings.Cut(value, ".")
+	w, okWhole := parseWhole(whole, 1)
+	f, okFrac := parseWhole(frac+strings.Repeat("0", max(0, 6-len(frac))), 999999)
+	if !okWhole || point && (!okFrac || len(frac) == 0 || len(frac) > 6) || w == 1 && f > 0 {
+		return 0, fmt.Errorf("rate=%s is not a rate from 0 to 1 written as digits, then optionally a point and 1 to 6 digits (0, 0.05, 1.0)", value)
+	}
+	if !point {
+		f = 0
+	}
+	return uint64(w*1000000 + f), nil
+}
+
+// parseFaultCodes reads codes=C|C...: statuses of the simulated answers, none twice.
+func parseFaultCodes(value string) ([]*simulatedAnswer, error) {
+	var answers []*simulatedAnswer
+	for _, status := range strings.Split(value, "|") {
+		a := simulatedAnswerOf(status)
+		if a == nil || slices.Contains(answers, a) {
+			return nil, fmt.Errorf("codes=%s: each code is one of %s, none twice, separated by |", value, simulatedStatuses())
+		}
+		answers = append(answers, a)
+	}
+	return answers, nil
+}
+
+// judge is the answer the k-th request of tenant t that -faults may fail fails with, or
+// nil. h, the first 8 bytes of the SHA-256 of "S/account/environment/k" read as a
+// big-endian unsigned integer over 2^64, fails it when it is under the rate R, with the
+// answer at floor(h / R * len(answers)); in whole numbers, so that a client can predict it:
+// h < R is x*10^6 < rate*2^64, and the index the high word of x*10^6*len over rate.
+func (f *faultPlan) judge(t tenantID, k uint64) *simulatedAnswer {
+	sum := sha256.Sum256([]byte(strconv.FormatUint(f.seed, 10) + "/" + t.account + "/" + t.environment + "/" + strconv.FormatUint(k, 10)))
+	x := binary.BigEndian.Uint64(sum[:8])
+	if hi, _ := bits.Mul64(x, 1000000); f.rate == 0 || hi >= f.rate {
+		return nil
+	}
+	hi, _ := bits.Mul64(x, 1000000*uint64(len(f.answers)))
+	return f.answers[hi/f.rate]
+}
+
+// problem is a fault's answer: the simulated one's code, with a detail that says -faults
+// injected it, and which request of which tenant it was.
+func (f *faultPlan) problem(a *simulatedAnswer, t tenantID, k uint64) *apiError {
+	return &apiError{code: a.code, detail: fmt.Sprintf("Injected by -faults %s: request %d of %s to the operations fails. %s", f.spec, k, t, a.what)}
+}
+
+// describe says what the plan does, for the banner and the page.
+func (f *faultPlan) describe() string {
+	var codes []string
+	for _, a := range f.answers {
+		codes = append(codes, a.status)
+	}
+	return fmt.Sprintf("-faults %s: %s of the requests to the four operations that name no Prefer code fail (%s), the same ones at every start.", f.spec, strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.4f", float64(f.rate)/1e4), "0"), ".")+"%", strings.Join(codes, ", "))
 }
 
 // The Prefer header (RFC 7240): a test-environment client may ask for an answer the sandbox
@@ -1226,39 +1392,56 @@ const maxPreferDelay = 10 * time.Second
 
 // preference is what a request's Prefer header asks of the sandbox.
 type preference struct {
-	answer  *simulatedAnswer // nil, or one of simulatedAnswers
+	code    *simulatedAnswer // nil, or one of simulatedAnswers
+	times   int              // the code fails only the first times requests of its sequence; 0: every one
 	delay   time.Duration
 	clock   *time.Time // the instant the request's resources are judged at; nil: the tenant's clock
-	applied string     // the Preference-Applied value, "" when nothing is applied
+	run     string     // the scenario the request belongs to (run="t-42"), "" for none
+	applied []string   // what Preference-Applied names, in the order sent: code's, delay's, clock's
+	codeAt  int        // where code's is in applied, or -1
 }
 
-// maxPreferences is how many preferences of a request are read; the rest are ignored, so
-// that a long header costs no more than a short one.
+// maxPreferences is how many preferences of a request are read, and how many parameters of
+// each; the rest are ignored, so that a long header costs no more than a short one.
 const maxPreferences = 16
 
-var errPreferClock = paramError(codeInvalidParameter, "Prefer", `Prefer clock must be an RFC 3339 timestamp with an offset, such as clock="2026-11-01T09:30:00Z", or an instant relative to the start instant, such as clock="start+90s".`)
+// maxTimes is the most requests a sequence may fail: code=503; times=100.
+const maxTimes = 100
+
+var (
+	errPreferClock = paramError(codeInvalidParameter, "Prefer", `Prefer clock must be an RFC 3339 timestamp with an offset, such as clock="2026-11-01T09:30:00Z", or an instant relative to the start instant, such as clock="start+90s".`)
+	errPreferTimes = paramError(codeInvalidParameter, "Prefer", fmt.Sprintf("Prefer code's times must be a whole number from 1 to %d: code=503; times=2 fails the first two requests of a sequence.", maxTimes))
+	errTimesTwice  = paramError(codeInvalidParameter, "Prefer", "Prefer code's times is given more than once; give it once, as in code=503; times=2.")
+	errTimesAlone  = paramError(codeInvalidParameter, "Prefer", "Prefer times is a parameter of code: send code=503; times=2 (a semicolon, not a comma) to fail the first two requests of a sequence.")
+	errPreferRun   = paramError(codeInvalidParameter, "Prefer", `Prefer run must be 1 to 64 characters of A-Z a-z 0-9 . _ -, such as run="t-42".`)
+)
 
 // parsePrefer reads the Prefer header fields (RFC 7240, section 2): comma-separated
 // preferences, each a token with an optional value (token or quoted string) and optional
 // parameters after ";". Names are case-insensitive; the first instance of a preference
-// counts; preferences other than code, delay and (where reads says) clock are ignored, as
-// the RFC says. Faults are judged in the order sent.
+// counts; preferences other than code, delay, run and (where reads says) clock are ignored,
+// as the RFC says, and so are the parameters of any but code, but that times is code's
+// alone. Faults are judged in the order sent.
 func parsePrefer(fields []string, reads preferences, start time.Time) (preference, *apiError) {
-	var p preference
-	var seenCode, seenDelay, seenClock bool
-	var applied []string
+	p := preference{codeAt: -1}
+	var seenDelay, seenClock, seenRun bool
 	read := 0
 	for _, field := range fields {
 		for rest := field; rest != "" && read < maxPreferences; read++ {
-			var name, value string
-			name, value, rest = nextPreference(rest)
+			var name, value, params string
+			name, value, params, rest = nextPreference(rest)
+			var err *apiError
 			switch {
-			case strings.EqualFold(name, "code") && !seenCode:
-				seenCode = true
-				if p.answer = simulatedAnswerOf(value); p.answer == nil {
-					return p, paramError(codeInvalidParameter, "Prefer", "Prefer code must be one of "+simulatedStatuses()+".")
+			case strings.EqualFold(name, "times"):
+				return p, errTimesAlone
+			case strings.EqualFold(name, "code"):
+				if p.code != nil { // the first code counts, with its parameters; a later one is ignored whole
+					continue
 				}
-				applied = append(applied, "code="+value)
+				if err := p.readCode(value, params); err != nil {
+					return p, err
+				}
+				continue
 			case strings.EqualFold(name, "delay") && !seenDelay:
 				seenDelay = true
 				ms, ok := parseWhole(value, int(maxPreferDelay/time.Millisecond))
@@ -1266,63 +1449,154 @@ func parsePrefer(fields []string, reads preferences, start time.Time) (preferenc
 					return p, paramError(codeInvalidParameter, "Prefer", "Prefer delay must be a whole number of milliseconds from 0 to 10000.")
 				}
 				p.delay = time.Duration(ms) * time.Millisecond
-				applied = append(applied, "delay="+strconv.Itoa(ms))
+				p.applied = append(p.applied, "delay="+strconv.Itoa(ms))
 			case reads&withClock != 0 && strings.EqualFold(name, "clock") && !seenClock:
 				seenClock = true
-				at, err := parseInstant(value, start)
-				if err != nil {
+				at, e := parseInstant(value, start)
+				if e != nil {
 					return p, errPreferClock
 				}
 				p.clock = &at
-				applied = append(applied, `clock="`+formatTimestamp(at)+`"`)
+				p.applied = append(p.applied, `clock="`+formatTimestamp(at)+`"`)
+			case strings.EqualFold(name, "run") && !seenRun:
+				seenRun = true
+				if !validRun(value) {
+					return p, errPreferRun
+				}
+				p.run = value
+			}
+			if err == nil && hasParameter(params, "times") {
+				err = errTimesAlone
+			}
+			if err != nil {
+				return p, err
 			}
 		}
 	}
-	p.applied = strings.Join(applied, ", ")
 	return p, nil
 }
 
-// nextPreference reads the first preference off s in one pass: its name and value (a token,
-// or a quoted string's content), skipping its parameters and the comma that ends it.
-func nextPreference(s string) (name, value, rest string) {
-	i := strings.IndexAny(s, "=;,")
-	if i < 0 {
-		return strings.TrimSpace(s), "", ""
+// readCode reads the code preference, its value and its parameters: times=N alone.
+func (p *preference) readCode(value, params string) *apiError {
+	if p.code = simulatedAnswerOf(value); p.code == nil {
+		return paramError(codeInvalidParameter, "Prefer", "Prefer code must be one of "+simulatedStatuses()+".")
 	}
-	name = strings.TrimSpace(s[:i])
-	if s[i] == '=' {
-		v := strings.TrimLeft(s[i+1:], " \t")
-		i = len(s) - len(v)
-		if v != "" && v[0] == '"' {
-			end := 1
-			for end < len(v) && v[end] != '"' {
-				if v[end] == '\\' {
-					end++
-				}
-				end++
-			}
-			value = unquote(v[:min(end+1, len(v))])
-			i += min(end+1, len(v))
-		} else {
-			end := strings.IndexAny(v, ";,")
-			if end < 0 {
-				end = len(v)
-			}
-			value = strings.TrimSpace(v[:end])
-			i += end
+	p.codeAt, p.applied = len(p.applied), append(p.applied, "code="+value)
+	for n := 0; n < maxPreferences; n++ {
+		name, value, rest, ok := nextParameter(params)
+		if !ok {
+			return nil
+		}
+		params = rest
+		switch {
+		case !strings.EqualFold(name, "times"):
+			return paramError(codeInvalidParameter, "Prefer", "Prefer code takes one parameter, times (code=503; times=2): "+strconv.Quote(name)+" is not it.")
+		case p.times != 0:
+			return errTimesTwice
+		}
+		times, ok := parseWhole(value, maxTimes)
+		if !ok || times < 1 {
+			return errPreferTimes
+		}
+		p.times = times
+	}
+	return nil
+}
+
+// appliedHeader is the Preference-Applied value, with code's named or not (a code whose
+// sequence has failed its times, or a fault of -faults, answers without it).
+func (p *preference) appliedHeader(codeApplied bool) string {
+	if codeApplied || p.codeAt < 0 {
+		return strings.Join(p.applied, ", ")
+	}
+	return strings.Join(slices.Delete(slices.Clone(p.applied), p.codeAt, p.codeAt+1), ", ")
+}
+
+// validRun reports whether a run tag is 1 to 64 characters of A-Z a-z 0-9 . _ -.
+func validRun(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
 		}
 	}
-	for quoted := false; i < len(s); i++ { // parameters, up to the comma outside quotes
+	return true
+}
+
+// nextPreference reads the first preference off s in one pass: its name and value (a token,
+// or a quoted string's content), the text of its parameters, and what follows the comma
+// that ends it.
+func nextPreference(s string) (name, value, params, rest string) {
+	name, value, s = nextWord(s)
+	for quoted, i := false, 0; i < len(s); i++ { // parameters, up to the comma outside quotes
 		switch {
 		case quoted && s[i] == '\\':
 			i++
 		case s[i] == '"':
 			quoted = !quoted
 		case !quoted && s[i] == ',':
-			return name, value, s[i+1:]
+			return name, value, s[:i], s[i+1:]
 		}
 	}
-	return name, value, ""
+	return name, value, s, ""
+}
+
+// nextParameter reads the first parameter off the parameters of a preference ("; a=1; b"):
+// ok is false when none is left.
+func nextParameter(params string) (name, value, rest string, ok bool) {
+	params = strings.TrimLeft(params, " \t;")
+	if params == "" {
+		return "", "", "", false
+	}
+	name, value, rest = nextWord(params)
+	return name, value, rest, true
+}
+
+// hasParameter reports whether the parameters of a preference name one of this name.
+func hasParameter(params, want string) bool {
+	for n := 0; n < maxPreferences; n++ {
+		name, _, rest, ok := nextParameter(params)
+		if !ok {
+			return false
+		}
+		if strings.EqualFold(name, want) {
+			return true
+		}
+		params = rest
+	}
+	return false
+}
+
+// nextWord reads a name and its optional value (a token, or a quoted string's content) off
+// s, up to the ; or , that follows them, which it leaves in rest.
+func nextWord(s string) (name, value, rest string) {
+	i := strings.IndexAny(s, "=;,")
+	if i < 0 {
+		return strings.TrimSpace(s), "", ""
+	}
+	name = strings.TrimSpace(s[:i])
+	if s[i] != '=' {
+		return name, "", s[i:]
+	}
+	v := strings.TrimLeft(s[i+1:], " \t")
+	if v != "" && v[0] == '"' {
+		end := 1
+		for end < len(v) && v[end] != '"' {
+			if v[end] == '\\' {
+				end++
+			}
+			end++
+		}
+		end = min(end+1, len(v))
+		return name, unquote(v[:end]), v[end:]
+	}
+	end := strings.IndexAny(v, ";,")
+	if end < 0 {
+		end = len(v)
+	}
+	return name, strings.TrimSpace(v[:end]), v[end:]
 }
 
 // unquote returns the content of a quoted-string, or s itself when it is a token.
@@ -1849,6 +2123,7 @@ const (
 
 // landing is the page's template and what it shows that does not depend on the request.
 type landing struct {
+	faults      string    // what -faults does, "" when it is off
 	started     time.Time // the start instant
 	page        *template.Template
 	loopback    bool // the sandbox listens on loopback only: a loopback Host may see the keys
@@ -1865,8 +2140,11 @@ type landingTenantKeys struct {
 	curlKey  string // the first key, for the example command
 }
 
-func newLanding(sb *sandbox, loopback bool) *landing {
+func newLanding(sb *sandbox, loopback bool, faults *faultPlan) *landing {
 	l := &landing{page: template.Must(template.New("landing").Funcs(template.FuncMap{"count": groupDigits}).Parse(landingHTML)), loopback: loopback, started: sb.start}
+	if faults != nil {
+		l.faults = faults.describe()
+	}
 	// The first key's tenant first, then the rest in the order the dataset declares them.
 	order := sb.tenants.list
 	if len(sb.keyLines) > 0 {
@@ -1901,6 +2179,7 @@ type (
 	landingData struct {
 		Origin, BaseURL string
 		Started         string
+		Faults          string // what -faults does, "" when it is off
 		ShowKeys        bool
 		Curl            string
 		Tenants         []landingTenant
@@ -1945,7 +2224,7 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 	l := s.landing
 	origin := originOf(r, s.origin)
 	host, _, valid := splitHostPort(strings.ToLower(r.Host))
-	d := landingData{Origin: origin, BaseURL: origin + "/v1", Started: formatTimestamp(l.started), ShowKeys: l.loopback && valid && namesLoopback(host), MoreTenants: l.moreTenants}
+	d := landingData{Origin: origin, BaseURL: origin + "/v1", Started: formatTimestamp(l.started), Faults: l.faults, ShowKeys: l.loopback && valid && namesLoopback(host), MoreTenants: l.moreTenants}
 	for _, tk := range l.tenants {
 		clock := tk.t.clock.read(s.now)
 		now := clock.now

@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -12,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math/big"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -125,6 +128,7 @@ type envOptions struct {
 	cors   string    // -cors-origin
 	remote bool      // listening where other machines reach it: the page hides the keys
 	start  time.Time // the start instant; zero: testNow
+	faults string    // -faults; "" for none
 }
 
 // env is one sandbox under test. Its methods take the caller's own t, so that a failure
@@ -175,8 +179,14 @@ func newEnv(t testing.TB, o envOptions) *env {
 		clock.step = 0
 	}
 	stopping := make(chan struct{})
+	var faults *faultPlan
+	if o.faults != "" {
+		if faults, err = parseFaults(o.faults); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s, err := newServer(sb, serverOptions{rate: rate, cursorSecret: o.secret, log: log, access: access, now: clock.now, stopping: stopping,
-		corsOrigin: o.cors, loopback: !o.remote})
+		corsOrigin: o.cors, loopback: !o.remote, faults: faults})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1081,12 +1091,19 @@ func TestParseConfig(t *testing.T) {
 	type settings struct {
 		addr, addrName, dataName, dataFile, cursorSecret, corsOrigin string
 		rate, seedOrders                                             int
-		clock                                                        string
+		clock, faults                                                string
 	}
 	settingsOf := func(c config) settings {
-		s := settings{c.addr, c.addrName, c.dataName, c.dataFile, c.cursorSecret, c.corsOrigin, c.rate, c.seedOrders, ""}
+		s := settings{c.addr, c.addrName, c.dataName, c.dataFile, c.cursorSecret, c.corsOrigin, c.rate, c.seedOrders, "", ""}
 		if c.clock != nil {
 			s.clock = formatTimestamp(*c.clock)
+		}
+		if c.faults != nil {
+			var codes []string
+			for _, a := range c.faults.answers {
+				codes = append(codes, a.status)
+			}
+			s.faults = fmt.Sprintf("rate %d/1000000, codes %s, seed %d", c.faults.rate, strings.Join(codes, "|"), c.faults.seed)
 		}
 		return s
 	}
@@ -1109,6 +1126,12 @@ func TestParseConfig(t *testing.T) {
 		{"an origin", []string{"-cors-origin", "https://app.example.com:8443"}, env(), with(func(s *settings) { s.corsOrigin = "https://app.example.com:8443" })},
 		{"an IPv6 origin", []string{"-cors-origin", "http://[::1]:3000"}, env(), with(func(s *settings) { s.corsOrigin = "http://[::1]:3000" })},
 		{"any origin", []string{"-cors-origin", "*"}, env(), with(func(s *settings) { s.corsOrigin = "*" })},
+		{"faults", []string{"-faults", "rate=0.05,codes=503|429,seed=7"}, env(), with(func(s *settings) { s.faults = "rate 50000/1000000, codes 503|429, seed 7" })},
+		{"faults by default", []string{"-faults", "rate=1.0"}, env(), with(func(s *settings) { s.faults = "rate 1000000/1000000, codes 503, seed 1" })},
+		{"faults at a millionth", nil, env("SANDBOX_FAULTS", "seed=18446744073709551615,rate=0.000001,codes=500"), with(func(s *settings) {
+			s.faults = "rate 1/1000000, codes 500, seed 18446744073709551615"
+		})},
+		{"no faults", []string{"-faults", "rate=0"}, env(), with(func(s *settings) { s.faults = "rate 0/1000000, codes 503, seed 1" })},
 		{"a flag beats its variable", []string{"-rate", "9", "-addr", ":2"}, env("SANDBOX_RATE", "fast", "SANDBOX_ADDR", ":3"), with(func(s *settings) { s.rate, s.addr = 9, ":2" })},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1132,6 +1155,20 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"-port", "1"}, env(), `flag provided but not defined: -port (see -h for the flags)`},
 		{[]string{"serve"}, env(), `unexpected argument "serve": the sandbox takes flags only (see -h)`},
 		{nil, env("SANDBOX_RATE", "fast"), `invalid value "fast" for SANDBOX_RATE (the fallback of -rate): want a whole number from 0 to 1000000000`},
+		{[]string{"-faults", ""}, env(), `invalid value "" for flag -faults: "" is not a part of it: want rate=R,codes=C|C,seed=S, such as rate=0.05,codes=503|429,seed=7`},
+		{[]string{"-faults", "codes=503"}, env(), `invalid value "codes=503" for flag -faults: rate is required, such as rate=0.05`},
+		{[]string{"-faults", "rate=1.5"}, env(), `invalid value "rate=1.5" for flag -faults: rate=1.5 is not a rate from 0 to 1 written as digits, then optionally a point and 1 to 6 digits (0, 0.05, 1.0)`},
+		{[]string{"-faults", "rate=0.0000001"}, env(), `invalid value "rate=0.0000001" for flag -faults: rate=0.0000001 is not a rate from 0 to 1 written as digits, then optionally a point and 1 to 6 digits (0, 0.05, 1.0)`},
+		{[]string{"-faults", "rate=.5"}, env(), `invalid value "rate=.5" for flag -faults: rate=.5 is not a rate from 0 to 1 written as digits, then optionally a point and 1 to 6 digits (0, 0.05, 1.0)`},
+		{[]string{"-faults", "rate=0."}, env(), `invalid value "rate=0." for flag -faults: rate=0. is not a rate from 0 to 1 written as digits, then optionally a point and 1 to 6 digits (0, 0.05, 1.0)`},
+		{[]string{"-faults", "rate=-0.1"}, env(), `invalid value "rate=-0.1" for flag -faults: rate=-0.1 is not a rate from 0 to 1 written as digits, then optionally a point and 1 to 6 digits (0, 0.05, 1.0)`},
+		{[]string{"-faults", "rate=0.1,codes=418"}, env(), `invalid value "rate=0.1,codes=418" for flag -faults: codes=418: each code is one of 429, 500, 502, 503, none twice, separated by |`},
+		{[]string{"-faults", "rate=0.1,codes=503|503"}, env(), `invalid value "rate=0.1,codes=503|503" for flag -faults: codes=503|503: each code is one of 429, 500, 502, 503, none twice, separated by |`},
+		{[]string{"-faults", "rate=0.1,seed=-1"}, env(), `invalid value "rate=0.1,seed=-1" for flag -faults: seed=-1 is not a whole number from 0 to 18446744073709551615`},
+		{[]string{"-faults", "rate=0.1,seed=18446744073709551616"}, env(), `invalid value "rate=0.1,seed=18446744073709551616" for flag -faults: seed=18446744073709551616 is not a whole number from 0 to 18446744073709551615`},
+		{[]string{"-faults", "rate=0.1,rate=0.2"}, env(), `invalid value "rate=0.1,rate=0.2" for flag -faults: rate is given twice`},
+		{[]string{"-faults", "rate=0.1, seed=2"}, env(), `invalid value "rate=0.1, seed=2" for flag -faults: " seed=2" is not a part of it: want rate=R,codes=C|C,seed=S, such as rate=0.05,codes=503|429,seed=7`},
+		{nil, env("SANDBOX_FAULTS", "rate=2"), `invalid value "rate=2" for SANDBOX_FAULTS (the fallback of -faults): rate=2 is not a rate from 0 to 1 written as digits, then optionally a point and 1 to 6 digits (0, 0.05, 1.0)`},
 		{[]string{"-cors-origin", "localhost:3000"}, env(), `invalid value "localhost:3000" for flag -cors-origin: ` + origin},
 		{[]string{"-cors-origin", "http://localhost:3000/app"}, env(), `invalid value "http://localhost:3000/app" for flag -cors-origin: ` + origin},
 		{[]string{"-cors-origin", "http://localhost:99999"}, env(), `invalid value "http://localhost:99999" for flag -cors-origin: ` + origin},
@@ -2097,10 +2134,12 @@ func TestKeptAliveConnectionsCutPartialHeaders(t *testing.T) {
 				time.Sleep(tt.pause)
 				io.WriteString(conn, tt.later)
 			}
-			// Cut off: closed, after net/http's own 400 or nothing.
+			// Cut off: closed, after net/http's own 400 or nothing, or reset (data the server
+			// did not read was still arriving). Only the read deadline means still open.
 			conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 			_, err = io.Copy(io.Discard, br)
-			if took := time.Since(start); err != nil || took > bound+300*time.Millisecond {
+			var netErr net.Error
+			if took := time.Since(start); errors.As(err, &netErr) && netErr.Timeout() || took > bound+300*time.Millisecond {
 				t.Errorf("the connection was still open %v after the headers' first byte (%v); want it cut within %v", took, err, bound)
 			}
 		})
@@ -2687,7 +2726,7 @@ func TestPreferSimulatedCodes(t *testing.T) {
 		{"code=503", 503, "provider_unavailable", "1", "code=503"},
 		{"CODE=500", 500, "internal_error", "", "code=500"},
 		{`code="502"`, 502, "provider_not_confirmed", "", "code=502"},
-		{"code=503; reason=test", 503, "provider_unavailable", "1", "code=503"},
+		{"respond-async; reason=test, code=503", 503, "provider_unavailable", "1", "code=503"}, // another preference's parameters are ignored
 		{"respond-async, code=500, wait=10", 500, "internal_error", "", "code=500"},
 		{"code=500, code=502", 500, "internal_error", "", "code=500"},
 		{"code=503, delay=5", 503, "provider_unavailable", "1", "code=503, delay=5"},
@@ -2731,7 +2770,8 @@ func TestPreferInvalidValues(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
 	for _, prefer := range []string{"code=404", "code=200", "code=abc", "code=", "code", "code=5000", "code=-500", "code=500.0",
-		"delay=-1", "delay=10001", "delay=abc", "delay=1.5", "delay=", "delay", "delay=99999999999999999999", "delay=1e3", "code=500, delay=20000", "code=599", "delay=600000"} {
+		"delay=-1", "delay=10001", "delay=abc", "delay=1.5", "delay=", "delay", "delay=99999999999999999999", "delay=1e3", "code=500, delay=20000", "code=599", "delay=600000",
+		"code=503; reason=test", `run="bad run"`, "run=", "run=" + strings.Repeat("r", 65)} {
 		rep := e.get(t, "/v1/orders", "sk_test_sandbox_all", "Prefer", prefer)
 		wantProblem(t, rep, 422, "invalid_parameter", "Prefer")
 		if rep.header.Get("Preference-Applied") != "" {
@@ -2827,6 +2867,250 @@ func TestPreferDelay(t *testing.T) {
 		t.Errorf("a delay during shutdown took %v, want an answer at once", took)
 	}
 	wantProblem(t, shut, 503, "provider_unavailable", "")
+}
+
+// TestPreferCodeTimes: code=503; times=2 fails the first two requests of a sequence (the
+// tenant, method, target as sent and whole Prefer value), then answers as without the code,
+// still applying delay and clock; a sequence is forgotten 60 s after its last request; a
+// tenant holds at most 10,000, the least recently used forgotten first; requests that fail
+// before the Prefer step are not counted.
+func TestPreferCodeTimes(t *testing.T) {
+	t.Parallel()
+	const key = "sk_test_sandbox_all"
+	answers := func(t *testing.T, e *env, n int, target, prefer string, key string) []string {
+		t.Helper()
+		var got []string
+		for range n {
+			rep := e.get(t, target, key, "Prefer", prefer)
+			got = append(got, fmt.Sprintf("%d %s", rep.status, rep.header.Get("Preference-Applied")))
+		}
+		return got
+	}
+	t.Run("the Nth fails, the N+1th answers", func(t *testing.T) {
+		e := newEnv(t, envOptions{rate: -1})
+		got := answers(t, e, 4, "/v1/orders", "code=503; times=2", key)
+		if want := []string{"503 code=503", "503 code=503", "200 ", "200 "}; !slices.Equal(got, want) {
+			t.Errorf("four requests with code=503; times=2 answer %q, want %q", got, want)
+		}
+		rep := e.get(t, "/v1/orders/ord_sbx_0001", key, "Prefer", `delay=0, code=429; times="1", clock="2026-11-01T09:30:00Z"`)
+		if rep.status != 429 || rep.header.Get("Retry-After") != "1" || rep.header.Get("Preference-Applied") != `delay=0, code=429, clock="2026-11-01T09:30:00Z"` {
+			t.Errorf("the first of a sequence = %s, Retry-After %q, Preference-Applied %q", rep, rep.header.Get("Retry-After"), rep.header.Get("Preference-Applied"))
+		}
+		rep = e.get(t, "/v1/orders/ord_sbx_0001", key, "Prefer", `delay=0, code=429; times="1", clock="2026-11-01T09:30:00Z"`)
+		if rep.status != 200 || rep.header.Get("Preference-Applied") != `delay=0, clock="2026-11-01T09:30:00Z"` {
+			t.Errorf("past its times = %s, Preference-Applied %q; want 200 with delay and clock applied, not code", rep, rep.header.Get("Preference-Applied"))
+		}
+	})
+	t.Run("sequences apart", func(t *testing.T) {
+		e := newEnv(t, envOptions{rate: -1})
+		for _, seq := range []struct{ target, prefer, key string }{
+			{"/v1/orders?limit=1", "code=503; times=1", key},
+			{"/v1/orders?limit=2", "code=503; times=1", key},                      // another query
+			{"/v1/orders?limit=01", "code=503; times=1", key},                     // the target as sent
+			{"/v1/orders?limit=1", `code=503; times=1, run="t-1"`, key},           // another Prefer value
+			{"/v1/orders?limit=1", "code=503; times=1", "sk_test_other_all"},      // another tenant
+			{"/v1/orders?limit=1", "code=503; times=1", "sk_test_sandbox_orders"}, // another key of the tenant: the same sequence
+		} {
+			got := answers(t, e, 1, seq.target, seq.prefer, seq.key)[0]
+			want := "503 code=503"
+			if seq.key == "sk_test_sandbox_orders" {
+				want = "200 "
+			}
+			if got != want {
+				t.Errorf("%s %q with %s = %s, want %s", seq.target, seq.prefer, seq.key, got, want)
+			}
+		}
+		if r := e.do(t, newRequest(http.MethodHead, "/v1/orders?limit=1", key, "Prefer", "code=503; times=1")); r.status != 503 {
+			t.Errorf("HEAD, another method = %d, want 503", r.status)
+		}
+	})
+	t.Run("forgotten 60 s after its last request", func(t *testing.T) {
+		e := newEnv(t, envOptions{rate: -1, step: -1})
+		var got []string
+		for _, wait := range []time.Duration{0, 59 * time.Second, 59 * time.Second, 60 * time.Second} {
+			e.clock.advance(wait)
+			got = append(got, answers(t, e, 1, "/v1/orders", "code=503; times=1", key)...)
+		}
+		if want := []string{"503 code=503", "200 ", "200 ", "503 code=503"}; !slices.Equal(got, want) {
+			t.Errorf("requests 0, 59, 118 and 178 s apart answer %q, want %q: the idle time counts from the last request", got, want)
+		}
+	})
+	t.Run("failing before the Prefer step is not counted", func(t *testing.T) {
+		e := newEnv(t, envOptions{rate: 1, step: -1})
+		prefer := "code=503; times=1"
+		r := newRequest(http.MethodGet, "/v1/orders", key, "Prefer", prefer)
+		r.Header.Set("Content-Length", strconv.Itoa(maxBodyBytes+1))
+		r.ContentLength = maxBodyBytes + 1
+		for _, before := range []reply{e.get(t, "/v1/orders", "sk_test_nope", "Prefer", prefer), e.get(t, "/v1/orders", "sk_test_sandbox_tracking", "Prefer", prefer), e.do(t, r)} {
+			if before.status != 401 && before.status != 403 && before.status != 413 {
+				t.Fatalf("a request failing before Prefer = %s", before)
+			}
+		}
+		if rep := e.get(t, "/v1/orders", key, "Prefer", prefer); rep.status != 503 {
+			t.Errorf("the first request to reach Prefer = %s, want 503", rep)
+		}
+		if rep := e.get(t, "/v1/orders", key, "Prefer", prefer); rep.status != 429 || rep.header.Get("Preference-Applied") != "" {
+			t.Errorf("the rate limit's 429 = %s (Preference-Applied %q), want 429 of the limiter", rep, rep.header.Get("Preference-Applied"))
+		}
+		e.clock.advance(time.Second)
+		if rep := e.get(t, "/v1/orders", key, "Prefer", prefer); rep.status != 200 {
+			t.Errorf("the second request to reach Prefer = %s, want 200: the 429 was not counted", rep)
+		}
+	})
+	t.Run("one aborted during its delay is counted", func(t *testing.T) {
+		e := newEnv(t, envOptions{rate: -1})
+		ts := httptest.NewServer(e.h)
+		defer ts.Close()
+		prefer := "code=503; times=1, delay=300"
+		req, _ := http.NewRequest(http.MethodGet, ts.URL+"/v1/orders", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Prefer", prefer)
+		if _, err := (&http.Client{Timeout: 50 * time.Millisecond}).Do(req); err == nil {
+			t.Fatal("the client did not give up during the delay")
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Errorf("after one aborted during its delay, the sequence's next = %d, want 200", res.StatusCode)
+		}
+	})
+	t.Run("10,000 a tenant, the least recently used forgotten", func(t *testing.T) {
+		e := newEnv(t, envOptions{rate: -1, quiet: true})
+		run := func(i int) string {
+			rec := httptest.NewRecorder()
+			e.h.ServeHTTP(rec, newRequest(http.MethodGet, "/v1/orders/x", key, "Prefer", fmt.Sprintf(`code=500; times=1, run="s-%d"`, i)))
+			return strconv.Itoa(rec.Code)
+		}
+		for i := range maxSequences {
+			run(i)
+		}
+		run(1) // now the most recently used: s-0 is the least
+		run(maxSequences)
+		tenant := e.sb.tenants.byID[seedTenant]
+		if held := tenant.sequences.held(); held != maxSequences {
+			t.Errorf("a tenant holds %d sequences, want %d", held, maxSequences)
+		}
+		if got := run(0) + " " + run(1); got != "500 404" {
+			t.Errorf("the least recently used and the one used since answer %s, want 500 (forgotten: afresh) and 404 (past its times)", got)
+		}
+	})
+}
+
+// TestFaultsAreSaid: the banner and the page say when faults are on, and at what rate.
+func TestFaultsAreSaid(t *testing.T) {
+	t.Parallel()
+	_, stdout, _, stop := startRun(t, "-faults", "rate=0.05,codes=503|429,seed=7")
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	want := "-faults rate=0.05,codes=503|429,seed=7: 5% of the requests to the four operations that name no Prefer code fail (503, 429), the same ones at every start."
+	if !strings.Contains(stdout.String(), "Faults are on: "+want+"\n") {
+		t.Errorf("the banner does not say %q:\n%s", want, stdout)
+	}
+	page := string(newEnv(t, envOptions{faults: "rate=0.000001"}).get(t, "/", "").body)
+	if want := "<b>Faults are on</b>: -faults rate=0.000001: 0.0001% of the requests"; !strings.Contains(page, want) {
+		t.Errorf("the page does not say %q", want)
+	}
+	if page := string(newEnv(t, envOptions{}).get(t, "/", "").body); strings.Contains(page, "Faults") {
+		t.Error("the page speaks of faults while -faults is off")
+	}
+}
+
+// faultOf is the contract's rule for the k-th request of a tenant under -faults, computed
+// apart from the sandbox's, in exact fractions: h is the first 8 bytes of the SHA-256 of
+// "S/account/environment/k" over 2^64; under the rate it fails, with codes[floor(h/R*n)].
+func faultOf(seed, account, environment string, k int, rate string, codes []string) string {
+	sum := sha256.Sum256([]byte(seed + "/" + account + "/" + environment + "/" + strconv.Itoa(k)))
+	h := new(big.Rat).SetFrac(new(big.Int).SetBytes(sum[:8]), new(big.Int).Lsh(big.NewInt(1), 64))
+	r, _ := new(big.Rat).SetString(rate)
+	if h.Cmp(r) >= 0 {
+		return ""
+	}
+	at := new(big.Rat).Mul(new(big.Rat).Quo(h, r), big.NewRat(int64(len(codes)), 1))
+	return codes[new(big.Int).Quo(at.Num(), at.Denom()).Int64()]
+}
+
+// TestFaults: -faults fails the k-th request to the four operations of a tenant that names
+// no Prefer code exactly as the rule says, the same ones at every start, with every code it
+// names; Prefer code and the test helpers are left alone; delay and clock still apply.
+func TestFaults(t *testing.T) {
+	t.Parallel()
+	const key = "sk_test_sandbox_all"
+	statuses := func(t *testing.T, e *env, n int) []string {
+		var got []string
+		for k := range n {
+			got = append(got, strconv.Itoa(e.get(t, operations[k%len(operations)].target, key).status))
+		}
+		return got
+	}
+	t.Run("as the rule says", func(t *testing.T) {
+		e := newEnv(t, envOptions{rate: -1, faults: "rate=0.3,codes=503|429|500|502,seed=7"})
+		got := statuses(t, e, 300)
+		var want []string
+		for k := 1; k <= 300; k++ {
+			code := faultOf("7", "acct_sandbox", "test", k, "0.3", []string{"503", "429", "500", "502"})
+			want = append(want, cmp.Or(code, "200"))
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("300 requests under rate=0.3 answer\n%v\nthe rule says\n%v", got, want)
+		}
+		for _, code := range []string{"503", "429", "500", "502"} {
+			if !slices.Contains(got, code) {
+				t.Errorf("no request failed with %s", code)
+			}
+		}
+	})
+	t.Run("the same seed, the same requests", func(t *testing.T) {
+		a, b := statuses(t, newEnv(t, envOptions{rate: -1, faults: "rate=0.5,seed=42"}), 100), statuses(t, newEnv(t, envOptions{rate: -1, faults: "rate=0.5,seed=42"}), 100)
+		c := statuses(t, newEnv(t, envOptions{rate: -1, faults: "rate=0.5,seed=43"}), 100)
+		if !slices.Equal(a, b) || slices.Equal(a, c) {
+			t.Errorf("seed 42 twice: %v and %v; seed 43: %v; want the same twice, and another seed another", a, b, c)
+		}
+	})
+	t.Run("rate 0 and 1", func(t *testing.T) {
+		for spec, want := range map[string]string{"rate=0": "200", "rate=1.0,codes=502": "502"} {
+			for _, got := range statuses(t, newEnv(t, envOptions{rate: -1, faults: spec}), 40) {
+				if got != want {
+					t.Errorf("-faults %s answered %s, want %s every time", spec, got, want)
+				}
+			}
+		}
+	})
+	t.Run("the test helpers and the pages without a key are never faulted", func(t *testing.T) {
+		e := newEnv(t, envOptions{rate: -1, faults: "rate=1"})
+		for _, target := range []string{"/v1/test_helpers/clock", "/v1/healthz", "/healthz", "/v1/openapi.json", "/"} {
+			if rep := e.get(t, target, key); rep.status != 200 {
+				t.Errorf("GET %s under rate=1 = %s, want 200", target, rep)
+			}
+		}
+		if rep := e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/clock", key, `{"frozen_time":null}`)); rep.status != 200 {
+			t.Errorf("POST clock under rate=1 = %s, want 200", rep)
+		}
+	})
+	t.Run("a request naming a code is Prefer's, and not counted", func(t *testing.T) {
+		e := newEnv(t, envOptions{rate: -1, faults: "rate=0.5,codes=429,seed=7"})
+		prefer := e.get(t, "/v1/orders", key, "Prefer", "code=500")
+		past := []reply{e.get(t, "/v1/orders", key, "Prefer", "code=502; times=1"), e.get(t, "/v1/orders", key, "Prefer", "code=502; times=1")}
+		if prefer.status != 500 || past[0].status != 502 || past[1].status != 200 {
+			t.Errorf("naming a code under -faults: %d, then %d and %d; want 500, 502 and 200 (past its times, a code still names one)", prefer.status, past[0].status, past[1].status)
+		}
+		want := cmp.Or(faultOf("7", "acct_sandbox", "test", 1, "0.5", []string{"429"}), "200")
+		if got := strconv.Itoa(e.get(t, "/v1/orders", key).status); got != want {
+			t.Errorf("the first request naming no code = %s, want %s: the rule's k=1", got, want)
+		}
+	})
+	t.Run("delay and clock still apply", func(t *testing.T) {
+		e := newEnv(t, envOptions{rate: -1, faults: "rate=1,codes=503|429,seed=3"})
+		rep := e.get(t, "/v1/orders/ord_sbx_0001", key, "Prefer", `delay=0, clock="start"`)
+		p := rep.problem(t)
+		want := "Injected by -faults rate=1,codes=503|429,seed=3: request 1 of acct_sandbox/test to the operations fails."
+		if rep.status < 429 || rep.header.Get("Preference-Applied") != `delay=0, clock="2026-11-22T12:00:00Z"` || rep.header.Get("Retry-After") != "1" || !strings.HasPrefix(p.Detail, want) {
+			t.Errorf("a fault with Prefer delay and clock = %s, Preference-Applied %q, Retry-After %q; want the detail to begin %q", rep, rep.header.Get("Preference-Applied"), rep.header.Get("Retry-After"), want)
+		}
+	})
 }
 
 // TestADelayWatchesAClientThatSentABody: net/http watches a connection only once the body
@@ -6027,7 +6311,9 @@ func FuzzOrderQuery(f *testing.F) {
 
 func FuzzParsePrefer(f *testing.F) {
 	for _, s := range []string{"code=503", "delay=100", "code=500, delay=10000", `code="429"; x=y`, "respond-async", "code=200", "delay=-1", `a="b,c", code=502`, ";;,=", "",
-		`clock="2026-11-01T09:30:00Z"`, "clock=2026-11-01T09:30:00+01:00, code=503", `clock="yesterday"`} {
+		`clock="2026-11-01T09:30:00Z"`, "clock=2026-11-01T09:30:00+01:00, code=503", `clock="yesterday"`, `clock="start+90s"`,
+		"code=503; times=2", "code=503, times=2", "times=2", `code=503; times="2"`, "code=503; time=2", "code=503; times=2; times=3",
+		"code=500, code=502; times=0", "code=429;TIMES=100", "delay=5; times=1", `run="t-42"`, "run=bad!", `code=503; times=2, run="x", delay=0`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, header string) {
@@ -6038,8 +6324,18 @@ func FuzzParsePrefer(f *testing.F) {
 			}
 			return
 		}
-		if p.delay < 0 || p.delay > maxPreferDelay || p.clock != nil && !strings.Contains(p.applied, `clock="`+formatTimestamp(*p.clock)+`"`) {
+		applied := p.appliedHeader(true)
+		if p.delay < 0 || p.delay > maxPreferDelay || p.clock != nil && !strings.Contains(applied, `clock="`+formatTimestamp(*p.clock)+`"`) {
 			t.Fatalf("parsePrefer(%q) accepted %+v", header, p)
+		}
+		// times is code's: 1 to 100, sent as a parameter of it, never echoed; run is checked
+		// and never echoed either.
+		if p.times < 0 || p.times > maxTimes || p.times > 0 && (p.code == nil || !strings.Contains(strings.ToLower(header), "times")) ||
+			strings.Contains(strings.ToLower(applied), "times") || p.run != "" && !validRun(p.run) || strings.Contains(applied, "run") {
+			t.Fatalf("parsePrefer(%q) accepted times %d, run %q, applied %q", header, p.times, p.run, applied)
+		}
+		if without := p.appliedHeader(false); p.code != nil && strings.Contains(without, "code=") {
+			t.Fatalf("parsePrefer(%q): without its code, Preference-Applied is %q", header, without)
 		}
 		if q, err := parsePrefer([]string{header}, codeAndDelay, testNow); err == nil && q.clock != nil || err != nil && strings.Contains(err.Error(), "clock") {
 			t.Fatalf("parsePrefer(%q) without the clock read it: %+v, %v", header, q, err)
