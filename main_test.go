@@ -4554,6 +4554,55 @@ func TestMovingShipment(t *testing.T) {
 	}
 }
 
+// TestExceptionPaths: the moving shipments that are not "label, transit, delivered", at
+// each instant of their schedule and the nanosecond before it, by Prefer clock, by id and
+// by number: a failure that is not final, a pickup collected, a pickup never collected, and
+// a shipment with no scan for days.
+func TestExceptionPaths(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1})
+	const key = "sk_test_sandbox_all"
+	type step struct {
+		at     string // relative to the start
+		status string
+		last   string // the last event's description, "" for none
+	}
+	for _, tt := range []struct {
+		id, number string
+		steps      []step
+	}{
+		{"shp_sbx_reattempt", "SBX4000000002", []step{{"start-1ns", "pre_transit", ""}, {"start", "pre_transit", "Label created"},
+			{"start+19.999999999s", "pre_transit", "Label created"}, {"start+20s", "out_for_delivery", "Out for delivery"},
+			{"start+40s", "failure", "Delivery attempted: recipient not available"}, {"start+59.999999999s", "failure", "Delivery attempted: recipient not available"},
+			{"start+60s", "out_for_delivery", "Out for delivery, second attempt"}, {"start+80s", "delivered", "Delivered"}}},
+		{"shp_sbx_collected", "SBX4000000003", []step{{"start", "pre_transit", "Label created"}, {"start+30s", "in_transit", "Departed facility"},
+			{"start+60s", "available_for_pickup", "Available for collection at the pickup point"}, {"start+89.999999999s", "available_for_pickup", "Available for collection at the pickup point"},
+			{"start+90s", "delivered", "Collected by the recipient"}}},
+		{"shp_sbx_uncollected", "SBX4000000004", []step{{"start", "pre_transit", "Label created"}, {"start+30s", "available_for_pickup", "Available for collection at the pickup point"},
+			{"start+119.999999999s", "available_for_pickup", "Available for collection at the pickup point"}, {"start+120s", "return_to_sender", "Not collected: returning to sender"}}},
+		{"shp_sbx_stalled", "SBX4000000005", []step{{"start-100h1ns", "pre_transit", ""}, {"start-100h", "pre_transit", "Label created"},
+			{"start-80h", "in_transit", "Departed facility"}, {"start", "in_transit", "Departed facility"}, {"start+8760h", "in_transit", "Departed facility"}}},
+	} {
+		for _, st := range tt.steps {
+			t.Run(tt.id+" at "+st.at, func(t *testing.T) {
+				prefer := `clock="` + st.at + `"`
+				byID, byNumber := e.get(t, "/v1/shipments/"+tt.id+"/tracking", key, "Prefer", prefer), e.get(t, "/v1/tracking/"+tt.number, key, "Prefer", prefer)
+				var v trackingView
+				if err := json.Unmarshal(byID.body, &v); err != nil || byID.status != 200 || !bytes.Equal(byID.body, byNumber.body) {
+					t.Fatalf("at %s by id = %s, by number = %s; want the same 200 view", st.at, byID, byNumber)
+				}
+				last := ""
+				if len(v.Events) > 0 {
+					last = v.Events[len(v.Events)-1].Description
+				}
+				if v.Status != st.status || last != st.last {
+					t.Errorf("%s at %s: %s, last event %q; want %s, %q", tt.id, st.at, v.Status, last, st.status, st.last)
+				}
+			})
+		}
+	}
+}
+
 // TestClockGovernsOrders: an order exists from its created_at: a frozen clock lists
 // exactly what created_to at that instant lists, across pages and per status, and an order
 // created after the clock is 404.
