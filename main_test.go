@@ -2965,7 +2965,15 @@ func TestPreferCodeTimes(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodGet, ts.URL+"/v1/orders", nil)
 		req.Header.Set("Authorization", "Bearer "+key)
 		req.Header.Set("Prefer", prefer)
-		if _, err := (&http.Client{Timeout: 50 * time.Millisecond}).Do(req); err == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := http.DefaultClient.Do(req.WithContext(ctx))
+			done <- err
+		}()
+		waitFor(t, "the request to reach its delay", func() bool { return e.sb.tenants.byID[seedTenant].sequences.held() == 1 })
+		cancel()
+		if err := <-done; err == nil {
 			t.Fatal("the client did not give up during the delay")
 		}
 		res, err := http.DefaultClient.Do(req)
