@@ -40,26 +40,45 @@ type tenant struct {
 }
 
 // sandboxClock is a tenant's clock, like Stripe's test clocks: it follows the wall clock
-// until a test freezes it at an instant, past or future. What a read shows (events, orders,
-// a key's expiry) is what exists at the tenant's clock. Reading it is one atomic load.
+// until a test freezes it at an instant, past or future, or sets it running from an
+// instant at the wall clock's pace (to watch a timeline already past again). What a read
+// shows (events, orders, a key's expiry) is what exists at the tenant's clock. Reading it
+// is one atomic load.
 type sandboxClock struct {
-	frozen atomic.Pointer[time.Time] // nil: it follows the wall clock
+	setting atomic.Pointer[clockSetting] // nil: it follows the wall clock
 }
 
-// clockReading is one reading of a tenant's clock: the instant it showed, and whether it
-// was frozen there. A request reads its tenant's clock once, when its key is found, and
-// that reading judges everything it answers: two readings could disagree.
+// clockSetting is how a clock was set: frozen at at, or running from at since the wall
+// clock read since.
+type clockSetting struct {
+	at      time.Time
+	running bool
+	since   time.Time
+}
+
+// clockReading is one reading of a tenant's clock: the instant it showed, and how it was
+// set then. A request reads its tenant's clock once, when its key is found, and that
+// reading judges everything it answers: two readings could disagree.
 type clockReading struct {
-	now    time.Time
-	frozen bool
+	now         time.Time
+	frozen      bool
+	running     bool
+	runningFrom time.Time // when running: the instant it was set to run from
 }
 
 func (c *sandboxClock) read(wall func() time.Time) clockReading {
-	if f := c.frozen.Load(); f != nil {
-		return clockReading{*f, true}
+	switch set := c.setting.Load(); {
+	case set == nil:
+		return clockReading{now: wall()}
+	case set.running:
+		return clockReading{now: set.at.Add(wall().Sub(set.since)), running: true, runningFrom: set.at}
+	default:
+		return clockReading{now: set.at, frozen: true}
 	}
-	return clockReading{wall(), false}
 }
+
+// freeze stops the clock at at.
+func (c *sandboxClock) freeze(at time.Time) { c.setting.Store(&clockSetting{at: at}) }
 
 // timelineAround is the last n things the tenant's dataset schedules at or before at and
 // the next n after it, oldest first, and how many more there are on each side: a search of
@@ -82,9 +101,6 @@ func sortHappenings(h []happening) {
 		return strings.Compare(a.id, b.id)
 	})
 }
-
-// freeze stops the clock at at; a nil at makes it follow the wall clock again.
-func (c *sandboxClock) freeze(at *time.Time) { c.frozen.Store(at) }
 
 // tenants are a dataset's declared accounts and environments, by id and in the order the
 // dataset declares them.
@@ -592,11 +608,13 @@ func sequenceOf(method, target string, prefer []string) [sha256.Size]byte {
 
 // The clock operations (test helpers, not API writes): GET and POST /v1/test_helpers/clock.
 
-// clockAnswer is what both clock operations answer: the clock as it now is.
+// clockAnswer is what both clock operations answer: the clock as it now is, its members in
+// this order.
 type clockAnswer struct {
-	FrozenTime *string `json:"frozen_time"`
-	Now        string  `json:"now"`
-	StartedAt  string  `json:"started_at"`
+	FrozenTime  *string `json:"frozen_time"`
+	RunningFrom *string `json:"running_from"`
+	Now         string  `json:"now"`
+	StartedAt   string  `json:"started_at"`
 }
 
 // clockHelpers serve the clock operations of every tenant.
@@ -611,25 +629,28 @@ func (h clockHelpers) get(w http.ResponseWriter, clock clockReading) error {
 }
 
 // set answers POST /v1/test_helpers/clock: it freezes the tenant's clock at the body's
-// frozen_time, or lets it follow the wall clock again (null), and answers the clock it set.
-// A body that is refused changes nothing.
+// frozen_time, lets it follow the wall clock again (null), or sets it running from
+// run_from, and answers the clock it set. A body that is refused changes nothing.
 func (h clockHelpers) set(w http.ResponseWriter, r *http.Request, t *tenant) error {
 	b, err := io.ReadAll(r.Body) // in memory: readBody read it
 	if err != nil {
 		return err
 	}
-	frozen, err := parseClockBody(b)
+	set, err := parseClockBody(b, h.started)
 	if err != nil {
 		return err
 	}
-	t.clock.freeze(frozen)
-	set := clockReading{frozen: frozen != nil}
-	if set.frozen {
-		set.now = *frozen
-	} else {
-		set.now = h.wall()
+	reading := clockReading{now: h.wall()}
+	switch {
+	case set == nil:
+	case set.running:
+		set.since = reading.now
+		reading = clockReading{now: set.at, running: true, runningFrom: set.at}
+	default:
+		reading = clockReading{now: set.at, frozen: true}
 	}
-	return h.write(w, set)
+	t.clock.setting.Store(set)
+	return h.write(w, reading)
 }
 
 // write answers with one reading of a tenant's clock: frozen_time and now always agree.
@@ -637,6 +658,10 @@ func (h clockHelpers) write(w http.ResponseWriter, clock clockReading) error {
 	a := clockAnswer{Now: formatTimestamp(clock.now), StartedAt: formatTimestamp(h.started)}
 	if clock.frozen {
 		a.FrozenTime = &a.Now
+	}
+	if clock.running {
+		from := formatTimestamp(clock.runningFrom)
+		a.RunningFrom = &from
 	}
 	b, err := marshalJSON(a)
 	if err != nil {
@@ -647,50 +672,73 @@ func (h clockHelpers) write(w http.ResponseWriter, clock clockReading) error {
 }
 
 var (
-	errClockBody    = &apiError{code: codeMalformedJSON, detail: `The body must be one JSON object, such as {"frozen_time":"2026-03-29T01:00:00Z"} or {"frozen_time":null}.`}
-	errFrozenTime   = paramError(codeInvalidParameter, "frozen_time", "frozen_time must be an RFC 3339 timestamp with an offset, such as 2026-03-29T01:00:00Z, or null to follow the wall clock.")
-	errFrozenTwice  = paramError(codeInvalidParameter, "frozen_time", "frozen_time is given more than once; give it once.")
-	errFrozenAbsent = paramError(codeInvalidParameter, "frozen_time", `frozen_time is required: an RFC 3339 timestamp with an offset, or null to follow the wall clock.`)
+	errClockBody    = &apiError{code: codeMalformedJSON, detail: `The body must be one JSON object, such as {"frozen_time":"2026-03-29T01:00:00Z"}, {"frozen_time":null} or {"run_from":"start"}.`}
+	errFrozenTime   = paramError(codeInvalidParameter, "frozen_time", "frozen_time must be an RFC 3339 timestamp with an offset, such as 2026-03-29T01:00:00Z, an instant relative to the start instant, such as start+90s, or null to follow the wall clock.")
+	errRunFrom      = paramError(codeInvalidParameter, "run_from", "run_from must be an RFC 3339 timestamp with an offset, such as 2026-03-29T01:00:00Z, or an instant relative to the start instant, such as start or start+90s: the clock runs from there at the wall clock's pace.")
+	errFrozenAbsent = paramError(codeInvalidParameter, "frozen_time", `frozen_time is required: an RFC 3339 timestamp with an offset or an instant relative to the start, or null to follow the wall clock; or run_from, an instant to run from.`)
 )
 
-// parseClockBody reads a POST /v1/test_helpers/clock body, {"frozen_time": "<RFC 3339>"} or
-// {"frozen_time": null}: its JSON syntax first (400), then its members in the order sent
-// (422), then whether frozen_time was there. A nil instant means the wall clock.
-func parseClockBody(b []byte) (*time.Time, error) {
+// clockMembers are the members of a clock body: each sets the clock one way.
+var clockMembers = []string{"frozen_time", "run_from"}
+
+// parseClockBody reads a POST /v1/test_helpers/clock body, {"frozen_time": <instant>},
+// {"frozen_time": null} or {"run_from": <instant>}, instants strict RFC 3339 with an
+// offset or relative to start: its JSON syntax first (400), then its members in the order
+// sent, each by its name, then whether it is given again, then its value (422); then
+// whether both were given (naming the second sent), or neither (frozen_time). A nil
+// setting follows the wall clock.
+func parseClockBody(b []byte, start time.Time) (*clockSetting, error) {
 	trimmed := bytes.TrimLeft(b, " \t\r\n")
 	if !utf8.Valid(b) || !json.Valid(b) || len(trimmed) == 0 || trimmed[0] != '{' {
 		return nil, errClockBody
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.Token() // {
-	var frozen *time.Time
-	seen := false
+	var set *clockSetting
+	var given []string // the clock members, in the order sent
 	for dec.More() {
 		tok, _ := dec.Token()
 		var value json.RawMessage
 		dec.Decode(&value)
-		switch name := tok.(string); {
-		case name != "frozen_time":
-			return nil, paramError(codeUnknownParameter, name, "Unknown member "+strconv.Quote(name)+": the body has frozen_time only.")
-		case seen:
-			return nil, errFrozenTwice
+		name := tok.(string)
+		switch {
+		case !slices.Contains(clockMembers, name):
+			return nil, paramError(codeUnknownParameter, name, "Unknown member "+strconv.Quote(name)+": the body has frozen_time or run_from.")
+		case slices.Contains(given, name):
+			return nil, paramError(codeInvalidParameter, name, name+" is given more than once; give it once.")
 		}
-		seen = true
-		if string(value) == "null" {
-			continue
+		given = append(given, name)
+		var err error
+		if set, err = readClockMember(name, value, start); err != nil {
+			return nil, err
 		}
-		var s string
-		if json.Unmarshal(value, &s) != nil {
-			return nil, errFrozenTime
-		}
-		at, err := parseTimestamp(s)
-		if err != nil {
-			return nil, errFrozenTime
-		}
-		frozen = &at
 	}
-	if !seen {
+	switch len(given) {
+	case 0:
 		return nil, errFrozenAbsent
+	case 2:
+		return nil, paramError(codeInvalidParameter, given[1], "The body sets the clock one way: give frozen_time or run_from, not both.")
 	}
-	return frozen, nil
+	return set, nil
+}
+
+// readClockMember reads the value of a clock member: frozen_time, an instant or null (the
+// wall clock); run_from, an instant.
+func readClockMember(name string, value json.RawMessage, start time.Time) (*clockSetting, error) {
+	fault := errFrozenTime
+	if name == "run_from" {
+		fault = errRunFrom
+	}
+	if string(value) == "null" && name == "frozen_time" {
+		return nil, nil
+	}
+	var s string
+	if json.Unmarshal(value, &s) != nil {
+		return nil, fault
+	}
+	at, err := parseInstant(s, start)
+	if err != nil {
+		return nil, fault
+	}
+	return &clockSetting{at: at, running: name == "run_from"}, nil
 }

@@ -345,7 +345,7 @@ func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, t
 	exposed := exposure(ln.Addr(), cfg.addrName, cfg.addr)
 	if cfg.clock != nil {
 		for _, t := range sb.tenants.list {
-			t.clock.freeze(cfg.clock)
+			t.clock.freeze(*cfg.clock)
 		}
 		exposed += "Every sandbox clock is frozen at " + formatTimestamp(*cfg.clock) + " (-clock); POST /v1/test_helpers/clock moves one.\n"
 	}
@@ -2194,6 +2194,7 @@ type (
 		Now           string
 		Offset        template.HTML
 		Frozen        bool
+		RunningFrom   string
 		Keys          []landingKey
 		MoreKeys      int
 		Shipments     []landingShipment
@@ -2232,6 +2233,9 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 			now = now.Truncate(time.Second) // a frozen clock is shown at the instant it was set to
 		}
 		lt := landingTenant{Name: tk.name, Now: formatTimestamp(now), Offset: fromStart(now, l.started), Frozen: clock.frozen}
+		if clock.running {
+			lt.RunningFrom = formatTimestamp(clock.runningFrom)
+		}
 		if d.ShowKeys {
 			lt.Keys, lt.MoreKeys = tk.keys, tk.moreKeys
 			if d.Curl == "" && len(tk.keys) > 0 {

@@ -539,7 +539,7 @@ func (d *openAPI) validate(schema, v any, at string, observe func(ref, prop stri
 	}
 	for kw := range s {
 		switch kw {
-		case "type", "enum", "required", "properties", "additionalProperties", "items", "pattern", "minimum", "maximum", "minLength", "maxLength":
+		case "type", "enum", "required", "properties", "additionalProperties", "items", "pattern", "minimum", "maximum", "minLength", "maxLength", "oneOf":
 		default:
 			if !annotations[kw] && !strings.HasPrefix(kw, "x-") {
 				return fmt.Errorf("%s: the validator does not know keyword %q", at, kw)
@@ -558,6 +558,17 @@ func (d *openAPI) validate(schema, v any, at string, observe func(ref, prop stri
 		}
 		if !slices.Contains(types, jsonTypeOf(v)) && !(jsonTypeOf(v) == "integer" && slices.Contains(types, "number")) {
 			return fmt.Errorf("%s: %s is not of type %v", at, jsonTypeOf(v), types)
+		}
+	}
+	if list, ok := s["oneOf"].([]any); ok {
+		holds := 0
+		for _, sub := range list {
+			if d.validate(sub, v, at, nil) == nil {
+				holds++
+			}
+		}
+		if holds != 1 {
+			return fmt.Errorf("%s: %d of the oneOf schemas hold, want exactly one", at, holds)
 		}
 	}
 	if enum, ok := s["enum"].([]any); ok && !slices.ContainsFunc(enum, func(e any) bool { return fmt.Sprint(e) == fmt.Sprint(v) }) {
@@ -4342,7 +4353,7 @@ func TestRateLimitOfOtherSettings(t *testing.T) {
 
 // clockJSON is a clock operation's answer; FrozenTime is "" for null.
 type clockJSON struct {
-	FrozenTime, Now, StartedAt string
+	FrozenTime, RunningFrom, Now, StartedAt string
 }
 
 // setClock freezes key's tenant's clock at frozen ("" for null) and returns the answer.
@@ -4367,20 +4378,17 @@ func (e *env) readClock(t testing.TB, key string) clockJSON {
 func decodeClock(t testing.TB, rep reply) clockJSON {
 	t.Helper()
 	var c struct {
-		FrozenTime *string `json:"frozen_time"`
-		Now        string  `json:"now"`
-		StartedAt  string  `json:"started_at"`
+		FrozenTime  *string `json:"frozen_time"`
+		RunningFrom *string `json:"running_from"`
+		Now         string  `json:"now"`
+		StartedAt   string  `json:"started_at"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(rep.body))
 	dec.DisallowUnknownFields()
 	if rep.status != 200 || dec.Decode(&c) != nil {
 		t.Fatalf("clock answer %s", rep)
 	}
-	frozen := ""
-	if c.FrozenTime != nil {
-		frozen = *c.FrozenTime
-	}
-	return clockJSON{frozen, c.Now, c.StartedAt}
+	return clockJSON{*cmp.Or(c.FrozenTime, new(string)), *cmp.Or(c.RunningFrom, new(string)), c.Now, c.StartedAt}
 }
 
 // eventsOf is the number of events and the status a tracking view shows.
@@ -4464,6 +4472,19 @@ func TestClockBadRequestsChangeNothing(t *testing.T) {
 		{"over 256 KiB", "", `{"frozen_time":null,"pad":"` + strings.Repeat("x", maxBodyBytes) + `"}`, nil, 413, "body_too_large", ""},
 		{"a simulated failure", "", `{"frozen_time":null}`, []string{"Prefer", "code=503"}, 503, "provider_unavailable", ""},
 		{"a bad Prefer", "", `{"frozen_time":null}`, []string{"Prefer", "delay=-1"}, 422, "invalid_parameter", "Prefer"},
+		// run_from, and both members: each by its name, then whether it is given again, then its
+		// value, in the order sent; then both (naming the second sent); neither is frozen_time's.
+		{"run_from null", "", `{"run_from":null}`, nil, 422, "invalid_parameter", "run_from"},
+		{"run_from null before a bad frozen_time", "", `{"run_from":null,"frozen_time":"x"}`, nil, 422, "invalid_parameter", "run_from"},
+		{"frozen_time null, then run_from", "", `{"frozen_time":null,"run_from":"start"}`, nil, 422, "invalid_parameter", "run_from"},
+		{"run_from, then frozen_time", "", `{"run_from":"start","frozen_time":"2026-01-01T00:00:00Z"}`, nil, 422, "invalid_parameter", "frozen_time"},
+		{"run_from twice", "", `{"run_from":"start","run_from":"start"}`, nil, 422, "invalid_parameter", "run_from"},
+		{"run_from no instant", "", `{"run_from":"soon"}`, nil, 422, "invalid_parameter", "run_from"},
+		{"run_from a number", "", `{"run_from":5}`, nil, 422, "invalid_parameter", "run_from"},
+		{"run_from a relative instant spelt wrong", "", `{"run_from":"start + 90s"}`, nil, 422, "invalid_parameter", "run_from"},
+		{"frozen_time a relative instant spelt wrong", "", `{"frozen_time":"start+"}`, nil, 422, "invalid_parameter", "frozen_time"},
+		{"run_from in another case", "", `{"Run_From":"start"}`, nil, 422, "unknown_parameter", "Run_From"},
+		{"run_from past a duration", "", `{"run_from":"start+9999999999h"}`, nil, 422, "invalid_parameter", "run_from"},
 		{"no key", "", `{"frozen_time":null}`, []string{"Authorization", "Basic x"}, 401, "missing_api_key", ""},
 	}
 	for _, tt := range tests {
@@ -4791,6 +4812,54 @@ func TestOneClockReadingPerRequest(t *testing.T) {
 	}
 }
 
+// TestClockRunsFrom: {"run_from": <instant>} sets a clock running from an instant at the
+// wall clock's pace: the POST answers now as run_from, later readings move with the wall
+// clock, and shp_sbx_moving replays its two minutes live; relative instants are read against
+// the start instant, in both members.
+func TestClockRunsFrom(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{step: -1, rate: -1})
+	const key = "sk_test_sandbox_all"
+	e.clock.advance(10 * time.Minute) // the moving shipment delivered long ago
+	if n, status := eventsOf(t, e.get(t, "/v1/shipments/shp_sbx_moving/tracking", key)); n != 5 || status != "delivered" {
+		t.Fatalf("ten minutes after the start shp_sbx_moving has %d events, %s", n, status)
+	}
+	rep := e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/clock", key, `{"run_from":"start"}`))
+	if c := decodeClock(t, rep); c != (clockJSON{"", "2026-11-22T12:00:00Z", "2026-11-22T12:00:00Z", "2026-11-22T12:00:00Z"}) {
+		t.Errorf(`POST {"run_from":"start"} = %+v, want running from the start, now the start`, c)
+	}
+	for _, step := range []struct {
+		wait   time.Duration
+		events int
+		status string
+	}{{0, 1, "pre_transit"}, {29 * time.Second, 1, "pre_transit"}, {time.Second, 2, "in_transit"}, {60 * time.Second, 4, "out_for_delivery"}, {30 * time.Second, 5, "delivered"}} {
+		e.clock.advance(step.wait)
+		if n, status := eventsOf(t, e.get(t, "/v1/shipments/shp_sbx_moving/tracking", key)); n != step.events || status != step.status {
+			t.Errorf("running from the start, %v of wall time on: %d events, %s; want %d, %s", step.wait, n, status, step.events, step.status)
+		}
+	}
+	if c := e.readClock(t, key); c != (clockJSON{"", "2026-11-22T12:00:00Z", "2026-11-22T12:02:00Z", "2026-11-22T12:00:00Z"}) {
+		t.Errorf("GET clock two minutes into the run = %+v", c)
+	}
+	if c := e.readClock(t, "sk_test_other_all"); c.RunningFrom != "" || c.Now != "2026-11-22T12:12:00Z" {
+		t.Errorf("acct_other's clock = %+v, want it following the wall clock", c)
+	}
+	for body, want := range map[string]clockJSON{
+		`{"run_from":"start+90s"}`:                 {"", "2026-11-22T12:01:30Z", "2026-11-22T12:01:30Z", "2026-11-22T12:00:00Z"},
+		`{"run_from":"2026-03-29T02:30:00+01:00"}`: {"", "2026-03-29T01:30:00Z", "2026-03-29T01:30:00Z", "2026-11-22T12:00:00Z"},
+		`{"frozen_time":"start-10m"}`:              {"2026-11-22T11:50:00Z", "", "2026-11-22T11:50:00Z", "2026-11-22T12:00:00Z"},
+		`{"frozen_time":null}`:                     {"", "", "2026-11-22T12:12:00Z", "2026-11-22T12:00:00Z"},
+	} {
+		if c := decodeClock(t, e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/clock", key, body))); c != want {
+			t.Errorf("POST %s = %+v, want %+v", body, c, want)
+		}
+	}
+	e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/clock", key, `{"run_from":"start"}`))
+	if page := string(e.get(t, "/", "").body); !strings.Contains(page, "As its sandbox clock shows it: 2026-11-22T12:00:00Z (+0s), running from 2026-11-22T12:00:00Z.") {
+		t.Error("the page does not say the clock runs from the start")
+	}
+}
+
 // TestClockAnswersAgreeWhileTheClockMoves: while another request freezes and unfreezes the
 // clock, every GET clock answer is one reading: frozen_time, when set, is now; and no page
 // of the expired key holds an order that only a later instant shows.
@@ -4834,7 +4903,7 @@ func TestRunWithClock(t *testing.T) {
 		t.Errorf("the banner does not say the clocks are frozen:\n%s", stdout)
 	}
 	status, body := httpGet(t, base+"/test_helpers/clock", "Bearer sk_test_sandbox_none")
-	if want := `{"frozen_time":"2026-03-29T01:00:00Z","now":"2026-03-29T01:00:00Z","started_at":"2026-03-29T01:00:00Z"}`; status != 200 || body != want {
+	if want := `{"frozen_time":"2026-03-29T01:00:00Z","running_from":null,"now":"2026-03-29T01:00:00Z","started_at":"2026-03-29T01:00:00Z"}`; status != 200 || body != want {
 		t.Errorf("GET clock = %d %s, want %s", status, body, want)
 	}
 	_, body = httpGet(t, base+"/shipments/shp_sbx_moving/tracking", "Bearer sk_test_sandbox_all")
@@ -6581,13 +6650,13 @@ func BenchmarkClock(b *testing.B) {
 		ix := &e.sb.tenants.byID[seedTenant].orders
 		if frozen {
 			at := ix.createdAt(ix.count() / 2)
-			e.sb.tenants.byID[seedTenant].clock.freeze(&at)
+			e.sb.tenants.byID[seedTenant].clock.freeze(at)
 			shp := e.sb.tenants.byID[seedTenant].shipments.byID["shp_sbx_spring"]
 			// The tracking read is measured with the clock at the third event.
 			b.Run("frozen/tracking_by_id", func(b *testing.B) {
-				e.sb.tenants.byID[seedTenant].clock.freeze(&shp.instants[2])
+				e.sb.tenants.byID[seedTenant].clock.freeze(shp.instants[2])
 				benchServe(b, e.h, newRequest("GET", "/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_all"), 200)
-				e.sb.tenants.byID[seedTenant].clock.freeze(&at)
+				e.sb.tenants.byID[seedTenant].clock.freeze(at)
 			})
 			b.Run("frozen/list_orders", func(b *testing.B) {
 				benchServe(b, e.h, newRequest("GET", "/v1/orders?limit=100", "sk_test_sandbox_all"), 200)
@@ -6721,7 +6790,7 @@ func movingOrders(b *testing.B, n int, moving bool) (*env, time.Time) {
 func BenchmarkListOrdersWithTimelines(b *testing.B) {
 	for _, moving := range []bool{false, true} {
 		e, mid := movingOrders(b, 1000000, moving)
-		e.sb.tenants.byID[seedTenant].clock.freeze(&mid)
+		e.sb.tenants.byID[seedTenant].clock.freeze(mid)
 		for _, query := range []string{"limit=100", "limit=100&status=unfulfilled", "limit=100&status=partially_fulfilled", "limit=100&status=fulfilled", "limit=100&status=cancelled"} {
 			name := strings.TrimPrefix(strings.TrimPrefix(query, "limit=100"), "&status=")
 			if name == "" {
