@@ -89,6 +89,47 @@ func (t *tenant) timelineAround(at time.Time, n int) (past, future []happening, 
 	return past, future, k - len(past), len(t.timeline) - k - len(future)
 }
 
+// timelineSide is how many entries of a timeline are shown each side of an instant: by the
+// page and by GET /v1/test_helpers/timeline.
+const timelineSide = 10
+
+// timelineEntry is a happening as GET /v1/test_helpers/timeline answers it.
+type timelineEntry struct {
+	At     string  `json:"at"`
+	Kind   string  `json:"kind"`
+	ID     string  `json:"id"`
+	Status *string `json:"status"` // null for a shipment's creation
+}
+
+// timelineAnswer is GET /v1/test_helpers/timeline's answer, its members in this order.
+type timelineAnswer struct {
+	Now        string          `json:"now"`
+	Shown      []timelineEntry `json:"shown"`
+	ShownMore  int             `json:"shown_more"`
+	ToCome     []timelineEntry `json:"to_come"`
+	ToComeMore int             `json:"to_come_more"`
+}
+
+// timelineAt is GET /v1/test_helpers/timeline's answer at at: the last timelineSide things
+// the tenant's dataset schedules at or before it and the next after it, oldest first, with
+// how many more there are each side.
+func (t *tenant) timelineAt(at time.Time) ([]byte, error) {
+	past, future, morePast, moreFuture := t.timelineAround(at, timelineSide)
+	return marshalJSON(timelineAnswer{Now: formatTimestamp(at), Shown: timelineEntries(past), ShownMore: morePast, ToCome: timelineEntries(future), ToComeMore: moreFuture})
+}
+
+func timelineEntries(hs []happening) []timelineEntry {
+	entries := make([]timelineEntry, 0, len(hs))
+	for _, h := range hs {
+		e := timelineEntry{At: formatTimestamp(h.at), Kind: happeningKinds[h.kind], ID: h.id}
+		if h.kind != shipmentCreated {
+			e.Status = &h.status
+		}
+		entries = append(entries, e)
+	}
+	return entries
+}
+
 // sortHappenings puts a timeline in order: oldest first, ties by kind, then id, then as given.
 func sortHappenings(h []happening) {
 	slices.SortStableFunc(h, func(a, b happening) int {

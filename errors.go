@@ -416,10 +416,10 @@ func (a instant) compare(b instant) int {
 
 // happening is one entry of a tenant's timeline: one thing at one instant.
 type happening struct {
-	at   time.Time
-	kind happeningKind
-	id   string // the order's or the shipment's
-	what string // what happens: "imported", "now fulfilled", an event's status and description
+	at     time.Time
+	kind   happeningKind
+	id     string // the order's or the shipment's
+	status string // an order's status from then on, or the event's; "" for a shipment's creation
 }
 
 // happeningKind orders the entries of one instant.
@@ -431,6 +431,23 @@ const (
 	orderChanged
 	shipmentEvent
 )
+
+// happeningKinds are the kinds as the timeline's answer names them, in their order.
+var happeningKinds = [...]string{shipmentCreated: "creation", orderImported: "import", orderChanged: "change", shipmentEvent: "event"}
+
+// what says what happens, as the page writes it: "created", "imported, unfulfilled", "now
+// fulfilled", "tracking: in_transit".
+func (h *happening) what() string {
+	switch h.kind {
+	case orderImported:
+		return "imported, " + h.status
+	case orderChanged:
+		return "now " + h.status
+	case shipmentEvent:
+		return "tracking: " + h.status
+	}
+	return "created"
+}
 
 // Dataset faults. A dataset that cannot be served is refused at start with the file, the
 // JSON path of the fault and the reason.

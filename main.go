@@ -841,6 +841,7 @@ func (s *server) routes() []route {
 		{"GET /v1/orders/{id}", s.operation(scopeOrdersRead, noParams(getOrder))},
 		{"GET /v1/test_helpers/clock", s.testHelper(codeAndDelay, s.getClock)},
 		{"POST /v1/test_helpers/clock", s.testHelper(codeAndDelay, s.setClock)},
+		{"GET /v1/test_helpers/timeline", s.testHelper(withClock, getTimeline)},
 		{"GET /v1/openapi.json", s.keyless(s.serveOpenAPI)},
 		{"GET /v1/healthz", s.keyless(s.serveHealth)},
 		{"GET /healthz", s.keyless(s.serveHealth)}, // also outside the base URL, for probes that know none
@@ -972,6 +973,15 @@ func (s *server) getClock(w http.ResponseWriter, r *http.Request, c *call) error
 
 func (s *server) setClock(w http.ResponseWriter, r *http.Request, c *call) error {
 	return s.clocks.set(w, r, c.key.tenant)
+}
+
+func getTimeline(w http.ResponseWriter, r *http.Request, c *call) error {
+	b, err := c.key.tenant.timelineAt(c.at)
+	if err != nil {
+		return err
+	}
+	writeBody(w, http.StatusOK, jsonContentType, b)
+	return nil
 }
 
 // noParams wraps an operation that takes no query parameters: any is unknown (422).
@@ -2252,12 +2262,12 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 			lt.Orders = append(lt.Orders, landingOrder{cut(o.id), o.status, formatTimestamp(o.createdAt)})
 		}
 		lt.MoreOrders = more
-		past, future, morePast, moreFuture := tk.t.timelineAround(clock.now, pageHappenings)
+		past, future, morePast, moreFuture := tk.t.timelineAround(clock.now, timelineSide)
 		for _, h := range past {
-			lt.Past = append(lt.Past, landingHappening{fromStart(h.at, l.started), cut(h.id), cut(h.what)})
+			lt.Past = append(lt.Past, landingHappening{fromStart(h.at, l.started), cut(h.id), cut(h.what())})
 		}
 		for _, h := range future {
-			lt.Future = append(lt.Future, landingHappening{fromStart(h.at, l.started), cut(h.id), cut(h.what)})
+			lt.Future = append(lt.Future, landingHappening{fromStart(h.at, l.started), cut(h.id), cut(h.what())})
 		}
 		lt.MorePast, lt.MoreFuture = morePast, moreFuture
 		d.Tenants = append(d.Tenants, lt)
@@ -2269,10 +2279,6 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	writeBody(w, http.StatusOK, htmlContentType, b.Bytes())
 }
-
-// pageHappenings is how many happenings of a tenant's timeline the page shows each side of
-// its clock.
-const pageHappenings = 10
 
 // cut is a shown value as the page writes it, HTML-escaped and bounded by what is written:
 // when its escaped form is over pageValue bytes, it is the longest beginning whose escaped

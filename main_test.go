@@ -5040,6 +5040,78 @@ func TestSyncTenantWalkThrough(t *testing.T) {
 	}
 }
 
+// timelineJSON is GET /v1/test_helpers/timeline's answer as the tests read it.
+type timelineJSON struct {
+	Now   string `json:"now"`
+	Shown []struct {
+		At, Kind, ID string
+		Status       *string
+	} `json:"shown"`
+	ShownMore int `json:"shown_more"`
+	ToCome    []struct {
+		At, Kind, ID string
+		Status       *string
+	} `json:"to_come"`
+	ToComeMore int `json:"to_come_more"`
+}
+
+// TestTimelineAnswersAsThePageShows: a test steps its Prefer clock through acct_sync's
+// timeline from one entry to the next, and at each instant the JSON holds what the page
+// shows at a tenant clock frozen there: the same entries each side, the same counts.
+func TestTimelineAnswersAsThePageShows(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	const key = "sk_test_sync_all"
+	rows := func(entries []struct {
+		At, Kind, ID string
+		Status       *string
+	}) string {
+		var b strings.Builder
+		for _, en := range entries {
+			at, _ := parseTimestamp(en.At)
+			what := map[string]string{"creation": "created", "import": "imported, ", "change": "now ", "event": "tracking: "}[en.Kind]
+			if en.Status != nil {
+				what += *en.Status
+			}
+			fmt.Fprintf(&b, "<tr><td>%s<td>%s<td>%s\n", fromStart(at, testNow), en.ID, what)
+		}
+		return b.String()
+	}
+	steps := 0
+	for at := "start-1h"; at != ""; steps++ {
+		var tl timelineJSON
+		rep := e.get(t, "/v1/test_helpers/timeline", key, "Prefer", `clock="`+at+`"`)
+		if err := json.Unmarshal(rep.body, &tl); err != nil || rep.status != 200 {
+			t.Fatalf("GET timeline at %s = %s", at, rep)
+		}
+		e.setClock(t, key, tl.Now)
+		shown, toCome := timelineOnPage(t, string(e.get(t, "/", "").body), "acct_sync/test")
+		if want := rows(tl.Shown); !strings.HasSuffix(strings.TrimSuffix(shown, "<tr>"), want) && want != "" || !strings.HasPrefix(toCome[strings.Index(toCome, "\n")+1:], rows(tl.ToCome)) {
+			t.Errorf("at %s the JSON shows\n%sand has to come\n%sthe page shows\n%s\nand has to come\n%s", at, want, rows(tl.ToCome), shown, toCome)
+		}
+		if more := fmt.Sprintf("and %d more to come", tl.ToComeMore); tl.ToComeMore > 0 != strings.Contains(toCome, more) {
+			t.Errorf("at %s the JSON has %d more to come; the page: %s", at, tl.ToComeMore, toCome)
+		}
+		at = ""
+		if len(tl.ToCome) > 0 {
+			at = tl.ToCome[0].At // the next scheduled instant
+		}
+	}
+	if steps != 10 {
+		t.Errorf("stepping through acct_sync's timeline took %d steps, want 10: one before it, then each of the 9 instants it schedules", steps)
+	}
+	// Any active key of the tenant, whatever its scopes; no query parameter; Prefer applies.
+	if rep := e.get(t, "/v1/test_helpers/timeline", "sk_test_sandbox_none"); rep.status != 200 {
+		t.Errorf("a key without scopes reads the timeline: %s, want 200", rep)
+	}
+	wantProblem(t, e.get(t, "/v1/test_helpers/timeline?from=start", key), 422, "unknown_parameter", "from")
+	wantProblem(t, e.get(t, "/v1/test_helpers/timeline", key, "Prefer", "code=502"), 502, "provider_not_confirmed", "")
+	wantProblem(t, e.get(t, "/v1/test_helpers/timeline", "sk_live_sandbox_all"), 503, "live_not_released", "")
+	if rep := newEnv(t, envOptions{rate: -1, faults: "rate=1"}).get(t, "/v1/test_helpers/timeline", key); rep.status != 200 {
+		t.Errorf("under -faults rate=1, the timeline = %s, want 200: test helpers are never faulted", rep)
+	}
+}
+
 // TestTimelineRefusals: the dataset's schedule is checked at load; a bad instant, change or
 // link refuses the dataset with its JSON path.
 func TestTimelineRefusals(t *testing.T) {

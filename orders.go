@@ -251,10 +251,10 @@ func (ix *orderIndex) addOrder(path string, rs *orderRecords, r int) error {
 	p.endChange = uint32(len(ix.changes))
 	changes := ix.changes[p.firstChange:p.endChange]
 	if rec.imported || relativeInstant.MatchString(rs.str(rec.createdAt)) {
-		ix.happenings = append(ix.happenings, happening{at: p.importedAt.time(), kind: orderImported, id: id, what: "imported, " + orderStatuses[orderStatusAt(p.status, changes, p.importedAt)]})
+		ix.happenings = append(ix.happenings, happening{at: p.importedAt.time(), kind: orderImported, id: id, status: orderStatuses[orderStatusAt(p.status, changes, p.importedAt)]})
 	}
 	for _, c := range changes {
-		ix.happenings = append(ix.happenings, happening{at: c.at.time(), kind: orderChanged, id: id, what: "now " + orderStatuses[c.status]})
+		ix.happenings = append(ix.happenings, happening{at: c.at.time(), kind: orderChanged, id: id, status: orderStatuses[c.status]})
 	}
 	ix.byID[id] = int32(len(ix.pending))
 	ix.pending = append(ix.pending, p)

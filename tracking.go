@@ -355,11 +355,11 @@ func (ix *shipmentIndex) file(s *shipment, events []stampedEvent) {
 	}
 	if s.createdAt != dawn {
 		ix.creations = append(ix.creations, s.createdAt)
-		ix.happenings = append(ix.happenings, happening{at: s.createdAt.time(), kind: shipmentCreated, id: s.id, what: "created"})
+		ix.happenings = append(ix.happenings, happening{at: s.createdAt.time(), kind: shipmentCreated, id: s.id})
 	}
 	for _, e := range events {
 		if e.scheduled {
-			ix.happenings = append(ix.happenings, happening{at: e.at, kind: shipmentEvent, id: s.id, what: "tracking: " + e.Status})
+			ix.happenings = append(ix.happenings, happening{at: e.at, kind: shipmentEvent, id: s.id, status: e.Status})
 		}
 	}
 }
