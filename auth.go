@@ -5,11 +5,13 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"container/list"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"sort"
@@ -19,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // tenantID is an account and one of its environments: resources and keys belong to one.
@@ -35,8 +38,9 @@ type tenant struct {
 	orders    orderIndex
 	timeline  []happening // what the dataset schedules for its shipments and orders, in order
 	clock     sandboxClock
-	sequences sequences     // Prefer: code=503; times=2, counted
-	faulted   atomic.Uint64 // the requests -faults has judged, the k of the next is this plus one
+	sequences sequences               // Prefer: code=503; times=2, counted
+	faulted   atomic.Uint64           // the requests -faults has judged, the k of the next is this plus one
+	journal   atomic.Pointer[journal] // nil until a request is journaled
 }
 
 // sandboxClock is a tenant's clock, like Stripe's test clocks: it follows the wall clock
@@ -382,6 +386,7 @@ func (s scope) String() string {
 // apiKey is a key as the server holds it: only the SHA-256 digest of the secret is kept.
 type apiKey struct {
 	tenant    *tenant // the account and environment the key is tied to
+	mask      string  // how the journal names it: never the key
 	scopes    scope
 	expiresAt instant // never, when the key has no expiry
 	revoked   bool
@@ -437,7 +442,7 @@ func (ld *loader) addKey(path string, rec keyRecord, t *tenant) (keyLine, error)
 		return keyLine{}, &datasetError{path: path + ".key", reason: "duplicate: the same key as " + first}
 	}
 	firstUse[digest] = path
-	k := &apiKey{tenant: t, revoked: rec.Revoked, expiresAt: never}
+	k := &apiKey{tenant: t, mask: keyMask(rec.Key), revoked: rec.Revoked, expiresAt: never}
 	for i, name := range rec.Scopes {
 		bit, err := oneOf(path, "scopes["+strconv.Itoa(i)+"]", "scope", name, scopeNames)
 		if err != nil {
@@ -525,7 +530,7 @@ func (kr keyring) authenticate(h http.Header) (*apiKey, *apiError) {
 	case k == nil:
 		return nil, errUnknownKey
 	case k.revoked:
-		return nil, errRevokedKey
+		return k, errRevokedKey
 	}
 	return k, nil
 }
@@ -782,4 +787,868 @@ func readClockMember(name string, value json.RawMessage, start time.Time) (*cloc
 		return nil, fault
 	}
 	return &clockSetting{at: at, running: name == "run_from"}, nil
+}
+
+// The journal: each test tenant's last requests, kept as the contract writes them (never a
+// key), and the findings: what they tell of the integration that made them. The sandbox
+// set every trap an integration can fall into, so it can say whether the client fell in.
+
+const (
+	defaultJournal   = 1000      // -journal: the entries a tenant keeps
+	maxJournal       = 100000    // the most -journal may ask for
+	maxJournalBytes  = 256 << 20 // every journal together
+	maxJournalTarget = 1024      // an entry's target is cut past this, as log values are
+	maxJournalPrefer = 256       // and its Prefer past this
+	maxJournalRead   = 1000      // the most entries one read of the journal answers
+)
+
+// journalEntry is one journaled request. What its answer showed is kept as positions in
+// the tenant's indexes (shown): with the dataset and the entry's instant, which never
+// change, they give its ids exactly, at a fraction of their bytes.
+type journalEntry struct {
+	seq         uint64
+	arrived     int64   // the wall instant it arrived, in ns since 1970
+	duration    int64   // ns from its arrival until its answer's headers were written
+	clock       instant // the instant its resources were judged at
+	key         *apiKey // the key it named (shown masked, never itself)
+	method      string
+	route       string // the matched pattern's path
+	target      string // its path and query as sent, cut at maxJournalTarget
+	prefer      string // its Prefer fields as sent, joined and cut at maxJournalPrefer
+	run         string // its Prefer run
+	requestID   string
+	code        code   // the problem's, "" for none
+	contentType string // the answer's, "" for none
+	size        int64  // the answer's Content-Length, -1 when it sent none
+	retryAfter  int32  // the Retry-After seconds it sent, -1 for none
+	status      int16
+	simulated   simulation
+	hasPrefer   bool
+	shown       shown
+}
+
+// entrySlot is what one entry takes in a ring, and journalHeader what a journal takes
+// before its first entry: the book counts both.
+const (
+	entrySlot     = int64(unsafe.Sizeof(journalEntry{}))
+	journalHeader = int64(unsafe.Sizeof(journal{})) + 8 // and its place in the book
+)
+
+// cost is what an entry holds beyond its slot: the strings it keeps (the request line its
+// method and target are cut from, its Prefer, its request id), counted whole.
+func (e *journalEntry) cost() int64 {
+	return int64(len(e.method)+len(e.target)+len(e.prefer)+len(e.run)+len(e.requestID)) + 16
+}
+
+// shown is what a 200 answer of the four operations showed, as positions: a retrieved
+// order's, a tracking view's shipment, or a page (its filter, first position and last
+// order). A 404 by a tracking number several shipments held keeps the first of them.
+type shown struct {
+	kind  shownKind
+	order int32
+	ship  *shipment
+	page  listedPage
+}
+
+type shownKind uint8
+
+const (
+	showsNothing shownKind = iota
+	showsOrder
+	showsShipment
+	showsPage
+	showsSharedNumber // a 404 by a tracking number held by several shipments then
+)
+
+// read reports whether the entry is a 200 GET of the four operations: the entries read as
+// having shown something.
+func (e *journalEntry) read() bool {
+	return e.status == http.StatusOK && e.method == http.MethodGet && e.shown.kind >= showsOrder && e.shown.kind <= showsPage
+}
+
+// journal is a tenant's journal: its last entries in a ring that grows as they come (never
+// allocated ahead of them) up to the book's limit, then wraps, the oldest going first. Its
+// entries' seqs are consecutive: those before the oldest held were dropped.
+type journal struct {
+	mu      sync.Mutex
+	ring    []journalEntry
+	oldest  int    // where the oldest held entry is in ring
+	n       int    // how many are held
+	last    uint64 // the newest entry's seq; 0 before the first
+	bytes   int64  // what it holds, as the book counts it
+	size    atomic.Int64
+	counted findingsCount // the page's count of findings, as of an entry
+}
+
+// findingsCount is how many findings a journal's entries held when its newest was seq.
+type findingsCount struct {
+	seq uint64
+	n   int
+}
+
+// journalBook is every tenant's journal and the bounds they share: how many entries a
+// tenant keeps, and how many bytes all keep together.
+type journalBook struct {
+	limit    int
+	maxBytes int64
+	total    atomic.Int64
+	mu       sync.Mutex // opening a journal, and making room: one at a time
+	all      []*journal
+}
+
+// newJournalBook is the book of -journal limit entries a tenant, or nil for none.
+func newJournalBook(limit int, maxBytes int64) *journalBook {
+	if limit == 0 {
+		return nil
+	}
+	return &journalBook{limit: limit, maxBytes: maxBytes}
+}
+
+// write journals e in t's journal, numbering it, within the book's bounds: past the bytes
+// of all journals, the oldest entries of the largest go first.
+func (b *journalBook) write(t *tenant, e *journalEntry) {
+	j := t.journal.Load()
+	if j == nil {
+		j = b.open(t)
+	}
+	cost := e.cost()
+	for {
+		j.mu.Lock()
+		need := cost
+		switch {
+		case j.n == b.limit: // the oldest goes
+			need -= j.ring[j.oldest].cost()
+		case j.n == len(j.ring):
+			need += int64(j.grown(b.limit)-len(j.ring)) * entrySlot
+		default:
+		}
+		if b.total.Add(need) <= b.maxBytes || need <= 0 {
+			j.append(e, b.limit)
+			j.bytes += need
+			j.size.Store(j.bytes)
+			j.mu.Unlock()
+			return
+		}
+		b.total.Add(-need)
+		j.mu.Unlock()
+		if !b.makeRoom(need) { // nothing held anywhere, and still no room: e is dropped
+			j.mu.Lock()
+			j.last++
+			j.mu.Unlock()
+			return
+		}
+	}
+}
+
+// open gives t a journal, once.
+func (b *journalBook) open(t *tenant) *journal {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if j := t.journal.Load(); j != nil {
+		return j
+	}
+	j := &journal{}
+	b.all = append(b.all, j)
+	b.total.Add(journalHeader)
+	t.journal.Store(j)
+	return j
+}
+
+// grown is the ring's length once it grows: twice as long, up to limit.
+func (j *journal) grown(limit int) int { return min(limit, max(1, 2*len(j.ring))) }
+
+// append adds e as the newest entry, the oldest going when limit are held.
+func (j *journal) append(e *journalEntry, limit int) {
+	j.last++
+	e.seq = j.last
+	if j.n == limit {
+		j.ring[j.oldest] = *e
+		j.oldest = (j.oldest + 1) % len(j.ring)
+		return
+	}
+	if j.n == len(j.ring) {
+		j.resize(j.grown(limit))
+	}
+	j.ring[(j.oldest+j.n)%len(j.ring)] = *e
+	j.n++
+}
+
+// resize moves the held entries to a ring of n, oldest first.
+func (j *journal) resize(n int) {
+	ring := make([]journalEntry, n)
+	for k := range j.n {
+		ring[k] = j.ring[(j.oldest+k)%len(j.ring)]
+	}
+	j.ring, j.oldest = ring, 0
+}
+
+// makeRoom drops the oldest entries of the largest journals until need more bytes fit
+// under the book's bound. It reports false when no journal holds an entry to drop.
+func (b *journalBook) makeRoom(need int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for b.total.Load()+need > b.maxBytes {
+		var largest *journal
+		for _, j := range b.all {
+			if largest == nil || j.size.Load() > largest.size.Load() {
+				largest = j
+			}
+		}
+		if largest == nil || largest.size.Load() == 0 {
+			return false
+		}
+		b.total.Add(-largest.shed(b.total.Load() + need - b.maxBytes))
+	}
+	return true
+}
+
+// shed drops the oldest entries until want bytes are freed, or a quarter of what the
+// journal holds (so that room is not made one entry at a time), and fits its ring to what
+// is left. It returns the bytes freed.
+func (j *journal) shed(want int64) int64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	want = max(want, j.bytes/4)
+	var freed int64
+	dropped := 0
+	for dropped < j.n && freed < want {
+		freed += j.ring[(j.oldest+dropped)%len(j.ring)].cost() + entrySlot
+		dropped++
+	}
+	freed += int64(len(j.ring)-j.n) * entrySlot // the ring's empty slots go too
+	j.oldest, j.n = (j.oldest+dropped)%max(1, len(j.ring)), j.n-dropped
+	j.resize(j.n)
+	j.bytes -= freed
+	j.size.Store(j.bytes)
+	return freed
+}
+
+// journalRead is what a read of the journal takes: the entries after a seq, of a run if
+// one is given, at most limit (0: every one).
+type journalRead struct {
+	after uint64
+	run   string
+	limit int
+}
+
+// journalPart is what a read finds: its entries, oldest first, whether more follow, the
+// journal's newest seq, and how many entries after the read's seq were dropped.
+type journalPart struct {
+	entries       []journalEntry
+	more          bool
+	last, dropped uint64
+}
+
+// read copies the entries q asks for out of t's journal (nil: none yet).
+func (j *journal) read(q journalRead) journalPart {
+	if j == nil {
+		return journalPart{}
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	part := journalPart{last: j.last}
+	if first := j.last - uint64(j.n); first > q.after { // seqs up to first were dropped
+		part.dropped = first - q.after
+	}
+	for k := range j.n {
+		e := &j.ring[(j.oldest+k)%len(j.ring)]
+		if e.seq <= q.after || q.run != "" && e.run != q.run {
+			continue
+		}
+		if q.limit > 0 && len(part.entries) == q.limit {
+			part.more = true
+			break
+		}
+		part.entries = append(part.entries, *e)
+	}
+	return part
+}
+
+// keyMask is how the journal names a key: "..." and its last 4 characters, after its
+// first 8 when it has 24 or more; "..." alone under 8.
+func keyMask(key string) string {
+	switch {
+	case len(key) < 8:
+		return "..."
+	case len(key) < 24:
+		return "..." + key[len(key)-4:]
+	}
+	return key[:8] + "..." + key[len(key)-4:]
+}
+
+// The journal's reads: GET /v1/test_helpers/requests and /findings.
+
+// entryJSON is an entry as the journal's read writes it, its members in this order.
+type entryJSON struct {
+	Seq        uint64   `json:"seq"`
+	At         string   `json:"at"`
+	Clock      string   `json:"clock"`
+	Method     string   `json:"method"`
+	Route      string   `json:"route"`
+	Target     string   `json:"target"`
+	Key        string   `json:"key"`
+	Status     int      `json:"status"`
+	Code       *string  `json:"code"`
+	Simulated  *string  `json:"simulated"`
+	RequestID  string   `json:"request_id"`
+	DurationMS float64  `json:"duration_ms"`
+	Prefer     *string  `json:"prefer"`
+	RetryAfter *int     `json:"retry_after"`
+	IDs        []string `json:"ids"`
+}
+
+// requestsAnswer is GET /v1/test_helpers/requests's answer.
+type requestsAnswer struct {
+	Data    []entryJSON `json:"data"`
+	HasMore bool        `json:"has_more"`
+	LastSeq uint64      `json:"last_seq"`
+	Dropped uint64      `json:"dropped"`
+}
+
+// entryJSONOf is e as the journal's read writes it; its ids are those its answer showed.
+func (t *tenant) entryJSONOf(e *journalEntry) entryJSON {
+	j := entryJSON{Seq: e.seq, At: formatTimestamp(time.Unix(0, e.arrived)), Clock: formatInstant(e.clock), Method: e.method,
+		Route: e.route, Target: e.target, Key: e.key.mask, Status: int(e.status), RequestID: e.requestID,
+		DurationMS: math.Round(float64(e.duration)/1e3) / 1e3, IDs: t.idsOf(e)}
+	if e.code != "" {
+		c := string(e.code)
+		j.Code = &c
+	}
+	if s := e.simulated.String(); s != "" {
+		j.Simulated = &s
+	}
+	if e.hasPrefer {
+		j.Prefer = &e.prefer
+	}
+	if e.retryAfter >= 0 {
+		ra := int(e.retryAfter)
+		j.RetryAfter = &ra
+	}
+	return j
+}
+
+// idsOf is the ids an entry's answer showed, in its order: [] but for a 200 GET of the
+// four operations.
+func (t *tenant) idsOf(e *journalEntry) []string {
+	ids := []string{}
+	if !e.read() {
+		return ids
+	}
+	switch e.shown.kind {
+	case showsOrder:
+		ids = append(ids, string(t.orders.idOf(int(e.shown.order))))
+	case showsShipment:
+		ids = append(ids, e.shown.ship.id)
+	case showsPage:
+		t.orders.pageOrders(&e.shown.page, e.clock, func(i int) { ids = append(ids, string(t.orders.idOf(i))) })
+	}
+	return ids
+}
+
+// findingsAnswer is GET /v1/test_helpers/findings's answer.
+type findingsAnswer struct {
+	Data    []finding   `json:"data"`
+	Judged  *judgedSeqs `json:"judged"`
+	Dropped uint64      `json:"dropped"`
+}
+
+type judgedSeqs struct {
+	From uint64 `json:"from_seq"`
+	To   uint64 `json:"to_seq"`
+}
+
+// finding is one trap the entries show the integration fell into.
+type finding struct {
+	Code     string   `json:"code"`
+	Detail   string   `json:"detail"`
+	Requests []uint64 `json:"requests"`
+	ID       *string  `json:"id"`
+}
+
+const (
+	findingRetryTooSoon    = "retry_too_soon"
+	findingMissedImport    = "missed_import"
+	findingStaleOrder      = "stale_order"
+	findingAmbiguousNumber = "ambiguous_number"
+)
+
+// judge is every finding of the entries es of tenant t, oldest first: by their first
+// cited seq, then code.
+func (t *tenant) judge(es []journalEntry) []finding {
+	fs := retriesTooSoon(es)
+	fs = append(fs, sharedNumbers(es)...)
+	fs = append(fs, t.orderFindings(es)...)
+	slices.SortStableFunc(fs, func(a, b finding) int {
+		if c := cmp.Compare(a.Requests[0], b.Requests[0]); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Code, b.Code)
+	})
+	return fs
+}
+
+// retriesTooSoon finds, for each key, method and target, the requests sent while an
+// earlier answer's Retry-After was running: from the end of that answer (its arrival and
+// duration) for its Retry-After seconds.
+func retriesTooSoon(es []journalEntry) []finding {
+	type sent struct {
+		key            *apiKey
+		method, target string
+	}
+	groups := map[sent][]int{} // the entries of each, in seq order
+	var order []sent           // the groups with a Retry-After, in the order of their first
+	for i := range es {
+		g := sent{es[i].key, es[i].method, es[i].target}
+		if es[i].retryAfter >= 0 && !slices.Contains(order, g) {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	var fs []finding
+	for _, g := range order {
+		if f, ok := tooSoon(es, groups[g]); ok {
+			fs = append(fs, f)
+		}
+	}
+	return fs
+}
+
+// window is an answer's Retry-After: from the end of the answer, for its seconds.
+func window(e *journalEntry) (from, until int64) {
+	from = e.arrived + e.duration
+	return from, from + int64(e.retryAfter)*int64(time.Second)
+}
+
+// tooSoon judges the entries of one key, method and target (indexes into es, in seq
+// order): a finding when one was sent within an earlier one's Retry-After. A sweep over
+// the entries by arrival, beside the windows by start, counts each such entry once; the
+// finding cites the first answer with such an entry, and its first.
+func tooSoon(es []journalEntry, group []int) (finding, bool) {
+	byArrival := slices.Clone(group)
+	slices.SortStableFunc(byArrival, func(a, b int) int { return cmp.Compare(es[a].arrived, es[b].arrived) })
+	var windows []int // the entries with a Retry-After, by the start of their window
+	for _, i := range group {
+		if es[i].retryAfter >= 0 {
+			windows = append(windows, i)
+		}
+	}
+	slices.SortStableFunc(windows, func(a, b int) int {
+		fa, _ := window(&es[a])
+		fb, _ := window(&es[b])
+		return cmp.Compare(fa, fb)
+	})
+	// The two windows that run longest among those begun, and whose they are: an entry is
+	// never a retry of itself.
+	type open struct {
+		until int64
+		of    int
+	}
+	first, second := open{math.MinInt64, -1}, open{math.MinInt64, -1}
+	count, w := 0, 0
+	for _, b := range byArrival {
+		for ; w < len(windows); w++ {
+			from, until := window(&es[windows[w]])
+			if from > es[b].arrived {
+				break
+			}
+			switch o := (open{until, windows[w]}); {
+			case o.until > first.until:
+				first, second = o, first
+			case o.until > second.until:
+				second = o
+			}
+		}
+		best := first
+		if best.of == b {
+			best = second
+		}
+		if best.of >= 0 && es[b].arrived < best.until {
+			count++
+		}
+	}
+	if count == 0 {
+		return finding{}, false
+	}
+	for _, a := range group { // the first answer with a retry in its window, and its first
+		from, until := window(&es[a])
+		if es[a].retryAfter < 0 {
+			continue
+		}
+		for _, b := range group {
+			if b != a && from <= es[b].arrived && es[b].arrived < until {
+				A, B := &es[a], &es[b]
+				detail := fmt.Sprintf("%s %s was sent %d %s before the Retry-After of an earlier answer had passed: request %d came %s after request %d was answered %d with Retry-After: %d; wait at least the Retry-After seconds before sending it again.",
+					A.method, A.target, count, plural(count, "time", "times"), B.seq, seconds(B.arrived-from), A.seq, A.status, A.retryAfter)
+				return finding{Code: findingRetryTooSoon, Detail: detail, Requests: []uint64{A.seq, B.seq}}, true
+			}
+		}
+	}
+	return finding{}, false
+}
+
+// sharedNumbers finds the lookups by a tracking number that several shipments held at the
+// lookup's instant: one finding a number, citing its first and last.
+func sharedNumbers(es []journalEntry) []finding {
+	var numbers []string
+	seqs := map[string][]uint64{}
+	for i := range es {
+		e := &es[i]
+		if e.method != http.MethodGet || e.status != http.StatusNotFound || e.shown.kind != showsSharedNumber {
+			continue
+		}
+		n := *e.shown.ship.trackingNumber
+		if seqs[n] == nil {
+			numbers = append(numbers, n)
+		}
+		seqs[n] = append(seqs[n], e.seq)
+	}
+	var fs []finding
+	for _, n := range numbers {
+		s := seqs[n]
+		cited := []uint64{s[0]}
+		if len(s) > 1 {
+			cited = append(cited, s[len(s)-1])
+		}
+		fs = append(fs, finding{Code: findingAmbiguousNumber, Requests: cited, Detail: fmt.Sprintf(
+			"Tracking number %s was held by more than one shipment when it was looked up (%d %s), so the sandbox answered 404; the live domain adapter will answer 409 Conflict there: look the shipment up by its id, GET /v1/shipments/{id}/tracking.",
+			strconv.Quote(n), len(s), plural(len(s), "lookup", "lookups"))})
+	}
+	return fs
+}
+
+// orderFindings finds the orders the entries missed (imported late, behind what a list
+// had read, and never shown after) and those whose last sighting is stale at the latest
+// instant read. Only orders with a timeline move, so only those are followed.
+func (t *tenant) orderFindings(es []journalEntry) []finding {
+	ix := &t.orders
+	var lists []*journalEntry       // the 200 pages
+	seen := map[int]*journalEntry{} // an order with a timeline -> the entry that showed it at the latest instant (ties: the higher seq)
+	var latest *journalEntry        // the read judged at the latest instant (ties: the highest seq)
+	see := func(m int, e *journalEntry) {
+		if s := seen[m]; s == nil || laterRead(e, s) {
+			seen[m] = e
+		}
+	}
+	for i := range es {
+		e := &es[i]
+		if !e.read() {
+			continue
+		}
+		if latest == nil || laterRead(e, latest) {
+			latest = e
+		}
+		switch e.shown.kind {
+		case showsOrder:
+			if m, ok := ix.movingOf(int(e.shown.order)); ok {
+				see(m, e)
+			}
+		case showsPage:
+			lists = append(lists, e)
+			ix.pageMoving(&e.shown.page, e.clock, func(m int) { see(m, e) })
+		}
+	}
+	if latest == nil {
+		return nil
+	}
+	var fs []finding
+	for m := range ix.movingCount() {
+		if s := seen[m]; s != nil {
+			if f, ok := t.staleOrder(m, s, latest, lists); ok {
+				fs = append(fs, f)
+			}
+		} else if f, ok := t.missedImport(m, latest, lists); ok {
+			fs = append(fs, f)
+		}
+	}
+	return fs
+}
+
+// laterRead reports whether a was judged after b, or at the same instant with a higher seq.
+func laterRead(a, b *journalEntry) bool {
+	c := a.clock.compare(b.clock)
+	return c > 0 || c == 0 && a.seq > b.seq
+}
+
+// staleOrder judges an order with a timeline last seen by s: a finding when it stands
+// otherwise at the latest instant read, unless a page judged after s and by then, whose
+// filter its status then left, reached its place (a client that polls one status learns
+// of a change when the order leaves it).
+func (t *tenant) staleOrder(m int, s, latest *journalEntry, lists []*journalEntry) (finding, bool) {
+	ix := &t.orders
+	then, _ := ix.movingState(m, s.clock)
+	now, _ := ix.movingState(m, latest.clock)
+	if then.status == now.status && then.linked == now.linked {
+		return finding{}, false
+	}
+	for _, l := range lists {
+		if l.clock.after(s.clock) && !l.clock.after(latest.clock) && ix.leftFilter(m, &l.shown.page, l.clock) {
+			return finding{}, false
+		}
+	}
+	id := ix.movingID(m)
+	detail := fmt.Sprintf("Order %s was last seen %s (request %d, at %s), but at %s (request %d) it is %s: keep re-reading the orders you follow (by id, or with a window that looks back) until they settle.",
+		id, ix.describe(m, then), s.seq, formatInstant(s.clock), formatInstant(latest.clock), latest.seq, ix.describe(m, now))
+	return finding{Code: findingStaleOrder, Detail: detail, Requests: []uint64{s.seq, latest.seq}, ID: &id}, true
+}
+
+// missedImport judges an order with a timeline that no read showed: a finding when it was
+// imported late, some read was judged at or after its import, and a page judged before it
+// held its place with a filter it then matched.
+func (t *tenant) missedImport(m int, latest *journalEntry, lists []*journalEntry) (finding, bool) {
+	ix := &t.orders
+	created, imported := ix.movingInstants(m)
+	if !imported.after(created) || imported.after(latest.clock) {
+		return finding{}, false
+	}
+	var held *journalEntry // the page with the highest seq
+	for _, l := range lists {
+		if imported.after(l.clock) && ix.heldPlace(m, &l.shown.page) && (held == nil || l.seq > held.seq) {
+			held = l
+		}
+	}
+	if held == nil {
+		return finding{}, false
+	}
+	id := ix.movingID(m)
+	detail := fmt.Sprintf("Order %s (created_at %s) was imported at %s, behind what request %d had listed, and no request judged after its import showed it (the last read, request %d, was judged at %s): a created_from watermark misses orders imported late, so re-read a window that looks back further than imports can be late.",
+		id, formatInstant(created), formatInstant(imported), held.seq, latest.seq, formatInstant(latest.clock))
+	return finding{Code: findingMissedImport, Detail: detail, Requests: []uint64{held.seq, latest.seq}, ID: &id}, true
+}
+
+// plural is one or many, as n says.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// seconds writes ns as seconds, to the millisecond: 0.250 s.
+func seconds(ns int64) string { return strconv.FormatFloat(float64(ns)/1e9, 'f', 3, 64) + " s" }
+
+// A HAR 1.2 log of the journal's entries, which a browser's developer tools open: every
+// member HAR 1.2 requires, -1 where a size is unknown.
+
+type (
+	harLog struct {
+		Log harBody `json:"log"`
+	}
+	harBody struct {
+		Version string     `json:"version"`
+		Creator harCreator `json:"creator"`
+		Entries []harEntry `json:"entries"`
+	}
+	harCreator struct {
+		Name    string `json:"name"`
+		Version string `json:"version"`
+	}
+	harEntry struct {
+		StartedDateTime string      `json:"startedDateTime"`
+		Time            float64     `json:"time"`
+		Request         harRequest  `json:"request"`
+		Response        harResponse `json:"response"`
+		Cache           struct{}    `json:"cache"`
+		Timings         harTimings  `json:"timings"`
+		Seq             uint64      `json:"_seq"` // custom members start with _
+	}
+	harRequest struct {
+		Method      string    `json:"method"`
+		URL         string    `json:"url"`
+		HTTPVersion string    `json:"httpVersion"`
+		Cookies     []harPair `json:"cookies"`
+		Headers     []harPair `json:"headers"`
+		QueryString []harPair `json:"queryString"`
+		HeadersSize int       `json:"headersSize"`
+		BodySize    int       `json:"bodySize"`
+	}
+	harResponse struct {
+		Status      int        `json:"status"`
+		StatusText  string     `json:"statusText"`
+		HTTPVersion string     `json:"httpVersion"`
+		Cookies     []harPair  `json:"cookies"`
+		Headers     []harPair  `json:"headers"`
+		Content     harContent `json:"content"`
+		RedirectURL string     `json:"redirectURL"`
+		HeadersSize int        `json:"headersSize"`
+		BodySize    int64      `json:"bodySize"`
+	}
+	harPair struct {
+		Name  string `json:"name"`
+		Value string `json:"value"`
+	}
+	harContent struct {
+		Size     int64  `json:"size"`
+		MimeType string `json:"mimeType"`
+	}
+	harTimings struct {
+		Send    float64 `json:"send"`
+		Wait    float64 `json:"wait"`
+		Receive float64 `json:"receive"`
+	}
+)
+
+// harOf is es as a HAR log, their URLs under origin (the address the reader used).
+func harOf(es []journalEntry, origin string) harLog {
+	log := harLog{harBody{Version: "1.2", Creator: harCreator{"shipping-api-sandbox", "v1"}, Entries: []harEntry{}}}
+	for i := range es {
+		e := &es[i]
+		ms := math.Round(float64(e.duration)/1e3) / 1e3
+		req := harRequest{Method: e.method, URL: origin + e.target, HTTPVersion: "HTTP/1.1", Cookies: []harPair{},
+			Headers: []harPair{{"Authorization", "Bearer " + e.key.mask}}, QueryString: queryPairs(e.target), HeadersSize: -1}
+		if e.hasPrefer {
+			req.Headers = append(req.Headers, harPair{"Prefer", e.prefer})
+		}
+		if e.method == http.MethodPost {
+			req.BodySize = -1 // the journal keeps no request body
+		}
+		resp := harResponse{Status: int(e.status), StatusText: statusTitle(int(e.status)), HTTPVersion: "HTTP/1.1", Cookies: []harPair{},
+			Headers: []harPair{{"Request-Id", e.requestID}}, Content: harContent{Size: e.size, MimeType: e.contentType}, HeadersSize: -1, BodySize: e.size}
+		if e.retryAfter >= 0 {
+			resp.Headers = append(resp.Headers, harPair{"Retry-After", strconv.Itoa(int(e.retryAfter))})
+		}
+		if e.contentType != "" {
+			resp.Headers = append(resp.Headers, harPair{"Content-Type", e.contentType})
+		}
+		if e.method == http.MethodHead && e.size >= 0 {
+			resp.BodySize = 0 // the answer to a HEAD has a Content-Length but no body
+		}
+		log.Log.Entries = append(log.Log.Entries, harEntry{StartedDateTime: time.Unix(0, e.arrived).UTC().Format("2006-01-02T15:04:05.000Z07:00"),
+			Time: ms, Request: req, Response: resp, Timings: harTimings{Wait: ms}, Seq: e.seq})
+	}
+	return log
+}
+
+// queryPairs is the query of a target as HAR lists it: each pair, decoded where it can be.
+func queryPairs(target string) []harPair {
+	pairs := []harPair{}
+	_, query, _ := strings.Cut(target, "?")
+	for p, rest, ok := nextParam(query); ok; p, rest, ok = nextParam(rest) {
+		v, err := p.value()
+		if err != nil {
+			v = p.rawValue
+		}
+		pairs = append(pairs, harPair{p.name, v})
+	}
+	return pairs
+}
+
+// The reads' queries.
+
+const defaultJournalRead = 100 // entries a read answers when it names no limit
+
+var errJournalOff = &apiError{code: codeNotFound, detail: "The journal is off: this sandbox was started with -journal 0 (or SANDBOX_JOURNAL=0). Start it with -journal N (1 to 100000 entries per account and environment; default 1000) to journal requests and judge them."}
+
+// parseJournalQuery reads the query of a read of the journal: after and run, and for the
+// requests limit and format. Faults are reported in the order the pairs were sent, each
+// judged by its name, then by its value.
+func parseJournalQuery(raw string, requests bool) (q journalRead, har bool, err error) {
+	takes := "GET /v1/test_helpers/findings takes after and run."
+	if requests {
+		q.limit = defaultJournalRead
+		takes = "GET /v1/test_helpers/requests takes after, limit, run and format."
+	}
+	var seen []string
+	for p, rest, ok := nextParam(raw); ok; p, rest, ok = nextParam(rest) {
+		switch p.name {
+		case "after", "run":
+		case "limit", "format":
+			if requests {
+				break
+			}
+			fallthrough
+		default:
+			return q, false, unknownParam(p.name, takes)
+		}
+		if slices.Contains(seen, p.name) {
+			return q, false, paramError(codeInvalidParameter, p.name, p.name+" is given more than once; give it once.")
+		}
+		seen = append(seen, p.name)
+		v, err := p.value()
+		if err != nil {
+			return q, false, err
+		}
+		if har, err = readJournalParam(&q, p.name, v, har); err != nil {
+			return q, false, err
+		}
+	}
+	return q, har, nil
+}
+
+// readJournalParam reads one parameter's value into q (format into har).
+func readJournalParam(q *journalRead, name, v string, har bool) (bool, error) {
+	switch name {
+	case "after":
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return har, paramError(codeInvalidParameter, name, "after must be a seq: a whole number from 0, such as the last_seq of an earlier read.")
+		}
+		q.after = n
+	case "limit":
+		n, ok := parseWhole(v, maxJournalRead)
+		if !ok || n < 1 {
+			return har, paramError(codeInvalidParameter, name, fmt.Sprintf("limit must be a whole number from 1 to %d.", maxJournalRead))
+		}
+		q.limit = n
+	case "run":
+		if !validRun(v) {
+			return har, paramError(codeInvalidParameter, name, `run must be 1 to 64 characters of A-Z a-z 0-9 . _ -, as sent in Prefer: run="t-42".`)
+		}
+		q.run = v
+	case "format":
+		if v != "json" && v != "har" {
+			return har, paramError(codeInvalidParameter, name, "format must be json (the default) or har (a HAR 1.2 log, which a browser's developer tools open).")
+		}
+		return v == "har", nil
+	}
+	return har, nil
+}
+
+// validRun reports whether a run tag is 1 to 64 characters of A-Z a-z 0-9 . _ -.
+func validRun(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// recent copies the journal's newest n entries, oldest first.
+func (j *journal) recent(n int) []journalEntry {
+	if j == nil {
+		return nil
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	es := make([]journalEntry, min(n, j.n))
+	for k := range es {
+		es[k] = j.ring[(j.oldest+j.n-len(es)+k)%len(j.ring)]
+	}
+	return es
+}
+
+// findingsCount is the newest entry's seq and the number of findings of the entries held
+// then: judged at most once per new entry, and kept until the next.
+func (t *tenant) findingsCount() (uint64, int) {
+	j := t.journal.Load()
+	if j == nil {
+		return 0, 0
+	}
+	j.mu.Lock()
+	counted, last := j.counted, j.last
+	j.mu.Unlock()
+	if counted.seq == last {
+		return last, counted.n
+	}
+	part := j.read(journalRead{})
+	n := len(t.judge(part.entries))
+	j.mu.Lock()
+	if part.last > j.counted.seq {
+		j.counted = findingsCount{part.last, n}
+	}
+	j.mu.Unlock()
+	return part.last, n
 }

@@ -146,6 +146,26 @@ func appendProblem(b []byte, e *apiError, requestID string) []byte {
 // is the one table of them: the Prefer parser's message, the Retry-After rule and the
 // document's checks read it.
 
+// simulation is what answered a request instead of its route.
+type simulation uint8
+
+const (
+	notSimulated simulation = iota
+	byPrefer                // Prefer: code=...
+	byFaults                // -faults
+)
+
+// String is how the journal names it: "prefer", "faults", or "" for an answer of the route.
+func (s simulation) String() string {
+	switch s {
+	case byPrefer:
+		return "prefer"
+	case byFaults:
+		return "faults"
+	}
+	return ""
+}
+
 // simulatedAnswer is an answer a test client may ask for: the status as Prefer names it, the
 // error the real API would answer with, what its detail says happened, and whether it says
 // when to retry (Retry-After).

@@ -79,6 +79,7 @@ type config struct {
 	cursorSecret string
 	clock        *time.Time // -clock: every tenant's clock starts frozen there
 	faults       *faultPlan // -faults: nil for none
+	journal      int        // -journal: the entries kept per tenant, 0 for none
 
 	readHeaderTimeout time.Duration
 	readTimeout       time.Duration
@@ -95,6 +96,7 @@ func defaultConfig() config {
 	return config{
 		addr:              "127.0.0.1:8080",
 		rate:              25,
+		journal:           defaultJournal,
 		readHeaderTimeout: 10 * time.Second,
 		// The longest request reads a 256 KiB body; the longest answer waits out a
 		// Prefer delay of 10 s first.
@@ -135,6 +137,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 		cfg.faults, err = parseFaults(v)
 		return err
 	})
+	fs.Func("journal", "keep the last `N` requests of each account and environment (0 to 100000; 0 turns the journal off) (default 1000)", wholeNumber(&cfg.journal, maxJournal))
 	fs.Func("cors-origin", "answer browsers of this `origin` (scheme://host[:port], or *) with CORS headers (default: none)", func(s string) error {
 		if s != "*" && !validOrigin(s) {
 			return errors.New("want one origin such as http://localhost:3000, or *")
@@ -337,7 +340,7 @@ func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, t
 	base := baseURL(ln.Addr())
 	stopping := make(chan struct{})
 	srv, err := newServer(sb, serverOptions{rate: cfg.rate, cursorSecret: cfg.cursorSecret, baseURL: base, log: logger, access: logs,
-		stopping: stopping, corsOrigin: cfg.corsOrigin, loopback: isLoopback(ln.Addr()), faults: cfg.faults})
+		stopping: stopping, corsOrigin: cfg.corsOrigin, loopback: isLoopback(ln.Addr()), faults: cfg.faults, journal: cfg.journal})
 	if err != nil {
 		ln.Close()
 		return cfg.loadStopTimeout, err
@@ -759,6 +762,8 @@ type serverOptions struct {
 	faults       *faultPlan       // nil: no faults
 	loopback     bool             // listening on loopback only: the landing page shows the keys
 	now          func() time.Time // the wall clock: tenants' clocks follow it, and the rate limit uses it
+	journal      int              // the entries each tenant's journal keeps; 0: none
+	journalBytes int64            // what all journals may hold together; 0: maxJournalBytes
 }
 
 // server is the service over one loaded dataset.
@@ -767,8 +772,9 @@ type server struct {
 	// line. Only those write it: a counter every request wrote would bounce its cache line
 	// between the cores (compare.sh shows it).
 	drained  atomic.Int64
-	cors     *cors      // nil: no CORS headers
-	faults   *faultPlan // nil: -faults is off
+	cors     *cors        // nil: no CORS headers
+	faults   *faultPlan   // nil: -faults is off
+	journals *journalBook // nil: -journal 0
 	landing  *landing
 	clocks   clockHelpers
 	keys     keyring
@@ -807,9 +813,13 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 	if o.corsOrigin != "" {
 		c = &cors{origin: o.corsOrigin}
 	}
+	if o.journalBytes == 0 {
+		o.journalBytes = maxJournalBytes
+	}
 	return &server{
 		cors:     c,
 		faults:   o.faults,
+		journals: newJournalBook(o.journal, o.journalBytes),
 		landing:  newLanding(sb, o.loopback, o.faults),
 		clocks:   clockHelpers{started: sb.start, wall: o.now},
 		keys:     sb.keys,
@@ -842,6 +852,8 @@ func (s *server) routes() []route {
 		{"GET /v1/test_helpers/clock", s.testHelper(codeAndDelay, s.getClock)},
 		{"POST /v1/test_helpers/clock", s.testHelper(codeAndDelay, s.setClock)},
 		{"GET /v1/test_helpers/timeline", s.testHelper(withClock, getTimeline)},
+		{"GET /v1/test_helpers/requests", s.journalRead(s.readRequests)},
+		{"GET /v1/test_helpers/findings", s.journalRead(s.readFindings)},
 		{"GET /v1/openapi.json", s.keyless(s.serveOpenAPI)},
 		{"GET /v1/healthz", s.keyless(s.serveHealth)},
 		{"GET /healthz", s.keyless(s.serveHealth)}, // also outside the base URL, for probes that know none
@@ -885,7 +897,7 @@ func (s *server) handler(extra ...route) http.Handler {
 // judged by the tenant's clock, then its scope (403) and every Prefer preference; h then
 // checks parameters and the resource.
 func (s *server) operation(need scope, h keyedHandler) callHandler {
-	return s.keyed(h, tenantClock, requireScope(need), s.simulate(withClock|withFaults))
+	return s.keyed(h, tenantClock, journaled, requireScope(need), s.simulate(withClock|withFaults))
 }
 
 // testHelper wraps a test helper in the checks of a keyed route but the scope (any active
@@ -893,15 +905,34 @@ func (s *server) operation(need scope, h keyedHandler) callHandler {
 // tenant can always move its clock back, then the preferences it reads; it takes no query
 // parameters.
 func (s *server) testHelper(reads preferences, h keyedHandler) callHandler {
-	return s.keyed(noParams(h), wallClock, s.simulate(reads))
+	return s.keyed(noParams(h), wallClock, journaled, s.simulate(reads))
 }
+
+// journalRead wraps a read of the journal as a test helper, but that it takes its own
+// query parameters and is not journaled itself; with the journal off it answers 404.
+func (s *server) journalRead(h keyedHandler) callHandler {
+	return s.keyed(func(w http.ResponseWriter, r *http.Request, c *call) error {
+		if s.journals == nil {
+			return errJournalOff
+		}
+		return h(w, r, c)
+	}, wallClock, unjournaled, s.simulate(codeAndDelay))
+}
+
+// journaling says whether a route's requests are journaled.
+type journaling bool
+
+const (
+	journaled   journaling = true
+	unjournaled journaling = false // the reads of the journal
+)
 
 // keyed wraps h in the checks of a route called with a key, in the contract's order: (route
 // and method by the mux), declared body size (413), key (401, its expiry by expiry's
 // clock), live environment (503), rate limit (429), then the route's own (scope, Prefer),
 // then the streamed body size (413).
-func (s *server) keyed(h keyedHandler, expiry expiryClock, own ...wrapper) callHandler {
-	checks := []wrapper{capDeclared, requireKey(s.keys, s.now, expiry), refuseLive, limitRate(s.rate, s.now)}
+func (s *server) keyed(h keyedHandler, expiry expiryClock, j journaling, own ...wrapper) callHandler {
+	checks := []wrapper{capDeclared, requireKey(s.keys, s.now, expiry, bool(j) && s.journals != nil), refuseLive, limitRate(s.rate, s.now)}
 	return chain(s.serveKeyed(h), append(append(checks, own...), s.readBody)...)
 }
 
@@ -923,32 +954,38 @@ func (s *server) serveKeyed(h keyedHandler) callHandler {
 }
 
 // The four operations: each reads its wildcard (named in the route table) and asks the
-// tenant's index, which takes values and answers bytes or an error.
+// tenant's index, which takes values and answers bytes or an error; each notes in the call
+// what its answer shows, for the journal.
 
 func trackingByID(w http.ResponseWriter, r *http.Request, c *call) error {
-	v, err := c.key.tenant.shipments.viewByID(r.PathValue("id"), c.at)
-	return writeView(w, v, err)
+	v, s, err := c.key.tenant.shipments.viewByID(r.PathValue("id"), c.at)
+	return writeView(w, c, v, s, err)
 }
 
 func trackingByNumber(w http.ResponseWriter, r *http.Request, c *call) error {
-	v, err := c.key.tenant.shipments.viewByNumber(r.PathValue("tracking_number"), c.at)
-	return writeView(w, v, err)
+	v, s, err := c.key.tenant.shipments.viewByNumber(r.PathValue("tracking_number"), c.at)
+	if err == errTrackingAmbiguous {
+		c.shown = shown{kind: showsSharedNumber, ship: s}
+	}
+	return writeView(w, c, v, s, err)
 }
 
-// writeView answers with a tracking view, or returns the error found instead.
-func writeView(w http.ResponseWriter, v view, err error) error {
+// writeView answers with a tracking view of s, or returns the error found instead.
+func writeView(w http.ResponseWriter, c *call, v view, s *shipment, err error) error {
 	if err != nil {
 		return err
 	}
+	c.shown = shown{kind: showsShipment, ship: s}
 	writeBody(w, http.StatusOK, jsonContentType, v[:]...)
 	return nil
 }
 
 func getOrder(w http.ResponseWriter, r *http.Request, c *call) error {
-	b, err := c.key.tenant.orders.get(r.PathValue("id"), c.at)
+	b, i, err := c.key.tenant.orders.get(r.PathValue("id"), c.at)
 	if err != nil {
 		return err
 	}
+	c.shown = shown{kind: showsOrder, order: int32(i)}
 	writeBody(w, http.StatusOK, jsonContentType, b)
 	return nil
 }
@@ -958,11 +995,12 @@ func getOrder(w http.ResponseWriter, r *http.Request, c *call) error {
 func (s *server) listOrders(w http.ResponseWriter, r *http.Request, c *call) error {
 	buf := s.pages.Get().(*[]byte)
 	defer s.pages.Put(buf)
-	b, err := c.key.tenant.orders.page((*buf)[:0], r.URL.RawQuery, s.cursors, c.at)
+	b, page, err := c.key.tenant.orders.page((*buf)[:0], r.URL.RawQuery, s.cursors, c.at)
 	*buf = b
 	if err != nil {
 		return err
 	}
+	c.shown = shown{kind: showsPage, page: page}
 	writeBody(w, http.StatusOK, jsonContentType, b)
 	return nil
 }
@@ -977,6 +1015,54 @@ func (s *server) setClock(w http.ResponseWriter, r *http.Request, c *call) error
 
 func getTimeline(w http.ResponseWriter, r *http.Request, c *call) error {
 	b, err := c.key.tenant.timelineAt(c.at)
+	if err != nil {
+		return err
+	}
+	writeBody(w, http.StatusOK, jsonContentType, b)
+	return nil
+}
+
+// readRequests answers GET /v1/test_helpers/requests: the journal's entries after a seq,
+// as JSON or as a HAR log whose URLs name the address the reader used.
+func (s *server) readRequests(w http.ResponseWriter, r *http.Request, c *call) error {
+	q, har, err := parseJournalQuery(r.URL.RawQuery, true)
+	if err != nil {
+		return err
+	}
+	t := c.key.tenant
+	part := t.journal.Load().read(q)
+	if har {
+		return writeJSON(w, harOf(part.entries, originOf(r, s.origin)))
+	}
+	answer := requestsAnswer{Data: make([]entryJSON, len(part.entries)), HasMore: part.more, LastSeq: part.last, Dropped: part.dropped}
+	for i := range part.entries {
+		answer.Data[i] = t.entryJSONOf(&part.entries[i])
+	}
+	return writeJSON(w, answer)
+}
+
+// readFindings answers GET /v1/test_helpers/findings: the findings of the journal's entries
+// after a seq.
+func (s *server) readFindings(w http.ResponseWriter, r *http.Request, c *call) error {
+	q, _, err := parseJournalQuery(r.URL.RawQuery, false)
+	if err != nil {
+		return err
+	}
+	t := c.key.tenant
+	part := t.journal.Load().read(q)
+	answer := findingsAnswer{Data: t.judge(part.entries), Dropped: part.dropped}
+	if answer.Data == nil {
+		answer.Data = []finding{}
+	}
+	if n := len(part.entries); n > 0 {
+		answer.Judged = &judgedSeqs{part.entries[0].seq, part.entries[n-1].seq}
+	}
+	return writeJSON(w, answer)
+}
+
+// writeJSON answers 200 with v as JSON.
+func writeJSON(w http.ResponseWriter, v any) error {
+	b, err := marshalJSON(v)
 	if err != nil {
 		return err
 	}
@@ -1007,7 +1093,7 @@ func (s *server) routeNotFound(w http.ResponseWriter, r *http.Request, c *call) 
 	if p := r.URL.Path; p != "/v1" && !strings.HasPrefix(p, "/v1/") {
 		detail = "No operation is served at this path. The operations are under " + origin + "/v1, each described in " + origin + "/v1/openapi.json; in a browser, " + origin + "/ shows the keys and fixtures."
 	}
-	writeProblem(w, c.id, &apiError{code: codeRouteNotFound, detail: detail})
+	c.fail(w, &apiError{code: codeRouteNotFound, detail: detail})
 }
 
 // methodNotAllowed answers 405 with the path's methods in Allow. When no browser is
@@ -1021,10 +1107,10 @@ func methodNotAllowed(methods []string, hintCORS bool) callHandler {
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
 		w.Header().Set("Allow", allow)
 		if hintCORS && isPreflight(r) {
-			writeProblem(w, c.id, hinted)
+			c.fail(w, hinted)
 			return
 		}
-		writeProblem(w, c.id, err)
+		c.fail(w, err)
 	}
 }
 
@@ -1032,7 +1118,7 @@ func methodNotAllowed(methods []string, hintCORS bool) callHandler {
 // sent to the page, a client to the document, at the address the request used.
 func (s *server) v1Root(w http.ResponseWriter, r *http.Request, c *call) {
 	origin := originOf(r, s.origin)
-	writeProblem(w, c.id, &apiError{code: codeRouteNotFound, detail: "No operation is served at " + r.URL.Path +
+	c.fail(w, &apiError{code: codeRouteNotFound, detail: "No operation is served at " + r.URL.Path +
 		" itself; the operations are under it. In a browser, open " + origin + "/ for the keys and fixtures; clients find every operation in " + origin + "/v1/openapi.json."})
 }
 
@@ -1045,21 +1131,18 @@ func (s *server) v1Root(w http.ResponseWriter, r *http.Request, c *call) {
 // was answered with.
 type call struct {
 	id        string
+	arrived   time.Time // when it arrived, by the machine's clock (as its log line's duration and its journal entry)
 	key       *apiKey
 	clock     clockReading // the tenant's clock, read once when the key was found
 	at        time.Time    // what the answer shows is judged at this instant: clock.now, or Prefer's clock
 	status    int
+	code      code       // the problem's code, if it was answered with one
 	simulated simulation // what answered instead of the route, if anything did
+	run       string     // its Prefer run
+	shown     shown      // what its answer showed, for the journal
+	journal   *apiKey    // the key whose tenant journals it, if it is journaled
+	journaled bool       // its entry is written
 }
-
-// simulation is what answered a request instead of its route.
-type simulation uint8
-
-const (
-	notSimulated simulation = iota
-	byPrefer                // Prefer: code=...
-	byFaults                // -faults
-)
 
 // callHandler is a handler that is handed the request's call. It is not a
 // func(http.Handler) http.Handler: what one check finds (the key, its tenant's clock
@@ -1108,14 +1191,20 @@ const (
 
 // requireKey answers 401 unless the request carries an active key, which it hands on with
 // its tenant's clock, read once. A key's expiry is judged by that reading or by the wall
-// clock, as expiry says.
-func requireKey(keys keyring, wall func() time.Time, expiry expiryClock) wrapper {
+// clock, as expiry says. Where journal says, a request that names a key of a test
+// environment, whatever its state, is journaled in its tenant.
+func requireKey(keys keyring, wall func() time.Time, expiry expiryClock, journal bool) wrapper {
 	return func(next callHandler) callHandler {
 		return func(w http.ResponseWriter, r *http.Request, c *call) {
 			k, fault := keys.authenticate(r.Header)
-			if fault == nil {
+			if k != nil {
 				c.clock = k.tenant.clock.read(wall)
 				c.at = c.clock.now
+				if journal && !k.tenant.live {
+					c.journal = k
+				}
+			}
+			if fault == nil {
 				judged := c.clock.now
 				if expiry == wallClock {
 					judged = wall()
@@ -1126,7 +1215,7 @@ func requireKey(keys keyring, wall func() time.Time, expiry expiryClock) wrapper
 			}
 			if fault != nil {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="sandbox"`)
-				writeProblem(w, c.id, fault)
+				c.fail(w, fault)
 				return
 			}
 			c.key = k
@@ -1139,7 +1228,7 @@ func requireKey(keys keyring, wall func() time.Time, expiry expiryClock) wrapper
 func refuseLive(next callHandler) callHandler {
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
 		if c.key.tenant.live {
-			writeProblem(w, c.id, errLive)
+			c.fail(w, errLive)
 			return
 		}
 		next(w, r, c)
@@ -1161,7 +1250,7 @@ func limitRate(l *rateLimit, now func() time.Time) wrapper {
 			h.Set("RateLimit", `"default";r=`+strconv.Itoa(remaining)+`;t=1`)
 			if !ok {
 				h.Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
-				writeProblem(w, c.id, errRateLimit)
+				c.fail(w, errRateLimit)
 				return
 			}
 			next(w, r, c)
@@ -1177,7 +1266,7 @@ func requireScope(need scope) wrapper {
 		return func(w http.ResponseWriter, r *http.Request, c *call) {
 			if c.key.scopes&need == 0 {
 				w.Header().Set("WWW-Authenticate", challenge)
-				writeProblem(w, c.id, err)
+				c.fail(w, err)
 				return
 			}
 			next(w, r, c)
@@ -1217,9 +1306,10 @@ func (s *server) simulate(reads preferences) wrapper {
 			}
 			p, err := parsePrefer(fields, reads, s.clocks.started)
 			if err != nil {
-				writeProblem(w, c.id, err)
+				c.fail(w, err)
 				return
 			}
+			c.run = p.run
 			answer, problem := s.answerOf(&p, r, c, faultable)
 			if applied := p.appliedHeader(c.simulated == byPrefer); applied != "" {
 				w.Header().Set("Preference-Applied", applied)
@@ -1234,7 +1324,7 @@ func (s *server) simulate(reads preferences) wrapper {
 				if answer.retryAfter {
 					w.Header().Set("Retry-After", "1")
 				}
-				writeProblem(w, c.id, problem)
+				c.fail(w, problem)
 				return
 			}
 			next(w, r, c)
@@ -1263,9 +1353,10 @@ func (s *server) answerOf(p *preference, r *http.Request, c *call, faultable boo
 	return nil, nil
 }
 
-// targetOf is a request's target as sent: its path and query.
+// targetOf is a request's target as sent: its path and query (of a target sent in
+// absolute form, http://host/path?query, its path and query as sent).
 func targetOf(r *http.Request) string {
-	if r.RequestURI != "" {
+	if strings.HasPrefix(r.RequestURI, "/") {
 		return r.RequestURI
 	}
 	return r.URL.RequestURI()
@@ -1522,19 +1613,6 @@ func (p *preference) appliedHeader(codeApplied bool) string {
 	return strings.Join(slices.Delete(slices.Clone(p.applied), p.codeAt, p.codeAt+1), ", ")
 }
 
-// validRun reports whether a run tag is 1 to 64 characters of A-Z a-z 0-9 . _ -.
-func validRun(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
 // nextPreference reads the first preference off s in one pass: its name and value (a token,
 // or a quoted string's content), the text of its parameters, and what follows the comma
 // that ends it.
@@ -1633,7 +1711,7 @@ var errBodyTooLarge = &apiError{code: codeBodyTooLarge, detail: fmt.Sprintf("The
 // left of the body is not read.
 func refuseTooLarge(w http.ResponseWriter, c *call) {
 	w.Header().Set("Connection", "close")
-	writeProblem(w, c.id, errBodyTooLarge)
+	c.fail(w, errBodyTooLarge)
 }
 
 // readBody reads a request's body, up to maxBodyBytes (413 past it, and the connection is
@@ -1657,7 +1735,7 @@ func (s *server) readBody(next callHandler) callHandler {
 		case err != nil:
 			s.log.Warn("request body framing broken", "request_id", c.id, "error", err.Error())
 			w.Header().Set("Connection", "close")
-			writeProblem(w, c.id, &apiError{code: codeMalformedJSON, detail: "The request body's chunked framing is broken (" + err.Error() + "). Send the body with a Content-Length, or as well-formed chunks."})
+			c.fail(w, &apiError{code: codeMalformedJSON, detail: "The request body's chunked framing is broken (" + err.Error() + "). Send the body with a Content-Length, or as well-formed chunks."})
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(b))
@@ -1709,6 +1787,51 @@ func abort(c *call) {
 // answer (nginx's 499); nothing is sent.
 const statusClientClosedRequest = 499
 
+// fail answers with the problem e, noting its code.
+func (c *call) fail(w http.ResponseWriter, e *apiError) {
+	c.code = e.code
+	writeProblem(w, c.id, e)
+}
+
+// journal writes the entry of a request journaled in its key's tenant, once, when its
+// status is known: before its body, so that a client that has its answer finds its entry.
+// It keeps what the request already holds (its line, its Prefer) and copies only what it
+// cuts.
+func (s *server) journal(sw *statusWriter) {
+	c, r := &sw.c, sw.r
+	if c.journal == nil || c.journaled {
+		return
+	}
+	c.journaled = true
+	e := journalEntry{arrived: c.arrived.UnixNano(), duration: int64(time.Since(c.arrived)), clock: instantOf(c.at), key: c.journal,
+		method: r.Method, route: sw.route, target: boundValue(targetOf(r), maxJournalTarget), run: c.run, requestID: c.id, code: c.code,
+		size: -1, retryAfter: -1, status: int16(c.status), simulated: c.simulated, shown: c.shown}
+	h := sw.Header()
+	if v := h["Content-Type"]; len(v) > 0 {
+		e.contentType = v[0]
+	}
+	if v := h["Content-Length"]; len(v) > 0 {
+		if n, err := strconv.ParseInt(v[0], 10, 64); err == nil {
+			e.size = n
+		}
+	}
+	if v := h["Retry-After"]; len(v) > 0 {
+		if n, err := strconv.ParseInt(v[0], 10, 32); err == nil {
+			e.retryAfter = int32(n)
+		}
+	}
+	if p := r.Header["Prefer"]; len(p) > 0 {
+		e.hasPrefer, e.prefer = true, p[0]
+		if len(p) > 1 {
+			e.prefer = strings.Join(p, ", ")
+		}
+		if len(e.prefer) > maxJournalPrefer { // cut: keep neither the whole field nor the run inside it
+			e.prefer, e.run = boundValue(e.prefer, maxJournalPrefer), strings.Clone(e.run)
+		}
+	}
+	s.journals.write(c.journal.tenant, &e)
+}
+
 // writeError answers with err: an error of the API as it is, any other logged with the
 // request id and answered as an internal error that shows nothing of it.
 func (s *server) writeError(w http.ResponseWriter, c *call, err error) {
@@ -1717,28 +1840,33 @@ func (s *server) writeError(w http.ResponseWriter, c *call, err error) {
 		s.log.Error("internal error", "request_id", c.id, "error", err.Error())
 		e = errInternal
 	}
-	writeProblem(w, c.id, e)
+	c.fail(w, e)
 }
 
 // Every request: its call, its common headers, a panic made a 500, and its log line.
 
 // statusWriter is the ResponseWriter a route's handlers write to: it notes the status
-// answered in the request's call, for the log.
+// answered in the request's call, for the log, and journals the request once its status
+// is known, before its body.
 type statusWriter struct {
 	http.ResponseWriter
-	c call
+	s     *server
+	r     *http.Request
+	route string
+	c     call
 }
 
 func (sw *statusWriter) WriteHeader(status int) {
 	if sw.c.status == 0 {
 		sw.c.status = status
+		sw.s.journal(sw)
 	}
 	sw.ResponseWriter.WriteHeader(status)
 }
 
 func (sw *statusWriter) Write(b []byte) (int, error) {
 	if sw.c.status == 0 {
-		sw.c.status = http.StatusOK
+		sw.WriteHeader(http.StatusOK)
 	}
 	return sw.ResponseWriter.Write(b)
 }
@@ -1751,7 +1879,7 @@ func (sw *statusWriter) Unwrap() http.ResponseWriter { return sw.ResponseWriter 
 // internals, and logs one line per request with route, the pattern's path.
 func (s *server) serveRoute(route string, next callHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sw := &statusWriter{ResponseWriter: w, c: call{id: newRequestID()}}
+		sw := &statusWriter{ResponseWriter: w, s: s, r: r, route: route, c: call{id: newRequestID(), arrived: time.Now()}}
 		h := w.Header()
 		h.Set("Request-Id", sw.c.id)
 		h.Set("Cache-Control", "no-store")
@@ -1759,7 +1887,7 @@ func (s *server) serveRoute(route string, next callHandler) http.Handler {
 		if s.cors != nil && s.cors.applies(r.URL.Path) {
 			s.cors.allow(h)
 		}
-		defer s.finish(sw, r.Method, route, time.Now())
+		defer s.finish(sw, r.Method, route)
 		next(sw, r, &sw.c)
 	})
 }
@@ -1767,7 +1895,7 @@ func (s *server) serveRoute(route string, next callHandler) http.Handler {
 // finish ends every request, also one that panics or is aborted: a panic becomes a 500
 // that shows no internals (or, after part of the answer, a cut connection), and the
 // request gets its one log line.
-func (s *server) finish(sw *statusWriter, method, route string, start time.Time) {
+func (s *server) finish(sw *statusWriter, method, route string) {
 	v := recover()
 	// Part of the answer is sent (or the request was aborted): cut the connection rather
 	// than let a truncated answer pass for a whole one.
@@ -1775,11 +1903,14 @@ func (s *server) finish(sw *statusWriter, method, route string, start time.Time)
 	if v != nil && v != http.ErrAbortHandler {
 		s.log.Error("panic", "request_id", sw.c.id, "route", route, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 		if !cut {
-			writeProblem(sw, sw.c.id, errInternal)
+			sw.c.fail(sw, errInternal)
 		}
 	}
+	if sw.c.status == statusClientClosedRequest {
+		s.journal(sw) // answered with nothing
+	}
 	end := time.Now()
-	s.logRequest(method, route, &sw.c, end, end.Sub(start))
+	s.logRequest(method, route, &sw.c, end, end.Sub(sw.c.arrived))
 	select {
 	case <-s.stopping:
 		s.drained.Add(1)
@@ -2126,9 +2257,10 @@ func (s *server) serveOpenAPI(w http.ResponseWriter, r *http.Request, c *call) {
 var landingHTML string
 
 const (
-	pageTenants = 20
-	pageRows    = 20
-	pageValue   = 64
+	pageTenants  = 20
+	pageRows     = 20
+	pageValue    = 64
+	pageRequests = 5 // a tenant's last journal entries
 )
 
 // landing is the page's template and what it shows that does not depend on the request.
@@ -2214,6 +2346,16 @@ type (
 		Past, Future  []landingHappening
 		MorePast      int
 		MoreFuture    int
+		Journal       bool // its journal is shown
+		Requests      []landingRequest
+		Journaled     int // the newest entry's seq: how many requests were journaled
+		Findings      int
+	}
+	landingRequest struct {
+		Seq            uint64
+		At             string
+		Method, Target template.HTML
+		Status         int
 	}
 	landingHappening struct{ Offset, ID, What template.HTML }
 	landingShipment  struct {
@@ -2251,6 +2393,10 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 			if d.Curl == "" && len(tk.keys) > 0 {
 				d.Curl = "curl -s -H 'Authorization: Bearer " + tk.curlKey + "' " + d.BaseURL + "/orders"
 			}
+			if s.journals != nil && !tk.t.live {
+				lt.Journal = true
+				lt.Requests, lt.Journaled, lt.Findings = landingJournal(tk.t)
+			}
 		}
 		shipments, more := tk.t.shipments.firstShown(clock.now, pageRows)
 		for _, sh := range shipments {
@@ -2278,6 +2424,20 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	writeBody(w, http.StatusOK, htmlContentType, b.Bytes())
+}
+
+// landingJournal is what the page shows of a tenant's journal: its last pageRequests
+// entries, how many were journaled, and how many findings they hold (counted once per new
+// entry).
+func landingJournal(t *tenant) ([]landingRequest, int, int) {
+	j := t.journal.Load()
+	last := j.recent(pageRequests)
+	rows := make([]landingRequest, len(last))
+	for i, e := range last {
+		rows[i] = landingRequest{e.seq, time.Unix(0, e.arrived).UTC().Format("15:04:05.000"), cut(e.method), cut(e.target), int(e.status)}
+	}
+	seq, n := t.findingsCount()
+	return rows, int(seq), n
 }
 
 // cut is a shown value as the page writes it, HTML-escaped and bounded by what is written:

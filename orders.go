@@ -513,7 +513,7 @@ func (ix *orderIndex) store(o *loadingOrder) error {
 	}
 	ix.moving = append(ix.moving, i)
 	ix.imports = append(ix.imports, o.importedAt)
-	tl := orderTimeline{imported: o.importedAt, first: uint32(len(ix.states))}
+	tl := orderTimeline{imported: o.importedAt, first: uint32(len(ix.states)), shipmentID: o.shipmentID}
 	// A state begins at dawn, at each change, and when the link appears. The changes are
 	// walked once, in order, beside the instants: loading stays linear in them.
 	begins := make([]instant, 0, len(o.changes)+2)
@@ -590,6 +590,7 @@ type storedOrder struct {
 type orderTimeline struct {
 	imported   instant
 	first, end uint32 // its states are states[first:end]
+	shipmentID string // the shipment it links once linked, "" for none
 }
 
 // orderState is what an order shows from an instant on.
@@ -1114,40 +1115,40 @@ func (ix *orderIndex) timelineOf(i int) *orderTimeline {
 
 var errOrderNotFound = &apiError{code: codeNotFound, detail: "No imported order with this ID exists in this account and environment."}
 
-// get is the order with this id as GET /v1/orders/{id} shows it at at: an order is found
-// from its import on, as it stands then.
-func (ix *orderIndex) get(id string, at time.Time) ([]byte, error) {
+// get is the order with this id as GET /v1/orders/{id} shows it at at, and its position:
+// an order is found from its import on, as it stands then.
+func (ix *orderIndex) get(id string, at time.Time) ([]byte, int, error) {
 	i := ix.table.find(ix, id)
 	if i < 0 || ix.after(i, at) {
-		return nil, errOrderNotFound
+		return nil, -1, errOrderNotFound
 	}
 	if !ix.records[i].moves {
-		return ix.resource(i), nil
+		return ix.resource(i), i, nil
 	}
 	st, ok := ix.showsAs(ix.timelineOf(i), instantOf(at))
 	if !ok {
-		return nil, errOrderNotFound
+		return nil, -1, errOrderNotFound
 	}
-	return ix.stateJSONOf(st), nil
+	return ix.stateJSONOf(st), i, nil
 }
 
 // page appends to b the answer of GET /v1/orders with this raw query, as the list shows it
 // at at: a page of the tenant's orders, newest first, assembled from their prepared bytes,
-// and its pagination, with a next_cursor cursors signs.
-func (ix *orderIndex) page(b []byte, rawQuery string, cursors *cursorSigner, at time.Time) ([]byte, error) {
+// and its pagination, with a next_cursor cursors signs. It says what the page showed.
+func (ix *orderIndex) page(b []byte, rawQuery string, cursors *cursorSigner, at time.Time) ([]byte, listedPage, error) {
 	q, err := parseOrderQuery(rawQuery)
 	if err != nil {
-		return b, err
+		return b, listedPage{}, err
 	}
 	filter := q.filter.tag()
 	var after *cursorPosition
 	if q.cursor != nil {
 		pos, bound, err := cursors.verify(*q.cursor, ix.tag)
 		if err != nil {
-			return b, err
+			return b, listedPage{}, err
 		}
 		if bound != filter {
-			return b, errCursorFilters
+			return b, listedPage{}, errCursorFilters
 		}
 		after = &pos
 	}
@@ -1155,12 +1156,111 @@ func (ix *orderIndex) page(b []byte, rawQuery string, cursors *cursorSigner, at 
 	lo, hi := ix.span(&q.filter, after, now)
 	b = append(b, `{"data":[`...)
 	b, last, more := ix.appendPage(b, &q.filter, q.limit, lo, hi, now)
+	shown := listedPage{filter: q.filter, first: int32(lo), last: int32(last), more: more}
 	b = append(b, `],"pagination":{"limit":`...)
 	b = strconv.AppendInt(b, int64(q.limit), 10)
 	if !more {
-		return append(b, `,"next_cursor":null,"has_more":false}}`...), nil
+		return append(b, `,"next_cursor":null,"has_more":false}}`...), shown, nil
 	}
 	b = append(b, `,"next_cursor":"`...)
 	b = cursors.appendSigned(b, ix.tag, filter, ix.createdAt(last), ix.idOf(last))
-	return append(b, `","has_more":true}}`...), nil
+	return append(b, `","has_more":true}}`...), shown, nil
+}
+
+// What a page showed, and the orders with a timeline as the journal's findings judge them.
+
+// listedPage is what a page showed, as positions: the orders its filter keeps at its
+// instant from position first to last (-1: none), then whether more followed. With the
+// dataset and the instant, which never change, it gives the page's orders exactly.
+type listedPage struct {
+	filter      orderFilter
+	first, last int32
+	more        bool
+}
+
+// pageOrders calls yield with the position of each order page p showed at at, in order.
+func (ix *orderIndex) pageOrders(p *listedPage, at instant, yield func(i int)) {
+	if p.last < 0 {
+		return
+	}
+	ix.listed(&p.filter, int(p.first), int(p.last)+1, at, func(i, j int, _ []byte) bool {
+		for ; i < j; i++ {
+			yield(i)
+		}
+		return true
+	})
+}
+
+// pageMoving calls yield with each order with a timeline (its place m among them) that
+// page p showed at at.
+func (ix *orderIndex) pageMoving(p *listedPage, at instant, yield func(m int)) {
+	if p.last < 0 {
+		return
+	}
+	for m, end := searchIndexes(ix.moving, int(p.first)), searchIndexes(ix.moving, int(p.last)+1); m < end; m++ {
+		if st, ok := ix.showsAs(&ix.timelines[m], at); ok && p.filter.keeps(&ix.records[ix.moving[m]], st) {
+			yield(m)
+		}
+	}
+}
+
+// reached reports whether page p reached the place of the order at position i in the
+// list: it ended the list (no more), or its last order comes after that place.
+func (p *listedPage) reached(i int) bool { return !p.more || int(p.last) > i }
+
+// holds reports whether f's created_from..created_to holds created.
+func (f *orderFilter) holds(created instant) bool {
+	return !f.from.after(created) && !created.after(f.to)
+}
+
+func (ix *orderIndex) movingCount() int { return len(ix.moving) }
+
+// movingOf is the place among the orders with a timeline of the order at position i, if
+// it has one.
+func (ix *orderIndex) movingOf(i int) (int, bool) {
+	m := searchIndexes(ix.moving, i)
+	return m, m < len(ix.moving) && int(ix.moving[m]) == i
+}
+
+func (ix *orderIndex) movingID(m int) string { return string(ix.idOf(int(ix.moving[m]))) }
+
+// movingInstants is the created_at and the import of the m-th order with a timeline.
+func (ix *orderIndex) movingInstants(m int) (created, imported instant) {
+	return ix.records[ix.moving[m]].created(), ix.timelines[m].imported
+}
+
+// movingState is the m-th order with a timeline as it stands at at, and whether it is
+// imported by then.
+func (ix *orderIndex) movingState(m int, at instant) (orderState, bool) {
+	st, ok := ix.showsAs(&ix.timelines[m], at)
+	if !ok {
+		return orderState{}, false
+	}
+	return *st, true
+}
+
+// describe writes a state of the m-th order with a timeline: its status and shipment_id.
+func (ix *orderIndex) describe(m int, st orderState) string {
+	link := "null"
+	if st.linked {
+		link = ix.timelines[m].shipmentID
+	}
+	return orderStatuses[st.status] + " with shipment_id " + link
+}
+
+// leftFilter reports whether page p, judged at at, shows that the m-th order with a
+// timeline left its filter: p's created_from..created_to holds the order, an equality
+// filter of p excludes it as it stands at at, and p reached its place.
+func (ix *orderIndex) leftFilter(m int, p *listedPage, at instant) bool {
+	i := int(ix.moving[m])
+	st, ok := ix.showsAs(&ix.timelines[m], at)
+	return ok && p.filter.holds(ix.records[i].created()) && p.filter.equalities() > 0 && !p.filter.keeps(&ix.records[i], st) && p.reached(i)
+}
+
+// heldPlace reports whether page p held the place of the m-th order with a timeline as it
+// stands at its import: p's filter would have kept it, and p reached its place.
+func (ix *orderIndex) heldPlace(m int, p *listedPage) bool {
+	i, tl := int(ix.moving[m]), &ix.timelines[m]
+	st, _ := ix.showsAs(tl, tl.imported)
+	return p.filter.holds(ix.records[i].created()) && p.filter.keeps(&ix.records[i], st) && p.reached(i)
 }

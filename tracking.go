@@ -457,14 +457,15 @@ func (h *numberHolders) with(s *shipment) *numberHolders {
 	return h
 }
 
-// holder is the one shipment found at at with this primary tracking number.
+// holder is the one shipment found at at with this primary tracking number; when several
+// are (errTrackingAmbiguous), the first created of them.
 func (ix *shipmentIndex) holder(number string, at time.Time) (*shipment, error) {
 	h, now := ix.byTrackingNumber[number], instantOf(at)
 	switch {
 	case h == nil || h.first.createdAt.after(now):
 		return nil, errTrackingNotFound
 	case !h.second.after(now):
-		return nil, errTrackingAmbiguous
+		return h.first, errTrackingAmbiguous
 	}
 	return h.first, nil
 }
@@ -540,20 +541,22 @@ var (
 
 // viewByID is GET /v1/shipments/{id}/tracking as the tenant's clock shows it at at: a
 // shipment is found from its creation on, and the events after at are not shown yet.
-func (ix *shipmentIndex) viewByID(id string, at time.Time) (view, error) {
+func (ix *shipmentIndex) viewByID(id string, at time.Time) (view, *shipment, error) {
 	s := ix.byID[id]
 	if s == nil || !s.existsAt(at) {
-		return view{}, errShipmentNotFound
+		return view{}, nil, errShipmentNotFound
 	}
-	return s.viewAt(at), nil
+	return s.viewAt(at), s, nil
 }
 
 // viewByNumber is GET /v1/tracking/{tracking_number}: an exact match on the primary
 // tracking number of the one shipment of the key's account and environment found at at.
-func (ix *shipmentIndex) viewByNumber(number string, at time.Time) (view, error) {
+// The shipment is the one shown, or, for a number several hold (errTrackingAmbiguous), the
+// first of them.
+func (ix *shipmentIndex) viewByNumber(number string, at time.Time) (view, *shipment, error) {
 	s, err := ix.holder(number, at)
 	if err != nil {
-		return view{}, err
+		return view{}, s, err
 	}
-	return s.viewAt(at), nil
+	return s.viewAt(at), s, nil
 }
