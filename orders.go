@@ -797,14 +797,14 @@ type orderQuery struct {
 type listParam struct {
 	name   string
 	filter bool
-	read   func(q *orderQuery, value string) error
+	read   func(q orderQuery, value string) (orderQuery, error) // by value: a pointer to the query would move it to the heap at every page
 }
 
 // listParams are the parameters of GET /v1/orders, in the order its messages name them.
 var listParams = listParamsOf()
 
 func listParamsOf() []listParam {
-	params := []listParam{{"limit", false, readLimit}, {"cursor", false, func(q *orderQuery, v string) error { q.cursor = &v; return nil }}}
+	params := []listParam{{"limit", false, readLimit}, {"cursor", false, func(q orderQuery, v string) (orderQuery, error) { q.cursor = &v; return q, nil }}}
 	for k := range equalityFilters {
 		params = append(params, listParam{equalityFilters[k].param, true, readEqual(k)})
 	}
@@ -825,41 +825,41 @@ func listParamNames(filters bool) string {
 	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
-func readLimit(q *orderQuery, value string) error {
+func readLimit(q orderQuery, value string) (orderQuery, error) {
 	n, ok := parseWhole(value, maxPageSize)
 	if !ok || n < 1 {
-		return paramError(codeInvalidParameter, "limit", fmt.Sprintf("limit must be a whole number from 1 to %d.", maxPageSize))
+		return q, paramError(codeInvalidParameter, "limit", fmt.Sprintf("limit must be a whole number from 1 to %d.", maxPageSize))
 	}
 	q.limit = n
-	return nil
+	return q, nil
 }
 
 // readEqual reads the value of equality filter k.
-func readEqual(k int) func(q *orderQuery, value string) error {
+func readEqual(k int) func(q orderQuery, value string) (orderQuery, error) {
 	ef := &equalityFilters[k]
-	return func(q *orderQuery, value string) error {
+	return func(q orderQuery, value string) (orderQuery, error) {
 		v := slices.Index(ef.vocabulary, value)
 		if v < 0 {
-			return paramError(codeInvalidParameter, ef.param, ef.param+" must be one of "+strings.Join(ef.vocabulary, ", ")+".")
+			return q, paramError(codeInvalidParameter, ef.param, ef.param+" must be one of "+strings.Join(ef.vocabulary, ", ")+".")
 		}
 		q.filter.equal[k] = int8(v)
-		return nil
+		return q, nil
 	}
 }
 
 // readBound reads the instant of created_from or created_to (name) into the bound of the
 // filter that bound picks.
-func readBound(name string, bound func(f *orderFilter) *instant) func(q *orderQuery, value string) error {
-	return func(q *orderQuery, value string) error {
+func readBound(name string, bound func(f *orderFilter) *instant) func(q orderQuery, value string) (orderQuery, error) {
+	return func(q orderQuery, value string) (orderQuery, error) {
 		t, err := parseTimestamp(value)
 		if _, plus := parseTimestamp(strings.Replace(value, " ", "+", 1)); err != nil && plus == nil {
-			return paramError(codeInvalidParameter, name, "The value of "+name+" has a space where its offset's + should be: a query reads a literal + as a space. Send the + as %2B (such as 2026-11-01T00:00:00%2B01:00), or give the instant in Z.")
+			return q, paramError(codeInvalidParameter, name, "The value of "+name+" has a space where its offset's + should be: a query reads a literal + as a space. Send the + as %2B (such as 2026-11-01T00:00:00%2B01:00), or give the instant in Z.")
 		}
 		if err != nil {
-			return paramError(codeInvalidParameter, name, "The value of "+name+" "+err.Error()+".")
+			return q, paramError(codeInvalidParameter, name, "The value of "+name+" "+err.Error()+".")
 		}
 		*bound(&q.filter) = instantOf(t)
-		return nil
+		return q, nil
 	}
 }
 
@@ -928,7 +928,7 @@ func parseOrderQuery(raw string) (orderQuery, error) {
 		if err != nil {
 			return q, err
 		}
-		if err := listParams[i].read(&q, value); err != nil {
+		if q, err = listParams[i].read(q, value); err != nil {
 			return q, err
 		}
 	}
