@@ -1220,12 +1220,26 @@ func window(e *journalEntry) (from, until int64) {
 }
 
 // tooSoon judges the entries of one key, method and target (indexes into es, in seq
-// order): a finding when one was sent within an earlier one's Retry-After. A sweep over
-// the entries by arrival, beside the windows by start, counts each such entry once; the
-// finding cites the first answer with such an entry, and its first.
+// order): a finding when one was sent within an earlier one's Retry-After. It counts each
+// such entry once, and cites the first answer with such an entry, and its first.
 func tooSoon(es []journalEntry, group []int) (finding, bool) {
 	byArrival := slices.Clone(group)
 	slices.SortStableFunc(byArrival, func(a, b int) int { return cmp.Compare(es[a].arrived, es[b].arrived) })
+	count := earlyRetries(es, group, byArrival)
+	if count == 0 {
+		return finding{}, false
+	}
+	A, B := firstEarly(es, group, byArrival)
+	from, _ := window(A)
+	detail := fmt.Sprintf("%s %s was sent %d %s before the Retry-After of an earlier answer had passed: request %d came %s after request %d was answered %d with Retry-After: %d; wait at least the Retry-After seconds before sending it again.",
+		A.method, A.target, count, plural(count, "time", "times"), B.seq, seconds(B.arrived-from), A.seq, A.status, A.retryAfter)
+	return finding{Code: findingRetryTooSoon, Detail: detail, Requests: []uint64{A.seq, B.seq}}, true
+}
+
+// earlyRetries counts the entries sent within the Retry-After of another: a sweep over the
+// entries by arrival, beside the windows by start, that keeps the two windows running
+// longest (an entry is never a retry of itself).
+func earlyRetries(es []journalEntry, group, byArrival []int) int {
 	var windows []int // the entries with a Retry-After, by the start of their window
 	for _, i := range group {
 		if es[i].retryAfter >= 0 {
@@ -1237,8 +1251,6 @@ func tooSoon(es []journalEntry, group []int) (finding, bool) {
 		fb, _ := window(&es[b])
 		return cmp.Compare(fa, fb)
 	})
-	// The two windows that run longest among those begun, and whose they are: an entry is
-	// never a retry of itself.
 	type open struct {
 		until int64
 		of    int
@@ -1266,24 +1278,28 @@ func tooSoon(es []journalEntry, group []int) (finding, bool) {
 			count++
 		}
 	}
-	if count == 0 {
-		return finding{}, false
-	}
-	for _, a := range group { // the first answer with a retry in its window, and its first
-		from, until := window(&es[a])
-		if es[a].retryAfter < 0 {
+	return count
+}
+
+// firstEarly is the first answer, by seq, with an entry sent within its Retry-After, and
+// the first such entry: a search of the entries by arrival for each answer's window.
+func firstEarly(es []journalEntry, group, byArrival []int) (a, b *journalEntry) {
+	for _, i := range group {
+		if es[i].retryAfter < 0 {
 			continue
 		}
-		for _, b := range group {
-			if b != a && from <= es[b].arrived && es[b].arrived < until {
-				A, B := &es[a], &es[b]
-				detail := fmt.Sprintf("%s %s was sent %d %s before the Retry-After of an earlier answer had passed: request %d came %s after request %d was answered %d with Retry-After: %d; wait at least the Retry-After seconds before sending it again.",
-					A.method, A.target, count, plural(count, "time", "times"), B.seq, seconds(B.arrived-from), A.seq, A.status, A.retryAfter)
-				return finding{Code: findingRetryTooSoon, Detail: detail, Requests: []uint64{A.seq, B.seq}}, true
+		from, until := window(&es[i])
+		k := sort.Search(len(byArrival), func(k int) bool { return es[byArrival[k]].arrived >= from })
+		for ; k < len(byArrival) && es[byArrival[k]].arrived < until; k++ {
+			if x := &es[byArrival[k]]; byArrival[k] != i && (b == nil || x.seq < b.seq) {
+				b = x
 			}
 		}
+		if b != nil {
+			return &es[i], b
+		}
 	}
-	return finding{}, false
+	return nil, nil
 }
 
 // sharedNumbers finds the lookups by a tracking number that several shipments held at the

@@ -7573,6 +7573,7 @@ func benchEnv(b *testing.B, seed int) *env {
 // benchServe serves r repeatedly and reports the answer's size.
 func benchServe(b *testing.B, h http.Handler, r *http.Request, want int) {
 	b.Helper()
+	r.RequestURI = r.URL.RequestURI() // as a server reads it off the request line
 	w := &benchWriter{h: http.Header{}}
 	h.ServeHTTP(w, r)
 	if w.status != want {
