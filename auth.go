@@ -812,10 +812,10 @@ type journalEntry struct {
 	clock       instant // the instant its resources were judged at
 	key         *apiKey // the key it named (shown masked, never itself)
 	method      string
-	route       string // the matched pattern's path
+	routePath   string // the matched pattern's path
 	target      string // its path and query as sent, cut at maxJournalTarget
 	prefer      string // its Prefer fields as sent, joined and cut at maxJournalPrefer
-	run         string // its Prefer run
+	runTag      string // its Prefer run
 	requestID   string
 	code        code   // the problem's, "" for none
 	contentType string // the answer's, "" for none
@@ -824,7 +824,7 @@ type journalEntry struct {
 	status      int16
 	simulated   simulation
 	hasPrefer   bool
-	shown       shown
+	shown       showing
 }
 
 // entrySlot is what one entry takes in a ring, and journalHeader what a journal takes
@@ -837,23 +837,23 @@ const (
 // cost is what an entry holds beyond its slot: the strings it keeps (the request line its
 // method and target are cut from, its Prefer, its request id), counted whole.
 func (e *journalEntry) cost() int64 {
-	return int64(len(e.method)+len(e.target)+len(e.prefer)+len(e.run)+len(e.requestID)) + 16
+	return int64(len(e.method)+len(e.target)+len(e.prefer)+len(e.runTag)+len(e.requestID)) + 16
 }
 
-// shown is what a 200 answer of the four operations showed, as positions: a retrieved
+// showing is what a 200 answer of the four operations showed, as positions: a retrieved
 // order's, a tracking view's shipment, or a page (its filter, first position and last
 // order). A 404 by a tracking number several shipments held keeps the first of them.
-type shown struct {
-	kind  shownKind
+type showing struct {
+	kind  showingKind
 	order int32
 	ship  *shipment
 	page  listedPage
 }
 
-type shownKind uint8
+type showingKind uint8
 
 const (
-	showsNothing shownKind = iota
+	showsNothing showingKind = iota
 	showsOrder
 	showsShipment
 	showsPage
@@ -904,12 +904,12 @@ func newJournalBook(limit int, maxBytes int64) *journalBook {
 	return &journalBook{limit: limit, maxBytes: maxBytes}
 }
 
-// write journals e in t's journal, numbering it, within the book's bounds: past the bytes
+// keepEntry journals e in t's journal, numbering it, within the book's bounds: past the bytes
 // of all journals, the oldest entries of the largest go first.
-func (b *journalBook) write(t *tenant, e *journalEntry) {
+func (b *journalBook) keepEntry(t *tenant, e *journalEntry) {
 	j := t.journal.Load()
 	if j == nil {
-		j = b.open(t)
+		j = b.opened(t)
 	}
 	cost := e.cost()
 	for {
@@ -923,7 +923,7 @@ func (b *journalBook) write(t *tenant, e *journalEntry) {
 		default:
 		}
 		if b.total.Add(need) <= b.maxBytes || need <= 0 {
-			j.append(e, b.limit)
+			j.push(e, b.limit)
 			j.bytes += need
 			j.size.Store(j.bytes)
 			j.mu.Unlock()
@@ -940,8 +940,8 @@ func (b *journalBook) write(t *tenant, e *journalEntry) {
 	}
 }
 
-// open gives t a journal, once.
-func (b *journalBook) open(t *tenant) *journal {
+// opened gives t a journal, once.
+func (b *journalBook) opened(t *tenant) *journal {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if j := t.journal.Load(); j != nil {
@@ -957,8 +957,8 @@ func (b *journalBook) open(t *tenant) *journal {
 // grown is the ring's length once it grows: twice as long, up to limit.
 func (j *journal) grown(limit int) int { return min(limit, max(1, 2*len(j.ring))) }
 
-// append adds e as the newest entry, the oldest going when limit are held.
-func (j *journal) append(e *journalEntry, limit int) {
+// push adds e as the newest entry, the oldest going when limit are held.
+func (j *journal) push(e *journalEntry, limit int) {
 	j.last++
 	e.seq = j.last
 	if j.n == limit {
@@ -967,14 +967,14 @@ func (j *journal) append(e *journalEntry, limit int) {
 		return
 	}
 	if j.n == len(j.ring) {
-		j.resize(j.grown(limit))
+		j.refit(j.grown(limit))
 	}
 	j.ring[(j.oldest+j.n)%len(j.ring)] = *e
 	j.n++
 }
 
-// resize moves the held entries to a ring of n, oldest first.
-func (j *journal) resize(n int) {
+// refit moves the held entries to a ring of n, oldest first.
+func (j *journal) refit(n int) {
 	ring := make([]journalEntry, n)
 	for k := range j.n {
 		ring[k] = j.ring[(j.oldest+k)%len(j.ring)]
@@ -1017,7 +1017,7 @@ func (j *journal) shed(want int64) int64 {
 	}
 	freed += int64(len(j.ring)-j.n) * entrySlot // the ring's empty slots go too
 	j.oldest, j.n = (j.oldest+dropped)%max(1, len(j.ring)), j.n-dropped
-	j.resize(j.n)
+	j.refit(j.n)
 	j.bytes -= freed
 	j.size.Store(j.bytes)
 	return freed
@@ -1026,9 +1026,9 @@ func (j *journal) shed(want int64) int64 {
 // journalRead is what a read of the journal takes: the entries after a seq, of a run if
 // one is given, at most limit (0: every one).
 type journalRead struct {
-	after uint64
-	run   string
-	limit int
+	after  uint64
+	runTag string
+	limit  int
 }
 
 // journalPart is what a read finds: its entries, oldest first, whether more follow, the
@@ -1039,8 +1039,8 @@ type journalPart struct {
 	last, dropped uint64
 }
 
-// read copies the entries q asks for out of t's journal (nil: none yet).
-func (j *journal) read(q journalRead) journalPart {
+// part copies the entries q asks for out of t's journal (nil: none yet).
+func (j *journal) part(q journalRead) journalPart {
 	if j == nil {
 		return journalPart{}
 	}
@@ -1052,7 +1052,7 @@ func (j *journal) read(q journalRead) journalPart {
 	}
 	for k := range j.n {
 		e := &j.ring[(j.oldest+k)%len(j.ring)]
-		if e.seq <= q.after || q.run != "" && e.run != q.run {
+		if e.seq <= q.after || q.runTag != "" && e.runTag != q.runTag {
 			continue
 		}
 		if q.limit > 0 && len(part.entries) == q.limit {
@@ -1108,7 +1108,7 @@ type requestsAnswer struct {
 // entryJSONOf is e as the journal's read writes it; its ids are those its answer showed.
 func (t *tenant) entryJSONOf(e *journalEntry) entryJSON {
 	j := entryJSON{Seq: e.seq, At: formatTimestamp(time.Unix(0, e.arrived)), Clock: formatInstant(e.clock), Method: e.method,
-		Route: e.route, Target: e.target, Key: e.key.mask, Status: int(e.status), RequestID: e.requestID,
+		Route: e.routePath, Target: e.target, Key: e.key.mask, Status: int(e.status), RequestID: e.requestID,
 		DurationMS: math.Round(float64(e.duration)/1e3) / 1e3, IDs: t.idsOf(e)}
 	if e.code != "" {
 		c := string(e.code)
@@ -1172,9 +1172,9 @@ const (
 	findingAmbiguousNumber = "ambiguous_number"
 )
 
-// judge is every finding of the entries es of tenant t, oldest first: by their first
+// findingsIn is every finding of the entries es of tenant t, oldest first: by their first
 // cited seq, then code.
-func (t *tenant) judge(es []journalEntry) []finding {
+func (t *tenant) findingsIn(es []journalEntry) []finding {
 	fs := retriesTooSoon(es)
 	fs = append(fs, sharedNumbers(es)...)
 	fs = append(fs, t.orderFindings(es)...)
@@ -1213,8 +1213,8 @@ func retriesTooSoon(es []journalEntry) []finding {
 	return fs
 }
 
-// window is an answer's Retry-After: from the end of the answer, for its seconds.
-func window(e *journalEntry) (from, until int64) {
+// retryWindow is an answer's Retry-After: from the end of the answer, for its seconds.
+func retryWindow(e *journalEntry) (from, until int64) {
 	from = e.arrived + e.duration
 	return from, from + int64(e.retryAfter)*int64(time.Second)
 }
@@ -1230,9 +1230,9 @@ func tooSoon(es []journalEntry, group []int) (finding, bool) {
 		return finding{}, false
 	}
 	A, B := firstEarly(es, group, byArrival)
-	from, _ := window(A)
+	from, _ := retryWindow(A)
 	detail := fmt.Sprintf("%s %s was sent %d %s before the Retry-After of an earlier answer had passed: request %d came %s after request %d was answered %d with Retry-After: %d; wait at least the Retry-After seconds before sending it again.",
-		A.method, A.target, count, plural(count, "time", "times"), B.seq, seconds(B.arrived-from), A.seq, A.status, A.retryAfter)
+		A.method, A.target, count, plural(count, "time", "times"), B.seq, formatSeconds(B.arrived-from), A.seq, A.status, A.retryAfter)
 	return finding{Code: findingRetryTooSoon, Detail: detail, Requests: []uint64{A.seq, B.seq}}, true
 }
 
@@ -1247,8 +1247,8 @@ func earlyRetries(es []journalEntry, group, byArrival []int) int {
 		}
 	}
 	slices.SortStableFunc(windows, func(a, b int) int {
-		fa, _ := window(&es[a])
-		fb, _ := window(&es[b])
+		fa, _ := retryWindow(&es[a])
+		fb, _ := retryWindow(&es[b])
 		return cmp.Compare(fa, fb)
 	})
 	type open struct {
@@ -1259,7 +1259,7 @@ func earlyRetries(es []journalEntry, group, byArrival []int) int {
 	count, w := 0, 0
 	for _, b := range byArrival {
 		for ; w < len(windows); w++ {
-			from, until := window(&es[windows[w]])
+			from, until := retryWindow(&es[windows[w]])
 			if from > es[b].arrived {
 				break
 			}
@@ -1288,7 +1288,7 @@ func firstEarly(es []journalEntry, group, byArrival []int) (a, b *journalEntry) 
 		if es[i].retryAfter < 0 {
 			continue
 		}
-		from, until := window(&es[i])
+		from, until := retryWindow(&es[i])
 		k := sort.Search(len(byArrival), func(k int) bool { return es[byArrival[k]].arrived >= from })
 		for ; k < len(byArrival) && es[byArrival[k]].arrived < until; k++ {
 			if x := &es[byArrival[k]]; byArrival[k] != i && (b == nil || x.seq < b.seq) {
@@ -1403,7 +1403,7 @@ func (t *tenant) staleOrder(m int, s, latest *journalEntry, lists []*journalEntr
 	}
 	id := ix.movingID(m)
 	detail := fmt.Sprintf("Order %s was last seen %s (request %d, at %s), but at %s (request %d) it is %s: keep re-reading the orders you follow (by id, or with a window that looks back) until they settle.",
-		id, ix.describe(m, then), s.seq, formatInstant(s.clock), formatInstant(latest.clock), latest.seq, ix.describe(m, now))
+		id, ix.stateText(m, then), s.seq, formatInstant(s.clock), formatInstant(latest.clock), latest.seq, ix.stateText(m, now))
 	return finding{Code: findingStaleOrder, Detail: detail, Requests: []uint64{s.seq, latest.seq}, ID: &id}, true
 }
 
@@ -1439,8 +1439,8 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// seconds writes ns as seconds, to the millisecond: 0.250 s.
-func seconds(ns int64) string { return strconv.FormatFloat(float64(ns)/1e9, 'f', 3, 64) + " s" }
+// formatSeconds writes ns as seconds, to the millisecond: 0.250 s.
+func formatSeconds(ns int64) string { return strconv.FormatFloat(float64(ns)/1e9, 'f', 3, 64) + " s" }
 
 // A HAR 1.2 log of the journal's entries, which a browser's developer tools open: every
 // member HAR 1.2 requires, -1 where a size is unknown.
@@ -1609,7 +1609,7 @@ func readJournalParam(q *journalRead, name, v string, har bool) (bool, error) {
 		if !validRun(v) {
 			return har, paramError(codeInvalidParameter, name, `run must be 1 to 64 characters of A-Z a-z 0-9 . _ -, as sent in Prefer: run="t-42".`)
 		}
-		q.run = v
+		q.runTag = v
 	case "format":
 		if v != "json" && v != "har" {
 			return har, paramError(codeInvalidParameter, name, "format must be json (the default) or har (a HAR 1.2 log, which a browser's developer tools open).")
@@ -1659,8 +1659,8 @@ func (t *tenant) findingsCount() (uint64, int) {
 	if counted.seq == last {
 		return last, counted.n
 	}
-	part := j.read(journalRead{})
-	n := len(t.judge(part.entries))
+	part := j.part(journalRead{})
+	n := len(t.findingsIn(part.entries))
 	j.mu.Lock()
 	if part.last > j.counted.seq {
 		j.counted = findingsCount{part.last, n}

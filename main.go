@@ -852,8 +852,8 @@ func (s *server) routes() []route {
 		{"GET /v1/test_helpers/clock", s.testHelper(codeAndDelay, s.getClock)},
 		{"POST /v1/test_helpers/clock", s.testHelper(codeAndDelay, s.setClock)},
 		{"GET /v1/test_helpers/timeline", s.testHelper(withClock, getTimeline)},
-		{"GET /v1/test_helpers/requests", s.journalRead(s.readRequests)},
-		{"GET /v1/test_helpers/findings", s.journalRead(s.readFindings)},
+		{"GET /v1/test_helpers/requests", s.journalReader(s.readRequests)},
+		{"GET /v1/test_helpers/findings", s.journalReader(s.readFindings)},
 		{"GET /v1/openapi.json", s.keyless(s.serveOpenAPI)},
 		{"GET /v1/healthz", s.keyless(s.serveHealth)},
 		{"GET /healthz", s.keyless(s.serveHealth)}, // also outside the base URL, for probes that know none
@@ -908,9 +908,9 @@ func (s *server) testHelper(reads preferences, h keyedHandler) callHandler {
 	return s.keyed(noParams(h), wallClock, journaled, s.simulate(reads))
 }
 
-// journalRead wraps a read of the journal as a test helper, but that it takes its own
+// journalReader wraps a read of the journal as a test helper, but that it takes its own
 // query parameters and is not journaled itself; with the journal off it answers 404.
-func (s *server) journalRead(h keyedHandler) callHandler {
+func (s *server) journalReader(h keyedHandler) callHandler {
 	return s.keyed(func(w http.ResponseWriter, r *http.Request, c *call) error {
 		if s.journals == nil {
 			return errJournalOff
@@ -965,7 +965,7 @@ func trackingByID(w http.ResponseWriter, r *http.Request, c *call) error {
 func trackingByNumber(w http.ResponseWriter, r *http.Request, c *call) error {
 	v, s, err := c.key.tenant.shipments.viewByNumber(r.PathValue("tracking_number"), c.at)
 	if err == errTrackingAmbiguous {
-		c.shown = shown{kind: showsSharedNumber, ship: s}
+		c.shown = showing{kind: showsSharedNumber, ship: s}
 	}
 	return writeView(w, c, v, s, err)
 }
@@ -975,7 +975,7 @@ func writeView(w http.ResponseWriter, c *call, v view, s *shipment, err error) e
 	if err != nil {
 		return err
 	}
-	c.shown = shown{kind: showsShipment, ship: s}
+	c.shown = showing{kind: showsShipment, ship: s}
 	writeBody(w, http.StatusOK, jsonContentType, v[:]...)
 	return nil
 }
@@ -985,7 +985,7 @@ func getOrder(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return err
 	}
-	c.shown = shown{kind: showsOrder, order: int32(i)}
+	c.shown = showing{kind: showsOrder, order: int32(i)}
 	writeBody(w, http.StatusOK, jsonContentType, b)
 	return nil
 }
@@ -1000,7 +1000,7 @@ func (s *server) listOrders(w http.ResponseWriter, r *http.Request, c *call) err
 	if err != nil {
 		return err
 	}
-	c.shown = shown{kind: showsPage, page: page}
+	c.shown = showing{kind: showsPage, page: page}
 	writeBody(w, http.StatusOK, jsonContentType, b)
 	return nil
 }
@@ -1030,7 +1030,7 @@ func (s *server) readRequests(w http.ResponseWriter, r *http.Request, c *call) e
 		return err
 	}
 	t := c.key.tenant
-	part := t.journal.Load().read(q)
+	part := t.journal.Load().part(q)
 	if har {
 		return writeJSON(w, harOf(part.entries, originOf(r, s.origin)))
 	}
@@ -1049,8 +1049,8 @@ func (s *server) readFindings(w http.ResponseWriter, r *http.Request, c *call) e
 		return err
 	}
 	t := c.key.tenant
-	part := t.journal.Load().read(q)
-	answer := findingsAnswer{Data: t.judge(part.entries), Dropped: part.dropped}
+	part := t.journal.Load().part(q)
+	answer := findingsAnswer{Data: t.findingsIn(part.entries), Dropped: part.dropped}
 	if answer.Data == nil {
 		answer.Data = []finding{}
 	}
@@ -1139,7 +1139,7 @@ type call struct {
 	code      code       // the problem's code, if it was answered with one
 	simulated simulation // what answered instead of the route, if anything did
 	run       string     // its Prefer run
-	shown     shown      // what its answer showed, for the journal
+	shown     showing    // what its answer showed, for the journal
 	journal   *apiKey    // the key whose tenant journals it, if it is journaled
 	journaled bool       // its entry is written
 }
@@ -1793,18 +1793,18 @@ func (c *call) fail(w http.ResponseWriter, e *apiError) {
 	writeProblem(w, c.id, e)
 }
 
-// journal writes the entry of a request journaled in its key's tenant, once, when its
+// writeEntry writes the entry of a request journaled in its key's tenant, once, when its
 // status is known: before its body, so that a client that has its answer finds its entry.
 // It keeps what the request already holds (its line, its Prefer) and copies only what it
 // cuts.
-func (s *server) journal(sw *statusWriter) {
+func (s *server) writeEntry(sw *statusWriter) {
 	c, r := &sw.c, sw.r
 	if c.journal == nil || c.journaled {
 		return
 	}
 	c.journaled = true
 	e := journalEntry{arrived: c.arrived.UnixNano(), duration: int64(time.Since(c.arrived)), clock: instantOf(c.at), key: c.journal,
-		method: r.Method, route: sw.route, target: boundValue(targetOf(r), maxJournalTarget), run: c.run, requestID: c.id, code: c.code,
+		method: r.Method, routePath: sw.route, target: boundValue(targetOf(r), maxJournalTarget), runTag: c.run, requestID: c.id, code: c.code,
 		size: -1, retryAfter: -1, status: int16(c.status), simulated: c.simulated, shown: c.shown}
 	h := sw.Header()
 	if v := h["Content-Type"]; len(v) > 0 {
@@ -1826,10 +1826,10 @@ func (s *server) journal(sw *statusWriter) {
 			e.prefer = strings.Join(p, ", ")
 		}
 		if len(e.prefer) > maxJournalPrefer { // cut: keep neither the whole field nor the run inside it
-			e.prefer, e.run = boundValue(e.prefer, maxJournalPrefer), strings.Clone(e.run)
+			e.prefer, e.runTag = boundValue(e.prefer, maxJournalPrefer), strings.Clone(e.runTag)
 		}
 	}
-	s.journals.write(c.journal.tenant, &e)
+	s.journals.keepEntry(c.journal.tenant, &e)
 }
 
 // writeError answers with err: an error of the API as it is, any other logged with the
@@ -1859,7 +1859,7 @@ type statusWriter struct {
 func (sw *statusWriter) WriteHeader(status int) {
 	if sw.c.status == 0 {
 		sw.c.status = status
-		sw.s.journal(sw)
+		sw.s.writeEntry(sw)
 	}
 	sw.ResponseWriter.WriteHeader(status)
 }
@@ -1907,7 +1907,7 @@ func (s *server) finish(sw *statusWriter, method, route string) {
 		}
 	}
 	if sw.c.status == statusClientClosedRequest {
-		s.journal(sw) // answered with nothing
+		s.writeEntry(sw) // answered with nothing
 	}
 	end := time.Now()
 	s.logRequest(method, route, &sw.c, end, end.Sub(sw.c.arrived))

@@ -5994,7 +5994,7 @@ func TestJournalEntryIsWrittenBeforeTheBody(t *testing.T) {
 	for i, target := range []string{"/v1/orders?limit=100", "/v1/orders/ord_sbx_0001", "/v1/tracking/SBX2000000000", "/v1/test_helpers/clock"} {
 		found := false
 		w := &bodyWatcher{ResponseWriter: httptest.NewRecorder(), first: func() {
-			part := journal().read(journalRead{after: uint64(i)})
+			part := journal().part(journalRead{after: uint64(i)})
 			found = len(part.entries) == 1 && part.entries[0].target == target
 		}}
 		r := newRequest("GET", target, "sk_test_sandbox_all")

@@ -1156,15 +1156,15 @@ func (ix *orderIndex) page(b []byte, rawQuery string, cursors *cursorSigner, at 
 	lo, hi := ix.span(&q.filter, after, now)
 	b = append(b, `{"data":[`...)
 	b, last, more := ix.appendPage(b, &q.filter, q.limit, lo, hi, now)
-	shown := listedPage{filter: q.filter, first: int32(lo), last: int32(last), more: more}
+	listed := listedPage{filter: q.filter, first: int32(lo), last: int32(last), more: more}
 	b = append(b, `],"pagination":{"limit":`...)
 	b = strconv.AppendInt(b, int64(q.limit), 10)
 	if !more {
-		return append(b, `,"next_cursor":null,"has_more":false}}`...), shown, nil
+		return append(b, `,"next_cursor":null,"has_more":false}}`...), listed, nil
 	}
 	b = append(b, `,"next_cursor":"`...)
 	b = cursors.appendSigned(b, ix.tag, filter, ix.createdAt(last), ix.idOf(last))
-	return append(b, `","has_more":true}}`...), shown, nil
+	return append(b, `","has_more":true}}`...), listed, nil
 }
 
 // What a page showed, and the orders with a timeline as the journal's findings judge them.
@@ -1204,12 +1204,12 @@ func (ix *orderIndex) pageMoving(p *listedPage, at instant, yield func(m int)) {
 	}
 }
 
-// reached reports whether page p reached the place of the order at position i in the
+// reachedPlace reports whether page p reached the place of the order at position i in the
 // list: it ended the list (no more), or its last order comes after that place.
-func (p *listedPage) reached(i int) bool { return !p.more || int(p.last) > i }
+func (p *listedPage) reachedPlace(i int) bool { return !p.more || int(p.last) > i }
 
-// holds reports whether f's created_from..created_to holds created.
-func (f *orderFilter) holds(created instant) bool {
+// coversCreated reports whether f's created_from..created_to holds created.
+func (f *orderFilter) coversCreated(created instant) bool {
 	return !f.from.after(created) && !created.after(f.to)
 }
 
@@ -1239,8 +1239,8 @@ func (ix *orderIndex) movingState(m int, at instant) (orderState, bool) {
 	return *st, true
 }
 
-// describe writes a state of the m-th order with a timeline: its status and shipment_id.
-func (ix *orderIndex) describe(m int, st orderState) string {
+// stateText writes a state of the m-th order with a timeline: its status and shipment_id.
+func (ix *orderIndex) stateText(m int, st orderState) string {
 	link := "null"
 	if st.linked {
 		link = ix.timelines[m].shipmentID
@@ -1254,7 +1254,7 @@ func (ix *orderIndex) describe(m int, st orderState) string {
 func (ix *orderIndex) leftFilter(m int, p *listedPage, at instant) bool {
 	i := int(ix.moving[m])
 	st, ok := ix.showsAs(&ix.timelines[m], at)
-	return ok && p.filter.holds(ix.records[i].created()) && p.filter.equalities() > 0 && !p.filter.keeps(&ix.records[i], st) && p.reached(i)
+	return ok && p.filter.coversCreated(ix.records[i].created()) && p.filter.equalities() > 0 && !p.filter.keeps(&ix.records[i], st) && p.reachedPlace(i)
 }
 
 // heldPlace reports whether page p held the place of the m-th order with a timeline as it
@@ -1262,5 +1262,5 @@ func (ix *orderIndex) leftFilter(m int, p *listedPage, at instant) bool {
 func (ix *orderIndex) heldPlace(m int, p *listedPage) bool {
 	i, tl := int(ix.moving[m]), &ix.timelines[m]
 	st, _ := ix.showsAs(tl, tl.imported)
-	return p.filter.holds(ix.records[i].created()) && p.filter.keeps(&ix.records[i], st) && p.reached(i)
+	return p.filter.coversCreated(ix.records[i].created()) && p.filter.keeps(&ix.records[i], st) && p.reachedPlace(i)
 }
