@@ -1517,7 +1517,11 @@ func harOf(es []journalEntry, origin string) harLog {
 		if e.method == http.MethodPost {
 			req.BodySize = -1 // the journal keeps no request body
 		}
-		resp := harResponse{Status: int(e.status), StatusText: statusTitle(int(e.status)), HTTPVersion: "HTTP/1.1", Cookies: []harPair{},
+		text := statusTitle(int(e.status))
+		if e.status == 499 {
+			text = "Client Closed Request" // nginx's name: the client went away before any answer
+		}
+		resp := harResponse{Status: int(e.status), StatusText: text, HTTPVersion: "HTTP/1.1", Cookies: []harPair{},
 			Headers: []harPair{{"Request-Id", e.requestID}}, Content: harContent{Size: e.size, MimeType: e.contentType}, HeadersSize: -1, BodySize: e.size}
 		if e.retryAfter >= 0 {
 			resp.Headers = append(resp.Headers, harPair{"Retry-After", strconv.Itoa(int(e.retryAfter))})

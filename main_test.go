@@ -6022,6 +6022,10 @@ func TestJournalEntryIsWrittenBeforeTheBody(t *testing.T) {
 		}
 		return len(got.Data) == 1
 	})
+	har := e.get(t, "/v1/test_helpers/requests?format=har&after=4", "sk_test_sandbox_all").body
+	if !bytes.Contains(har, []byte(`"status":499,"statusText":"Client Closed Request"`)) || !bytes.Contains(har, []byte(`"content":{"size":-1,"mimeType":""}`)) {
+		t.Errorf("the HAR of a client gone during its delay: %s", har)
+	}
 	if gone.Status != 499 || gone.Code != nil || gone.Prefer == nil || *gone.Prefer != "delay=5000" || len(gone.IDs) != 0 || gone.DurationMS <= 0 || gone.DurationMS > 4000 {
 		t.Errorf("the entry of a client gone during its delay is %+v, want status 499 when it went, before the delay's end", gone)
 	}
