@@ -1050,6 +1050,11 @@ func (j *journal) part(q journalRead) journalPart {
 	if first := j.last - uint64(j.n); first > q.after { // seqs up to first were dropped
 		part.dropped = first - q.after
 	}
+	room := j.n
+	if q.limit > 0 {
+		room = min(room, q.limit)
+	}
+	part.entries = make([]journalEntry, 0, room)
 	for k := range j.n {
 		e := &j.ring[(j.oldest+k)%len(j.ring)]
 		if e.seq <= q.after || q.runTag != "" && e.runTag != q.runTag {
@@ -1195,14 +1200,18 @@ func retriesTooSoon(es []journalEntry) []finding {
 		key            *apiKey
 		method, target string
 	}
-	groups := map[sent][]int{} // the entries of each, in seq order
-	var order []sent           // the groups with a Retry-After, in the order of their first
+	var order []sent // the groups with a Retry-After, in the order of their first
+	groups := map[sent][]int{}
 	for i := range es {
-		g := sent{es[i].key, es[i].method, es[i].target}
-		if es[i].retryAfter >= 0 && !slices.Contains(order, g) {
+		if g := (sent{es[i].key, es[i].method, es[i].target}); es[i].retryAfter >= 0 && groups[g] == nil {
 			order = append(order, g)
+			groups[g] = []int{}
 		}
-		groups[g] = append(groups[g], i)
+	}
+	for i := range es { // the entries of each, in seq order: only groups with a Retry-After are kept
+		if g := (sent{es[i].key, es[i].method, es[i].target}); groups[g] != nil {
+			groups[g] = append(groups[g], i)
+		}
 	}
 	var fs []finding
 	for _, g := range order {
@@ -1337,9 +1346,9 @@ func sharedNumbers(es []journalEntry) []finding {
 // instant read. Only orders with a timeline move, so only those are followed.
 func (t *tenant) orderFindings(es []journalEntry) []finding {
 	ix := &t.orders
-	var lists []*journalEntry       // the 200 pages
-	seen := map[int]*journalEntry{} // an order with a timeline -> the entry that showed it at the latest instant (ties: the higher seq)
-	var latest *journalEntry        // the read judged at the latest instant (ties: the highest seq)
+	var lists []*journalEntry                       // the 200 pages
+	seen := make([]*journalEntry, ix.movingCount()) // each order with a timeline: the entry that showed it at the latest instant (ties: the higher seq)
+	var latest *journalEntry                        // the read judged at the latest instant (ties: the highest seq)
 	see := func(m int, e *journalEntry) {
 		if s := seen[m]; s == nil || laterRead(e, s) {
 			seen[m] = e
