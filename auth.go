@@ -70,8 +70,12 @@ type clockReading struct {
 	runningFrom time.Time // when running: the instant it was set to run from
 }
 
-func (c *sandboxClock) read(wall func() time.Time) clockReading {
-	switch set := c.setting.Load(); {
+func (c *sandboxClock) read(wall func() time.Time) clockReading { return c.setting.Load().read(wall) }
+
+// read is a clock set so (nil: following the wall clock) as it reads when the wall clock
+// reads wall(); a frozen clock does not read the wall clock.
+func (set *clockSetting) read(wall func() time.Time) clockReading {
+	switch {
 	case set == nil:
 		return clockReading{now: wall()}
 	case set.running:
@@ -686,17 +690,12 @@ func (h clockHelpers) set(w http.ResponseWriter, r *http.Request, t *tenant) err
 	if err != nil {
 		return err
 	}
-	reading := clockReading{now: h.wall()}
-	switch {
-	case set == nil:
-	case set.running:
-		set.since = reading.now
-		reading = clockReading{now: set.at, running: true, runningFrom: set.at}
-	default:
-		reading = clockReading{now: set.at, frozen: true}
+	now := h.wall()
+	if set != nil && set.running {
+		set.since = now
 	}
 	t.clock.setting.Store(set)
-	return h.write(w, reading)
+	return h.write(w, set.read(func() time.Time { return now })) // as set, not as read again
 }
 
 // write answers with one reading of a tenant's clock: frozen_time and now always agree.
@@ -840,6 +839,9 @@ func (e *journalEntry) cost() int64 {
 	return int64(len(e.method)+len(e.target)+len(e.prefer)+len(e.runTag)+len(e.requestID)) + 16
 }
 
+// durationMS is the entry's duration in milliseconds, to the microsecond.
+func (e *journalEntry) durationMS() float64 { return math.Round(float64(e.duration)/1e3) / 1e3 }
+
 // showing is what a 200 answer of the four operations showed, as positions: a retrieved
 // order's, a tracking view's shipment, or a page (its filter, first position and last
 // order). A 404 by a tracking number several shipments held keeps the first of them.
@@ -920,7 +922,6 @@ func (b *journalBook) keepEntry(t *tenant, e *journalEntry) {
 			need -= j.ring[j.oldest].cost()
 		case j.n == len(j.ring):
 			need += int64(j.grown(b.limit)-len(j.ring)) * entrySlot
-		default:
 		}
 		if b.total.Add(need) <= b.maxBytes || need <= 0 {
 			j.push(e, b.limit)
@@ -1114,7 +1115,7 @@ type requestsAnswer struct {
 func (t *tenant) entryJSONOf(e *journalEntry) entryJSON {
 	j := entryJSON{Seq: e.seq, At: formatTimestamp(time.Unix(0, e.arrived)), Clock: formatInstant(e.clock), Method: e.method,
 		Route: e.routePath, Target: e.target, Key: e.key.mask, Status: int(e.status), RequestID: e.requestID,
-		DurationMS: math.Round(float64(e.duration)/1e3) / 1e3, IDs: t.idsOf(e)}
+		DurationMS: e.durationMS(), IDs: t.idsOf(e)}
 	if e.code != "" {
 		c := string(e.code)
 		j.Code = &c
@@ -1517,7 +1518,7 @@ func harOf(es []journalEntry, origin string) harLog {
 	log := harLog{harBody{Version: "1.2", Creator: harCreator{"shipping-api-sandbox", "v1"}, Entries: []harEntry{}}}
 	for i := range es {
 		e := &es[i]
-		ms := math.Round(float64(e.duration)/1e3) / 1e3
+		ms := e.durationMS()
 		req := harRequest{Method: e.method, URL: origin + e.target, HTTPVersion: "HTTP/1.1", Cookies: []harPair{},
 			Headers: []harPair{{"Authorization", "Bearer " + e.key.mask}}, QueryString: queryPairs(e.target), HeadersSize: -1}
 		if e.hasPrefer {

@@ -1025,12 +1025,11 @@ func getTimeline(w http.ResponseWriter, r *http.Request, c *call) error {
 // readRequests answers GET /v1/test_helpers/requests: the journal's entries after a seq,
 // as JSON or as a HAR log whose URLs name the address the reader used.
 func (s *server) readRequests(w http.ResponseWriter, r *http.Request, c *call) error {
-	q, har, err := parseJournalQuery(r.URL.RawQuery, true)
+	part, har, err := journalPartOf(r, c, true)
 	if err != nil {
 		return err
 	}
 	t := c.key.tenant
-	part := t.journal.Load().part(q)
 	if har {
 		return writeJSON(w, harOf(part.entries, originOf(r, s.origin)))
 	}
@@ -1044,13 +1043,11 @@ func (s *server) readRequests(w http.ResponseWriter, r *http.Request, c *call) e
 // readFindings answers GET /v1/test_helpers/findings: the findings of the journal's entries
 // after a seq.
 func (s *server) readFindings(w http.ResponseWriter, r *http.Request, c *call) error {
-	q, _, err := parseJournalQuery(r.URL.RawQuery, false)
+	part, _, err := journalPartOf(r, c, false)
 	if err != nil {
 		return err
 	}
-	t := c.key.tenant
-	part := t.journal.Load().part(q)
-	answer := findingsAnswer{Data: t.findingsIn(part.entries), Dropped: part.dropped}
+	answer := findingsAnswer{Data: c.key.tenant.findingsIn(part.entries), Dropped: part.dropped}
 	if answer.Data == nil {
 		answer.Data = []finding{}
 	}
@@ -1058,6 +1055,16 @@ func (s *server) readFindings(w http.ResponseWriter, r *http.Request, c *call) e
 		answer.Judged = &judgedSeqs{part.entries[0].seq, part.entries[n-1].seq}
 	}
 	return writeJSON(w, answer)
+}
+
+// journalPartOf is the part of the caller's journal a read's query asks for (of the
+// requests, as HAR or not), or the query's fault.
+func journalPartOf(r *http.Request, c *call, requests bool) (part journalPart, har bool, err error) {
+	q, har, err := parseJournalQuery(r.URL.RawQuery, requests)
+	if err != nil {
+		return journalPart{}, false, err
+	}
+	return c.key.tenant.journal.Load().part(q), har, nil
 }
 
 // writeJSON answers 200 with v as JSON.
@@ -1433,9 +1440,6 @@ func parseRate(value string) (uint64, error) {
 	if !okWhole || point && (!okFrac || len(frac) == 0 || len(frac) > 6) || w == 1 && f > 0 {
 		return 0, fmt.Errorf("rate=%s is not a rate from 0 to 1 written as digits, then optionally a point and 1 to 6 digits (0, 0.05, 1.0)", value)
 	}
-	if !point {
-		f = 0
-	}
 	return uint64(w*1000000 + f), nil
 }
 
@@ -1531,7 +1535,6 @@ func parsePrefer(fields []string, reads preferences, start time.Time) (preferenc
 		for rest := field; rest != "" && read < maxPreferences; read++ {
 			var name, value, params string
 			name, value, params, rest = nextPreference(rest)
-			var err *apiError
 			switch {
 			case strings.EqualFold(name, "times"):
 				return p, errTimesAlone
@@ -1566,11 +1569,8 @@ func parsePrefer(fields []string, reads preferences, start time.Time) (preferenc
 				}
 				p.run = value
 			}
-			if err == nil && hasParameter(params, "times") {
-				err = errTimesAlone
-			}
-			if err != nil {
-				return p, err
+			if hasParameter(params, "times") {
+				return p, errTimesAlone
 			}
 		}
 	}
