@@ -833,8 +833,9 @@ const (
 	journalHeader = int64(unsafe.Sizeof(journal{})) + 8 // and its place in the book
 )
 
-// cost is what an entry holds beyond its slot: the strings it keeps (the request line its
-// method and target are cut from, its Prefer, its request id), counted whole.
+// cost is what an entry holds beyond its slot: the strings it keeps, counted whole (an
+// uncut target keeps the request line it was cut from, its method and protocol within the
+// 16 added; the method itself is a constant, see ownMethod).
 func (e *journalEntry) cost() int64 {
 	return int64(len(e.method)+len(e.target)+len(e.prefer)+len(e.runTag)+len(e.requestID)) + 16
 }

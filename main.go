@@ -1804,7 +1804,7 @@ func (s *server) writeEntry(sw *statusWriter) {
 	}
 	c.journaled = true
 	e := journalEntry{arrived: c.arrived.UnixNano(), duration: int64(time.Since(c.arrived)), clock: instantOf(c.at), key: c.journal,
-		method: r.Method, routePath: sw.route, target: boundValue(targetOf(r), maxJournalTarget), runTag: c.run, requestID: c.id, code: c.code,
+		method: ownMethod(r.Method), routePath: sw.route, target: boundValue(targetOf(r), maxJournalTarget), runTag: c.run, requestID: c.id, code: c.code,
 		size: -1, retryAfter: -1, status: int16(c.status), simulated: c.simulated, shown: c.shown}
 	h := sw.Header()
 	if v := h["Content-Type"]; len(v) > 0 {
@@ -1830,6 +1830,22 @@ func (s *server) writeEntry(sw *statusWriter) {
 		}
 	}
 	s.journals.keepEntry(c.journal.tenant, &e)
+}
+
+// ownMethod is a journaled request's method as a string of its own: net/http cuts it from
+// the request line, which an entry would otherwise keep whole (up to the header limit)
+// while the book counts only what the entry shows. Journaled routes answer GET, HEAD and
+// POST, whose constants cost nothing.
+func ownMethod(m string) string {
+	switch m {
+	case http.MethodGet:
+		return http.MethodGet
+	case http.MethodHead:
+		return http.MethodHead
+	case http.MethodPost:
+		return http.MethodPost
+	}
+	return strings.Clone(m)
 }
 
 // writeError answers with err: an error of the API as it is, any other logged with the

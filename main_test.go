@@ -5932,6 +5932,45 @@ func TestJournalMemoryOf40000Tenants(t *testing.T) {
 	runtime.KeepAlive(reqs)
 }
 
+// TestJournalsHoldTheirBoundOnTheHeap: the worst entries for the bytes bound, requests as
+// net/http reads them off a connection with a target and a Prefer near the header limit
+// (each cut in its entry), fill journals bounded at 1 MiB: what the journals keep on the
+// heap stays within the bound, not only by the book's count (a method that pinned the
+// request line it was cut from held 60 KiB an entry). Not parallel: it measures the heap.
+func TestJournalsHoldTheirBoundOnTheHeap(t *testing.T) {
+	const bound, n = 1 << 20, 3000
+	e := newEnv(t, envOptions{journalBytes: bound, journal: maxJournal, rate: -1, quiet: true})
+	pad := strings.Repeat("x", 60<<10)
+	w := &benchWriter{h: http.Header{}}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range n {
+		// A fresh line and header for each request, as a connection gives them.
+		raw := fmt.Sprintf("GET /v1/orders/ord_sbx_0001?pad%d=%s HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAuthorization: Bearer sk_test_sandbox_all\r\nPrefer: run=\"r%d\", x=%s\r\n\r\n", i, pad, i, pad)
+		r, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(w.h)
+		w.status, w.buf = 0, w.buf[:0]
+		e.h.ServeHTTP(w, r)
+		if w.status != http.StatusUnprocessableEntity {
+			t.Fatalf("request %d = %d, want 422 (an unknown parameter)", i, w.status)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("the journals hold %d bytes of heap; the book counts %d", held, e.srv.journals.total.Load())
+	if got := e.journalOf(t, "sk_test_sandbox_all", "limit=1"); got.LastSeq != n || got.Dropped == 0 {
+		t.Fatalf("last_seq %d, dropped %d: want %d journaled and some dropped", got.LastSeq, got.Dropped, n)
+	}
+	if held > bound+bound/4 {
+		t.Errorf("journals bounded at %d bytes hold %d bytes of heap", bound, held)
+	}
+}
+
 // TestJournalUnderParallelWritersAndReaders: requests and reads at once on one tenant
 // (run with -race): every request is journaled once, the seqs consecutive.
 func TestJournalUnderParallelWritersAndReaders(t *testing.T) {
