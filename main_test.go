@@ -3031,6 +3031,43 @@ func TestPreferCodeTimes(t *testing.T) {
 	})
 }
 
+// TestSequencesHoldTheirBoundOnTheHeap: a tenant's sequences at their bound, each named by
+// a target and a Prefer near the header limit, read as net/http reads them: a sequence keeps
+// the digest of its identity, not the strings, so 10,000 of them hold some 2 MB of heap
+// whatever the requests held. Not parallel: it measures the heap.
+func TestSequencesHoldTheirBoundOnTheHeap(t *testing.T) {
+	const perSequence = 256 // bytes of heap
+	e := newEnv(t, envOptions{rate: -1, quiet: true, journal: -1})
+	pad := strings.Repeat("x", 30<<10)
+	w := &benchWriter{h: http.Header{}}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range maxSequences + 100 {
+		raw := fmt.Sprintf("GET /v1/orders/x?pad%d=%s HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAuthorization: Bearer sk_test_sandbox_all\r\nPrefer: code=500; times=1, x=%s\r\n\r\n", i, pad, pad)
+		r, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(w.h)
+		w.status, w.buf = 0, w.buf[:0]
+		e.h.ServeHTTP(w, r)
+		if w.status != http.StatusInternalServerError {
+			t.Fatalf("request %d = %d, want 500 (the first of its sequence)", i, w.status)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d sequences hold %d bytes of heap, %d each", maxSequences, held, held/maxSequences)
+	if n := e.sb.tenants.byID[seedTenant].sequences.held(); n != maxSequences {
+		t.Errorf("the tenant holds %d sequences, want %d", n, maxSequences)
+	}
+	if held > maxSequences*perSequence {
+		t.Errorf("%d sequences hold %d bytes of heap, want at most %d each", maxSequences, held, perSequence)
+	}
+}
+
 // TestFaultsAreSaid: the banner and the page say when faults are on, and at what rate.
 func TestFaultsAreSaid(t *testing.T) {
 	t.Parallel()
