@@ -460,6 +460,7 @@ func (ix *orderIndex) build() error {
 	ix.ids = make([]byte, 0, n*16)
 	for k, ef := range equalityFilters {
 		ix.byValue[k] = make([][]int32, len(ef.vocabulary))
+		ix.movingBy[k] = make([][]int32, len(ef.vocabulary))
 	}
 	var given, seed loadingOrder // the next of each, newest first
 	var idBuf, refBuf [32]byte
@@ -542,6 +543,15 @@ func (ix *orderIndex) store(o *loadingOrder) error {
 	}
 	tl.end = uint32(len(ix.states))
 	ix.timelines = append(ix.timelines, tl)
+	m := int32(len(ix.timelines) - 1)
+	for k, ef := range equalityFilters {
+		for s := tl.first; s < tl.end; s++ {
+			v := ef.value(&ix.records[i], &ix.states[s])
+			if l := ix.movingBy[k][v]; len(l) == 0 || l[len(l)-1] != m { // each place once: places come in order
+				ix.movingBy[k][v] = append(l, m)
+			}
+		}
+	}
 	return nil
 }
 
@@ -566,12 +576,13 @@ type orderIndex struct {
 	ids        []byte                          // each order's id, in list order
 	byValue    [len(equalityFilters)][][]int32 // for each equality filter, the orders without a timeline of each value, in list order
 	table      idTable
-	moving     []int32         // indexes of the orders with a timeline, in list order
-	timelines  []orderTimeline // theirs, in the same order
-	states     []orderState    // every timeline's states, in order
-	stateJSON  []byte          // every state's JSON
-	imports    []instant       // the imports of the orders with a timeline, sorted
-	happenings []happening     // while loading: what the dataset schedules for the orders
+	moving     []int32                         // indexes of the orders with a timeline, in list order
+	movingBy   [len(equalityFilters)][][]int32 // for each equality filter and value, the places in moving of those whose states ever take it
+	timelines  []orderTimeline                 // theirs, in the same order
+	states     []orderState                    // every timeline's states, in order
+	stateJSON  []byte                          // every state's JSON
+	imports    []instant                       // the imports of the orders with a timeline, sorted
+	happenings []happening                     // while loading: what the dataset schedules for the orders
 }
 
 // storedOrder is one order's record: where its JSON and id are, its created_at, its status
@@ -1197,10 +1208,21 @@ func (ix *orderIndex) pageMoving(p *listedPage, at instant, yield func(m int)) {
 	if p.last < 0 {
 		return
 	}
-	for m, end := searchIndexes(ix.moving, int(p.first)), searchIndexes(ix.moving, int(p.last)+1); m < end; m++ {
+	visit := func(m int) {
 		if st, ok := ix.showsAs(&ix.timelines[m], at); ok && p.filter.keeps(&ix.records[ix.moving[m]], st) {
 			yield(m)
 		}
+	}
+	lo, hi := searchIndexes(ix.moving, int(p.first)), searchIndexes(ix.moving, int(p.last)+1)
+	if k := p.filter.narrowest(); k >= 0 { // only those that ever take the value: a page of a rare status spans many others
+		list := ix.movingBy[k][p.filter.equal[k]]
+		for _, m := range list[searchIndexes(list, lo):searchIndexes(list, hi)] {
+			visit(int(m))
+		}
+		return
+	}
+	for m := lo; m < hi; m++ {
+		visit(m)
 	}
 }
 
