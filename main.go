@@ -2365,6 +2365,7 @@ type (
 		Journal       bool // its journal is shown
 		Requests      []landingRequest
 		Journaled     int // the newest entry's seq: how many requests were journaled
+		CountedTo     int // the seq up to which Findings counts: Journaled, unless a count runs aside
 		Findings      int
 	}
 	landingRequest struct {
@@ -2411,7 +2412,7 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 			}
 			if s.journals != nil && !tk.t.live {
 				lt.Journal = true
-				lt.Requests, lt.Journaled, lt.Findings = landingJournal(tk.t)
+				lt.Requests, lt.Journaled, lt.CountedTo, lt.Findings = landingJournal(tk.t)
 			}
 		}
 		shipments, more := tk.t.shipments.firstShown(clock.now, pageRows)
@@ -2443,17 +2444,17 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 }
 
 // landingJournal is what the page shows of a tenant's journal: its last pageRequests
-// entries, how many were journaled, and how many findings they hold (counted once per new
-// entry).
-func landingJournal(t *tenant) ([]landingRequest, int, int) {
+// entries, how many were journaled, and how many findings they held when the count was
+// last made (up to which request), see tenant.findingsCount.
+func landingJournal(t *tenant) ([]landingRequest, int, int, int) {
 	j := t.journal.Load()
 	last := j.recent(pageRequests)
 	rows := make([]landingRequest, len(last))
 	for i, e := range last {
 		rows[i] = landingRequest{e.seq, time.Unix(0, e.arrived).UTC().Format("15:04:05.000"), cut(e.method), cut(e.target), int(e.status)}
 	}
-	seq, n := t.findingsCount()
-	return rows, int(seq), n
+	newest, counted, n := t.findingsCount()
+	return rows, int(newest), int(counted), n
 }
 
 // cut is a shown value as the page writes it, HTML-escaped and bounded by what is written:
