@@ -6080,14 +6080,25 @@ func TestJournalEntryIsWrittenBeforeTheBody(t *testing.T) {
 			t.Errorf("GET %s: its entry was not written when its body began", target)
 		}
 	}
-	ts := httptest.NewServer(e.h)
+	arrived := make(chan struct{}) // the client goes once the sandbox has its request, not after a guessed time
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		e.h.ServeHTTP(w, r)
+	}))
 	defer ts.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r, _ := http.NewRequestWithContext(ctx, "GET", ts.URL+"/v1/orders/ord_sbx_0001", nil)
 	r.Header.Set("Authorization", "Bearer sk_test_sandbox_all")
 	r.Header.Set("Prefer", "delay=5000")
-	if _, err := ts.Client().Do(r); err == nil {
+	answered := make(chan error, 1)
+	go func() {
+		_, err := ts.Client().Do(r)
+		answered <- err
+	}()
+	<-arrived
+	cancel()
+	if err := <-answered; err == nil {
 		t.Fatal("a request cancelled during its delay was answered")
 	}
 	var gone entryOut
@@ -6441,6 +6452,44 @@ func TestJournalOnTheLandingPage(t *testing.T) {
 			t.Errorf("the %s page shows the journal", name)
 		}
 	}
+}
+
+// TestALargeJournalIsCountedAside: a journal over the default's 1,000 entries is judged
+// aside for the page, which shows the count before it (and up to which request) meanwhile,
+// then the new count once made: the page does not wait for a journal of up to 100,000.
+func TestALargeJournalIsCountedAside(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, quiet: true, journal: 2 * defaultJournal})
+	twin := func(n int) {
+		for range n {
+			e.get(t, "/v1/tracking/SBX2000000000", "sk_test_sandbox_all") // ambiguous: one finding however often
+		}
+	}
+	section := func() string { return tenantOnPage(t, string(e.get(t, "/", "").body), "acct_sandbox/test") }
+	waitFor := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			s := section()
+			if strings.Contains(s, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the page never shows %q:\n%s", want, s)
+			}
+		}
+	}
+	twin(defaultJournal)
+	if s := section(); !strings.Contains(s, "1,000 requests journaled; findings: 1 (") {
+		t.Fatalf("a journal of 1,000 entries is not counted at once:\n%s", s)
+	}
+	twin(1)
+	if s := section(); !strings.Contains(s, "1,001 requests journaled; findings: 1 up to request 1000; judging the rest: reload (") {
+		t.Fatalf("a journal of 1,001 entries: the page does not show the count before while judging aside:\n%s", s)
+	}
+	waitFor("1,001 requests journaled; findings: 1 (")
+	e.get(t, "/v1/orders?limit=1", "sk_test_sandbox_all", "Prefer", "code=503")
+	e.get(t, "/v1/orders?limit=1", "sk_test_sandbox_all") // within its Retry-After: a second finding
+	waitFor("1,003 requests journaled; findings: 2 (")
 }
 
 // TestJournalingCostsAtMostOneAllocation: a journaled request allocates at most once more
