@@ -881,13 +881,15 @@ type journal struct {
 	bytes    int64  // what it holds, as the book counts it
 	size     atomic.Int64
 	counted  findingsCount // the page's count of findings, as of an entry
-	counting atomic.Bool   // a count runs aside (see findingsCount)
+	counting chan struct{} // closed when the count running aside ends; nil when none runs
 }
 
-// findingsCount is how many findings a journal's entries held when its newest was seq.
+// findingsCount is how many findings a journal's entries held when its newest was seq, and
+// the first of them, written, for the page.
 type findingsCount struct {
-	seq uint64
-	n   int
+	seq   uint64
+	n     int
+	first []finding
 }
 
 // journalBook is every tenant's journal and the bounds they share: how many entries a
@@ -1153,9 +1155,11 @@ func (t *tenant) idsOf(e *journalEntry) []string {
 	return ids
 }
 
-// findingsAnswer is GET /v1/test_helpers/findings's answer.
+// findingsAnswer is GET /v1/test_helpers/findings's answer, its members in this order: the
+// first maxFindings findings, and how many more the entries hold.
 type findingsAnswer struct {
 	Data    []finding   `json:"data"`
+	More    int         `json:"more"`
 	Judged  *judgedSeqs `json:"judged"`
 	Dropped uint64      `json:"dropped"`
 }
@@ -1165,7 +1169,7 @@ type judgedSeqs struct {
 	To   uint64 `json:"to_seq"`
 }
 
-// finding is one trap the entries show the integration fell into.
+// finding is one trap the entries show the integration fell into, as an answer writes it.
 type finding struct {
 	Code     string   `json:"code"`
 	Detail   string   `json:"detail"`
@@ -1173,32 +1177,93 @@ type finding struct {
 	ID       *string  `json:"id"`
 }
 
+// maxFindings is the most findings one answer writes; more counts the rest.
+const maxFindings = 1000
+
+// The findings, one table of them: each kind's code, what it judges (the document's enum
+// and the README's table say it in these words, and TestFindingsAreOneTable holds them to
+// it) and how its detail, what the client should change, is written. The judges find them
+// without writing a word, so that counting a journal's findings costs what judging it
+// costs; a detail is written only for a finding an answer shows.
+
+// findingCode is a kind of finding: its place in findingKinds, which is the order of the
+// codes, so that findings of one seq sort by code.
+type findingCode uint8
+
 const (
-	findingRetryTooSoon    = "retry_too_soon"
-	findingMissedImport    = "missed_import"
-	findingStaleOrder      = "stale_order"
-	findingAmbiguousNumber = "ambiguous_number"
+	kindAmbiguousNumber findingCode = iota
+	kindMissedImport
+	kindRetryTooSoon
+	kindStaleOrder
 )
 
-// findingsIn is every finding of the entries es of tenant t, oldest first: by their first
-// cited seq, then code.
-func (t *tenant) findingsIn(es []journalEntry) []finding {
+type findingKind struct {
+	code   string
+	judges string
+	detail func(t *tenant, es []journalEntry, f *found) string
+}
+
+var findingKinds = [...]findingKind{
+	kindAmbiguousNumber: {"ambiguous_number", "a lookup by a tracking number that several shipments held at its instant: 404 here, 409 from the live domain adapter", ambiguousDetail},
+	kindMissedImport:    {"missed_import", "an order imported late, behind what a list had read, that no read judged after its import showed", missedDetail},
+	kindRetryTooSoon:    {"retry_too_soon", "a request sent again (same key, method and target) before an earlier answer's Retry-After had passed", retryDetail},
+	kindStaleOrder:      {"stale_order", "an order whose status or shipment_id at the latest instant read differs from what its last sighting showed", staleDetail},
+}
+
+// found is a finding as judged, before its detail is written: its kind, the entries it cites
+// (indexes into the entries judged, which are in seq order; the second -1 when it cites
+// one), the order with a timeline it names (its place among them, -1 for none) and a count
+// its detail tells.
+type found struct {
+	kind  findingCode
+	cited [2]int32
+	m     int32
+	n     int32
+}
+
+// judgeFindings is every finding of the entries es of tenant t, none written, oldest first:
+// by their first cited seq, then code. The order findings share one walk of the entries.
+func (t *tenant) judgeFindings(es []journalEntry) []found {
 	fs := retriesTooSoon(es)
 	fs = append(fs, sharedNumbers(es)...)
 	fs = append(fs, t.orderFindings(es)...)
-	slices.SortStableFunc(fs, func(a, b finding) int {
-		if c := cmp.Compare(a.Requests[0], b.Requests[0]); c != 0 {
+	slices.SortStableFunc(fs, func(a, b found) int {
+		if c := cmp.Compare(a.cited[0], b.cited[0]); c != 0 {
 			return c
 		}
-		return strings.Compare(a.Code, b.Code)
+		return cmp.Compare(a.kind, b.kind)
 	})
 	return fs
+}
+
+// findingsIn is the first most findings of the entries es, written, and how many they hold.
+func (t *tenant) findingsIn(es []journalEntry, most int) ([]finding, int) {
+	fs := t.judgeFindings(es)
+	written := make([]finding, 0, min(most, len(fs)))
+	for i := range fs[:min(most, len(fs))] {
+		written = append(written, t.written(es, &fs[i]))
+	}
+	return written, len(fs)
+}
+
+// written is f as an answer writes it.
+func (t *tenant) written(es []journalEntry, f *found) finding {
+	k := &findingKinds[f.kind]
+	w := finding{Code: k.code, Detail: k.detail(t, es, f), Requests: []uint64{es[f.cited[0]].seq}}
+	if f.cited[1] >= 0 {
+		w.Requests = append(w.Requests, es[f.cited[1]].seq)
+	}
+	if f.m >= 0 {
+		id := t.orders.movingID(int(f.m))
+		w.ID = &id
+	}
+	return w
 }
 
 // retriesTooSoon finds, for each key, method and target, the requests sent while an
 // earlier answer's Retry-After was running: from the end of that answer (its arrival and
 // duration) for its Retry-After seconds.
-func retriesTooSoon(es []journalEntry) []finding {
+func retriesTooSoon(es []journalEntry) []found {
 	type sent struct {
 		key            *apiKey
 		method, target string
@@ -1216,7 +1281,7 @@ func retriesTooSoon(es []journalEntry) []finding {
 			groups[g] = append(groups[g], i)
 		}
 	}
-	var fs []finding
+	var fs []found
 	for _, g := range order {
 		if f, ok := tooSoon(es, groups[g]); ok {
 			fs = append(fs, f)
@@ -1234,18 +1299,22 @@ func retryWindow(e *journalEntry) (from, until int64) {
 // tooSoon judges the entries of one key, method and target (indexes into es, in seq
 // order): a finding when one was sent within an earlier one's Retry-After. It counts each
 // such entry once, and cites the first answer with such an entry, and its first.
-func tooSoon(es []journalEntry, group []int) (finding, bool) {
+func tooSoon(es []journalEntry, group []int) (found, bool) {
 	byArrival := slices.Clone(group)
 	slices.SortStableFunc(byArrival, func(a, b int) int { return cmp.Compare(es[a].arrived, es[b].arrived) })
 	count := earlyRetries(es, group, byArrival)
 	if count == 0 {
-		return finding{}, false
+		return found{}, false
 	}
-	A, B := firstEarly(es, group, byArrival)
+	a, b := firstEarly(es, group, byArrival)
+	return found{kind: kindRetryTooSoon, cited: [2]int32{int32(a), int32(b)}, m: -1, n: int32(count)}, true
+}
+
+func retryDetail(_ *tenant, es []journalEntry, f *found) string {
+	A, B, count := &es[f.cited[0]], &es[f.cited[1]], int(f.n)
 	from, _ := retryWindow(A)
-	detail := fmt.Sprintf("%s %s was sent %d %s before the Retry-After of an earlier answer had passed: request %d came %s after request %d was answered %d with Retry-After: %d; wait at least the Retry-After seconds before sending it again.",
+	return fmt.Sprintf("%s %s was sent %d %s before the Retry-After of an earlier answer had passed: request %d came %s after request %d was answered %d with Retry-After: %d; wait at least the Retry-After seconds before sending it again.",
 		A.method, A.target, count, plural(count, "time", "times"), B.seq, formatSeconds(B.arrived-from), A.seq, A.status, A.retryAfter)
-	return finding{Code: findingRetryTooSoon, Detail: detail, Requests: []uint64{A.seq, B.seq}}, true
 }
 
 // earlyRetries counts the entries sent within the Retry-After of another: a sweep over the
@@ -1294,8 +1363,10 @@ func earlyRetries(es []journalEntry, group, byArrival []int) int {
 }
 
 // firstEarly is the first answer, by seq, with an entry sent within its Retry-After, and
-// the first such entry: a search of the entries by arrival for each answer's window.
-func firstEarly(es []journalEntry, group, byArrival []int) (a, b *journalEntry) {
+// the first such entry (indexes into es): a search of the entries by arrival for each
+// answer's window.
+func firstEarly(es []journalEntry, group, byArrival []int) (a, b int) {
+	b = -1
 	for _, i := range group {
 		if es[i].retryAfter < 0 {
 			continue
@@ -1303,58 +1374,65 @@ func firstEarly(es []journalEntry, group, byArrival []int) (a, b *journalEntry) 
 		from, until := retryWindow(&es[i])
 		k := sort.Search(len(byArrival), func(k int) bool { return es[byArrival[k]].arrived >= from })
 		for ; k < len(byArrival) && es[byArrival[k]].arrived < until; k++ {
-			if x := &es[byArrival[k]]; byArrival[k] != i && (b == nil || x.seq < b.seq) {
+			if x := byArrival[k]; x != i && (b < 0 || x < b) {
 				b = x
 			}
 		}
-		if b != nil {
-			return &es[i], b
+		if b >= 0 {
+			return i, b
 		}
 	}
-	return nil, nil
+	return -1, -1
 }
 
 // sharedNumbers finds the lookups by a tracking number that several shipments held at the
 // lookup's instant: one finding a number, citing its first and last.
-func sharedNumbers(es []journalEntry) []finding {
+func sharedNumbers(es []journalEntry) []found {
 	var numbers []string
-	seqs := map[string][]uint64{}
+	lookups := map[string][]int32{}
 	for i := range es {
 		e := &es[i]
 		if e.method != http.MethodGet || e.status != http.StatusNotFound || e.shown.kind != showsSharedNumber {
 			continue
 		}
 		n := *e.shown.ship.trackingNumber
-		if seqs[n] == nil {
+		if lookups[n] == nil {
 			numbers = append(numbers, n)
 		}
-		seqs[n] = append(seqs[n], e.seq)
+		lookups[n] = append(lookups[n], int32(i))
 	}
-	var fs []finding
+	var fs []found
 	for _, n := range numbers {
-		s := seqs[n]
-		cited := []uint64{s[0]}
-		if len(s) > 1 {
-			cited = append(cited, s[len(s)-1])
+		l := lookups[n]
+		f := found{kind: kindAmbiguousNumber, cited: [2]int32{l[0], -1}, m: -1, n: int32(len(l))}
+		if len(l) > 1 {
+			f.cited[1] = l[len(l)-1]
 		}
-		fs = append(fs, finding{Code: findingAmbiguousNumber, Requests: cited, Detail: fmt.Sprintf(
-			"Tracking number %s was held by more than one shipment when it was looked up (%d %s), so the sandbox answered 404; the live domain adapter will answer 409 Conflict there: look the shipment up by its id, GET /v1/shipments/{id}/tracking.",
-			strconv.Quote(n), len(s), plural(len(s), "lookup", "lookups"))})
+		fs = append(fs, f)
 	}
 	return fs
 }
 
-// orderFindings finds the orders the entries missed (imported late, behind what a list
-// had read, and never shown after) and those whose last sighting is stale at the latest
-// instant read. Only orders with a timeline move, so only those are followed.
-func (t *tenant) orderFindings(es []journalEntry) []finding {
+func ambiguousDetail(_ *tenant, es []journalEntry, f *found) string {
+	n := int(f.n)
+	return fmt.Sprintf("Tracking number %s was held by more than one shipment when it was looked up (%d %s), so the sandbox answered 404; the live domain adapter will answer 409 Conflict there: look the shipment up by its id, GET /v1/shipments/{id}/tracking.",
+		strconv.Quote(*es[f.cited[0]].shown.ship.trackingNumber), n, plural(n, "lookup", "lookups"))
+}
+
+// orderFindings finds the orders the entries missed (imported late, behind what a list had
+// read, and never shown after) and those whose last sighting is stale at the latest
+// instant read. Only orders with a timeline move, so only those are followed, in list
+// order, beside the pages that held their places (heldPages): the cost is what the pages
+// cost when they were read, and a search per order with a timeline, however many pages
+// the journal holds.
+func (t *tenant) orderFindings(es []journalEntry) []found {
 	ix := &t.orders
-	var lists []*journalEntry                       // the 200 pages
-	seen := make([]*journalEntry, ix.movingCount()) // each order with a timeline: the entry that showed it at the latest instant (ties: the higher seq)
-	var latest *journalEntry                        // the read judged at the latest instant (ties: the highest seq)
-	see := func(m int, e *journalEntry) {
-		if s := seen[m]; s == nil || laterRead(e, s) {
-			seen[m] = e
+	seen := make([]int32, ix.movingCount()) // each order with a timeline: the entry that showed it at the latest instant (ties: the higher seq), plus one
+	var pages []readPage
+	latest := -1 // the read judged at the latest instant (ties: the highest seq)
+	see := func(m, i int) {
+		if s := seen[m]; s == 0 || laterRead(&es[i], &es[s-1]) {
+			seen[m] = int32(i + 1)
 		}
 	}
 	for i := range es {
@@ -1362,30 +1440,32 @@ func (t *tenant) orderFindings(es []journalEntry) []finding {
 		if !e.read() {
 			continue
 		}
-		if latest == nil || laterRead(e, latest) {
-			latest = e
+		if latest < 0 || laterRead(e, &es[latest]) {
+			latest = i
 		}
 		switch e.shown.kind {
 		case showsOrder:
 			if m, ok := ix.movingOf(int(e.shown.order)); ok {
-				see(m, e)
+				see(m, i)
 			}
 		case showsPage:
-			lists = append(lists, e)
-			ix.pageMoving(&e.shown.page, e.clock, func(m int) { see(m, e) })
+			pages = append(pages, readPage{at: e.clock, page: &e.shown.page, entry: int32(i)})
+			ix.pageMoving(&e.shown.page, e.clock, func(m int) { see(m, i) })
 		}
 	}
-	if latest == nil {
+	if latest < 0 {
 		return nil
 	}
-	var fs []finding
+	held, last := ix.newHeldPages(pages), es[latest].clock
+	var fs []found
 	for m := range ix.movingCount() {
-		if s := seen[m]; s != nil {
-			if f, ok := t.staleOrder(m, s, latest, lists); ok {
-				fs = append(fs, f)
+		held.reach(int(ix.moving[m]))
+		if s := int(seen[m]) - 1; s >= 0 {
+			if t.staleOrder(m, es[s].clock, last, held) {
+				fs = append(fs, found{kind: kindStaleOrder, cited: [2]int32{int32(s), int32(latest)}, m: int32(m)})
 			}
-		} else if f, ok := t.missedImport(m, latest, lists); ok {
-			fs = append(fs, f)
+		} else if h := t.missedImport(m, last, held); h >= 0 {
+			fs = append(fs, found{kind: kindMissedImport, cited: [2]int32{int32(h), int32(latest)}, m: int32(m)})
 		}
 	}
 	return fs
@@ -1397,50 +1477,41 @@ func laterRead(a, b *journalEntry) bool {
 	return c > 0 || c == 0 && a.seq > b.seq
 }
 
-// staleOrder judges an order with a timeline last seen by s: a finding when it stands
-// otherwise at the latest instant read, unless a page judged after s and by then, whose
-// filter its status then left, reached its place (a client that polls one status learns
-// of a change when the order leaves it).
-func (t *tenant) staleOrder(m int, s, latest *journalEntry, lists []*journalEntry) (finding, bool) {
-	ix := &t.orders
-	then, _ := ix.movingState(m, s.clock)
-	now, _ := ix.movingState(m, latest.clock)
-	if then.status == now.status && then.linked == now.linked {
-		return finding{}, false
-	}
-	for _, l := range lists {
-		if l.clock.after(s.clock) && !l.clock.after(latest.clock) && ix.leftFilter(m, &l.shown.page, l.clock) {
-			return finding{}, false
-		}
-	}
-	id := ix.movingID(m)
-	detail := fmt.Sprintf("Order %s was last seen %s (request %d, at %s), but at %s (request %d) it is %s: keep re-reading the orders you follow (by id, or with a window that looks back) until they settle.",
-		id, ix.stateText(m, then), s.seq, formatInstant(s.clock), formatInstant(latest.clock), latest.seq, ix.stateText(m, now))
-	return finding{Code: findingStaleOrder, Detail: detail, Requests: []uint64{s.seq, latest.seq}, ID: &id}, true
+// staleOrder reports whether the m-th order with a timeline, last seen at seen, stands
+// otherwise at last, the latest instant read, unless a page judged after seen and by last,
+// whose filter its status then left, reached its place (a client that polls one status
+// learns of a change when the order leaves it).
+func (t *tenant) staleOrder(m int, seen, last instant, held *heldPages) bool {
+	then, _ := t.orders.movingState(m, seen)
+	now, _ := t.orders.movingState(m, last)
+	return (then.status != now.status || then.linked != now.linked) && !held.leftBetween(m, seen, last)
 }
 
-// missedImport judges an order with a timeline that no read showed: a finding when it was
-// imported late, some read was judged at or after its import, and a page judged before it
-// held its place with a filter it then matched.
-func (t *tenant) missedImport(m int, latest *journalEntry, lists []*journalEntry) (finding, bool) {
-	ix := &t.orders
+func staleDetail(t *tenant, es []journalEntry, f *found) string {
+	ix, m, s, latest := &t.orders, int(f.m), &es[f.cited[0]], &es[f.cited[1]]
+	then, _ := ix.movingState(m, s.clock)
+	now, _ := ix.movingState(m, latest.clock)
+	return fmt.Sprintf("Order %s was last seen %s (request %d, at %s), but at %s (request %d) it is %s: keep re-reading the orders you follow (by id, or with a window that looks back) until they settle.",
+		ix.movingID(m), ix.stateText(m, then), s.seq, formatInstant(s.clock), formatInstant(latest.clock), latest.seq, ix.stateText(m, now))
+}
+
+// missedImport judges the m-th order with a timeline, which no read showed: it was missed
+// when it was imported late, by last, the latest instant read, and a page judged before its
+// import held its place with a filter it then matched. It returns that page's entry (of
+// them, the highest seq), or -1.
+func (t *tenant) missedImport(m int, last instant, held *heldPages) int {
+	created, imported := t.orders.movingInstants(m)
+	if !imported.after(created) || imported.after(last) {
+		return -1
+	}
+	return held.heldBefore(m, imported)
+}
+
+func missedDetail(t *tenant, es []journalEntry, f *found) string {
+	ix, m, held, latest := &t.orders, int(f.m), &es[f.cited[0]], &es[f.cited[1]]
 	created, imported := ix.movingInstants(m)
-	if !imported.after(created) || imported.after(latest.clock) {
-		return finding{}, false
-	}
-	var held *journalEntry // the page with the highest seq
-	for _, l := range lists {
-		if imported.after(l.clock) && ix.heldPlace(m, &l.shown.page) && (held == nil || l.seq > held.seq) {
-			held = l
-		}
-	}
-	if held == nil {
-		return finding{}, false
-	}
-	id := ix.movingID(m)
-	detail := fmt.Sprintf("Order %s (created_at %s) was imported at %s, behind what request %d had listed, and no request judged after its import showed it (the last read, request %d, was judged at %s): a created_from watermark misses orders imported late, so re-read a window that looks back further than imports can be late.",
-		id, formatInstant(created), formatInstant(imported), held.seq, latest.seq, formatInstant(latest.clock))
-	return finding{Code: findingMissedImport, Detail: detail, Requests: []uint64{held.seq, latest.seq}, ID: &id}, true
+	return fmt.Sprintf("Order %s (created_at %s) was imported at %s, behind what request %d had listed, and no request judged after its import showed it (the last read, request %d, was judged at %s): a created_from watermark misses orders imported late, so re-read a window that looks back further than imports can be late.",
+		ix.movingID(m), formatInstant(created), formatInstant(imported), held.seq, latest.seq, formatInstant(latest.clock))
 }
 
 // plural is one or many, as n says.
@@ -1662,41 +1733,50 @@ func (j *journal) recent(n int) []journalEntry {
 	return es
 }
 
-// findingsCount is the newest entry's seq, and the number of findings of the entries held
-// when seq counted was the newest: judged at most once per new entry, and kept until the
-// next. A journal of up to defaultJournal entries is judged at once (some 7 ms at most, for
-// 1,000 pages of a rare status over 1,000,000 orders: BenchmarkFindings); a larger one, up
-// to a hundred times that, is judged aside, one count at a time, and the page shows the
-// count before it meanwhile: the page keeps its 100 ms whatever -journal holds.
-func (t *tenant) findingsCount() (last, counted uint64, n int) {
+// countFindings starts judging the findings of t's journal aside, unless they are counted
+// up to its newest entry or a count runs already, and returns what is closed when the
+// running count ends (nil when none runs). The page reads the count, never makes it: a
+// journal of -journal 100000 entries may take a second to judge, and the page shows
+// twenty. Each new entry is counted at most once.
+func (t *tenant) countFindings() <-chan struct{} {
 	j := t.journal.Load()
 	if j == nil {
-		return 0, 0, 0
+		return nil
 	}
 	j.mu.Lock()
-	c, last, held := j.counted, j.last, j.n
-	j.mu.Unlock()
-	switch {
-	case c.seq == last:
-	case held <= defaultJournal:
-		c = t.recount(j)
-	case j.counting.CompareAndSwap(false, true):
+	defer j.mu.Unlock()
+	if j.counting == nil && j.counted.seq != j.last {
+		done := make(chan struct{})
+		j.counting = done
 		go func() {
-			defer j.counting.Store(false)
+			defer close(done)
 			t.recount(j)
 		}()
 	}
-	return max(last, c.seq), c.seq, c.n
+	return j.counting
 }
 
-// recount judges the findings of every entry j holds, and keeps their count.
-func (t *tenant) recount(j *journal) findingsCount {
+// recount judges the findings of every entry j holds, and keeps how many there are and the
+// first of them, written.
+func (t *tenant) recount(j *journal) {
 	part := j.part(journalRead{})
-	c := findingsCount{part.last, len(t.findingsIn(part.entries))}
+	first, n := t.findingsIn(part.entries, pageFindings)
 	j.mu.Lock()
-	if c.seq > j.counted.seq {
-		j.counted = c
+	defer j.mu.Unlock()
+	j.counting = nil
+	if part.last > j.counted.seq {
+		j.counted = findingsCount{part.last, n, first}
 	}
-	j.mu.Unlock()
-	return c
+}
+
+// findingsCounted is the newest entry's seq, and the findings of the entries held when seq
+// counted was the newest: how many, and the first pageFindings of them.
+func (t *tenant) findingsCounted() (last uint64, c findingsCount) {
+	j := t.journal.Load()
+	if j == nil {
+		return 0, findingsCount{}
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.last, j.counted
 }

@@ -1047,10 +1047,8 @@ func (s *server) readFindings(w http.ResponseWriter, r *http.Request, c *call) e
 	if err != nil {
 		return err
 	}
-	answer := findingsAnswer{Data: c.key.tenant.findingsIn(part.entries), Dropped: part.dropped}
-	if answer.Data == nil {
-		answer.Data = []finding{}
-	}
+	data, n := c.key.tenant.findingsIn(part.entries, maxFindings)
+	answer := findingsAnswer{Data: data, More: n - len(data), Dropped: part.dropped}
 	if n := len(part.entries); n > 0 {
 		answer.Judged = &judgedSeqs{part.entries[0].seq, part.entries[n-1].seq}
 	}
@@ -1577,6 +1575,26 @@ func parsePrefer(fields []string, reads preferences, start time.Time) (preferenc
 	return p, nil
 }
 
+// runOf is the run that Prefer fields name, read as parsePrefer reads it (the first run
+// counts), or "" for none or a bad one: an entry carries the run of its request whatever
+// step answered it, also one before the Prefer step or the Prefer step's own refusal.
+func runOf(fields []string) string {
+	read := 0
+	for _, field := range fields {
+		for rest := field; rest != "" && read < maxPreferences; read++ {
+			var name, value string
+			name, value, _, rest = nextPreference(rest)
+			if strings.EqualFold(name, "run") {
+				if !validRun(value) {
+					return ""
+				}
+				return value
+			}
+		}
+	}
+	return ""
+}
+
 // readCode reads the code preference, its value and its parameters: times=N alone.
 func (p *preference) readCode(value, params string) *apiError {
 	if p.code = simulatedAnswerOf(value); p.code == nil {
@@ -1821,6 +1839,9 @@ func (s *server) writeEntry(sw *statusWriter) {
 		}
 	}
 	if p := r.Header["Prefer"]; len(p) > 0 {
+		if e.runTag == "" { // answered before its Prefer was read (401, 403, 429), or refused there
+			e.runTag = runOf(p)
+		}
 		e.hasPrefer, e.prefer = true, p[0]
 		if len(p) > 1 {
 			e.prefer = strings.Join(p, ", ")
@@ -2276,7 +2297,12 @@ const (
 	pageTenants  = 20
 	pageRows     = 20
 	pageValue    = 64
-	pageRequests = 5 // a tenant's last journal entries
+	pageRequests = 5   // a tenant's last journal entries
+	pageFindings = 5   // and its first findings
+	pageDetail   = 192 // a finding's detail is cut past this, as values are past pageValue
+	// pageCountWait is how long after its arrival the page waits for the findings counts it
+	// started aside; a count not done by then is shown as of the entry it was last made at.
+	pageCountWait = 50 * time.Millisecond
 )
 
 // landing is the page's template and what it shows that does not depend on the request.
@@ -2299,7 +2325,7 @@ type landingTenantKeys struct {
 }
 
 func newLanding(sb *sandbox, loopback bool, faults *faultPlan) *landing {
-	l := &landing{page: template.Must(template.New("landing").Funcs(template.FuncMap{"count": groupDigits}).Parse(landingHTML)), loopback: loopback, started: sb.start}
+	l := &landing{page: template.Must(template.New("landing").Funcs(template.FuncMap{"count": groupDigits, "sub": func(a, b int) int { return a - b }}).Parse(landingHTML)), loopback: loopback, started: sb.start}
 	if faults != nil {
 		l.faults = faults.describe()
 	}
@@ -2367,6 +2393,11 @@ type (
 		Journaled     int // the newest entry's seq: how many requests were journaled
 		CountedTo     int // the seq up to which Findings counts: Journaled, unless a count runs aside
 		Findings      int
+		FirstFindings []landingFinding
+	}
+	landingFinding struct {
+		Code, Requests string
+		ID, Detail     template.HTML
 	}
 	landingRequest struct {
 		Seq            uint64
@@ -2395,6 +2426,9 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 	origin := originOf(r, s.origin)
 	host, _, valid := splitHostPort(strings.ToLower(r.Host))
 	d := landingData{Origin: origin, BaseURL: origin + "/v1", Started: formatTimestamp(l.started), Faults: l.faults, ShowKeys: l.loopback && valid && namesLoopback(host), MoreTenants: l.moreTenants}
+	if d.ShowKeys && s.journals != nil {
+		s.awaitCounts(c.arrived.Add(pageCountWait))
+	}
 	for _, tk := range l.tenants {
 		clock := tk.t.clock.read(s.now)
 		now := clock.now
@@ -2412,7 +2446,7 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 			}
 			if s.journals != nil && !tk.t.live {
 				lt.Journal = true
-				lt.Requests, lt.Journaled, lt.CountedTo, lt.Findings = landingJournal(tk.t)
+				lt.Requests, lt.Journaled, lt.CountedTo, lt.Findings, lt.FirstFindings = landingJournal(tk.t)
 			}
 		}
 		shipments, more := tk.t.shipments.firstShown(clock.now, pageRows)
@@ -2443,18 +2477,53 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 	writeBody(w, http.StatusOK, htmlContentType, b.Bytes())
 }
 
+// awaitCounts starts the findings count of each shown tenant's journal aside, and waits
+// for them until deadline: the page shows what is counted by then.
+func (s *server) awaitCounts(deadline time.Time) {
+	var running []<-chan struct{}
+	for _, tk := range s.landing.tenants {
+		if done := tk.t.countFindings(); done != nil {
+			running = append(running, done)
+		}
+	}
+	if len(running) == 0 {
+		return
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	for _, done := range running {
+		select {
+		case <-done:
+		case <-t.C:
+			return
+		}
+	}
+}
+
 // landingJournal is what the page shows of a tenant's journal: its last pageRequests
-// entries, how many were journaled, and how many findings they held when the count was
-// last made (up to which request), see tenant.findingsCount.
-func landingJournal(t *tenant) ([]landingRequest, int, int, int) {
+// entries, how many were journaled, and its findings when the count was last made (up to
+// which request): how many, and the first pageFindings (see tenant.countFindings).
+func landingJournal(t *tenant) ([]landingRequest, int, int, int, []landingFinding) {
 	j := t.journal.Load()
 	last := j.recent(pageRequests)
 	rows := make([]landingRequest, len(last))
 	for i, e := range last {
 		rows[i] = landingRequest{e.seq, time.Unix(0, e.arrived).UTC().Format("15:04:05.000"), cut(e.method), cut(e.target), int(e.status)}
 	}
-	newest, counted, n := t.findingsCount()
-	return rows, int(newest), int(counted), n
+	newest, c := t.findingsCounted()
+	var found []landingFinding
+	for _, f := range c.first {
+		seqs := make([]string, len(f.Requests))
+		for i, seq := range f.Requests {
+			seqs[i] = strconv.FormatUint(seq, 10)
+		}
+		lf := landingFinding{Code: f.Code, Requests: strings.Join(seqs, ", "), Detail: cutTo(f.Detail, pageDetail)}
+		if f.ID != nil {
+			lf.ID = cut(*f.ID)
+		}
+		found = append(found, lf)
+	}
+	return rows, int(newest), int(c.seq), c.n, found
 }
 
 // cut is a shown value as the page writes it, HTML-escaped and bounded by what is written:
@@ -2462,15 +2531,18 @@ func landingJournal(t *tenant) ([]landingRequest, int, int, int) {
 // form fits pageValue-3 bytes, then "...". A value with nothing to escape is thus cut to
 // its first 61 bytes (at a UTF-8 boundary), and one full of & to 11 of them (&amp; each):
 // the page's bound holds whatever the values hold.
-func cut(s string) template.HTML {
+func cut(s string) template.HTML { return cutTo(s, pageValue) }
+
+// cutTo is cut at limit bytes rather than pageValue.
+func cutTo(s string, limit int) template.HTML {
 	escaped := html.EscapeString(s)
-	if len(escaped) <= pageValue {
+	if len(escaped) <= limit {
 		return template.HTML(escaped)
 	}
 	var b strings.Builder
 	for _, r := range s {
 		e := html.EscapeString(string(r))
-		if b.Len()+len(e) > pageValue-3 {
+		if b.Len()+len(e) > limit-3 {
 			break
 		}
 		b.WriteString(e)

@@ -1226,15 +1226,6 @@ func (ix *orderIndex) pageMoving(p *listedPage, at instant, yield func(m int)) {
 	}
 }
 
-// reachedPlace reports whether page p reached the place of the order at position i in the
-// list: it ended the list (no more), or its last order comes after that place.
-func (p *listedPage) reachedPlace(i int) bool { return !p.more || int(p.last) > i }
-
-// coversCreated reports whether f's created_from..created_to holds created.
-func (f *orderFilter) coversCreated(created instant) bool {
-	return !f.from.after(created) && !created.after(f.to)
-}
-
 func (ix *orderIndex) movingCount() int { return len(ix.moving) }
 
 // movingOf is the place among the orders with a timeline of the order at position i, if
@@ -1270,19 +1261,180 @@ func (ix *orderIndex) stateText(m int, st orderState) string {
 	return orderStatuses[st.status] + " with shipment_id " + link
 }
 
-// leftFilter reports whether page p, judged at at, shows that the m-th order with a
-// timeline left its filter: p's created_from..created_to holds the order, an equality
-// filter of p excludes it as it stands at at, and p reached its place.
-func (ix *orderIndex) leftFilter(m int, p *listedPage, at instant) bool {
-	i := int(ix.moving[m])
-	st, ok := ix.showsAs(&ix.timelines[m], at)
-	return ok && p.filter.coversCreated(ix.records[i].created()) && p.filter.equalities() > 0 && !p.filter.keeps(&ix.records[i], st) && p.reachedPlace(i)
+// Which pages held an order's place: the pages a journal's entries read, walked beside the
+// orders with a timeline in list order. A page held the places whose created_at its
+// filter's range holds, up to where it reached (to its last order when more followed, else
+// the end of its range): one run of positions each. Walked by position, the pages open
+// over their run are kept by their filter's equality values and by instant, so that
+// whether a page of some instants held a place is a search, not a walk of every page.
+
+// readPage is a page an entry read: its instant, what it showed, and the entry's place among
+// the entries judged, which are in seq order.
+type readPage struct {
+	at    instant
+	page  *listedPage
+	entry int32
 }
 
-// heldPlace reports whether page p held the place of the m-th order with a timeline as it
-// stands at its import: p's filter would have kept it, and p reached its place.
-func (ix *orderIndex) heldPlace(m int, p *listedPage) bool {
-	i, tl := int(ix.moving[m]), &ix.timelines[m]
+// heldPages are the pages of a journal, by instant (then seq: a page's rank), opened and
+// shut as the walk reaches the places each held.
+type heldPages struct {
+	ix       *orderIndex
+	instants []instant // each rank's
+	groups   []pageGroup
+	opening  []heldRun // by where their places begin
+	closing  []heldRun // by where they end
+}
+
+// heldRun is the run of places a page held: [lo, hi), and where it is kept.
+type heldRun struct {
+	lo, hi, rank, group int
+	entry               int32
+}
+
+// pageGroup is the pages of one set of equality values: the entry of each one open at the
+// walk's place, plus one (0 when shut), by rank.
+type pageGroup struct {
+	filter orderFilter
+	open   maxTree
+}
+
+func (ix *orderIndex) newHeldPages(pages []readPage) *heldPages {
+	slices.SortStableFunc(pages, func(a, b readPage) int { return a.at.compare(b.at) })
+	h := &heldPages{ix: ix, instants: make([]instant, len(pages))}
+	groupOf := map[[len(equalityFilters)]int8]int{}
+	for rank, p := range pages {
+		h.instants[rank] = p.at
+		g, ok := groupOf[p.page.filter.equal]
+		if !ok {
+			g = len(h.groups)
+			groupOf[p.page.filter.equal] = g
+			h.groups = append(h.groups, pageGroup{filter: p.page.filter})
+		}
+		lo, hi := ix.placesHeld(p.page)
+		h.opening = append(h.opening, heldRun{lo, hi, rank, g, p.entry})
+	}
+	for g := range h.groups {
+		h.groups[g].open = newMaxTree(len(pages))
+	}
+	h.closing = slices.Clone(h.opening)
+	slices.SortFunc(h.opening, func(a, b heldRun) int { return a.lo - b.lo })
+	slices.SortFunc(h.closing, func(a, b heldRun) int { return a.hi - b.hi })
+	return h
+}
+
+// placesHeld is the run of positions page p held: those whose created_at its filter's
+// range holds, up to its last order when more followed.
+func (ix *orderIndex) placesHeld(p *listedPage) (lo, hi int) {
+	n := len(ix.records)
+	lo = sort.Search(n, func(i int) bool { return !ix.records[i].created().after(p.filter.to) })
+	hi = sort.Search(n, func(i int) bool { return p.filter.from.after(ix.records[i].created()) })
+	if p.more {
+		hi = min(hi, int(p.last))
+	}
+	return lo, max(lo, hi)
+}
+
+// reach moves the walk on to position i: the pages that held it are open, no other.
+func (h *heldPages) reach(i int) {
+	for len(h.opening) > 0 && h.opening[0].lo <= i {
+		r := h.opening[0]
+		h.groups[r.group].open.set(r.rank, r.entry+1)
+		h.opening = h.opening[1:]
+	}
+	for len(h.closing) > 0 && h.closing[0].hi <= i {
+		r := h.closing[0]
+		h.groups[r.group].open.set(r.rank, 0)
+		h.closing = h.closing[1:]
+	}
+}
+
+// ranksAfter is the first rank of a page judged after at; ranksFrom, at or after it.
+func (h *heldPages) ranksAfter(at instant) int {
+	return sort.Search(len(h.instants), func(k int) bool { return h.instants[k].after(at) })
+}
+
+func (h *heldPages) ranksFrom(at instant) int {
+	return sort.Search(len(h.instants), func(k int) bool { return !at.after(h.instants[k]) })
+}
+
+// leftBetween reports whether a page judged after from and by until held the place of the
+// m-th order with a timeline (the walk is at it) and had an equality filter that excluded
+// it as it stood at the page's instant: the state it stood in then is searched, each state
+// of the order in that span asked of each set of values that excludes it.
+func (h *heldPages) leftBetween(m int, from, until instant) bool {
+	ix := h.ix
+	r, tl := &ix.records[ix.moving[m]], &ix.timelines[m]
+	states := ix.states[tl.first:tl.end]
+	lo, hi := h.ranksAfter(from), h.ranksAfter(until)
+	first := sort.Search(len(states), func(k int) bool { return states[k].from.after(from) }) - 1
+	end := sort.Search(len(states), func(k int) bool { return states[k].from.after(until) })
+	for _, g := range h.groups {
+		if g.filter.equalities() == 0 {
+			continue
+		}
+		for k := max(first, 0); k < end; k++ {
+			if g.filter.keeps(r, &states[k]) {
+				continue
+			}
+			kLo, kHi := max(lo, h.ranksFrom(states[k].from)), hi
+			if k+1 < len(states) {
+				kHi = min(kHi, h.ranksFrom(states[k+1].from))
+			}
+			if kLo < kHi && g.open.max(kLo, kHi) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// heldBefore is the entry of the page, of the highest seq, judged before the instant
+// before, that held the place of the m-th order with a timeline (the walk is at it) with a
+// filter that keeps it as it stands at its import; -1 for none.
+func (h *heldPages) heldBefore(m int, before instant) int {
+	ix := h.ix
+	r, tl := &ix.records[ix.moving[m]], &ix.timelines[m]
 	st, _ := ix.showsAs(tl, tl.imported)
-	return p.filter.coversCreated(ix.records[i].created()) && p.filter.keeps(&ix.records[i], st) && p.reachedPlace(i)
+	hi, best := h.ranksFrom(before), int32(0)
+	for _, g := range h.groups {
+		if g.filter.keeps(r, st) {
+			best = max(best, g.open.max(0, hi))
+		}
+	}
+	return int(best) - 1
+}
+
+// maxTree is a segment tree over n values, each from 0: setting one and the maximum of a
+// range of them each take a logarithm of n.
+type maxTree struct {
+	n int
+	v []int32 // v[n+i] is value i; v[k] the maximum of v[2k] and v[2k+1]
+}
+
+func newMaxTree(n int) maxTree { return maxTree{n, make([]int32, 2*n)} }
+
+func (t *maxTree) set(i int, x int32) {
+	i += t.n
+	t.v[i] = x
+	for i > 1 {
+		i >>= 1
+		t.v[i] = max(t.v[2*i], t.v[2*i+1])
+	}
+}
+
+// max is the largest of the values lo to hi-1, 0 when none.
+func (t *maxTree) max(lo, hi int) int32 {
+	var m int32
+	for lo, hi = lo+t.n, hi+t.n; lo < hi; lo, hi = lo>>1, hi>>1 {
+		if lo&1 == 1 {
+			m = max(m, t.v[lo])
+			lo++
+		}
+		if hi&1 == 1 {
+			hi--
+			m = max(m, t.v[hi])
+		}
+	}
+	return m
 }
