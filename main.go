@@ -31,6 +31,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -335,7 +336,7 @@ func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, t
 	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
-		return cfg.loadStopTimeout, fmt.Errorf("%s %s: %w", cfg.addrName, cfg.addr, err)
+		return cfg.loadStopTimeout, listenError(cfg, err)
 	}
 	base := baseURL(ln.Addr())
 	stopping := make(chan struct{})
@@ -365,6 +366,19 @@ func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, t
 		out.say(fmt.Sprintf("Stopped: %d requests drained.\n", srv.drained.Load()))
 	}
 	return cfg.shutdownTimeout, err
+}
+
+// listenError says why the sandbox cannot listen where the configuration says, naming what
+// the user set; an address in use also says how to go on.
+func listenError(cfg config, err error) error {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("%s %s: %w", cfg.addrName, cfg.addr, err)
+	}
+	other := "pass another -addr, such as -addr 127.0.0.1:8081"
+	if cfg.addrName == "SANDBOX_ADDR" {
+		other = "set SANDBOX_ADDR to another address, such as 127.0.0.1:8081"
+	}
+	return fmt.Errorf("%s %s: %w: another process listens there (another sandbox, perhaps): stop it, or %s", cfg.addrName, cfg.addr, err, other)
 }
 
 // loadConfigured loads the dataset the configuration names: the embedded default, or the
@@ -718,27 +732,44 @@ func (c *console) close(deadline time.Time) bool {
 	}
 }
 
-// heapHeadroom is how much the heap may grow past the dataset between collections.
+// heapHeadroom is how much the heap may grow past its live data between collections.
 const heapHeadroom = 64 << 20
 
 // heapTuner sets the garbage collector for the data loaded, and returns what restores it.
 type heapTuner func(getenv func(string) string) (restore func())
 
-// boundHeapGrowth collects what loading left behind, then sets the process's GC percentage
-// so that the heap grows by about heapHeadroom past the live data between collections,
-// unless GOGC is set. It returns the function that restores the setting. With Go's default
-// the heap of a million orders would double under load, and until the first collection
-// every request would be served from memory never touched before; the heap of a small
-// dataset, a few MiB, would be collected some 60 times a second under load.
+// boundHeapGrowth collects what loading left behind, then keeps the process's GC
+// percentage such that the heap grows by about heapHeadroom past the live data between
+// collections (never by less than 10%), unless GOGC is set: it is set from the live heap
+// after loading, and again after every collection, since what is live grows as the sandbox
+// serves (journals, stored answers). Set once, from a small dataset's few MiB, it would let
+// garbage grow to 17 times a live heap that the journals had grown; with Go's default, the
+// heap of a million orders would double under load, and until the first collection every
+// request would be served from memory never touched before; a small dataset's heap would
+// be collected some 60 times a second under load. It returns the function that restores
+// the setting.
 func boundHeapGrowth(getenv func(string) string) (restore func()) {
 	debug.FreeOSMemory()
 	if getenv("GOGC") != "" {
 		return func() {}
 	}
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	old := debug.SetGCPercent(gcPercent(m.HeapAlloc))
-	return func() { debug.SetGCPercent(old) }
+	var mu sync.Mutex
+	stopped := false
+	old := debug.SetGCPercent(gcPercent(liveHeap()))
+	afterEachGC(func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			debug.SetGCPercent(gcPercent(liveHeap()))
+		}
+		return !stopped
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		debug.SetGCPercent(old)
+	}
 }
 
 // gcPercent is the GC percentage that lets a heap of live bytes grow by about
@@ -746,6 +777,31 @@ func boundHeapGrowth(getenv func(string) string) (restore func()) {
 // smallest goal is 4 MiB scaled by the percentage.
 func gcPercent(live uint64) int {
 	return int(max(10, 100*heapHeadroom/max(live, 4<<20)))
+}
+
+// liveHeap is the bytes the last collection found live (runtime/metrics: no stop of the world).
+func liveHeap() uint64 {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return sample[0].Value.Uint64()
+}
+
+// gcSentinel is garbage made to be found: its finalizer runs once the collection that found
+// it is done. It holds a pointer so that it is not one of the tiny objects the allocator
+// packs together, whose finalizers may wait on their neighbours.
+type gcSentinel struct{ _ *byte }
+
+// afterEachGC calls each after every collection, on the finalizers' goroutine, until it
+// returns false.
+func afterEachGC(each func() bool) {
+	runtime.SetFinalizer(&gcSentinel{}, func(*gcSentinel) {
+		if each() {
+			afterEachGC(each)
+		}
+	})
 }
 
 // The server: the dataset's operations, one route table, and the handler that serves it.
@@ -2247,6 +2303,8 @@ func isPreflight(r *http.Request) bool {
 // openAPIDoc is the embedded OpenAPI document, prepared to be served with every servers
 // entry (the top level's and any path's) naming the address that serves it: marked holds
 // originMark where each entry's origin stands, and each answer replaces it with its own.
+// It keeps the file's order of members: tools that send a request body's first example
+// (Portman, Dredd, Prism) read them in the order served.
 type openAPIDoc struct {
 	marked []byte
 }
@@ -2255,29 +2313,30 @@ type openAPIDoc struct {
 const originMark = "http://origin.invalid"
 
 func newOpenAPIDoc() (*openAPIDoc, error) {
-	var doc map[string]any
+	var doc struct {
+		Servers []struct{ URL string }
+		Paths   map[string]struct{ Servers []struct{ URL string } }
+	}
 	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
 		return nil, fmt.Errorf("openapi.json: %w", err)
 	}
-	markServers(doc)
-	for _, item := range doc["paths"].(map[string]any) {
-		markServers(item.(map[string]any))
+	servers := doc.Servers
+	for _, item := range doc.Paths {
+		servers = append(servers, item.Servers...)
 	}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		return nil, err
+	marked := openAPIDocument
+	for _, s := range servers { // as the file writes a url member; a description's quotes are escaped
+		u, err := url.Parse(s.URL)
+		if err != nil {
+			return nil, fmt.Errorf("openapi.json: server %q: %w", s.URL, err)
+		}
+		marked = bytes.ReplaceAll(marked, []byte(`"url": "`+s.URL+`"`), []byte(`"url": "`+originMark+u.Path+`"`))
 	}
-	return &openAPIDoc{marked: b}, nil
-}
-
-// markServers puts originMark in place of the origin of each of node's servers.
-func markServers(node map[string]any) {
-	servers, _ := node["servers"].([]any)
-	for _, s := range servers {
-		entry := s.(map[string]any)
-		u, _ := url.Parse(entry["url"].(string))
-		entry["url"] = originMark + u.Path
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, marked); err != nil {
+		return nil, fmt.Errorf("openapi.json: %w", err)
 	}
+	return &openAPIDoc{marked: compact.Bytes()}, nil
 }
 
 // serveOpenAPI answers GET /v1/openapi.json: the document, its servers at the address the

@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -26,7 +27,7 @@ import (
 	"reflect"
 	"regexp"
 	"runtime"
-	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -1230,7 +1231,8 @@ func TestRunRefusesABadStart(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{[]string{"-addr", taken.Addr().String()}, nil, "-addr " + taken.Addr().String() + ": listen tcp " + taken.Addr().String() + ": bind: address already in use"},
+		{[]string{"-addr", taken.Addr().String()}, nil, "-addr " + taken.Addr().String() + ": listen tcp " + taken.Addr().String() + ": bind: address already in use: another process listens there (another sandbox, perhaps): stop it, or pass another -addr, such as -addr 127.0.0.1:8081"},
+		{nil, map[string]string{"SANDBOX_ADDR": taken.Addr().String()}, "SANDBOX_ADDR " + taken.Addr().String() + ": listen tcp " + taken.Addr().String() + ": bind: address already in use: another process listens there (another sandbox, perhaps): stop it, or set SANDBOX_ADDR to another address, such as 127.0.0.1:8081"},
 		{[]string{"-addr", "nonsense"}, nil, "-addr nonsense: listen tcp: address nonsense: missing port in address"},
 		{[]string{"-data", "testdata/no-such-file.json"}, nil, "-data: open testdata/no-such-file.json: no such file or directory"},
 		{nil, map[string]string{"SANDBOX_DATA": "missing.json"}, "SANDBOX_DATA: open missing.json: no such file or directory"},
@@ -1551,12 +1553,14 @@ func newFIFO(t *testing.T) string {
 
 // TestLinkedAccountsLoadInLinearTime: linking a shipment to its order asks no other
 // tenant, so many linked accounts load about as fast as unlinked ones (asking every tenant
-// made 10,000 take 20 s and more). The fastest of three loads of each is compared.
+// made 10,000 take 20 s and more, some 50 times the unlinked load at 5,000). The fastest of
+// three loads of each is compared, and only a ratio that wide fails: a busy machine slows
+// either load by a share, not by ten times.
 func TestLinkedAccountsLoadInLinearTime(t *testing.T) { // not parallel: it compares two timings
 	const n = 5000
 	unlinked, linked := fastestLoad(t, manyAccounts(n, false)), fastestLoad(t, manyAccounts(n, true))
-	if linked > 2*unlinked {
-		t.Errorf("%d linked accounts load in %v, unlinked in %v: want about the same", n, linked, unlinked)
+	if linked > 10*unlinked {
+		t.Errorf("%d linked accounts load in %v, unlinked in %v: want about the same, at most ten times", n, linked, unlinked)
 	}
 }
 
@@ -1573,12 +1577,13 @@ func orderWithChanges(n int) []byte {
 }
 
 // TestOneOrdersChangesLoadInLinearTime: an order's states are made walking its changes
-// once (a search of them for each state made 80,000 changes take 6.7 s). Eight times the
-// changes load within sixteen times the time: the quadratic way takes some sixty times.
+// once (a search of them for each state made 80,000 changes take 6.7 s). Sixteen times the
+// changes load within 64 times the time: linear is sixteen times, the quadratic way 256, and
+// a busy machine moves neither by four.
 func TestOneOrdersChangesLoadInLinearTime(t *testing.T) { // not parallel: it compares two timings
-	few, many := fastestLoad(t, orderWithChanges(5000)), fastestLoad(t, orderWithChanges(40000))
-	if many > 16*few {
-		t.Errorf("40,000 changes of one order load in %v, 5,000 in %v: want at most sixteen times", many, few)
+	few, many := fastestLoad(t, orderWithChanges(2500)), fastestLoad(t, orderWithChanges(40000))
+	if many > 64*few {
+		t.Errorf("40,000 changes of one order load in %v, 2,500 in %v: want at most 64 times", many, few)
 	}
 }
 
@@ -1819,10 +1824,23 @@ func TestShutdownGraceRunsOut(t *testing.T) {
 // the setting is restored when run returns; without a tuner run leaves it alone, so that
 // tests may call run in parallel.
 func TestRunBoundsHeapGrowth(t *testing.T) { // not parallel: the GC setting is the process's
-	current := func() int { p := debug.SetGCPercent(100); debug.SetGCPercent(p); return p }
+	current := func() int {
+		sample := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+		metrics.Read(sample)
+		return int(sample[0].Value.Uint64())
+	}
 	before := current()
 	_, _, _, stop := startRunWithEnv(t, nil, boundHeapGrowth, "-seed-orders", "300000")
 	during := current()
+	// What is live grows while it serves (journals fill): the percentage follows it after
+	// each collection, so that garbage grows by the headroom, not by a share of the dataset's
+	// heap taken at the start; and back when it shrinks.
+	grown := make([]byte, 256<<20)
+	runtime.GC()
+	waitFor(t, "the GC percentage to follow a live heap grown by 256 MiB", func() bool { return current() == gcPercent(liveHeap()) && current() < during/2 })
+	runtime.KeepAlive(grown)
+	runtime.GC()
+	waitFor(t, "the GC percentage to follow the live heap back", func() bool { return current() == gcPercent(liveHeap()) && current() >= during*9/10 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -3614,6 +3632,41 @@ func TestOpenAPIServedDocument(t *testing.T) {
 // document: HEAD beside each GET, a described schema for the document itself, every error
 // code with a description, bounds on the cursor, a license, no unused component, and no
 // advice against the + rule.
+// firstExampleName is the name of the first example of a request body in the document's
+// text, as the tools that read it in order find it (a decoded map has no order).
+func firstExampleName(t *testing.T, doc []byte, path, method string) string {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	want := []string{"paths", path, method, "requestBody", "content", "application/json", "examples"}
+	depth, matched := 0, 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatalf("no examples of %s %s's request body: %v", method, path, err)
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			if v == '{' || v == '[' {
+				depth++
+			} else {
+				depth--
+			}
+		case string:
+			if depth == matched+1 && matched < len(want) && v == want[matched] {
+				matched++
+				if matched == len(want) {
+					dec.Token() // {
+					name, _ := dec.Token()
+					return name.(string)
+				}
+			} else if depth == matched+1 {
+				var skip json.RawMessage
+				dec.Decode(&skip)
+			}
+		}
+	}
+}
+
 func TestOpenAPIDocumentForClients(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
@@ -3627,6 +3680,24 @@ func TestOpenAPIDocumentForClients(t *testing.T) {
 		_, head := asMap(item)["head"]
 		if get != head {
 			t.Errorf("%s: GET documented %v, HEAD documented %v; want HEAD beside each GET", path, get, head)
+		}
+	}
+	// Test tools (Portman, Dredd, Prism) send the first example of every request body as it
+	// is, with a dataset key: it leaves every dataset tenant as it found it, so that a suite
+	// generated from the document passes twice.
+	for path, item := range asMap(doc["paths"]) {
+		for method, op := range asMap(item) {
+			content := asMap(asMap(asMap(asMap(op)["requestBody"])["content"])["application/json"])
+			if content == nil {
+				continue
+			}
+			first, _ := json.Marshal(asMap(asMap(content["examples"])[firstExampleName(t, body, path, method)])["value"])
+			before := e.get(t, "/v1/test_helpers/clock", "sk_test_sandbox_all").body
+			e.do(t, newBodyRequest(strings.ToUpper(method), "/v1"+path, "sk_test_sandbox_all", string(first), "Content-Type", "application/json"))
+			after := e.get(t, "/v1/test_helpers/clock", "sk_test_sandbox_all").body
+			if strings.Split(string(before), `"now"`)[0] != strings.Split(string(after), `"now"`)[0] {
+				t.Errorf("%s %s: the first example %s moved acct_sandbox's clock: %s, then %s", method, path, first, before, after)
+			}
 		}
 	}
 	self := asMap(asMap(asMap(asMap(asMap(asMap(asMap(doc["paths"])["/openapi.json"])["get"])["responses"])["200"])["content"])["application/json"])["schema"]
@@ -3868,6 +3939,87 @@ func TestReadmeDatasetExample(t *testing.T) {
 	}
 	if s := sb.tenants.byID[tenantID{"acct_acme", "test"}].shipments.byID["shp_acme_1"]; s == nil || len(s.instants) != 2 {
 		t.Errorf("the README's example shipment did not load with its two events")
+	}
+}
+
+// TestContainerImage: the Containerfile is FROM scratch and holds the binary its comment
+// says to build (CGO_ENABLED=0 go build -trimpath -o sandbox .), which is static (a scratch
+// image has no loader or libraries), and runs as the image runs it: its ENTRYPOINT with
+// the image's ENV alone, in an empty folder, listening on every interface and saying so;
+// SIGTERM (what podman and docker stop send) drains it and it exits 0. Building and
+// running the image itself needs podman or docker, which go test does not assume.
+func TestContainerImage(t *testing.T) {
+	t.Parallel()
+	text, err := os.ReadFile("Containerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var instructions []string
+	env := []string{}
+	for _, line := range strings.Split(string(text), "\n") {
+		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		instructions = append(instructions, line)
+		if v, ok := strings.CutPrefix(line, "ENV "); ok {
+			env = append(env, v)
+		}
+	}
+	if want := []string{"FROM scratch", "COPY sandbox /sandbox", "ENV SANDBOX_ADDR=0.0.0.0:8080", "EXPOSE 8080", `ENTRYPOINT ["/sandbox"]`}; !slices.Equal(instructions, want) {
+		t.Fatalf("the Containerfile's instructions:\n%s\nwant\n%s", strings.Join(instructions, "\n"), strings.Join(want, "\n"))
+	}
+	build := regexp.MustCompile(`(?m)^#\s+(CGO_ENABLED=0 go build .*)$`).FindStringSubmatch(string(text))
+	if build == nil {
+		t.Fatal("the Containerfile does not say how to build the binary it holds")
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("bash", "-c", strings.Replace(build[1], "-o sandbox", "-o "+dir+"/sandbox", 1))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", build[1], err, out)
+	}
+	bin, err := elf.Open(dir + "/sandbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range bin.Progs {
+		if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
+			t.Errorf("the binary is linked dynamically (%v): a scratch image cannot run it", p.Type)
+		}
+	}
+	bin.Close()
+	port := strings.TrimPrefix(regexp.MustCompile(`:\d+$`).FindString(func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return ln.Addr().String()
+	}()), ":")
+	empty := t.TempDir()
+	image := exec.Command(dir + "/sandbox")
+	image.Dir = empty
+	image.Env = []string{strings.Replace(env[0], ":8080", ":"+port, 1)} // the image's ENV, on a free port
+	stdout, stderr := &lockedBuffer{}, &lockedBuffer{}
+	image.Stdout, image.Stderr = stdout, stderr
+	if err := image.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer image.Process.Kill()
+	waitFor(t, "the image's sandbox to print its keys", func() bool { return strings.Contains(stdout.String(), "sk_test_sandbox_all") })
+	for _, want := range []string{"Listening on every network interface (SANDBOX_ADDR 0.0.0.0:" + port + ")", "http://127.0.0.1:" + port + "/v1"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("the image's banner lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	if status, body := httpGet(t, "http://127.0.0.1:"+port+"/v1/healthz", ""); status != 200 || body != `{"status":"ok"}` {
+		t.Errorf("GET /v1/healthz of the image's sandbox = %d %s", status, body)
+	}
+	if status, _ := httpGet(t, "http://127.0.0.1:"+port+"/v1/orders", "Bearer sk_test_sandbox_all"); status != 200 {
+		t.Errorf("GET /v1/orders of the image's sandbox = %d", status)
+	}
+	image.Process.Signal(syscall.SIGTERM)
+	if _, status := waitExit(t, image, time.Now(), 15*time.Second); status != 0 {
+		t.Errorf("SIGTERM: exit status %d, want 0\n%s", status, stderr.String())
 	}
 }
 
@@ -6892,7 +7044,8 @@ func sharedNumberLater(n int) []byte {
 // TestASharedNumberCostsWhatAnyNumberCosts: a lookup by a number that 100,000 shipments
 // hold (the first 20 always there, the rest created a day after the start) costs what a
 // lookup of a number one shipment holds costs, as the red team set it: walking the
-// shipments that hold it cost 16 ms a lookup. The fastest of three runs of each.
+// shipments that hold it cost 16 ms a lookup, some 8,000 times one holder's. The fastest of
+// three runs of each.
 func TestASharedNumberCostsWhatAnyNumberCosts(t *testing.T) { // not parallel: it compares two timings
 	lookups := func(data []byte) time.Duration {
 		e := newEnv(t, envOptions{data: data, rate: -1, quiet: true})
@@ -6908,8 +7061,8 @@ func TestASharedNumberCostsWhatAnyNumberCosts(t *testing.T) { // not parallel: i
 		return best
 	}
 	many, one := lookups(sharedNumberLater(100000)), lookups(sharedNumber(""))
-	if many > 3*one {
-		t.Errorf("1,000 lookups of a number 100,000 shipments hold take %v, of a number one holds %v: want about the same", many, one)
+	if many > 50*one { // walking the holders costs thousands of times more; a busy machine, a share
+		t.Errorf("1,000 lookups of a number 100,000 shipments hold take %v, of a number one holds %v: want about the same, at most 50 times", many, one)
 	}
 }
 
