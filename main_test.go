@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"runtime"
@@ -36,6 +37,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -3806,10 +3808,52 @@ func TestOpenAPIDocumentForClients(t *testing.T) {
 	}
 }
 
-// TestReadmeExamples: the README's shell examples, run as written in the repository: the
-// quick start's go run . serves them (on a free port, named by SANDBOX_ADDR, in place of
-// 127.0.0.1:8080); each block must exit 0, leave nothing listening on the ports it used,
-// and print what the README shows under it, if it shows anything.
+// docPage is a page of the documentation: README.md, the start page, or one under docs/.
+type docPage struct {
+	name, text string
+}
+
+// docPages is the documentation in reading order: the start page, then the pages under docs/
+// in the order it links them (each must be linked).
+func docPages(t *testing.T) []docPage {
+	t.Helper()
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := []docPage{{"README.md", string(readme)}}
+	linked := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\]\((docs/[a-z0-9-]+\.md)\)`).FindAllStringSubmatch(string(readme), -1) {
+		if linked[m[1]] {
+			continue
+		}
+		linked[m[1]] = true
+		text, err := os.ReadFile(m[1])
+		if err != nil {
+			t.Fatalf("README.md links %s: %v", m[1], err)
+		}
+		pages = append(pages, docPage{m[1], string(text)})
+	}
+	files, _ := filepath.Glob("docs/*.md")
+	for _, f := range files {
+		if !linked[f] {
+			t.Errorf("%s is not linked from README.md", f)
+		}
+	}
+	return pages
+}
+
+// shellBlocks are a page's shell examples, each with the output it shows under it, if any.
+func shellBlocks(text string) [][]string {
+	return regexp.MustCompile("(?s)```sh\n(.*?)```\n(?:\n```(?:text|json)\n(.*?)\n```)?").FindAllStringSubmatch(text, -1)
+}
+
+// TestReadmeExamples: the shell examples of the README and of every page under docs/, run
+// as written in the repository, in reading order: the quick start's go run . serves them
+// (on a free port, named by SANDBOX_ADDR, in place of 127.0.0.1:8080); each block must exit
+// 0, leave nothing listening on the ports it used, and print what the page shows under it,
+// if it shows anything. Blocks without curl start a sandbox or need what go test does not
+// assume (podman, npx): they are not run.
 func TestReadmeExamples(t *testing.T) {
 	t.Parallel()
 	for _, tool := range []string{"bash", "curl", "jq", "go"} {
@@ -3817,10 +3861,7 @@ func TestReadmeExamples(t *testing.T) {
 			t.Skipf("%s is not installed: the README's shell examples are not run", tool)
 		}
 	}
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	pages := docPages(t)
 	free := func() string {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -3849,41 +3890,127 @@ func TestReadmeExamples(t *testing.T) {
 			t.Fatal("go run . did not serve within a minute")
 		}
 	}
-	blocks := regexp.MustCompile("(?s)```sh\n(.*?)```\n(?:\n```(?:text|json)\n(.*?)\n```)?").FindAllStringSubmatch(string(readme), -1)
 	ran := 0
-	for i, b := range blocks {
-		block, shown := b[1], b[2]
-		if !strings.Contains(block, "curl") {
-			continue // starting the sandbox: done above
-		}
-		ran++
-		ports := map[string]string{"127.0.0.1:8181": free(), "127.0.0.1:8282": free()}
-		script := "set -euo pipefail\nH='Authorization: Bearer sk_test_sandbox_all'\nB=http://127.0.0.1:8080/v1\n" + block
-		script = strings.NewReplacer("127.0.0.1:8080", host, "127.0.0.1:8181", ports["127.0.0.1:8181"], "127.0.0.1:8282", ports["127.0.0.1:8282"]).Replace(script)
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		sh := exec.CommandContext(ctx, "bash", "-c", script)
-		var stderr bytes.Buffer
-		sh.Stderr = &stderr
-		out, err := sh.Output()
-		cancel()
-		if err != nil {
-			t.Errorf("README shell block %d failed: %v\n%s\noutput:\n%s%s", i, err, block, out, stderr.Bytes())
-			continue
-		}
-		if shown != "" && strings.TrimSuffix(string(out), "\n") != shown {
-			t.Errorf("README shell block %d prints\n%s\nthe README shows\n%s", i, out, shown)
-		}
-		for _, port := range ports { // a sandbox the block stopped has 5 s to close its port
-			for deadline := time.Now().Add(5 * time.Second); listening(port); time.Sleep(50 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Errorf("README shell block %d left a sandbox listening on %s:\n%s", i, port, block)
-					break
-				}
+	for _, page := range pages {
+		for i, b := range shellBlocks(page.text) {
+			if strings.Contains(b[1], "curl") {
+				ran++
+				runShellBlock(t, page.name, i, b[1], b[2], host, free, listening)
 			}
 		}
 	}
-	if ran < 8 {
-		t.Errorf("only %d shell blocks with curl found in the README", ran)
+	if ran < 30 {
+		t.Errorf("only %d shell blocks with curl found in the README and docs/", ran)
+	}
+}
+
+// runShellBlock runs block i of a page against the sandbox at host, and checks what it prints.
+func runShellBlock(t *testing.T, page string, i int, block, shown, host string, free func() string, listening func(string) bool) {
+	ports := map[string]string{"127.0.0.1:8181": free(), "127.0.0.1:8282": free()}
+	script := "set -euo pipefail\nH='Authorization: Bearer sk_test_sandbox_all'\nB=http://127.0.0.1:8080/v1\n" + block
+	script = strings.NewReplacer("127.0.0.1:8080", host, "127.0.0.1:8181", ports["127.0.0.1:8181"], "127.0.0.1:8282", ports["127.0.0.1:8282"]).Replace(script)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	sh := exec.CommandContext(ctx, "bash", "-c", script)
+	var stderr bytes.Buffer
+	sh.Stderr = &stderr
+	out, err := sh.Output()
+	cancel()
+	if err != nil {
+		t.Errorf("%s shell block %d failed: %v\n%s\noutput:\n%s%s", page, i, err, block, out, stderr.Bytes())
+		return
+	}
+	if shown != "" && strings.TrimSuffix(string(out), "\n") != shown {
+		t.Errorf("%s shell block %d prints\n%s\nthe page shows\n%s", page, i, out, shown)
+	}
+	for _, port := range ports { // a sandbox the block stopped has 5 s to close its port
+		for deadline := time.Now().Add(5 * time.Second); listening(port); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Errorf("%s shell block %d left a sandbox listening on %s:\n%s", page, i, port, block)
+				break
+			}
+		}
+	}
+}
+
+// TestDocsLinksResolve: every relative link of the README and of the pages under docs/
+// names a file of the repository, and its #anchor a heading of that page (as GitHub makes
+// an anchor of a heading); no page sends a reader outside the repository for its own rules.
+func TestDocsLinksResolve(t *testing.T) {
+	t.Parallel()
+	anchors := func(text string) map[string]bool {
+		set := map[string]bool{}
+		for _, h := range regexp.MustCompile(`(?m)^#+ (.*)$`).FindAllStringSubmatch(text, -1) {
+			slug := strings.Map(func(r rune) rune {
+				switch {
+				case r == ' ':
+					return '-'
+				case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+					return unicode.ToLower(r)
+				}
+				return -1
+			}, h[1])
+			set[slug] = true
+		}
+		return set
+	}
+	texts := map[string]string{}
+	for _, p := range docPages(t) {
+		texts[p.name] = p.text
+	}
+	checked := 0
+	for name, text := range texts {
+		for _, m := range regexp.MustCompile(`\]\(([^)\s]+)\)`).FindAllStringSubmatch(text, -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			checked++
+			file, anchor, _ := strings.Cut(target, "#")
+			path := name
+			if file != "" {
+				path = filepath.Clean(filepath.Join(filepath.Dir(name), file))
+			}
+			body, ok := texts[path]
+			if !ok {
+				b, err := os.ReadFile(path)
+				if err != nil {
+					t.Errorf("%s links %s: %v", name, target, err)
+					continue
+				}
+				body = string(b)
+			}
+			if anchor != "" && !anchors(body)[anchor] {
+				t.Errorf("%s links %s: %s has no heading whose anchor is #%s", name, target, path, anchor)
+			}
+		}
+		if strings.Contains(text, "SPEC.md") || strings.Contains(text, "CONTRACT.md") || strings.Contains(text, "../shared") {
+			t.Errorf("%s refers to files a clone of the repository does not have", name)
+		}
+	}
+	if checked < 40 {
+		t.Errorf("only %d relative links checked", checked)
+	}
+}
+
+// TestDocsSendJSONBodiesAsJSON: every curl in the README and docs/ that sends a body says
+// Content-Type: application/json, as the document requires (curl -d alone sends a form,
+// which a validating proxy refuses).
+func TestDocsSendJSONBodiesAsJSON(t *testing.T) {
+	t.Parallel()
+	sent := 0
+	for _, p := range docPages(t) {
+		for _, line := range strings.Split(p.text, "\n") {
+			if !strings.Contains(line, "curl") || !regexp.MustCompile(`\s(-d|--data[a-z-]*)[\s=]`).MatchString(line) {
+				continue
+			}
+			sent++
+			if !strings.Contains(line, "Content-Type: application/json") {
+				t.Errorf("%s sends a body without Content-Type: application/json:\n%s", p.name, line)
+			}
+		}
+	}
+	if sent == 0 {
+		t.Error("no curl that sends a body found: the check checks nothing")
 	}
 }
 
@@ -3898,14 +4025,13 @@ func TestReadmeSyncReadsEveryTimestamp(t *testing.T) {
 			t.Skipf("%s is not installed: the README's shell examples are not run", tool)
 		}
 	}
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	e := newEnv(t, envOptions{rate: -1, start: time.Date(2026, 11, 22, 12, 0, 19, 5e8, time.UTC)})
 	ts := httptest.NewServer(e.h)
 	defer ts.Close()
-	blocks := regexp.MustCompile("(?s)```sh\n(.*?)```\n(?:\n```(?:text|json)\n(.*?)\n```)?").FindAllStringSubmatch(string(readme), -1)
+	var blocks [][]string
+	for _, p := range docPages(t) {
+		blocks = append(blocks, shellBlocks(p.text)...)
+	}
 	ran := 0
 	for _, b := range blocks {
 		if !strings.Contains(b[1], "sk_test_sync_all") || !strings.Contains(b[1], "created_from") {
@@ -3922,10 +4048,10 @@ func TestReadmeSyncReadsEveryTimestamp(t *testing.T) {
 	}
 }
 
-// TestReadmeDatasetExample: the README's example dataset loads.
+// TestReadmeDatasetExample: the example dataset of docs/datasets.md loads.
 func TestReadmeDatasetExample(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("README.md")
+	readme, err := os.ReadFile("docs/datasets.md")
 	if err != nil {
 		t.Fatal(err)
 	}
