@@ -1,6 +1,23 @@
-// auth.go is who may call and when: accounts and their environments (tenants), with the
-// dataset's records filed under them; API keys and their scopes; the per-key rate limit;
-// and each tenant's sandbox clock with its operations.
+// auth.go is who may call and when, and what the sandbox remembers of who called: accounts
+// and their environments (tenants), with their sandbox clocks and timelines; loading, which
+// files a dataset's records under their tenants; API keys and their scopes; the per-key rate
+// limit; the rehearsals counted (Prefer times); the clock operations; and each test
+// tenant's journal of the requests made with its keys, its reads (as JSON or HAR) and its
+// findings, what the journal shows of the integration that made them. Its sections, each
+// under a banner (grep '^// =====' *.go):
+//
+//   - Tenants: accounts and environments, their clocks and timelines
+//   - Loading: records filed under their tenants
+//   - Keys and scopes
+//   - The rate limit
+//   - Rehearsals counted: Prefer code=503; times=2
+//   - The clock operations
+//   - The journal
+//   - The journal's reads
+//   - The findings
+//   - The journal as HAR
+//   - The reads' queries
+//   - What the page shows of a journal
 package main
 
 import (
@@ -23,6 +40,8 @@ import (
 	"unicode/utf8"
 	"unsafe"
 )
+
+// ===== Tenants: accounts and environments, their clocks and timelines =====
 
 // tenantID is an account and one of its environments: resources and keys belong to one.
 type tenantID struct{ account, environment string }
@@ -175,6 +194,8 @@ func (rec *accountRecord) decode(d *jsonReader, path string) error {
 	return accountShape.read(d, path, rec)
 }
 
+// ===== Loading: records filed under their tenants =====
+
 // Loading: a loader files each record of a dataset under the tenant it names and hands it
 // to the file that owns the record, which checks it. The indexes a loader makes know their
 // tenant and the start instant, so that neither travels with each record.
@@ -259,8 +280,8 @@ type record interface {
 	owner() (account, environment string)
 }
 
-func (r keyRecord) owner() (string, string)      { return r.Account, r.Environment }
-func (r shipmentRecord) owner() (string, string) { return r.Account, r.Environment }
+func (rec keyRecord) owner() (string, string)      { return rec.Account, rec.Environment }
+func (rec shipmentRecord) owner() (string, string) { return rec.Account, rec.Environment }
 
 // eachRecord finds the tenant each record of the dataset's list name belongs to, and hands
 // both to add.
@@ -362,6 +383,8 @@ func (ld *loader) build() (orders, shipments int, err error) {
 	}
 	return orders, shipments, nil
 }
+
+// ===== Keys and scopes =====
 
 // scope is a permission a key may hold; each operation requires one.
 type scope uint8
@@ -544,6 +567,8 @@ func (k *apiKey) expiredAt(at time.Time) bool {
 	return !k.expiresAt.after(instantOf(at))
 }
 
+// ===== The rate limit =====
+
 // rateLimit is the sandbox's per-key limit: perSecond requests a second with a burst of one
 // second's worth. It is run as the generic cell rate algorithm, so that a key's bucket is a
 // single atomic word and no request waits on a lock.
@@ -589,6 +614,8 @@ func (l *rateLimit) take(b *bucket, now time.Time) (remaining int, ok bool, wait
 		}
 	}
 }
+
+// ===== Rehearsals counted: Prefer code=503; times=2 =====
 
 // Rehearsals counted: a code that fails only the first N requests of a sequence (Prefer:
 // code=503; times=2). The requests of one sequence share the tenant, the method, the
@@ -639,13 +666,6 @@ func (q *sequences) count(id [sha256.Size]byte, now time.Time) int {
 	return 1
 }
 
-// held is how many sequences the tenant holds.
-func (q *sequences) held() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.byID)
-}
-
 // sequenceOf is the digest of a request's sequence: its method, its target as sent (path
 // and query) and its Prefer fields, joined as one.
 func sequenceOf(method, target string, prefer []string) [sha256.Size]byte {
@@ -655,6 +675,8 @@ func sequenceOf(method, target string, prefer []string) [sha256.Size]byte {
 	h.Sum(id[:0])
 	return id
 }
+
+// ===== The clock operations =====
 
 // The clock operations (test helpers, not API writes): GET and POST /v1/test_helpers/clock.
 
@@ -787,6 +809,8 @@ func readClockMember(name string, value json.RawMessage, start time.Time) (*cloc
 	}
 	return &clockSetting{at: at, running: name == "run_from"}, nil
 }
+
+// ===== The journal =====
 
 // The journal: each test tenant's last requests, kept as the contract writes them (never a
 // key), and the findings: what they tell of the integration that made them. The sandbox
@@ -1086,6 +1110,8 @@ func keyMask(key string) string {
 	return key[:8] + "..." + key[len(key)-4:]
 }
 
+// ===== The journal's reads =====
+
 // The journal's reads: GET /v1/test_helpers/requests and /findings.
 
 // entryJSON is an entry as the journal's read writes it, its members in this order.
@@ -1180,6 +1206,8 @@ type finding struct {
 // maxFindings is the most findings one answer writes; more counts the rest.
 const maxFindings = 1000
 
+// ===== The findings =====
+
 // The findings, one table of them: each kind's code, what it judges (the document's enum
 // and the README's table say it in these words, and TestFindingsAreOneTable holds them to
 // it) and how its detail, what the client should change, is written. The judges find them
@@ -1199,22 +1227,31 @@ const (
 
 type findingKind struct {
 	code   string
-	judges string
-	detail func(t *tenant, es []journalEntry, f *found) string
+	judges string // what the entries show, in the document's words and the README's
+	advice string // what the client should change, as its detail says
+	detail func(t *tenant, es []journalEntry, f *verdict) string
 }
 
 var findingKinds = [...]findingKind{
-	kindAmbiguousNumber: {"ambiguous_number", "a lookup by a tracking number that several shipments held at its instant: 404 here, 409 from the live domain adapter", ambiguousDetail},
-	kindMissedImport:    {"missed_import", "an order imported late, behind what a list had read, that no read judged after its import showed", missedDetail},
-	kindRetryTooSoon:    {"retry_too_soon", "a request sent again (same key, method and target) before an earlier answer's Retry-After had passed", retryDetail},
-	kindStaleOrder:      {"stale_order", "an order whose status or shipment_id at the latest instant read differs from what its last sighting showed", staleDetail},
+	kindAmbiguousNumber: {"ambiguous_number",
+		"a 404 of GET /v1/tracking/{tracking_number} whose number two or more shipments held at that instant; one finding per number, citing its first and last such lookups",
+		"the live domain adapter will answer 409 there: look the shipment up by its id", ambiguousDetail},
+	kindMissedImport: {"missed_import",
+		"an order imported after its created_at that no request judged at or after its import showed, although a page judged before its import held its place (its created_from..created_to held its created_at, its status filter, if any, let it through, and the page reached its place in the list) and a later read was made: a created_from watermark went past it",
+		"re-read a window that looks back further than imports can be late", missedDetail},
+	kindRetryTooSoon: {"retry_too_soon",
+		"a request sent again (same key, method, path and query) while an earlier answer's Retry-After was still running, counted from the end of that answer; one finding per key, method and target, citing the first such answer and its first early retry",
+		"wait at least the Retry-After seconds (429, 503) before sending it again", retryDetail},
+	kindStaleOrder: {"stale_order",
+		"an order whose status or shipment_id at the latest instant read differs from what it showed when last seen, unless a page with a status filter it had left reached its place after that (a client that polls one status learns of a change when the order leaves it)",
+		"keep re-reading the orders you follow (by id, or in a window that looks back) until they settle", staleDetail},
 }
 
-// found is a finding as judged, before its detail is written: its kind, the entries it cites
+// verdict is a finding as judged, before its detail is written: its kind, the entries it cites
 // (indexes into the entries judged, which are in seq order; the second -1 when it cites
 // one), the order with a timeline it names (its place among them, -1 for none) and a count
 // its detail tells.
-type found struct {
+type verdict struct {
 	kind  findingCode
 	cited [2]int32
 	m     int32
@@ -1223,11 +1260,11 @@ type found struct {
 
 // judgeFindings is every finding of the entries es of tenant t, none written, oldest first:
 // by their first cited seq, then code. The order findings share one walk of the entries.
-func (t *tenant) judgeFindings(es []journalEntry) []found {
+func (t *tenant) judgeFindings(es []journalEntry) []verdict {
 	fs := retriesTooSoon(es)
 	fs = append(fs, sharedNumbers(es)...)
 	fs = append(fs, t.orderFindings(es)...)
-	slices.SortStableFunc(fs, func(a, b found) int {
+	slices.SortStableFunc(fs, func(a, b verdict) int {
 		if c := cmp.Compare(a.cited[0], b.cited[0]); c != 0 {
 			return c
 		}
@@ -1247,7 +1284,7 @@ func (t *tenant) findingsIn(es []journalEntry, most int) ([]finding, int) {
 }
 
 // written is f as an answer writes it.
-func (t *tenant) written(es []journalEntry, f *found) finding {
+func (t *tenant) written(es []journalEntry, f *verdict) finding {
 	k := &findingKinds[f.kind]
 	w := finding{Code: k.code, Detail: k.detail(t, es, f), Requests: []uint64{es[f.cited[0]].seq}}
 	if f.cited[1] >= 0 {
@@ -1263,7 +1300,7 @@ func (t *tenant) written(es []journalEntry, f *found) finding {
 // retriesTooSoon finds, for each key, method and target, the requests sent while an
 // earlier answer's Retry-After was running: from the end of that answer (its arrival and
 // duration) for its Retry-After seconds.
-func retriesTooSoon(es []journalEntry) []found {
+func retriesTooSoon(es []journalEntry) []verdict {
 	type sent struct {
 		key            *apiKey
 		method, target string
@@ -1281,7 +1318,7 @@ func retriesTooSoon(es []journalEntry) []found {
 			groups[g] = append(groups[g], i)
 		}
 	}
-	var fs []found
+	var fs []verdict
 	for _, g := range order {
 		if f, ok := tooSoon(es, groups[g]); ok {
 			fs = append(fs, f)
@@ -1299,18 +1336,18 @@ func retryWindow(e *journalEntry) (from, until int64) {
 // tooSoon judges the entries of one key, method and target (indexes into es, in seq
 // order): a finding when one was sent within an earlier one's Retry-After. It counts each
 // such entry once, and cites the first answer with such an entry, and its first.
-func tooSoon(es []journalEntry, group []int) (found, bool) {
+func tooSoon(es []journalEntry, group []int) (verdict, bool) {
 	byArrival := slices.Clone(group)
 	slices.SortStableFunc(byArrival, func(a, b int) int { return cmp.Compare(es[a].arrived, es[b].arrived) })
 	count := earlyRetries(es, group, byArrival)
 	if count == 0 {
-		return found{}, false
+		return verdict{}, false
 	}
 	a, b := firstEarly(es, group, byArrival)
-	return found{kind: kindRetryTooSoon, cited: [2]int32{int32(a), int32(b)}, m: -1, n: int32(count)}, true
+	return verdict{kind: kindRetryTooSoon, cited: [2]int32{int32(a), int32(b)}, m: -1, n: int32(count)}, true
 }
 
-func retryDetail(_ *tenant, es []journalEntry, f *found) string {
+func retryDetail(_ *tenant, es []journalEntry, f *verdict) string {
 	A, B, count := &es[f.cited[0]], &es[f.cited[1]], int(f.n)
 	from, _ := retryWindow(A)
 	return fmt.Sprintf("%s %s was sent %d %s before the Retry-After of an earlier answer had passed: request %d came %s after request %d was answered %d with Retry-After: %d; wait at least the Retry-After seconds before sending it again.",
@@ -1387,7 +1424,7 @@ func firstEarly(es []journalEntry, group, byArrival []int) (a, b int) {
 
 // sharedNumbers finds the lookups by a tracking number that several shipments held at the
 // lookup's instant: one finding a number, citing its first and last.
-func sharedNumbers(es []journalEntry) []found {
+func sharedNumbers(es []journalEntry) []verdict {
 	var numbers []string
 	lookups := map[string][]int32{}
 	for i := range es {
@@ -1401,10 +1438,10 @@ func sharedNumbers(es []journalEntry) []found {
 		}
 		lookups[n] = append(lookups[n], int32(i))
 	}
-	var fs []found
+	var fs []verdict
 	for _, n := range numbers {
 		l := lookups[n]
-		f := found{kind: kindAmbiguousNumber, cited: [2]int32{l[0], -1}, m: -1, n: int32(len(l))}
+		f := verdict{kind: kindAmbiguousNumber, cited: [2]int32{l[0], -1}, m: -1, n: int32(len(l))}
 		if len(l) > 1 {
 			f.cited[1] = l[len(l)-1]
 		}
@@ -1413,7 +1450,7 @@ func sharedNumbers(es []journalEntry) []found {
 	return fs
 }
 
-func ambiguousDetail(_ *tenant, es []journalEntry, f *found) string {
+func ambiguousDetail(_ *tenant, es []journalEntry, f *verdict) string {
 	n := int(f.n)
 	return fmt.Sprintf("Tracking number %s was held by more than one shipment when it was looked up (%d %s), so the sandbox answered 404; the live domain adapter will answer 409 Conflict there: look the shipment up by its id, GET /v1/shipments/{id}/tracking.",
 		strconv.Quote(*es[f.cited[0]].shown.ship.trackingNumber), n, plural(n, "lookup", "lookups"))
@@ -1425,7 +1462,7 @@ func ambiguousDetail(_ *tenant, es []journalEntry, f *found) string {
 // order, beside the pages that held their places (heldPages): the cost is what the pages
 // cost when they were read, and a search per order with a timeline, however many pages
 // the journal holds.
-func (t *tenant) orderFindings(es []journalEntry) []found {
+func (t *tenant) orderFindings(es []journalEntry) []verdict {
 	ix := &t.orders
 	seen := make([]int32, ix.movingCount()) // each order with a timeline: the entry that showed it at the latest instant (ties: the higher seq), plus one
 	var pages []readPage
@@ -1457,15 +1494,15 @@ func (t *tenant) orderFindings(es []journalEntry) []found {
 		return nil
 	}
 	held, last := ix.newHeldPages(pages), es[latest].clock
-	var fs []found
+	var fs []verdict
 	for m := range ix.movingCount() {
 		held.reach(int(ix.moving[m]))
 		if s := int(seen[m]) - 1; s >= 0 {
 			if t.staleOrder(m, es[s].clock, last, held) {
-				fs = append(fs, found{kind: kindStaleOrder, cited: [2]int32{int32(s), int32(latest)}, m: int32(m)})
+				fs = append(fs, verdict{kind: kindStaleOrder, cited: [2]int32{int32(s), int32(latest)}, m: int32(m)})
 			}
 		} else if h := t.missedImport(m, last, held); h >= 0 {
-			fs = append(fs, found{kind: kindMissedImport, cited: [2]int32{int32(h), int32(latest)}, m: int32(m)})
+			fs = append(fs, verdict{kind: kindMissedImport, cited: [2]int32{int32(h), int32(latest)}, m: int32(m)})
 		}
 	}
 	return fs
@@ -1487,7 +1524,7 @@ func (t *tenant) staleOrder(m int, seen, last instant, held *heldPages) bool {
 	return (then.status != now.status || then.linked != now.linked) && !held.leftBetween(m, seen, last)
 }
 
-func staleDetail(t *tenant, es []journalEntry, f *found) string {
+func staleDetail(t *tenant, es []journalEntry, f *verdict) string {
 	ix, m, s, latest := &t.orders, int(f.m), &es[f.cited[0]], &es[f.cited[1]]
 	then, _ := ix.movingState(m, s.clock)
 	now, _ := ix.movingState(m, latest.clock)
@@ -1507,7 +1544,7 @@ func (t *tenant) missedImport(m int, last instant, held *heldPages) int {
 	return held.heldBefore(m, imported)
 }
 
-func missedDetail(t *tenant, es []journalEntry, f *found) string {
+func missedDetail(t *tenant, es []journalEntry, f *verdict) string {
 	ix, m, held, latest := &t.orders, int(f.m), &es[f.cited[0]], &es[f.cited[1]]
 	created, imported := ix.movingInstants(m)
 	return fmt.Sprintf("Order %s (created_at %s) was imported at %s, behind what request %d had listed, and no request judged after its import showed it (the last read, request %d, was judged at %s): a created_from watermark misses orders imported late, so re-read a window that looks back further than imports can be late.",
@@ -1524,6 +1561,8 @@ func plural(n int, one, many string) string {
 
 // formatSeconds writes ns as seconds, to the millisecond: 0.250 s.
 func formatSeconds(ns int64) string { return strconv.FormatFloat(float64(ns)/1e9, 'f', 3, 64) + " s" }
+
+// ===== The journal as HAR =====
 
 // A HAR 1.2 log of the journal's entries, which a browser's developer tools open: every
 // member HAR 1.2 requires, -1 where a size is unknown.
@@ -1635,7 +1674,7 @@ func queryPairs(target string) []harPair {
 	return pairs
 }
 
-// The reads' queries.
+// ===== The reads' queries =====
 
 const defaultJournalRead = 100 // entries a read answers when it names no limit
 
@@ -1718,6 +1757,8 @@ func validRun(s string) bool {
 	}
 	return true
 }
+
+// ===== What the page shows of a journal =====
 
 // recent copies the journal's newest n entries, oldest first.
 func (j *journal) recent(n int) []journalEntry {

@@ -1,5 +1,7 @@
 // cursor.go is the signed next_cursor of order lists: what it binds (tenant, filters,
-// position), how it is signed and how a cursor sent back is verified.
+// position), how it is signed and how a cursor sent back is verified. One section:
+//
+//   - Cursors
 package main
 
 import (
@@ -9,6 +11,8 @@ import (
 	"encoding/binary"
 	"time"
 )
+
+// ===== Cursors =====
 
 // A next_cursor is base64url (no padding) of
 //

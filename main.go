@@ -1,7 +1,27 @@
 // Command sandbox serves the local sandbox of the Shipment Tracking and Imported Orders API.
-// main.go composes it, top down: flags, run (loading in order, serving, the way out), the
-// server and its route table, the wrappers every request passes through, the access log,
-// and the pages that need no key.
+//
+// main.go is the process and the path of a request through the server, in the order a
+// request meets it: the route table, then the clean-path check, the route, the checks in
+// the contract's order, the body, the handlers, writing the answer and the log line; then
+// what needs no key. What one operation needs lives with it. Its sections, each under a
+// banner (grep '^// =====' *.go lists the sections of every file):
+//
+//   - The process: flags and environment
+//   - The process: hosts and origins
+//   - The process: loading, serving and the way out
+//   - The process: the collector
+//   - The server and its route table
+//   - Every request: a clean path, its route, its call, a panic made a 500
+//   - Browsers: CORS
+//   - The checks, in their order: declared size, key, live environment, rate limit, scope
+//   - Prefer: a simulated answer, a delay, an instant of one's own
+//   - Faults for clients that cannot send a header
+//   - The body: read once, up to its cap
+//   - The handlers: the four operations and the test helpers
+//   - Writing an answer: a problem, and the journal's entry
+//   - The access log
+//   - What needs no key: health, the document, and what no route serves
+//   - The landing page
 package main
 
 import (
@@ -65,7 +85,9 @@ func main() {
 	}
 }
 
-// Flags: what run is told, by flags and by the environment.
+// ===== The process: flags and environment =====
+
+// What run is told, by flags and by the environment.
 
 // config is what run is told by flags and environment, plus the connection limits, which
 // tests shorten.
@@ -202,6 +224,8 @@ func wholeNumber(dst *int, most int) func(string) error {
 	}
 }
 
+// ===== The process: hosts and origins =====
+
 // How a browser or a client names the sandbox: a host (a lower-case DNS name, an IPv4
 // address, or a bracketed IPv6 address) and an optional port, 1 to 65535.
 
@@ -283,6 +307,8 @@ func namesLoopback(host string) bool {
 	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
 	return err == nil && ip.IsLoopback()
 }
+
+// ===== The process: loading, serving and the way out =====
 
 // run: load the dataset, serve it, and stop within a deadline from the signal.
 
@@ -732,6 +758,8 @@ func (c *console) close(deadline time.Time) bool {
 	}
 }
 
+// ===== The process: the collector =====
+
 // heapHeadroom is how much the heap may grow past its live data between collections.
 const heapHeadroom = 64 << 20
 
@@ -804,7 +832,11 @@ func afterEachGC(each func() bool) {
 	})
 }
 
-// The server: the dataset's operations, one route table, and the handler that serves it.
+// ===== The server and its route table =====
+
+// The server: the dataset's operations, one route table, and the handler that serves it;
+// each route's checks are wrappers chained in the contract's order, each answering or
+// handing the request on with what it found in the request's call.
 
 // serverOptions are the server's settings besides its data.
 type serverOptions struct {
@@ -1009,183 +1041,6 @@ func (s *server) serveKeyed(h keyedHandler) callHandler {
 	}
 }
 
-// The four operations: each reads its wildcard (named in the route table) and asks the
-// tenant's index, which takes values and answers bytes or an error; each notes in the call
-// what its answer shows, for the journal.
-
-func trackingByID(w http.ResponseWriter, r *http.Request, c *call) error {
-	v, s, err := c.key.tenant.shipments.viewByID(r.PathValue("id"), c.at)
-	return writeView(w, c, v, s, err)
-}
-
-func trackingByNumber(w http.ResponseWriter, r *http.Request, c *call) error {
-	v, s, err := c.key.tenant.shipments.viewByNumber(r.PathValue("tracking_number"), c.at)
-	if err == errTrackingAmbiguous {
-		c.shown = showing{kind: showsSharedNumber, ship: s}
-	}
-	return writeView(w, c, v, s, err)
-}
-
-// writeView answers with a tracking view of s, or returns the error found instead.
-func writeView(w http.ResponseWriter, c *call, v view, s *shipment, err error) error {
-	if err != nil {
-		return err
-	}
-	c.shown = showing{kind: showsShipment, ship: s}
-	writeBody(w, http.StatusOK, jsonContentType, v[:]...)
-	return nil
-}
-
-func getOrder(w http.ResponseWriter, r *http.Request, c *call) error {
-	b, i, err := c.key.tenant.orders.get(r.PathValue("id"), c.at)
-	if err != nil {
-		return err
-	}
-	c.shown = showing{kind: showsOrder, order: int32(i)}
-	writeBody(w, http.StatusOK, jsonContentType, b)
-	return nil
-}
-
-// listOrders answers GET /v1/orders: a page (up to 100 orders, some 16 KiB) is assembled
-// in a pooled buffer and written in one write.
-func (s *server) listOrders(w http.ResponseWriter, r *http.Request, c *call) error {
-	buf := s.pages.Get().(*[]byte)
-	defer s.pages.Put(buf)
-	b, page, err := c.key.tenant.orders.page((*buf)[:0], r.URL.RawQuery, s.cursors, c.at)
-	*buf = b
-	if err != nil {
-		return err
-	}
-	c.shown = showing{kind: showsPage, page: page}
-	writeBody(w, http.StatusOK, jsonContentType, b)
-	return nil
-}
-
-func (s *server) getClock(w http.ResponseWriter, r *http.Request, c *call) error {
-	return s.clocks.get(w, c.clock)
-}
-
-func (s *server) setClock(w http.ResponseWriter, r *http.Request, c *call) error {
-	return s.clocks.set(w, r, c.key.tenant)
-}
-
-func getTimeline(w http.ResponseWriter, r *http.Request, c *call) error {
-	b, err := c.key.tenant.timelineAt(c.at)
-	if err != nil {
-		return err
-	}
-	writeBody(w, http.StatusOK, jsonContentType, b)
-	return nil
-}
-
-// readRequests answers GET /v1/test_helpers/requests: the journal's entries after a seq,
-// as JSON or as a HAR log whose URLs name the address the reader used.
-func (s *server) readRequests(w http.ResponseWriter, r *http.Request, c *call) error {
-	part, har, err := journalPartOf(r, c, true)
-	if err != nil {
-		return err
-	}
-	t := c.key.tenant
-	if har {
-		return writeJSON(w, harOf(part.entries, originOf(r, s.origin)))
-	}
-	answer := requestsAnswer{Data: make([]entryJSON, len(part.entries)), HasMore: part.more, LastSeq: part.last, Dropped: part.dropped}
-	for i := range part.entries {
-		answer.Data[i] = t.entryJSONOf(&part.entries[i])
-	}
-	return writeJSON(w, answer)
-}
-
-// readFindings answers GET /v1/test_helpers/findings: the findings of the journal's entries
-// after a seq.
-func (s *server) readFindings(w http.ResponseWriter, r *http.Request, c *call) error {
-	part, _, err := journalPartOf(r, c, false)
-	if err != nil {
-		return err
-	}
-	data, n := c.key.tenant.findingsIn(part.entries, maxFindings)
-	answer := findingsAnswer{Data: data, More: n - len(data), Dropped: part.dropped}
-	if n := len(part.entries); n > 0 {
-		answer.Judged = &judgedSeqs{part.entries[0].seq, part.entries[n-1].seq}
-	}
-	return writeJSON(w, answer)
-}
-
-// journalPartOf is the part of the caller's journal a read's query asks for (of the
-// requests, as HAR or not), or the query's fault.
-func journalPartOf(r *http.Request, c *call, requests bool) (part journalPart, har bool, err error) {
-	q, har, err := parseJournalQuery(r.URL.RawQuery, requests)
-	if err != nil {
-		return journalPart{}, false, err
-	}
-	return c.key.tenant.journal.Load().part(q), har, nil
-}
-
-// writeJSON answers 200 with v as JSON.
-func writeJSON(w http.ResponseWriter, v any) error {
-	b, err := marshalJSON(v)
-	if err != nil {
-		return err
-	}
-	writeBody(w, http.StatusOK, jsonContentType, b)
-	return nil
-}
-
-// noParams wraps an operation that takes no query parameters: any is unknown (422).
-func noParams(h keyedHandler) keyedHandler {
-	return func(w http.ResponseWriter, r *http.Request, c *call) error {
-		if err := refuseParams(r.URL.RawQuery); err != nil {
-			return err
-		}
-		return h(w, r, c)
-	}
-}
-
-// serveHealth answers GET /v1/healthz and GET /healthz.
-func (s *server) serveHealth(w http.ResponseWriter, r *http.Request, c *call) {
-	writeBody(w, http.StatusOK, jsonContentType, s.health)
-}
-
-// routeNotFound answers a path that no route serves, naming the document and the page at
-// the address the request used; a path outside /v1 is told that the operations are under it.
-func (s *server) routeNotFound(w http.ResponseWriter, r *http.Request, c *call) {
-	origin := originOf(r, s.origin)
-	detail := "No operation is served at this path. Every operation is described in " + origin + "/v1/openapi.json; in a browser, " + origin + "/ shows the keys and fixtures."
-	if p := r.URL.Path; p != "/v1" && !strings.HasPrefix(p, "/v1/") {
-		detail = "No operation is served at this path. The operations are under " + origin + "/v1, each described in " + origin + "/v1/openapi.json; in a browser, " + origin + "/ shows the keys and fixtures."
-	}
-	c.fail(w, &apiError{code: codeRouteNotFound, detail: detail})
-}
-
-// methodNotAllowed answers 405 with the path's methods in Allow. When no browser is
-// answered (no -cors-origin), a CORS preflight's detail says how to be.
-func methodNotAllowed(methods []string, hintCORS bool) callHandler {
-	allow := strings.Join(methods, ", ")
-	last := len(methods) - 1
-	detail := "This path answers " + strings.Join(methods[:last], ", ") + " and " + methods[last] + " only."
-	err := &apiError{code: codeMethodNotAllowed, detail: detail}
-	hinted := &apiError{code: codeMethodNotAllowed, detail: detail + " This is a browser's CORS preflight: start the sandbox with -cors-origin and your app's origin (such as -cors-origin http://localhost:3000) to let a browser app call it."}
-	return func(w http.ResponseWriter, r *http.Request, c *call) {
-		w.Header().Set("Allow", allow)
-		if hintCORS && isPreflight(r) {
-			c.fail(w, hinted)
-			return
-		}
-		c.fail(w, err)
-	}
-}
-
-// v1Root answers /v1 and /v1/, whatever the method: no operation is there; a person is
-// sent to the page, a client to the document, at the address the request used.
-func (s *server) v1Root(w http.ResponseWriter, r *http.Request, c *call) {
-	origin := originOf(r, s.origin)
-	c.fail(w, &apiError{code: codeRouteNotFound, detail: "No operation is served at " + r.URL.Path +
-		" itself; the operations are under it. In a browser, open " + origin + "/ for the keys and fixtures; clients find every operation in " + origin + "/v1/openapi.json."})
-}
-
-// The wrappers a request passes, in the order of the checks: each answers, or hands the
-// request on with what it found in the request's call.
-
 // call is one request to the service as its wrappers see it, handed from one to the next:
 // its id (in the answer and the log), the key that made it and its tenant's clock once
 // requireKey has found one, the instant its resources are judged at, and the status it
@@ -1222,6 +1077,205 @@ func chain(h callHandler, ws ...wrapper) callHandler {
 		h = ws[i](h)
 	}
 	return h
+}
+
+// ===== Every request: a clean path, its route, its call, a panic made a 500 =====
+
+// cleanPaths answers a path that is not in canonical form (//, /./, /../, and their
+// escaped spellings such as /%2e%2e/) with unclean, where ServeMux would answer with a
+// redirect, or hand an escaped dot segment to a handler as an id.
+func cleanPaths(unclean, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !isCleanPath(r.URL.EscapedPath()) {
+			unclean.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// isCleanPath reports whether the escaped path p is in canonical form: it starts with "/"
+// and no segment is empty, "." or "..", also escaped (%2e%2e), but for the empty last
+// segment after a trailing slash. ServeMux cleans only what it sees unescaped, so an
+// escaped dot segment would reach a handler as an id.
+func isCleanPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	for rest := p[1:]; rest != ""; {
+		seg, after, more := strings.Cut(rest, "/")
+		if strings.IndexByte(seg, '%') >= 0 {
+			if u, err := url.PathUnescape(seg); err == nil {
+				seg = u
+			}
+		}
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+		if !more {
+			break
+		}
+		rest = after
+	}
+	return true
+}
+
+// serveRoute adapts a route's handler to net/http: it gives the request its call and every
+// answer its request id and common headers, turns a panic into a 500 that shows no
+// internals, and logs one line per request with route, the pattern's path.
+func (s *server) serveRoute(route string, next callHandler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w, s: s, r: r, route: route, c: call{id: newRequestID(), arrived: time.Now()}}
+		h := w.Header()
+		h.Set("Request-Id", sw.c.id)
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Content-Type-Options", "nosniff")
+		if s.cors != nil && s.cors.applies(r.URL.Path) {
+			s.cors.allow(h)
+		}
+		defer s.finish(sw, r.Method, route)
+		next(sw, r, &sw.c)
+	})
+}
+
+// statusWriter is the ResponseWriter a route's handlers write to: it notes the status
+// answered in the request's call, for the log, and journals the request once its status
+// is known, before its body.
+type statusWriter struct {
+	http.ResponseWriter
+	s     *server
+	r     *http.Request
+	route string
+	c     call
+}
+
+func (sw *statusWriter) WriteHeader(status int) {
+	if sw.c.status == 0 {
+		sw.c.status = status
+		sw.s.writeEntry(sw)
+	}
+	sw.ResponseWriter.WriteHeader(status)
+}
+
+func (sw *statusWriter) Write(b []byte) (int, error) {
+	if sw.c.status == 0 {
+		sw.WriteHeader(http.StatusOK)
+	}
+	return sw.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's own writer.
+func (sw *statusWriter) Unwrap() http.ResponseWriter { return sw.ResponseWriter }
+
+// finish ends every request, also one that panics or is aborted: a panic becomes a 500
+// that shows no internals (or, after part of the answer, a cut connection), and the
+// request gets its one log line.
+func (s *server) finish(sw *statusWriter, method, route string) {
+	v := recover()
+	// Part of the answer is sent (or the request was aborted): cut the connection rather
+	// than let a truncated answer pass for a whole one.
+	cut := v == http.ErrAbortHandler || v != nil && sw.c.status != 0
+	if v != nil && v != http.ErrAbortHandler {
+		s.log.Error("panic", "request_id", sw.c.id, "route", route, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		if !cut {
+			sw.c.fail(sw, errInternal)
+		}
+	}
+	if sw.c.status == statusClientClosedRequest {
+		s.writeEntry(sw) // answered with nothing
+	}
+	end := time.Now()
+	s.logRequest(method, route, &sw.c, end, end.Sub(sw.c.arrived))
+	select {
+	case <-s.stopping:
+		s.drained.Add(1)
+	default:
+	}
+	if cut {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// newRequestID returns "req_" and 20 random base-32 characters (100 bits). The ids
+// are for correlation, not secrets, so the runtime's per-thread generator serves.
+func newRequestID() string {
+	const alphabet = "0123456789abcdefghjkmnpqrstvwxyz"
+	var b [24]byte
+	copy(b[:], "req_")
+	hi, lo := mrand.Uint64(), mrand.Uint64()
+	for i := 4; i < 24; i++ {
+		b[i] = alphabet[hi&31]
+		hi = hi>>5 | lo<<59
+		lo >>= 5
+	}
+	return string(b[:])
+}
+
+// ===== Browsers: CORS =====
+
+// With -cors-origin, every answer under /v1 and /healthz carries the CORS headers that let a
+// front end of that origin read it, and a preflight on a known path is answered before any
+// key is looked at: the first check.
+
+// cors is the -cors-origin setting.
+type cors struct {
+	origin string // the Access-Control-Allow-Origin value
+}
+
+// applies reports whether an answer at path carries the CORS headers: under /v1 and
+// /healthz, not on the landing page nor on paths outside the API.
+func (c *cors) applies(path string) bool {
+	return path == "/healthz" || path == "/v1" || strings.HasPrefix(path, "/v1/")
+}
+
+// allow sets the headers every answer of a browser's origin carries.
+func (c *cors) allow(h http.Header) {
+	h.Set("Access-Control-Allow-Origin", c.origin)
+	h.Set("Vary", "Origin")
+	h.Set("Access-Control-Expose-Headers", "Request-Id, RateLimit, RateLimit-Policy, Retry-After, Preference-Applied, WWW-Authenticate")
+}
+
+// preflight answers a CORS preflight (OPTIONS with Origin and
+// Access-Control-Request-Method) on a known path with 204 and the path's methods; any
+// other request goes to next.
+func (c *cors) preflight(methods []string, next callHandler) callHandler {
+	if c == nil {
+		return next
+	}
+	allowMethods := strings.Join(methods, ", ")
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		if !isPreflight(r) {
+			next(w, r, c)
+			return
+		}
+		h := w.Header()
+		h.Set("Access-Control-Allow-Methods", allowMethods)
+		if asked := r.Header.Values("Access-Control-Request-Headers"); len(asked) > 0 {
+			h.Set("Access-Control-Allow-Headers", strings.Join(asked, ", "))
+		}
+		h.Set("Access-Control-Max-Age", "600")
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// isPreflight reports whether r is a CORS preflight: OPTIONS with Origin and
+// Access-Control-Request-Method.
+func isPreflight(r *http.Request) bool {
+	return r.Method == http.MethodOptions && r.Header.Get("Origin") != "" && r.Header.Get("Access-Control-Request-Method") != ""
+}
+
+// ===== The checks, in their order: declared size, key, live environment, rate limit, scope =====
+
+// maxBodyBytes is the request body limit: 256 KiB.
+const maxBodyBytes = 256 << 10
+
+var errBodyTooLarge = &apiError{code: codeBodyTooLarge, detail: fmt.Sprintf("The request body exceeds %d bytes (%d KiB).", maxBodyBytes, maxBodyBytes>>10)}
+
+// refuseTooLarge answers 413 to a body over the cap and closes the connection: what is
+// left of the body is not read.
+func refuseTooLarge(w http.ResponseWriter, c *call) {
+	w.Header().Set("Connection", "close")
+	c.fail(w, errBodyTooLarge)
 }
 
 // capDeclared answers 413 to a request that declares a body over maxBodyBytes, before its key
@@ -1340,6 +1394,15 @@ var (
 	errRateLimit = &apiError{code: codeRateLimited, detail: "The sandbox rate limit for this key is reached. Retry after the Retry-After seconds."}
 )
 
+// ===== Prefer: a simulated answer, a delay, an instant of one's own =====
+
+// The Prefer header (RFC 7240): a test-environment client may ask for an answer the sandbox
+// never gives on its own (code=429|500|502|503, errors.go's simulatedAnswers), for a delay
+// (delay=MS), to rehearse how its integration copes, and for the instant its request's
+// resources are judged at (clock="<RFC 3339>" or "start+90s"), so that parallel tests on one
+// tenant each keep their own time. simulate, the check after the scope, applies what
+// parsePrefer reads.
+
 // preferences are what a route reads of Prefer beyond code and delay, which every route
 // that reads it applies.
 type preferences uint8
@@ -1437,114 +1500,6 @@ func (s *server) delay(r *http.Request, c *call, d time.Duration) {
 		abort(c)
 	}
 }
-
-// Faults for clients that cannot send a header: -faults rate=R,codes=C|C,seed=S fails a
-// share of the requests to the four operations that name no Prefer code, the same ones at
-// every start, and says so in each answer's detail.
-
-// faultPlan is the -faults setting.
-type faultPlan struct {
-	rate    uint64 // in millionths: 0 to 1,000,000
-	answers []*simulatedAnswer
-	seed    uint64
-	spec    string // as given
-}
-
-// parseFaults reads -faults: rate=R (digits, then optionally a point and 1 to 6 digits, from
-// 0 to 1; required), codes=C|C... (from the simulated answers, none twice; default 503) and
-// seed=S (0 to 2^64-1; default 1), each at most once, separated by commas.
-func parseFaults(spec string) (*faultPlan, error) {
-	f := &faultPlan{seed: 1, spec: spec, answers: []*simulatedAnswer{simulatedAnswerOf("503")}}
-	given := map[string]bool{}
-	for _, part := range strings.Split(spec, ",") {
-		name, value, _ := strings.Cut(part, "=")
-		if given[name] {
-			return nil, fmt.Errorf("%s is given twice", name)
-		}
-		given[name] = true
-		var err error
-		switch name {
-		case "rate":
-			f.rate, err = parseRate(value)
-		case "codes":
-			f.answers, err = parseFaultCodes(value)
-		case "seed":
-			if f.seed, err = strconv.ParseUint(value, 10, 64); err != nil || strings.Trim(value, "0123456789") != "" {
-				err = fmt.Errorf("seed=%s is not a whole number from 0 to 18446744073709551615", value)
-			}
-		default:
-			err = fmt.Errorf("%q is not a part of it: want rate=R,codes=C|C,seed=S, such as rate=0.05,codes=503|429,seed=7", part)
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	if !given["rate"] {
-		return nil, errors.New("rate is required, such as rate=0.05")
-	}
-	return f, nil
-}
-
-// parseRate reads a rate from 0 to 1 in millionths: digits, then optionally a point and 1
-// to 6 digits (0, 0.05, 1.0).
-func parseRate(value string) (uint64, error) {
-	whole, frac, point := strings.Cut(value, ".")
-	w, okWhole := parseWhole(whole, 1)
-	f, okFrac := parseWhole(frac+strings.Repeat("0", max(0, 6-len(frac))), 999999)
-	if !okWhole || point && (!okFrac || len(frac) == 0 || len(frac) > 6) || w == 1 && f > 0 {
-		return 0, fmt.Errorf("rate=%s is not a rate from 0 to 1 written as digits, then optionally a point and 1 to 6 digits (0, 0.05, 1.0)", value)
-	}
-	return uint64(w*1000000 + f), nil
-}
-
-// parseFaultCodes reads codes=C|C...: statuses of the simulated answers, none twice.
-func parseFaultCodes(value string) ([]*simulatedAnswer, error) {
-	var answers []*simulatedAnswer
-	for _, status := range strings.Split(value, "|") {
-		a := simulatedAnswerOf(status)
-		if a == nil || slices.Contains(answers, a) {
-			return nil, fmt.Errorf("codes=%s: each code is one of %s, none twice, separated by |", value, simulatedStatuses())
-		}
-		answers = append(answers, a)
-	}
-	return answers, nil
-}
-
-// judge is the answer the k-th request of tenant t that -faults may fail fails with, or
-// nil. h, the first 8 bytes of the SHA-256 of "S/account/environment/k" read as a
-// big-endian unsigned integer over 2^64, fails it when it is under the rate R, with the
-// answer at floor(h / R * len(answers)); in whole numbers, so that a client can predict it:
-// h < R is x*10^6 < rate*2^64, and the index the high word of x*10^6*len over rate.
-func (f *faultPlan) judge(t tenantID, k uint64) *simulatedAnswer {
-	sum := sha256.Sum256([]byte(strconv.FormatUint(f.seed, 10) + "/" + t.account + "/" + t.environment + "/" + strconv.FormatUint(k, 10)))
-	x := binary.BigEndian.Uint64(sum[:8])
-	if hi, _ := bits.Mul64(x, 1000000); f.rate == 0 || hi >= f.rate {
-		return nil
-	}
-	hi, _ := bits.Mul64(x, 1000000*uint64(len(f.answers)))
-	return f.answers[hi/f.rate]
-}
-
-// problem is a fault's answer: the simulated one's code, with a detail that says -faults
-// injected it, and which request of which tenant it was.
-func (f *faultPlan) problem(a *simulatedAnswer, t tenantID, k uint64) *apiError {
-	return &apiError{code: a.code, detail: fmt.Sprintf("Injected by -faults %s: request %d of %s to the operations fails. %s", f.spec, k, t, a.what)}
-}
-
-// describe says what the plan does, for the banner and the page.
-func (f *faultPlan) describe() string {
-	var codes []string
-	for _, a := range f.answers {
-		codes = append(codes, a.status)
-	}
-	return fmt.Sprintf("-faults %s: %s of the requests to the four operations that name no Prefer code fail (%s), the same ones at every start.", f.spec, strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.4f", float64(f.rate)/1e4), "0"), ".")+"%", strings.Join(codes, ", "))
-}
-
-// The Prefer header (RFC 7240): a test-environment client may ask for an answer the sandbox
-// never gives on its own (code=429|500|502|503, errors.go's simulatedAnswers), for a delay
-// (delay=MS), to rehearse how its integration copes, and for the instant its request's
-// resources are judged at (clock="<RFC 3339>" or "start+90s"), so that parallel tests on one
-// tenant each keep their own time. simulate applies what parsePrefer reads.
 
 // maxPreferDelay is the longest delay a request may ask for.
 const maxPreferDelay = 10 * time.Second
@@ -1776,17 +1731,111 @@ func unquote(s string) string {
 	return b.String()
 }
 
-// maxBodyBytes is the request body limit: 256 KiB.
-const maxBodyBytes = 256 << 10
+// ===== Faults for clients that cannot send a header =====
 
-var errBodyTooLarge = &apiError{code: codeBodyTooLarge, detail: fmt.Sprintf("The request body exceeds %d bytes (%d KiB).", maxBodyBytes, maxBodyBytes>>10)}
+// -faults rate=R,codes=C|C,seed=S fails a share of the requests to the four operations that
+// name no Prefer code, the same ones at every start, and says so in each answer's detail;
+// simulate judges them.
 
-// refuseTooLarge answers 413 to a body over the cap and closes the connection: what is
-// left of the body is not read.
-func refuseTooLarge(w http.ResponseWriter, c *call) {
-	w.Header().Set("Connection", "close")
-	c.fail(w, errBodyTooLarge)
+// faultPlan is the -faults setting.
+type faultPlan struct {
+	rate    uint64 // in millionths: 0 to 1,000,000
+	answers []*simulatedAnswer
+	seed    uint64
+	spec    string // as given
 }
+
+// parseFaults reads -faults: rate=R (digits, then optionally a point and 1 to 6 digits, from
+// 0 to 1; required), codes=C|C... (from the simulated answers, none twice; default 503) and
+// seed=S (0 to 2^64-1; default 1), each at most once, separated by commas.
+func parseFaults(spec string) (*faultPlan, error) {
+	f := &faultPlan{seed: 1, spec: spec, answers: []*simulatedAnswer{simulatedAnswerOf("503")}}
+	given := map[string]bool{}
+	for _, part := range strings.Split(spec, ",") {
+		name, value, _ := strings.Cut(part, "=")
+		if given[name] {
+			return nil, fmt.Errorf("%s is given twice", name)
+		}
+		given[name] = true
+		var err error
+		switch name {
+		case "rate":
+			f.rate, err = parseRate(value)
+		case "codes":
+			f.answers, err = parseFaultCodes(value)
+		case "seed":
+			if f.seed, err = strconv.ParseUint(value, 10, 64); err != nil || strings.Trim(value, "0123456789") != "" {
+				err = fmt.Errorf("seed=%s is not a whole number from 0 to 18446744073709551615", value)
+			}
+		default:
+			err = fmt.Errorf("%q is not a part of it: want rate=R,codes=C|C,seed=S, such as rate=0.05,codes=503|429,seed=7", part)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if !given["rate"] {
+		return nil, errors.New("rate is required, such as rate=0.05")
+	}
+	return f, nil
+}
+
+// parseRate reads a rate from 0 to 1 in millionths: digits, then optionally a point and 1
+// to 6 digits (0, 0.05, 1.0).
+func parseRate(value string) (uint64, error) {
+	whole, frac, point := strings.Cut(value, ".")
+	w, okWhole := parseWhole(whole, 1)
+	f, okFrac := parseWhole(frac+strings.Repeat("0", max(0, 6-len(frac))), 999999)
+	if !okWhole || point && (!okFrac || len(frac) == 0 || len(frac) > 6) || w == 1 && f > 0 {
+		return 0, fmt.Errorf("rate=%s is not a rate from 0 to 1 written as digits, then optionally a point and 1 to 6 digits (0, 0.05, 1.0)", value)
+	}
+	return uint64(w*1000000 + f), nil
+}
+
+// parseFaultCodes reads codes=C|C...: statuses of the simulated answers, none twice.
+func parseFaultCodes(value string) ([]*simulatedAnswer, error) {
+	var answers []*simulatedAnswer
+	for _, status := range strings.Split(value, "|") {
+		a := simulatedAnswerOf(status)
+		if a == nil || slices.Contains(answers, a) {
+			return nil, fmt.Errorf("codes=%s: each code is one of %s, none twice, separated by |", value, simulatedStatuses())
+		}
+		answers = append(answers, a)
+	}
+	return answers, nil
+}
+
+// judge is the answer the k-th request of tenant t that -faults may fail fails with, or
+// nil. h, the first 8 bytes of the SHA-256 of "S/account/environment/k" read as a
+// big-endian unsigned integer over 2^64, fails it when it is under the rate R, with the
+// answer at floor(h / R * len(answers)); in whole numbers, so that a client can predict it:
+// h < R is x*10^6 < rate*2^64, and the index the high word of x*10^6*len over rate.
+func (f *faultPlan) judge(t tenantID, k uint64) *simulatedAnswer {
+	sum := sha256.Sum256([]byte(strconv.FormatUint(f.seed, 10) + "/" + t.account + "/" + t.environment + "/" + strconv.FormatUint(k, 10)))
+	x := binary.BigEndian.Uint64(sum[:8])
+	if hi, _ := bits.Mul64(x, 1000000); f.rate == 0 || hi >= f.rate {
+		return nil
+	}
+	hi, _ := bits.Mul64(x, 1000000*uint64(len(f.answers)))
+	return f.answers[hi/f.rate]
+}
+
+// problem is a fault's answer: the simulated one's code, with a detail that says -faults
+// injected it, and which request of which tenant it was.
+func (f *faultPlan) problem(a *simulatedAnswer, t tenantID, k uint64) *apiError {
+	return &apiError{code: a.code, detail: fmt.Sprintf("Injected by -faults %s: request %d of %s to the operations fails. %s", f.spec, k, t, a.what)}
+}
+
+// describe says what the plan does, for the banner and the page.
+func (f *faultPlan) describe() string {
+	var codes []string
+	for _, a := range f.answers {
+		codes = append(codes, a.status)
+	}
+	return fmt.Sprintf("-faults %s: %s of the requests to the four operations that name no Prefer code fail (%s), the same ones at every start.", f.spec, strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.4f", float64(f.rate)/1e4), "0"), ".")+"%", strings.Join(codes, ", "))
+}
+
+// ===== The body: read once, up to its cap =====
 
 // readBody reads a request's body, up to maxBodyBytes (413 past it, and the connection is
 // closed), and hands it on in memory: the checks before it are passed, and what comes
@@ -1861,10 +1910,157 @@ func abort(c *call) {
 // answer (nginx's 499); nothing is sent.
 const statusClientClosedRequest = 499
 
+// ===== The handlers: the four operations and the test helpers =====
+
+// Each reads its wildcard (named in the route table) and asks the tenant's index, which
+// takes values and answers bytes or an error; each notes in the call what its answer
+// shows, for the journal.
+
+func trackingByID(w http.ResponseWriter, r *http.Request, c *call) error {
+	v, s, err := c.key.tenant.shipments.viewByID(r.PathValue("id"), c.at)
+	return writeView(w, c, v, s, err)
+}
+
+func trackingByNumber(w http.ResponseWriter, r *http.Request, c *call) error {
+	v, s, err := c.key.tenant.shipments.viewByNumber(r.PathValue("tracking_number"), c.at)
+	if err == errTrackingAmbiguous {
+		c.shown = showing{kind: showsSharedNumber, ship: s}
+	}
+	return writeView(w, c, v, s, err)
+}
+
+// writeView answers with a tracking view of s, or returns the error found instead.
+func writeView(w http.ResponseWriter, c *call, v view, s *shipment, err error) error {
+	if err != nil {
+		return err
+	}
+	c.shown = showing{kind: showsShipment, ship: s}
+	writeBody(w, http.StatusOK, jsonContentType, v[:]...)
+	return nil
+}
+
+func getOrder(w http.ResponseWriter, r *http.Request, c *call) error {
+	b, i, err := c.key.tenant.orders.get(r.PathValue("id"), c.at)
+	if err != nil {
+		return err
+	}
+	c.shown = showing{kind: showsOrder, order: int32(i)}
+	writeBody(w, http.StatusOK, jsonContentType, b)
+	return nil
+}
+
+// listOrders answers GET /v1/orders: a page (up to 100 orders, some 16 KiB) is assembled
+// in a pooled buffer and written in one write.
+func (s *server) listOrders(w http.ResponseWriter, r *http.Request, c *call) error {
+	buf := s.pages.Get().(*[]byte)
+	defer s.pages.Put(buf)
+	b, page, err := c.key.tenant.orders.page((*buf)[:0], r.URL.RawQuery, s.cursors, c.at)
+	*buf = b
+	if err != nil {
+		return err
+	}
+	c.shown = showing{kind: showsPage, page: page}
+	writeBody(w, http.StatusOK, jsonContentType, b)
+	return nil
+}
+
+// noParams wraps an operation that takes no query parameters: any is unknown (422).
+func noParams(h keyedHandler) keyedHandler {
+	return func(w http.ResponseWriter, r *http.Request, c *call) error {
+		if err := refuseParams(r.URL.RawQuery); err != nil {
+			return err
+		}
+		return h(w, r, c)
+	}
+}
+
+func (s *server) getClock(w http.ResponseWriter, r *http.Request, c *call) error {
+	return s.clocks.get(w, c.clock)
+}
+
+func (s *server) setClock(w http.ResponseWriter, r *http.Request, c *call) error {
+	return s.clocks.set(w, r, c.key.tenant)
+}
+
+func getTimeline(w http.ResponseWriter, r *http.Request, c *call) error {
+	b, err := c.key.tenant.timelineAt(c.at)
+	if err != nil {
+		return err
+	}
+	writeBody(w, http.StatusOK, jsonContentType, b)
+	return nil
+}
+
+// readRequests answers GET /v1/test_helpers/requests: the journal's entries after a seq,
+// as JSON or as a HAR log whose URLs name the address the reader used.
+func (s *server) readRequests(w http.ResponseWriter, r *http.Request, c *call) error {
+	part, har, err := journalPartOf(r, c, true)
+	if err != nil {
+		return err
+	}
+	t := c.key.tenant
+	if har {
+		return writeJSON(w, harOf(part.entries, originOf(r, s.origin)))
+	}
+	answer := requestsAnswer{Data: make([]entryJSON, len(part.entries)), HasMore: part.more, LastSeq: part.last, Dropped: part.dropped}
+	for i := range part.entries {
+		answer.Data[i] = t.entryJSONOf(&part.entries[i])
+	}
+	return writeJSON(w, answer)
+}
+
+// readFindings answers GET /v1/test_helpers/findings: the findings of the journal's entries
+// after a seq.
+func (s *server) readFindings(w http.ResponseWriter, r *http.Request, c *call) error {
+	part, _, err := journalPartOf(r, c, false)
+	if err != nil {
+		return err
+	}
+	data, n := c.key.tenant.findingsIn(part.entries, maxFindings)
+	answer := findingsAnswer{Data: data, More: n - len(data), Dropped: part.dropped}
+	if n := len(part.entries); n > 0 {
+		answer.Judged = &judgedSeqs{part.entries[0].seq, part.entries[n-1].seq}
+	}
+	return writeJSON(w, answer)
+}
+
+// journalPartOf is the part of the caller's journal a read's query asks for (of the
+// requests, as HAR or not), or the query's fault.
+func journalPartOf(r *http.Request, c *call, requests bool) (part journalPart, har bool, err error) {
+	q, har, err := parseJournalQuery(r.URL.RawQuery, requests)
+	if err != nil {
+		return journalPart{}, false, err
+	}
+	return c.key.tenant.journal.Load().part(q), har, nil
+}
+
+// writeJSON answers 200 with v as JSON.
+func writeJSON(w http.ResponseWriter, v any) error {
+	b, err := marshalJSON(v)
+	if err != nil {
+		return err
+	}
+	writeBody(w, http.StatusOK, jsonContentType, b)
+	return nil
+}
+
+// ===== Writing an answer: a problem, and the journal's entry =====
+
 // fail answers with the problem e, noting its code.
 func (c *call) fail(w http.ResponseWriter, e *apiError) {
 	c.code = e.code
 	writeProblem(w, c.id, e)
+}
+
+// writeError answers with err: an error of the API as it is, any other logged with the
+// request id and answered as an internal error that shows nothing of it.
+func (s *server) writeError(w http.ResponseWriter, c *call, err error) {
+	var e *apiError
+	if !errors.As(err, &e) {
+		s.log.Error("internal error", "request_id", c.id, "error", err.Error())
+		e = errInternal
+	}
+	c.fail(w, e)
 }
 
 // writeEntry writes the entry of a request journaled in its key's tenant, once, when its
@@ -1925,153 +2121,12 @@ func ownMethod(m string) string {
 	return strings.Clone(m)
 }
 
-// writeError answers with err: an error of the API as it is, any other logged with the
-// request id and answered as an internal error that shows nothing of it.
-func (s *server) writeError(w http.ResponseWriter, c *call, err error) {
-	var e *apiError
-	if !errors.As(err, &e) {
-		s.log.Error("internal error", "request_id", c.id, "error", err.Error())
-		e = errInternal
-	}
-	c.fail(w, e)
-}
+// ===== The access log =====
 
-// Every request: its call, its common headers, a panic made a 500, and its log line.
-
-// statusWriter is the ResponseWriter a route's handlers write to: it notes the status
-// answered in the request's call, for the log, and journals the request once its status
-// is known, before its body.
-type statusWriter struct {
-	http.ResponseWriter
-	s     *server
-	r     *http.Request
-	route string
-	c     call
-}
-
-func (sw *statusWriter) WriteHeader(status int) {
-	if sw.c.status == 0 {
-		sw.c.status = status
-		sw.s.writeEntry(sw)
-	}
-	sw.ResponseWriter.WriteHeader(status)
-}
-
-func (sw *statusWriter) Write(b []byte) (int, error) {
-	if sw.c.status == 0 {
-		sw.WriteHeader(http.StatusOK)
-	}
-	return sw.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the connection's own writer.
-func (sw *statusWriter) Unwrap() http.ResponseWriter { return sw.ResponseWriter }
-
-// serveRoute adapts a route's handler to net/http: it gives the request its call and every
-// answer its request id and common headers, turns a panic into a 500 that shows no
-// internals, and logs one line per request with route, the pattern's path.
-func (s *server) serveRoute(route string, next callHandler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sw := &statusWriter{ResponseWriter: w, s: s, r: r, route: route, c: call{id: newRequestID(), arrived: time.Now()}}
-		h := w.Header()
-		h.Set("Request-Id", sw.c.id)
-		h.Set("Cache-Control", "no-store")
-		h.Set("X-Content-Type-Options", "nosniff")
-		if s.cors != nil && s.cors.applies(r.URL.Path) {
-			s.cors.allow(h)
-		}
-		defer s.finish(sw, r.Method, route)
-		next(sw, r, &sw.c)
-	})
-}
-
-// finish ends every request, also one that panics or is aborted: a panic becomes a 500
-// that shows no internals (or, after part of the answer, a cut connection), and the
-// request gets its one log line.
-func (s *server) finish(sw *statusWriter, method, route string) {
-	v := recover()
-	// Part of the answer is sent (or the request was aborted): cut the connection rather
-	// than let a truncated answer pass for a whole one.
-	cut := v == http.ErrAbortHandler || v != nil && sw.c.status != 0
-	if v != nil && v != http.ErrAbortHandler {
-		s.log.Error("panic", "request_id", sw.c.id, "route", route, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-		if !cut {
-			sw.c.fail(sw, errInternal)
-		}
-	}
-	if sw.c.status == statusClientClosedRequest {
-		s.writeEntry(sw) // answered with nothing
-	}
-	end := time.Now()
-	s.logRequest(method, route, &sw.c, end, end.Sub(sw.c.arrived))
-	select {
-	case <-s.stopping:
-		s.drained.Add(1)
-	default:
-	}
-	if cut {
-		panic(http.ErrAbortHandler)
-	}
-}
-
-// newRequestID returns "req_" and 20 random base-32 characters (100 bits). The ids
-// are for correlation, not secrets, so the runtime's per-thread generator serves.
-func newRequestID() string {
-	const alphabet = "0123456789abcdefghjkmnpqrstvwxyz"
-	var b [24]byte
-	copy(b[:], "req_")
-	hi, lo := mrand.Uint64(), mrand.Uint64()
-	for i := 4; i < 24; i++ {
-		b[i] = alphabet[hi&31]
-		hi = hi>>5 | lo<<59
-		lo >>= 5
-	}
-	return string(b[:])
-}
-
-// cleanPaths answers a path that is not in canonical form (//, /./, /../, and their
-// escaped spellings such as /%2e%2e/) with unclean, where ServeMux would answer with a
-// redirect, or hand an escaped dot segment to a handler as an id.
-func cleanPaths(unclean, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !isCleanPath(r.URL.EscapedPath()) {
-			unclean.ServeHTTP(w, r)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// isCleanPath reports whether the escaped path p is in canonical form: it starts with "/"
-// and no segment is empty, "." or "..", also escaped (%2e%2e), but for the empty last
-// segment after a trailing slash. ServeMux cleans only what it sees unescaped, so an
-// escaped dot segment would reach a handler as an id.
-func isCleanPath(p string) bool {
-	if p == "" || p[0] != '/' {
-		return false
-	}
-	for rest := p[1:]; rest != ""; {
-		seg, after, more := strings.Cut(rest, "/")
-		if strings.IndexByte(seg, '%') >= 0 {
-			if u, err := url.PathUnescape(seg); err == nil {
-				seg = u
-			}
-		}
-		if seg == "" || seg == "." || seg == ".." {
-			return false
-		}
-		if !more {
-			break
-		}
-		rest = after
-	}
-	return true
-}
-
-// The access log: one JSON line per request, byte for byte what slog's JSONHandler writes
-// for the record {msg: "request", method, route, status, duration, request_id, account,
-// environment} (a test holds the two together), written without making a record: it is
-// the one log line every request pays for.
+// One JSON line per request, byte for byte what slog's JSONHandler writes for the record
+// {msg: "request", method, route, status, duration, request_id, account, environment} (a
+// test holds the two together), written without making a record: it is the one log line
+// every request pays for.
 
 // logRequest writes the access log's line for a request that ended at at, d after it began.
 func (s *server) logRequest(method, route string, c *call, at time.Time, d time.Duration) {
@@ -2247,58 +2302,12 @@ func (l *logBuffer) Close() error {
 	return err
 }
 
-// Browsers: with -cors-origin, every answer under /v1 and /healthz carries the CORS headers
-// that let a front end of that origin read it, and a preflight on a known path is answered
-// before any key is looked at.
+// ===== What needs no key: health, the document, and what no route serves =====
 
-// cors is the -cors-origin setting.
-type cors struct {
-	origin string // the Access-Control-Allow-Origin value
+// serveHealth answers GET /v1/healthz and GET /healthz.
+func (s *server) serveHealth(w http.ResponseWriter, r *http.Request, c *call) {
+	writeBody(w, http.StatusOK, jsonContentType, s.health)
 }
-
-// applies reports whether an answer at path carries the CORS headers: under /v1 and
-// /healthz, not on the landing page nor on paths outside the API.
-func (c *cors) applies(path string) bool {
-	return path == "/healthz" || path == "/v1" || strings.HasPrefix(path, "/v1/")
-}
-
-// allow sets the headers every answer of a browser's origin carries.
-func (c *cors) allow(h http.Header) {
-	h.Set("Access-Control-Allow-Origin", c.origin)
-	h.Set("Vary", "Origin")
-	h.Set("Access-Control-Expose-Headers", "Request-Id, RateLimit, RateLimit-Policy, Retry-After, Preference-Applied, WWW-Authenticate")
-}
-
-// preflight answers a CORS preflight (OPTIONS with Origin and
-// Access-Control-Request-Method) on a known path with 204 and the path's methods; any
-// other request goes to next.
-func (c *cors) preflight(methods []string, next callHandler) callHandler {
-	if c == nil {
-		return next
-	}
-	allowMethods := strings.Join(methods, ", ")
-	return func(w http.ResponseWriter, r *http.Request, c *call) {
-		if !isPreflight(r) {
-			next(w, r, c)
-			return
-		}
-		h := w.Header()
-		h.Set("Access-Control-Allow-Methods", allowMethods)
-		if asked := r.Header.Values("Access-Control-Request-Headers"); len(asked) > 0 {
-			h.Set("Access-Control-Allow-Headers", strings.Join(asked, ", "))
-		}
-		h.Set("Access-Control-Max-Age", "600")
-		w.WriteHeader(http.StatusNoContent)
-	}
-}
-
-// isPreflight reports whether r is a CORS preflight: OPTIONS with Origin and
-// Access-Control-Request-Method.
-func isPreflight(r *http.Request) bool {
-	return r.Method == http.MethodOptions && r.Header.Get("Origin") != "" && r.Header.Get("Access-Control-Request-Method") != ""
-}
-
-// The pages that need no key: the OpenAPI document and the landing page.
 
 // openAPIDoc is the embedded OpenAPI document, prepared to be served with every servers
 // entry (the top level's and any path's) naming the address that serves it: marked holds
@@ -2345,9 +2354,48 @@ func (s *server) serveOpenAPI(w http.ResponseWriter, r *http.Request, c *call) {
 	writeBody(w, http.StatusOK, jsonContentType, bytes.ReplaceAll(s.openAPI.marked, []byte(originMark), []byte(originOf(r, s.origin))))
 }
 
-// The landing page, GET /: what a person who opens the sandbox in a browser needs. It is
-// bounded whatever the dataset: at most pageTenants tenants, and for each at most pageRows
-// keys, shipments and orders, then a count of the rest; every value cut at pageValue bytes.
+// routeNotFound answers a path that no route serves, naming the document and the page at
+// the address the request used; a path outside /v1 is told that the operations are under it.
+func (s *server) routeNotFound(w http.ResponseWriter, r *http.Request, c *call) {
+	origin := originOf(r, s.origin)
+	detail := "No operation is served at this path. Every operation is described in " + origin + "/v1/openapi.json; in a browser, " + origin + "/ shows the keys and fixtures."
+	if p := r.URL.Path; p != "/v1" && !strings.HasPrefix(p, "/v1/") {
+		detail = "No operation is served at this path. The operations are under " + origin + "/v1, each described in " + origin + "/v1/openapi.json; in a browser, " + origin + "/ shows the keys and fixtures."
+	}
+	c.fail(w, &apiError{code: codeRouteNotFound, detail: detail})
+}
+
+// methodNotAllowed answers 405 with the path's methods in Allow. When no browser is
+// answered (no -cors-origin), a CORS preflight's detail says how to be.
+func methodNotAllowed(methods []string, hintCORS bool) callHandler {
+	allow := strings.Join(methods, ", ")
+	last := len(methods) - 1
+	detail := "This path answers " + strings.Join(methods[:last], ", ") + " and " + methods[last] + " only."
+	err := &apiError{code: codeMethodNotAllowed, detail: detail}
+	hinted := &apiError{code: codeMethodNotAllowed, detail: detail + " This is a browser's CORS preflight: start the sandbox with -cors-origin and your app's origin (such as -cors-origin http://localhost:3000) to let a browser app call it."}
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		w.Header().Set("Allow", allow)
+		if hintCORS && isPreflight(r) {
+			c.fail(w, hinted)
+			return
+		}
+		c.fail(w, err)
+	}
+}
+
+// v1Root answers /v1 and /v1/, whatever the method: no operation is there; a person is
+// sent to the page, a client to the document, at the address the request used.
+func (s *server) v1Root(w http.ResponseWriter, r *http.Request, c *call) {
+	origin := originOf(r, s.origin)
+	c.fail(w, &apiError{code: codeRouteNotFound, detail: "No operation is served at " + r.URL.Path +
+		" itself; the operations are under it. In a browser, open " + origin + "/ for the keys and fixtures; clients find every operation in " + origin + "/v1/openapi.json."})
+}
+
+// ===== The landing page =====
+
+// GET /: what a person who opens the sandbox in a browser needs. It is bounded whatever
+// the dataset: at most pageTenants tenants, and for each at most pageRows keys, shipments
+// and orders, then a count of the rest; every value cut at pageValue bytes.
 
 //go:embed landing.html
 var landingHTML string

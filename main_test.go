@@ -41,28 +41,37 @@ import (
 	"unicode/utf8"
 )
 
-// The suite, in the order of this file. Tests run in parallel but for the few that measure
-// the heap, compare timings or set the collector; real processes are started only where
-// signals, pipes and sockets are the point.
+// The suite, in the order of this file, its sections under the code's own banners (grep
+// '^// =====' *.go lists both). Tests run in parallel but for the few that measure the heap,
+// compare timings or set the collector; real processes are started only where signals,
+// pipes and sockets are the point.
 //
 //   - The harness: every request goes through the real handler chain (server.handler, as
 //     run serves it), and every response is checked against the rules that hold for all
 //     responses and against the OpenAPI document. Helpers take the caller's own t.
-//   - main.go, the process: the way out in the worst arrangement (first: its 15 s of waiting
-//     is what the other tests overlap), flags and run, loading a dataset, shutdown, memory.
-//   - main.go, the server: routes and paths, real sockets and connection limits, the body
-//     cap, the check order, panics, the access log.
-//   - main.go, Prefer: simulated answers, delays, and a request at its own instant.
-//   - main.go, what needs no key: the OpenAPI document, the README's examples run as
-//     written, the landing page, CORS.
-//   - auth.go: keys on every operation, the rate limit.
-//   - auth.go, the sandbox clock and timelines: acct_sync at each instant, refusals,
-//     shipments created later, pages under a moving timeline, the page's timeline.
-//   - tracking.go, orders.go, cursor.go, errors.go: each file's rules.
+//   - main.go: The process (flags and environment, hosts and origins, loading, serving and
+//     the way out, the collector): the way out in the worst arrangement first (its 15 s of
+//     waiting is what the other tests overlap), flags and run, datasets, shutdown, memory.
+//   - main.go: The server and its route table, every request, the checks in their order,
+//     the body, writing an answer, the access log: routes and paths, real sockets and
+//     connection limits, the body cap, the check order, panics, the log.
+//   - main.go: Prefer, and faults (with auth.go's Rehearsals counted): simulated answers,
+//     delays, failures that recover, -faults, a request at its own instant.
+//   - main.go: What needs no key, and the landing page: the OpenAPI document, the README's
+//     and docs' examples run as written, the container, the page, CORS.
+//   - auth.go: Keys and scopes, and the rate limit.
+//   - auth.go: Tenants, their clocks and timelines, and the clock operations: acct_sync at
+//     each instant, refusals, shipments created later, pages under a moving timeline.
+//   - auth.go: The journal, its reads, the findings, the journal as HAR.
+//   - tracking.go: Normalizing raw carrier events, tracking views, the index, the two
+//     operations.
+//   - orders.go: Loading, the index, the query, pages and the two operations.
+//   - cursor.go: Cursors.
+//   - errors.go: Errors, simulated answers and the floor.
 //   - Fuzz targets, one for every parser of client or dataset input.
 //   - Benchmarks, through the whole handler chain.
 
-// The harness.
+// ===== The harness =====
 
 // TestMain lets more tests run at once than the machine has cores, go test's default: most
 // of them wait on sockets, timers and other processes. -parallel, when given, wins, and a
@@ -79,6 +88,26 @@ func TestMain(m *testing.M) {
 
 // testNow is the fake clock's start: after sk_test_sandbox_expired's expiry.
 var testNow = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+// problem is an error answer's body as the contract writes it (RFC 9457 problem details with
+// the code and the request id, param when a parameter is at fault): what the server's
+// hand-written bodies are decoded into and held to.
+type problem struct {
+	Type      string  `json:"type"`
+	Title     string  `json:"title"`
+	Status    int     `json:"status"`
+	Detail    string  `json:"detail"`
+	Code      code    `json:"code"`
+	Param     *string `json:"param,omitempty"`
+	RequestID string  `json:"request_id"`
+}
+
+// held is how many sequences the tenant holds.
+func (q *sequences) held() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.byID)
+}
 
 // fakeClock is the server's clock in tests. Each reading moves it on by step, so that a
 // suite of requests does not exhaust the rate limit unless a test sets step to 0.
@@ -892,13 +921,42 @@ const (
 )
 
 // runtimeMem is the live heap after a full collection.
-type runtimeMem struct{ heap uint64 }
+// heapGrowth serves n requests through h, request(i) the i-th, each to be answered want,
+// and returns the bytes they leave on the heap once collected: what a bound of memory is
+// tested by.
+func heapGrowth(t *testing.T, h http.Handler, n, want int, request func(i int) *http.Request) int64 {
+	t.Helper()
+	w := &benchWriter{h: http.Header{}}
+	before := heapAfterGC()
+	for i := range n {
+		r := request(i)
+		clear(w.h)
+		w.status, w.buf = 0, w.buf[:0]
+		h.ServeHTTP(w, r)
+		if w.status != want {
+			t.Fatalf("request %d (%.80s) = %d, want %d", i, r.URL, w.status, want)
+		}
+	}
+	return int64(heapAfterGC()) - int64(before)
+}
 
-func (m *runtimeMem) read() {
+// heapAfterGC is the heap's bytes once collected.
+func heapAfterGC() uint64 {
 	runtime.GC()
-	var s runtime.MemStats
-	runtime.ReadMemStats(&s)
-	m.heap = s.HeapAlloc
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// readRequest is a request as net/http reads it off a connection: its method, target and
+// headers cut from one fresh buffer.
+func readRequest(t *testing.T, raw string) *http.Request {
+	t.Helper()
+	r, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // gatedSink is a log destination whose writes wait at a gate until it is opened.
@@ -1010,6 +1068,8 @@ func signalAndWait(t *testing.T, cmd *exec.Cmd, what string, bound time.Duration
 		t.Errorf("stalled outputs, busy cores, a signal while %s: exit status %d after %v; want 1 within %v", what, status, took, bound)
 	}
 }
+
+// ===== main.go: The process (flags and environment, hosts and origins, loading, serving and the way out, the collector) =====
 
 // main.go, the process: the way out, flags and run, loading a dataset, shutdown, memory.
 
@@ -1890,19 +1950,18 @@ func TestGCPercent(t *testing.T) {
 // the heap where it was.
 func TestUnknownKeysLeaveNoState(t *testing.T) { // not parallel: it measures the heap
 	quiet := newEnv(t, envOptions{quiet: true}) // a kept log would grow by a line a request
-	var before, after runtimeMem
-	before.read()
-	for i := 0; i < 50000; i++ {
-		quiet.h.ServeHTTP(httptest.NewRecorder(), newRequest(http.MethodGet, "/v1/orders", "sk_test_flood_"+strconv.Itoa(i)))
-	}
-	after.read()
-	if grown := int64(after.heap) - int64(before.heap); grown > 1<<20 {
+	grown := heapGrowth(t, quiet.h, 50000, http.StatusUnauthorized, func(i int) *http.Request {
+		return newRequest(http.MethodGet, "/v1/orders", "sk_test_flood_"+strconv.Itoa(i))
+	})
+	if grown > 1<<20 {
 		t.Errorf("the heap grew by %d bytes over 50,000 unknown keys: they leave state behind", grown)
 	}
 	if rep := quiet.get(t, "/v1/orders", "sk_test_sandbox_all"); rep.status != 200 {
 		t.Errorf("after the flood, GET with a known key = %s, want 200", rep)
 	}
 }
+
+// ===== main.go: The server and its route table, every request, the checks in their order, the body, writing an answer, the access log =====
 
 // main.go, the server: routes and paths, real sockets and connection limits, the body cap,
 // the order of the checks, panics, the access log.
@@ -2751,6 +2810,8 @@ func TestLogBufferSlowSink(t *testing.T) {
 	}
 }
 
+// ===== main.go: Prefer, and faults (with auth.go's Rehearsals counted) =====
+
 // main.go, Prefer: an answer the sandbox never gives on its own, a delay, and a request at
 // its own instant.
 
@@ -3059,26 +3120,9 @@ func TestSequencesHoldTheirBoundOnTheHeap(t *testing.T) {
 	const perSequence = 256 // bytes of heap
 	e := newEnv(t, envOptions{rate: -1, quiet: true, journal: -1})
 	pad := strings.Repeat("x", 30<<10)
-	w := &benchWriter{h: http.Header{}}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for i := range maxSequences + 100 {
-		raw := fmt.Sprintf("GET /v1/orders/x?pad%d=%s HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAuthorization: Bearer sk_test_sandbox_all\r\nPrefer: code=500; times=1, x=%s\r\n\r\n", i, pad, pad)
-		r, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		clear(w.h)
-		w.status, w.buf = 0, w.buf[:0]
-		e.h.ServeHTTP(w, r)
-		if w.status != http.StatusInternalServerError {
-			t.Fatalf("request %d = %d, want 500 (the first of its sequence)", i, w.status)
-		}
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	held := heapGrowth(t, e.h, maxSequences+100, http.StatusInternalServerError, func(i int) *http.Request { // the first of each sequence
+		return readRequest(t, fmt.Sprintf("GET /v1/orders/x?pad%d=%s HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAuthorization: Bearer sk_test_sandbox_all\r\nPrefer: code=500; times=1, x=%s\r\n\r\n", i, pad, pad))
+	})
 	t.Logf("%d sequences hold %d bytes of heap, %d each", maxSequences, held, held/maxSequences)
 	if n := e.sb.tenants.byID[seedTenant].sequences.held(); n != maxSequences {
 		t.Errorf("the tenant holds %d sequences, want %d", n, maxSequences)
@@ -3346,6 +3390,8 @@ func TestPreferClock(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// ===== main.go: What needs no key, and the landing page =====
 
 // main.go, what needs no key: the OpenAPI document, the README's examples, the landing
 // page, CORS.
@@ -4498,6 +4544,8 @@ func TestBannerSaysWhereItListens(t *testing.T) {
 	}
 }
 
+// ===== auth.go: Keys and scopes, and the rate limit =====
+
 // auth.go: keys on every operation, the rate limit.
 
 func TestEveryKeyOnEveryOperation(t *testing.T) {
@@ -4728,6 +4776,8 @@ func TestRateLimitOfOtherSettings(t *testing.T) {
 		t.Error("a rate of 0 makes a limiter, want none")
 	}
 }
+
+// ===== auth.go: Tenants, their clocks and timelines, and the clock operations =====
 
 // auth.go, the sandbox clock (a tenant's; every read obeys it), and the timelines a
 // dataset schedules on it, with the acct_sync tenant built on them.
@@ -5876,6 +5926,8 @@ func TestPagesUnderAMovingTimeline(t *testing.T) {
 	}
 }
 
+// ===== auth.go: The journal, its reads, the findings, the journal as HAR =====
+
 // auth.go, the journal: what is journaled and how, its reads, its bounds, and the findings
 // it holds, each both ways.
 
@@ -6227,21 +6279,7 @@ func TestJournalMemoryOf40000Tenants(t *testing.T) {
 	for _, k := range e.sb.keyLines {
 		reqs = append(reqs, newRequest(http.MethodGet, "/v1/orders?limit=100&created_from=2026-01-01T00:00:00Z", k.key))
 	}
-	w := &benchWriter{h: http.Header{}}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for _, r := range reqs {
-		clear(w.h)
-		w.status, w.buf = 0, w.buf[:0]
-		e.h.ServeHTTP(w, r)
-		if w.status != 200 {
-			t.Fatalf("%s = %d", r.URL, w.status)
-		}
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	per := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
+	per := heapGrowth(t, e.h, len(reqs), 200, func(i int) *http.Request { return reqs[i] }) / n
 	t.Logf("%d bytes a tenant; the book counts %d", per, e.srv.journals.total.Load()/n)
 	if per > 1024 {
 		t.Errorf("a tenant's one journaled request holds %d bytes of heap, want at most 1 KiB", per)
@@ -6258,27 +6296,9 @@ func TestJournalsHoldTheirBoundOnTheHeap(t *testing.T) {
 	const bound, n = 1 << 20, 3000
 	e := newEnv(t, envOptions{journalBytes: bound, journal: maxJournal, rate: -1, quiet: true})
 	pad := strings.Repeat("x", 60<<10)
-	w := &benchWriter{h: http.Header{}}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for i := range n {
-		// A fresh line and header for each request, as a connection gives them.
-		raw := fmt.Sprintf("GET /v1/orders/ord_sbx_0001?pad%d=%s HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAuthorization: Bearer sk_test_sandbox_all\r\nPrefer: run=\"r%d\", x=%s\r\n\r\n", i, pad, i, pad)
-		r, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		clear(w.h)
-		w.status, w.buf = 0, w.buf[:0]
-		e.h.ServeHTTP(w, r)
-		if w.status != http.StatusUnprocessableEntity {
-			t.Fatalf("request %d = %d, want 422 (an unknown parameter)", i, w.status)
-		}
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	held := heapGrowth(t, e.h, n, http.StatusUnprocessableEntity, func(i int) *http.Request { // an unknown parameter
+		return readRequest(t, fmt.Sprintf("GET /v1/orders/ord_sbx_0001?pad%d=%s HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAuthorization: Bearer sk_test_sandbox_all\r\nPrefer: run=\"r%d\", x=%s\r\n\r\n", i, pad, i, pad))
+	})
 	t.Logf("the journals hold %d bytes of heap; the book counts %d", held, e.srv.journals.total.Load())
 	if got := e.journalOf(t, "sk_test_sandbox_all", "limit=1"); got.LastSeq != n || got.Dropped == 0 {
 		t.Fatalf("last_seq %d, dropped %d: want %d journaled and some dropped", got.LastSeq, got.Dropped, n)
@@ -6989,6 +7009,8 @@ func TestJournalingCostsAtMostOneAllocation(t *testing.T) {
 	}
 }
 
+// ===== tracking.go: Normalizing raw carrier events, tracking views, the index, the two operations =====
+
 // tracking.go: every fixture's tracking view, lookup by number, normalization.
 
 func TestTrackingViewsOfEveryFixture(t *testing.T) {
@@ -7251,6 +7273,8 @@ func TestRawEventsAreDroppedNotRefused(t *testing.T) {
 	}
 }
 
+// ===== orders.go: Loading, the index, the query, pages and the two operations =====
+
 // orders.go: orders, the query, pages and the index behind them.
 
 func TestOrdersOfTheDefaultDataset(t *testing.T) {
@@ -7476,6 +7500,57 @@ func TestListParamsAreOneTable(t *testing.T) {
 	}
 	if !strings.Contains(errCursorFilters.detail, "Keep status, created_from and created_to the same") {
 		t.Errorf("the cursor's filters are named %q", errCursorFilters.detail)
+	}
+}
+
+// TestFindingsAreOneTable: the findings are one table (findingKinds): the document's enum of
+// a finding's code, each code's description there, and the rows of the findings table in
+// docs/journal-and-findings.md follow from it, in its order and its words; and a judge
+// answers only its codes. A new finding is one entry, its judge and its tests.
+func TestFindingsAreOneTable(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				Finding struct {
+					Properties struct {
+						Code struct {
+							Enum         []string          `json:"enum"`
+							Descriptions map[string]string `json:"x-enumDescriptions"`
+							Description  string            `json:"description"`
+						} `json:"code"`
+					} `json:"properties"`
+				} `json:"Finding"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile("docs/journal-and-findings.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| (.*) \\| (.*) \\|$").FindAllStringSubmatch(string(page), -1)
+	code := doc.Components.Schemas.Finding.Properties.Code
+	var codes []string
+	for i, k := range findingKinds {
+		codes = append(codes, k.code)
+		if i > 0 && findingKinds[i-1].code >= k.code {
+			t.Errorf("findingKinds is not in the order of its codes at %s: findings of one seq sort by it", k.code)
+		}
+		if got := code.Descriptions[k.code]; got != k.judges {
+			t.Errorf("the document describes %s as %q, the table as %q", k.code, got, k.judges)
+		}
+		if !strings.Contains(code.Description, k.code+": "+k.judges+".") {
+			t.Errorf("the document's description of a finding's code does not say %s: %s", k.code, k.judges)
+		}
+		if i >= len(rows) || rows[i][1] != k.code || rows[i][2] != k.judges || rows[i][3] != k.advice {
+			t.Errorf("docs/journal-and-findings.md's row %d is not | `%s` | %s | %s |", i+1, k.code, k.judges, k.advice)
+		}
+	}
+	if !slices.Equal(code.Enum, codes) || len(rows) != len(findingKinds) {
+		t.Errorf("the document's codes %v and %d rows in the docs, the table's %v", code.Enum, len(rows), codes)
 	}
 }
 
@@ -7710,6 +7785,8 @@ func TestResourcesAreWrittenAsSpecified(t *testing.T) {
 	}
 }
 
+// ===== cursor.go: Cursors =====
+
 // cursor.go: what a cursor binds, and that nothing else passes.
 
 func TestCursorBinding(t *testing.T) {
@@ -7806,6 +7883,8 @@ func TestCursorBindsEnvironment(t *testing.T) {
 	}
 }
 
+// ===== errors.go: Errors, simulated answers and the floor =====
+
 // errors.go: codes, problems, JSON strings, timestamps.
 
 // TestErrorCodes: the document names every code the server answers with, and no other
@@ -7900,6 +7979,8 @@ func TestParseTimestamp(t *testing.T) {
 		}
 	}
 }
+
+// ===== Fuzz targets =====
 
 // Fuzz targets, one for every parser of client or dataset input. Their seed corpus runs
 // in every go test; .ci/run fuzzes each for a while.
@@ -8141,6 +8222,8 @@ func FuzzHandlerChain(f *testing.F) {
 		}
 	})
 }
+
+// ===== Benchmarks =====
 
 // Benchmarks, all through the whole handler chain with the access log on (written to
 // io.Discard), against a bare handler in the same harness.
@@ -8541,19 +8624,18 @@ func benchFindings(b *testing.B, e *env, query string, at func(i int) time.Time)
 // per order, and the time to seed and store them.
 func BenchmarkOrderStore(b *testing.B) {
 	const n = 1000000
-	var before, after runtimeMem
+	var before uint64
 	var kept *sandbox
 	for b.Loop() {
 		kept = nil
-		before.read()
+		before = heapAfterGC()
 		sb, err := loadBytes("bench", defaultDataset, n, testNow, slog.New(slog.DiscardHandler))
 		if err != nil {
 			b.Fatal(err)
 		}
 		kept = sb
 	}
-	after.read()
-	b.ReportMetric(float64(after.heap-before.heap)/n, "heap-bytes/order")
+	b.ReportMetric(float64(heapAfterGC()-before)/n, "heap-bytes/order")
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/1M-orders")
 	runtime.KeepAlive(kept)
 }

@@ -1,6 +1,16 @@
 // orders.go is imported orders: loading and linking them, their timelines (a late import,
-// status changes, a link that appears), their lists in list order, the GET /v1/orders query
-// and its pages, and GET /v1/orders/{id}.
+// status changes, a link that appears), the index that keeps them in list order, the GET
+// /v1/orders query and its pages, GET /v1/orders/{id}, and what a page showed as the
+// journal's findings judge it. Its sections (grep '^// =====' *.go):
+//
+//   - Vocabularies
+//   - Loading: orders on their way in
+//   - The index: orders in list order
+//   - The query of GET /v1/orders
+//   - Pages: what a list shows at an instant
+//   - The two operations: GET /v1/orders/{id} and GET /v1/orders
+//   - What a page showed, as the findings judge it
+//   - Which pages held an order's place
 package main
 
 import (
@@ -10,13 +20,14 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
-	"net/url"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 )
+
+// ===== Vocabularies =====
 
 // Imported-order vocabularies.
 var (
@@ -30,6 +41,8 @@ const (
 	// maxSeedOrders bounds -seed-orders to what fits comfortably in memory.
 	maxSeedOrders = 5_000_000
 )
+
+// ===== Loading: orders on their way in =====
 
 // Orders on their way in. A dataset's orders are read into orderRecords, then checked and
 // filed under their tenants as pendingOrders, then build stores each tenant's in list
@@ -54,6 +67,18 @@ type span struct{ off, n uint32 }
 // marketplace token and the raw marketplace payload, as imported orders carry them; the
 // API never shows them, so they are read and nothing of them is kept. Its instants may be
 // relative to the start instant; imported_at and changes schedule what moves.
+//
+// A new field of the resource touches these places, each for a reason of its own:
+//   - orderRecord, here, and orderShape below: the member a dataset gives, read strictly
+//     and kept as a span of the records' text (or a value kept once, if it repeats);
+//   - addOrder: its check, with the JSON path of a fault, as every member's;
+//   - pendingOrder and loadingOrder, with loadingOf and seededOrder that fill them: what is
+//     carried to build, where every order is stored in list order (seeded ones made there);
+//   - appendResource: the resource's JSON, written by hand once at load (a million orders),
+//     and orderState too if the field changes with the clock;
+//   - openapi.json's ImportedOrder, and docs/api.md's list of the fields: what clients read;
+//   - TestResourcesAreWrittenAsSpecified: the six fields of the spec, in order, held to
+//     what encoding/json writes of them (a seventh fails it until the spec says so).
 type orderRecord struct {
 	id, reference, createdAt, importedAt   span
 	account, environment, platform, status uint32 // indexes into values
@@ -555,6 +580,8 @@ func (ix *orderIndex) store(o *loadingOrder) error {
 	return nil
 }
 
+// ===== The index: orders in list order =====
+
 // orderIndex holds a tenant's orders in list order (created_at descending, id descending)
 // in storage the garbage collector need not walk: every order's JSON in one block, a
 // fixed-size record per order, the lists per status as indexes, and the ids in an
@@ -703,6 +730,8 @@ func (t *idTable) find(ix *orderIndex, id string) int {
 	}
 	return -1
 }
+
+// ===== The query of GET /v1/orders =====
 
 // The query of GET /v1/orders: one table of its parameters, which its parser, its messages,
 // the cursor's binding of the filters and the README's list (a test checks it) all read.
@@ -874,52 +903,6 @@ func readBound(name string, bound func(f *orderFilter) *instant) func(q orderQue
 	}
 }
 
-// queryParam is one name=value pair of a query, its name decoded; a name that cannot be
-// decoded is kept as sent (and is then no parameter's name).
-type queryParam struct {
-	name, rawValue string
-}
-
-// value is the pair's value, decoded. A literal "+" is a space, as every HTTP client and
-// HTML form writes it: an offset is sent as %2B01:00 (or the instant in Z).
-func (p queryParam) value() (string, error) {
-	v, err := url.QueryUnescape(p.rawValue)
-	if err != nil {
-		return "", paramError(codeInvalidParameter, p.name, "The value of "+p.name+" is not percent-encoded correctly.")
-	}
-	return v, nil
-}
-
-// nextParam takes the first name=value pair off a raw query; empty pairs (a&&b) are
-// skipped, and ok is false when none is left.
-func nextParam(raw string) (p queryParam, rest string, ok bool) {
-	var pair string
-	for pair == "" {
-		if raw == "" {
-			return p, "", false
-		}
-		pair, raw, _ = strings.Cut(raw, "&")
-	}
-	rawName, rawValue, _ := strings.Cut(pair, "=")
-	name, err := url.QueryUnescape(rawName)
-	if err != nil {
-		name = rawName
-	}
-	return queryParam{name, rawValue}, raw, true
-}
-
-func unknownParam(name, detail string) error {
-	return paramError(codeUnknownParameter, name, "Unknown parameter "+strconv.Quote(name)+". "+detail)
-}
-
-// refuseParams is the query check of an operation that takes no query parameters.
-func refuseParams(raw string) error {
-	if p, _, ok := nextParam(raw); ok {
-		return unknownParam(p.name, "This operation takes no query parameters.")
-	}
-	return nil
-}
-
 // parseOrderQuery reads the GET /v1/orders query. Faults are reported in the order the
 // parameters were sent, each pair judged by its name, then by its value; the cursor itself
 // is verified later, against the filter.
@@ -951,6 +934,8 @@ func parseOrderQuery(raw string) (orderQuery, error) {
 
 // errCursorFilters answers a cursor of another filter.
 var errCursorFilters = paramError(codeInvalidCursor, "cursor", "The cursor was issued for other filters. Keep "+listParamNames(true)+" the same between pages.")
+
+// ===== Pages: what a list shows at an instant =====
 
 // Pages: what a list shows at an instant, without a scan.
 
@@ -1124,6 +1109,8 @@ func (ix *orderIndex) timelineOf(i int) *orderTimeline {
 	return &ix.timelines[searchIndexes(ix.moving, i)]
 }
 
+// ===== The two operations: GET /v1/orders/{id} and GET /v1/orders =====
+
 var errOrderNotFound = &apiError{code: codeNotFound, detail: "No imported order with this ID exists in this account and environment."}
 
 // get is the order with this id as GET /v1/orders/{id} shows it at at, and its position:
@@ -1177,6 +1164,8 @@ func (ix *orderIndex) page(b []byte, rawQuery string, cursors *cursorSigner, at 
 	b = cursors.appendSigned(b, ix.tag, filter, ix.createdAt(last), ix.idOf(last))
 	return append(b, `","has_more":true}}`...), listed, nil
 }
+
+// ===== What a page showed, as the findings judge it =====
 
 // What a page showed, and the orders with a timeline as the journal's findings judge them.
 
@@ -1261,6 +1250,8 @@ func (ix *orderIndex) stateText(m int, st orderState) string {
 	return orderStatuses[st.status] + " with shipment_id " + link
 }
 
+// ===== Which pages held an order's place =====
+
 // Which pages held an order's place: the pages a journal's entries read, walked beside the
 // orders with a timeline in list order. A page held the places whose created_at its
 // filter's range holds, up to where it reached (to its last order when more followed, else
@@ -1339,12 +1330,12 @@ func (ix *orderIndex) placesHeld(p *listedPage) (lo, hi int) {
 func (h *heldPages) reach(i int) {
 	for len(h.opening) > 0 && h.opening[0].lo <= i {
 		r := h.opening[0]
-		h.groups[r.group].open.set(r.rank, r.entry+1)
+		h.groups[r.group].open.put(r.rank, r.entry+1)
 		h.opening = h.opening[1:]
 	}
 	for len(h.closing) > 0 && h.closing[0].hi <= i {
 		r := h.closing[0]
-		h.groups[r.group].open.set(r.rank, 0)
+		h.groups[r.group].open.put(r.rank, 0)
 		h.closing = h.closing[1:]
 	}
 }
@@ -1381,7 +1372,7 @@ func (h *heldPages) leftBetween(m int, from, until instant) bool {
 			if k+1 < len(states) {
 				kHi = min(kHi, h.ranksFrom(states[k+1].from))
 			}
-			if kLo < kHi && g.open.max(kLo, kHi) > 0 {
+			if kLo < kHi && g.open.highest(kLo, kHi) > 0 {
 				return true
 			}
 		}
@@ -1399,7 +1390,7 @@ func (h *heldPages) heldBefore(m int, before instant) int {
 	hi, best := h.ranksFrom(before), int32(0)
 	for _, g := range h.groups {
 		if g.filter.keeps(r, st) {
-			best = max(best, g.open.max(0, hi))
+			best = max(best, g.open.highest(0, hi))
 		}
 	}
 	return int(best) - 1
@@ -1414,7 +1405,7 @@ type maxTree struct {
 
 func newMaxTree(n int) maxTree { return maxTree{n, make([]int32, 2*n)} }
 
-func (t *maxTree) set(i int, x int32) {
+func (t *maxTree) put(i int, x int32) {
 	i += t.n
 	t.v[i] = x
 	for i > 1 {
@@ -1423,8 +1414,8 @@ func (t *maxTree) set(i int, x int32) {
 	}
 }
 
-// max is the largest of the values lo to hi-1, 0 when none.
-func (t *maxTree) max(lo, hi int) int32 {
+// highest is the largest of the values lo to hi-1, 0 when none.
+func (t *maxTree) highest(lo, hi int) int32 {
 	var m int32
 	for lo, hi = lo+t.n, hi+t.n; lo < hi; lo, hi = lo>>1, hi>>1 {
 		if lo&1 == 1 {

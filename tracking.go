@@ -1,6 +1,13 @@
 // tracking.go is shipments and their tracking: raw carrier events normalized at load, the
-// tracking views prepared once, shipments and events shown as the request's instant allows,
-// and the two operations.
+// tracking views prepared once, the index of a tenant's shipments (by id, by primary
+// tracking number, by creation), shipments and events shown as the request's instant
+// allows, and the two operations. Its sections (grep '^// =====' *.go):
+//
+//   - Normalizing raw carrier events
+//   - Shipments as a dataset holds them
+//   - A shipment's tracking view, prepared once
+//   - The index: a tenant's shipments
+//   - The two operations: GET /v1/shipments/{id}/tracking and GET /v1/tracking/{tracking_number}
 package main
 
 import (
@@ -12,6 +19,8 @@ import (
 	"strconv"
 	"time"
 )
+
+// ===== Normalizing raw carrier events =====
 
 // Tracking statuses: shipment status and events[].status.
 var trackingStatuses = []string{
@@ -151,6 +160,8 @@ func readAfter(path string, e *rawEvent, start time.Time) error {
 	return nil
 }
 
+// ===== Shipments as a dataset holds them =====
+
 // shipmentRecord is a shipment as the dataset holds it.
 type shipmentRecord struct {
 	ID             string
@@ -181,6 +192,8 @@ var shipmentShape = shapeOf(
 func (rec *shipmentRecord) decode(d *jsonReader, path string) error {
 	return shipmentShape.read(d, path, rec)
 }
+
+// ===== A shipment's tracking view, prepared once =====
 
 // shipment is a stored shipment, its tracking view prepared once: the view with every event
 // (the usual answer, written as it is), and, for a clock that hides later events, the
@@ -277,6 +290,8 @@ func (s *shipment) viewAt(at time.Time) view {
 
 // viewEnd closes a tracking view's events and the view; never modified.
 var viewEnd = []byte("]}")
+
+// ===== The index: a tenant's shipments =====
 
 // shipmentIndex is a tenant's shipments, by id and by primary tracking number, and what
 // their dataset schedules.
@@ -532,6 +547,8 @@ func (t *createdTree) next(i int, at instant) int {
 	}
 	return j - t.leaf
 }
+
+// ===== The two operations: GET /v1/shipments/{id}/tracking and GET /v1/tracking/{tracking_number} =====
 
 var (
 	errShipmentNotFound  = &apiError{code: codeNotFound, detail: "No shipment with this ID exists in this account and environment."}
