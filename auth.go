@@ -24,6 +24,7 @@ import (
 	"bytes"
 	"cmp"
 	"container/list"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -53,6 +54,7 @@ func (id tenantID) String() string { return id.account + "/" + id.environment }
 type tenant struct {
 	id        tenantID
 	live      bool
+	start     time.Time // its start instant: relative instants (start+90s) are read against it
 	shipments shipmentIndex
 	orders    orderIndex
 	timeline  []happening // what the dataset schedules for its shipments and orders, in order
@@ -60,6 +62,8 @@ type tenant struct {
 	sequences sequences               // Prefer: code=503; times=2, counted
 	faulted   atomic.Uint64           // the requests -faults has judged, the k of the next is this plus one
 	journal   atomic.Pointer[journal] // nil until a request is journaled
+	answers   answerStore             // the answers stored under Idempotency-Keys
+	sandbox   *sandboxAccount         // nil for a tenant of the dataset
 }
 
 // sandboxClock is a tenant's clock, like Stripe's test clocks: it follows the wall clock
@@ -245,11 +249,17 @@ func (ld *loader) addAccount(path string, rec accountRecord) error {
 		if ts.byID[id] != nil {
 			return &datasetError{path: epath, reason: fmt.Sprintf("duplicate: %s is declared more than once", id)}
 		}
-		t := &tenant{id: id, live: env == "live", shipments: newShipmentIndex(id.String(), ld.start), orders: newOrderIndex(rec.ID, env, ld.start)}
-		ts.byID[id] = t
-		ts.list = append(ts.list, t)
+		ld.addTenant(id)
 	}
 	return nil
+}
+
+// addTenant declares the tenant id, whose relative instants count from the loader's start.
+func (ld *loader) addTenant(id tenantID) *tenant {
+	t := &tenant{id: id, live: id.environment == "live", start: ld.start, shipments: newShipmentIndex(id.String(), ld.start), orders: newOrderIndex(id.account, id.environment, ld.start)}
+	ld.tenants.byID[id] = t
+	ld.tenants.list = append(ld.tenants.list, t)
+	return t
 }
 
 // find is the declared tenant a resource or key at path names.
@@ -283,15 +293,18 @@ type record interface {
 func (rec keyRecord) owner() (string, string)      { return rec.Account, rec.Environment }
 func (rec shipmentRecord) owner() (string, string) { return rec.Account, rec.Environment }
 
-// eachRecord finds the tenant each record of the dataset's list name belongs to, and hands
-// both to add.
-func eachRecord[T record](ts *tenants, name string, list []T, add func(path string, rec T, t *tenant) error) error {
+// eachRecord finds the tenant each record of the dataset's list name belongs to (into, when
+// given: a sandbox's records name none), and hands both to add.
+func eachRecord[T record](ts *tenants, into *tenant, name string, list []T, add func(path string, rec T, t *tenant) error) error {
 	for i, rec := range list {
 		path := "$." + name + "[" + strconv.Itoa(i) + "]"
-		account, environment := rec.owner()
-		t, err := ts.find(path, account, environment)
-		if err != nil {
-			return err
+		t := into
+		if t == nil {
+			var err error
+			account, environment := rec.owner()
+			if t, err = ts.find(path, account, environment); err != nil {
+				return err
+			}
 		}
 		if err := add(path, rec, t); err != nil {
 			return err
@@ -303,21 +316,23 @@ func eachRecord[T record](ts *tenants, name string, list []T, add func(path stri
 // loadKeys files the dataset's keys, with what the banner says of each: its state at the
 // start instant.
 func (ld *loader) loadKeys(list []keyRecord) error {
-	return eachRecord(&ld.tenants, "keys", list, func(path string, rec keyRecord, t *tenant) error {
+	return eachRecord(&ld.tenants, nil, "keys", list, func(path string, rec keyRecord, t *tenant) error {
 		line, err := ld.addKey(path, rec, t)
 		ld.keyLines = append(ld.keyLines, line)
 		return err
 	})
 }
 
-// loadOrders hands each of the dataset's orders to its tenant's orders. Orders mostly come
-// in runs of one tenant's, so the tenant of the order before is tried first.
-func (ld *loader) loadOrders(rs *orderRecords) error {
-	var t *tenant
+// loadOrders hands each of the dataset's orders to its tenant's orders (into's, when given:
+// a sandbox's records name none). Orders mostly come in runs of one tenant's, so the tenant
+// of the order before is tried first. The records are only read: a template's are loaded
+// by every sandbox made from it.
+func (ld *loader) loadOrders(rs *orderRecords, into *tenant) error {
+	t := into
 	for i := range rs.list {
 		path := "$.orders[" + strconv.Itoa(i) + "]"
 		account, environment := rs.values[rs.list[i].account], rs.values[rs.list[i].environment]
-		if t == nil || t.id != (tenantID{account, environment}) {
+		if into == nil && (t == nil || t.id != (tenantID{account, environment})) {
 			var err error
 			if t, err = ld.tenants.find(path, account, environment); err != nil {
 				return err
@@ -341,9 +356,9 @@ type loadedShipment struct {
 // loadShipments files each of the dataset's shipments under its tenant and makes the link
 // to the order it was created with, which must be of the same account and environment. It
 // returns the shipments whose raw events were left out or shown once.
-func (ld *loader) loadShipments(list []shipmentRecord) ([]loadedShipment, error) {
+func (ld *loader) loadShipments(list []shipmentRecord, into *tenant) ([]loadedShipment, error) {
 	var noted []loadedShipment
-	err := eachRecord(&ld.tenants, "shipments", list, func(path string, rec shipmentRecord, t *tenant) error {
+	err := eachRecord(&ld.tenants, into, "shipments", list, func(path string, rec shipmentRecord, t *tenant) error {
 		s, n, err := t.shipments.addShipment(path, rec)
 		if err != nil {
 			return err
@@ -691,13 +706,12 @@ type clockAnswer struct {
 
 // clockHelpers serve the clock operations of every tenant.
 type clockHelpers struct {
-	started time.Time // the start instant
-	wall    func() time.Time
+	wall func() time.Time
 }
 
 // get answers GET /v1/test_helpers/clock: the tenant's clock as the request read it.
-func (h clockHelpers) get(w http.ResponseWriter, clock clockReading) error {
-	return h.write(w, clock)
+func (h clockHelpers) get(w http.ResponseWriter, t *tenant, clock clockReading) error {
+	return h.write(w, t, clock)
 }
 
 // set answers POST /v1/test_helpers/clock: it freezes the tenant's clock at the body's
@@ -708,7 +722,7 @@ func (h clockHelpers) set(w http.ResponseWriter, r *http.Request, t *tenant) err
 	if err != nil {
 		return err
 	}
-	set, err := parseClockBody(b, h.started)
+	set, err := parseClockBody(b, t.start)
 	if err != nil {
 		return err
 	}
@@ -717,12 +731,12 @@ func (h clockHelpers) set(w http.ResponseWriter, r *http.Request, t *tenant) err
 		set.since = now
 	}
 	t.clock.setting.Store(set)
-	return h.write(w, set.read(func() time.Time { return now })) // as set, not as read again
+	return h.write(w, t, set.read(func() time.Time { return now })) // as set, not as read again
 }
 
 // write answers with one reading of a tenant's clock: frozen_time and now always agree.
-func (h clockHelpers) write(w http.ResponseWriter, clock clockReading) error {
-	a := clockAnswer{Now: formatTimestamp(clock.now), StartedAt: formatTimestamp(h.started)}
+func (h clockHelpers) write(w http.ResponseWriter, t *tenant, clock clockReading) error {
+	a := clockAnswer{Now: formatTimestamp(clock.now), StartedAt: formatTimestamp(t.start)}
 	if clock.frozen {
 		a.FrozenTime = &a.Now
 	}
@@ -848,6 +862,11 @@ type journalEntry struct {
 	simulated   simulation
 	hasPrefer   bool
 	shown       showing
+	// A write's Idempotency-Key fields as sent, joined and cut as prefer is, and the bytes
+	// of any request's body (-1 when not known).
+	idempotencyKey    string
+	hasIdempotencyKey bool
+	bodySize          int64
 }
 
 // entrySlot is what one entry takes in a ring, and journalHeader what a journal takes
@@ -861,7 +880,7 @@ const (
 // uncut target keeps the request line it was cut from, its method and protocol within the
 // 16 added; the method itself is a constant, see ownMethod).
 func (e *journalEntry) cost() int64 {
-	return int64(len(e.method)+len(e.target)+len(e.prefer)+len(e.runTag)+len(e.requestID)) + 16
+	return int64(len(e.method)+len(e.target)+len(e.prefer)+len(e.runTag)+len(e.requestID)+len(e.idempotencyKey)) + 16
 }
 
 // durationMS is the entry's duration in milliseconds, to the microsecond.
@@ -906,6 +925,7 @@ type journal struct {
 	size     atomic.Int64
 	counted  findingsCount // the page's count of findings, as of an entry
 	counting chan struct{} // closed when the count running aside ends; nil when none runs
+	gone     bool          // its sandbox was forgotten: an entry written late is dropped
 }
 
 // findingsCount is how many findings a journal's entries held when its newest was seq, and
@@ -944,6 +964,10 @@ func (b *journalBook) keepEntry(t *tenant, e *journalEntry) {
 	cost := e.cost()
 	for {
 		j.mu.Lock()
+		if j.gone {
+			j.mu.Unlock()
+			return
+		}
 		need := cost
 		switch {
 		case j.n == b.limit: // the oldest goes
@@ -981,6 +1005,26 @@ func (b *journalBook) opened(t *tenant) *journal {
 	b.total.Add(journalHeader)
 	t.journal.Store(j)
 	return j
+}
+
+// forget lets go of the journal of a forgotten sandbox: what it held leaves the book's
+// count, and an entry written to it late is dropped.
+func (b *journalBook) forget(t *tenant) {
+	j := t.journal.Load()
+	if b == nil || j == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	j.mu.Lock()
+	if !j.gone {
+		j.gone = true
+		b.total.Add(-(j.bytes + journalHeader))
+		j.ring, j.n, j.bytes = nil, 0, 0
+		j.size.Store(0)
+	}
+	j.mu.Unlock()
+	b.all = slices.DeleteFunc(b.all, func(x *journal) bool { return x == j })
 }
 
 // grown is the ring's length once it grows: twice as long, up to limit.
@@ -1116,21 +1160,22 @@ func keyMask(key string) string {
 
 // entryJSON is an entry as the journal's read writes it, its members in this order.
 type entryJSON struct {
-	Seq        uint64   `json:"seq"`
-	At         string   `json:"at"`
-	Clock      string   `json:"clock"`
-	Method     string   `json:"method"`
-	Route      string   `json:"route"`
-	Target     string   `json:"target"`
-	Key        string   `json:"key"`
-	Status     int      `json:"status"`
-	Code       *string  `json:"code"`
-	Simulated  *string  `json:"simulated"`
-	RequestID  string   `json:"request_id"`
-	DurationMS float64  `json:"duration_ms"`
-	Prefer     *string  `json:"prefer"`
-	RetryAfter *int     `json:"retry_after"`
-	IDs        []string `json:"ids"`
+	Seq            uint64   `json:"seq"`
+	At             string   `json:"at"`
+	Clock          string   `json:"clock"`
+	Method         string   `json:"method"`
+	Route          string   `json:"route"`
+	Target         string   `json:"target"`
+	Key            string   `json:"key"`
+	Status         int      `json:"status"`
+	Code           *string  `json:"code"`
+	Simulated      *string  `json:"simulated"`
+	RequestID      string   `json:"request_id"`
+	DurationMS     float64  `json:"duration_ms"`
+	Prefer         *string  `json:"prefer"`
+	RetryAfter     *int     `json:"retry_after"`
+	IDs            []string `json:"ids"`
+	IdempotencyKey *string  `json:"idempotency_key"`
 }
 
 // requestsAnswer is GET /v1/test_helpers/requests's answer.
@@ -1159,6 +1204,9 @@ func (t *tenant) entryJSONOf(e *journalEntry) entryJSON {
 	if e.retryAfter >= 0 {
 		ra := int(e.retryAfter)
 		j.RetryAfter = &ra
+	}
+	if e.hasIdempotencyKey {
+		j.IdempotencyKey = &e.idempotencyKey
 	}
 	return j
 }
@@ -1597,7 +1645,7 @@ type (
 		Headers     []harPair `json:"headers"`
 		QueryString []harPair `json:"queryString"`
 		HeadersSize int       `json:"headersSize"`
-		BodySize    int       `json:"bodySize"`
+		BodySize    int64     `json:"bodySize"`
 	}
 	harResponse struct {
 		Status      int        `json:"status"`
@@ -1636,9 +1684,10 @@ func harOf(es []journalEntry, origin string) harLog {
 		if e.hasPrefer {
 			req.Headers = append(req.Headers, harPair{"Prefer", e.prefer})
 		}
-		if e.method == http.MethodPost {
-			req.BodySize = -1 // the journal keeps no request body
+		if e.hasIdempotencyKey {
+			req.Headers = append(req.Headers, harPair{"Idempotency-Key", e.idempotencyKey})
 		}
+		req.BodySize = e.bodySize // the body's size: the journal keeps no body
 		text := statusTitle(int(e.status))
 		if e.status == 499 {
 			text = "Client Closed Request" // nginx's name: the client went away before any answer
@@ -1820,4 +1869,467 @@ func (t *tenant) findingsCounted() (last uint64, c findingsCount) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.last, j.counted
+}
+
+// ===== Sandboxes: accounts made at run time =====
+
+// A sandbox is an account of its own, made while the service runs (POST
+// /v1/test_helpers/sandboxes) as a copy of a dataset account or from records a test sends,
+// with keys made for it: its tenant behaves as a dataset tenant does and sees nothing of any
+// other account. Its data is built once, when it is made, from its records read against its
+// own start instant. The book holds at most maxSandboxes; each is forgotten sandboxIdle after
+// the last request that named one of its keys and, past the bounds, the least recently used
+// goes first, its journal and stored answers with it.
+
+const (
+	maxSandboxes      = 10000
+	maxSandboxBytes   = 256 << 20 // what the sandboxes' data may hold together
+	sandboxIdle       = time.Hour
+	maxSandboxRecords = 10000 // the orders, or the shipments, a template may hold
+	maxSandboxKeys    = 20
+)
+
+// sandboxTemplate is what a dataset keeps of a test tenant that a sandbox may copy: its
+// records, read again against each sandbox's start instant as a fresh start of the dataset
+// would read them (so a copy of acct_sync replays its two minutes from its creation).
+type sandboxTemplate struct {
+	orders    *orderRecords
+	shipments []shipmentRecord
+	keys      []keyRecord
+	seeds     int
+}
+
+// keepTemplates keeps, for each test tenant of at most maxSandboxRecords orders (seeded ones
+// counted) and shipments, its records apart; a larger one is kept as nil, a template no
+// sandbox may copy. A dataset keeps at most its templates' records twice, and a large
+// tenant's not at all. It runs while the orders are filed, before build stores them.
+func (ld *loader) keepTemplates(ds *datasetFile, seed int) map[string]*sandboxTemplate {
+	shipments, keys := map[tenantID][]shipmentRecord{}, map[tenantID][]keyRecord{}
+	for _, rec := range ds.shipments {
+		id := tenantID{rec.Account, rec.Environment}
+		shipments[id] = append(shipments[id], rec)
+	}
+	for _, rec := range ds.keys {
+		id := tenantID{rec.Account, rec.Environment}
+		keys[id] = append(keys[id], rec)
+	}
+	templates := map[string]*sandboxTemplate{}
+	for _, t := range ld.tenants.list {
+		if t.live {
+			continue
+		}
+		seeds := 0
+		if t.id == seedTenant {
+			seeds = seed
+		}
+		if len(t.orders.pending)+seeds > maxSandboxRecords || len(shipments[t.id]) > maxSandboxRecords {
+			templates[t.id.account] = nil
+			continue
+		}
+		recs := make([]int32, len(t.orders.pending))
+		for i, p := range t.orders.pending {
+			recs[i] = p.rec
+		}
+		templates[t.id.account] = &sandboxTemplate{orders: ds.orders.copyOf(recs), shipments: shipments[t.id], keys: keys[t.id], seeds: seeds}
+	}
+	return templates
+}
+
+// sandboxAccount is a sandbox as the book holds it.
+type sandboxAccount struct {
+	tenant   *tenant
+	digests  [][sha256.Size]byte // its keys'
+	bytes    int64               // what its data holds
+	lastUsed atomic.Int64        // the wall clock, in ns, at the last request that named one of its keys
+}
+
+// sandboxBook is every sandbox, by account and by the digests of their keys. A dataset
+// key is found before the book is asked, so the book costs its requests nothing.
+type sandboxBook struct {
+	mu        sync.Mutex // making and forgetting: one at a time
+	accounts  map[string]*sandboxAccount
+	keys      sync.Map // [sha256.Size]byte -> *apiKey
+	bytes     int64
+	max       int
+	maxBytes  int64
+	idle      time.Duration
+	forgotten func(t *tenant) // lets go of what else a forgotten sandbox holds: its journal, its stored answers
+}
+
+func newSandboxBook(forgotten func(t *tenant)) *sandboxBook {
+	return &sandboxBook{accounts: map[string]*sandboxAccount{}, max: maxSandboxes, maxBytes: maxSandboxBytes, idle: sandboxIdle, forgotten: forgotten}
+}
+
+// find is the sandbox key of this digest, at the wall clock's now, or nil: a key of a
+// sandbox idle for its time is forgotten with it. Finding a key counts as a use.
+func (b *sandboxBook) find(digest [sha256.Size]byte, now time.Time) *apiKey {
+	v, ok := b.keys.Load(digest)
+	if !ok {
+		return nil
+	}
+	k := v.(*apiKey)
+	sa := k.tenant.sandbox
+	if now.UnixNano()-sa.lastUsed.Load() >= int64(b.idle) {
+		b.mu.Lock()
+		b.forgetLocked(sa)
+		b.mu.Unlock()
+		return nil
+	}
+	sa.lastUsed.Store(now.UnixNano())
+	return k
+}
+
+// add keeps a new sandbox and its keys at now: idle sandboxes are forgotten first, then,
+// past the bounds of count and bytes, the least recently used.
+func (b *sandboxBook) add(sa *sandboxAccount, keys map[[sha256.Size]byte]*apiKey, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	sa.lastUsed.Store(now.UnixNano())
+	for _, other := range b.accounts {
+		if now.UnixNano()-other.lastUsed.Load() >= int64(b.idle) {
+			b.forgetLocked(other)
+		}
+	}
+	for len(b.accounts) > 0 && (len(b.accounts) >= b.max || b.bytes+sa.bytes > b.maxBytes) {
+		var oldest *sandboxAccount
+		for _, other := range b.accounts {
+			if oldest == nil || other.lastUsed.Load() < oldest.lastUsed.Load() {
+				oldest = other
+			}
+		}
+		b.forgetLocked(oldest)
+	}
+	b.accounts[sa.tenant.id.account] = sa
+	b.bytes += sa.bytes
+	for digest, k := range keys {
+		sa.digests = append(sa.digests, digest)
+		b.keys.Store(digest, k)
+	}
+}
+
+// forget forgets the sandbox of this account, and reports whether there was one.
+func (b *sandboxBook) forget(account string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	sa := b.accounts[account]
+	if sa != nil {
+		b.forgetLocked(sa)
+	}
+	return sa != nil
+}
+
+func (b *sandboxBook) forgetLocked(sa *sandboxAccount) {
+	if b.accounts[sa.tenant.id.account] != sa {
+		return // forgotten already
+	}
+	delete(b.accounts, sa.tenant.id.account)
+	b.bytes -= sa.bytes
+	for _, digest := range sa.digests {
+		b.keys.Delete(digest)
+	}
+	if b.forgotten != nil {
+		b.forgotten(sa.tenant)
+	}
+}
+
+// count is how many sandboxes are kept and not idle at now: what the page says.
+func (b *sandboxBook) count(now time.Time) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, sa := range b.accounts {
+		if now.UnixNano()-sa.lastUsed.Load() < int64(b.idle) {
+			n++
+		}
+	}
+	return n
+}
+
+// keyFinder finds the key a request carries: a dataset's, by its digest in the dataset's
+// keyring, else a sandbox's, in the book.
+type keyFinder struct {
+	dataset   keyring
+	sandboxes *sandboxBook
+	wall      func() time.Time
+}
+
+// authenticate finds the key a request carries, unless it is unknown or revoked; its
+// expiry is judged by the caller, at the instant the caller reads.
+func (kf *keyFinder) authenticate(h http.Header) (*apiKey, *apiError) {
+	token, fault := bearerToken(h)
+	if fault != nil {
+		return nil, fault
+	}
+	digest := sha256.Sum256([]byte(token))
+	k := kf.dataset[digest]
+	if k == nil && kf.sandboxes != nil {
+		k = kf.sandboxes.find(digest, kf.wall())
+	}
+	switch {
+	case k == nil:
+		return nil, errUnknownKey
+	case k.revoked:
+		return k, errRevokedKey
+	}
+	return k, nil
+}
+
+// dataBytes is about what a tenant's data holds on the heap: what the book's bound counts.
+func (t *tenant) dataBytes() int64 {
+	o := &t.orders
+	n := len(o.block) + len(o.ids) + len(o.records)*int(unsafe.Sizeof(storedOrder{})) + len(o.table.slots)*4 +
+		len(o.moving)*4 + len(o.timelines)*int(unsafe.Sizeof(orderTimeline{})) + len(o.states)*int(unsafe.Sizeof(orderState{})) + len(o.stateJSON) + len(o.imports)*16
+	for k := range o.byValue {
+		for _, l := range o.byValue[k] {
+			n += len(l) * 4
+		}
+		for _, l := range o.movingBy[k] {
+			n += len(l) * 4
+		}
+	}
+	for _, s := range t.shipments.list {
+		n += int(unsafe.Sizeof(shipment{})) + len(s.id) + len(s.full) + len(s.events) + len(s.ends)*8 + len(s.instants)*24 + len(s.statuses) + 64
+		for _, h := range s.heads {
+			n += len(h)
+		}
+	}
+	n += len(t.timeline) * int(unsafe.Sizeof(happening{}))
+	return int64(n) + int64(unsafe.Sizeof(tenant{}))
+}
+
+// The body of POST /v1/test_helpers/sandboxes, read as a dataset's records are.
+
+// sandboxMembers are the members of the body, each at most once.
+var sandboxMembers = []string{"template", "shipments", "orders", "keys"}
+
+// bodyShipment is a shipment as a request body sends it, and bodyKey a key: their owner is
+// the sandbox that holds them, and a key's text is made for it.
+type (
+	bodyShipment shipmentRecord
+	bodyKey      keyRecord
+)
+
+var (
+	bodyShipmentShape = shipmentShape.without("account", "environment")
+	bodyKeyShape      = keyShape.without("key", "account", "environment")
+)
+
+func (rec *bodyShipment) decode(d *jsonReader, path string) error {
+	return bodyShipmentShape.read(d, path, (*shipmentRecord)(rec))
+}
+
+func (rec *bodyKey) decode(d *jsonReader, path string) error {
+	return bodyKeyShape.read(d, path, (*keyRecord)(rec))
+}
+
+// sandboxRequest is the body as read: a template's account, or records, and keys.
+type sandboxRequest struct {
+	template  *string
+	records   bool // shipments or orders were sent
+	shipments []shipmentRecord
+	orders    *orderRecords
+	keys      []keyRecord
+	keysSent  bool
+}
+
+var (
+	errSandboxBody = &apiError{code: codeMalformedJSON, detail: `The body must be one JSON object, such as {} or {"template":"acct_sync"}.`}
+	errCopyOrSend  = "A sandbox is a copy of a template or holds the records sent, not both: send template, or shipments and orders."
+)
+
+// readSandboxRequest reads the body: its JSON syntax first (400), then its members in the
+// order sent, each by its name, then given again, then its value (422).
+func readSandboxRequest(b []byte) (*sandboxRequest, error) {
+	trimmed := bytes.TrimLeft(b, " \t\r\n")
+	if !utf8.Valid(b) || !json.Valid(b) || len(trimmed) == 0 || trimmed[0] != '{' {
+		return nil, errSandboxBody
+	}
+	req := &sandboxRequest{orders: newOrderRecords()}
+	d := newJSONReader(bytes.NewReader(b), maxBodyBytes)
+	err := d.document(sandboxMembers, func(name string) error {
+		if name == "template" && req.records || name != "template" && name != "keys" && req.template != nil {
+			return paramError(codeInvalidParameter, name, errCopyOrSend)
+		}
+		switch name {
+		case "template":
+			v, err := d.optStr("$", name)
+			req.template = v
+			return err
+		case "shipments":
+			var list []bodyShipment
+			err := readList(d, "$.shipments", &list)
+			for _, rec := range list {
+				req.shipments = append(req.shipments, shipmentRecord(rec))
+			}
+			req.records = true
+			return err
+		case "orders":
+			req.records = true
+			return req.orders.readOrders(d, "$.orders", &bodyOrderShape)
+		case "keys":
+			var list []bodyKey
+			err := readList(d, "$.keys", &list)
+			for _, rec := range list {
+				req.keys = append(req.keys, keyRecord(rec))
+			}
+			req.keysSent = true
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, bodyFault(err)
+	}
+	if req.keysSent && (len(req.keys) == 0 || len(req.keys) > maxSandboxKeys) {
+		return nil, paramError(codeInvalidParameter, "keys", fmt.Sprintf("keys is a list of 1 to %d keys, each {\"scopes\":[...],\"expires_at\":...,\"revoked\":...}.", maxSandboxKeys))
+	}
+	return req, nil
+}
+
+// sandboxAnswer is POST /v1/test_helpers/sandboxes's answer, its members in this order.
+type sandboxAnswer struct {
+	Account     string          `json:"account"`
+	Environment string          `json:"environment"`
+	Template    *string         `json:"template"`
+	StartedAt   string          `json:"started_at"`
+	Keys        []sandboxKeyOut `json:"keys"`
+	IdleSeconds int             `json:"idle_seconds"`
+}
+
+type sandboxKeyOut struct {
+	Key       string   `json:"key"`
+	Scopes    []string `json:"scopes"`
+	ExpiresAt *string  `json:"expires_at"`
+	Revoked   bool     `json:"revoked"`
+}
+
+// sandboxAlphabet is RFC 4648's base32 alphabet in lower case: a sandbox's account and keys.
+const sandboxAlphabet = "abcdefghijklmnopqrstuvwxyz234567"
+
+// randomText is n characters of sandboxAlphabet from crypto/rand (each byte's low five bits:
+// 256 is a multiple of 32, so each character is as likely as any other).
+func randomText(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	for i := range b {
+		b[i] = sandboxAlphabet[b[i]&31]
+	}
+	return string(b)
+}
+
+// makeSandbox makes a sandbox of the body b for the caller's key at the wall clock's now,
+// from templates (the dataset's, by account), keeps it in the book, and returns its answer.
+func (b *sandboxBook) makeSandbox(body []byte, caller *apiKey, templates map[string]*sandboxTemplate, now time.Time) ([]byte, error) {
+	req, err := readSandboxRequest(body)
+	if err != nil {
+		return nil, err
+	}
+	tpl, name, err := req.templateOf(caller, templates)
+	if err != nil {
+		return nil, err
+	}
+	keys := req.keys
+	if !req.keysSent && tpl != nil {
+		keys = tpl.keys
+	}
+	if len(keys) == 0 {
+		keys = []keyRecord{{Scopes: scopeNames}}
+	}
+	start := now.UTC().Truncate(time.Second)
+	id := tenantID{"acct_" + randomText(20), "test"}
+	ld := newLoader(start)
+	t := ld.addTenant(id)
+	answer := sandboxAnswer{Account: id.account, Environment: id.environment, Template: name, StartedAt: formatTimestamp(start), IdleSeconds: int(b.idle / time.Second)}
+	made := map[[sha256.Size]byte]*apiKey{}
+	for i, rec := range keys {
+		k, out, err := sandboxKey(fmt.Sprintf("$.keys[%d]", i), rec, t)
+		if err != nil {
+			return nil, bodyFault(err)
+		}
+		made[sha256.Sum256([]byte(out.Key))] = k
+		answer.Keys = append(answer.Keys, out)
+	}
+	orders, shipments, seeds := req.orders, req.shipments, 0
+	if tpl != nil {
+		orders, shipments, seeds = tpl.orders, tpl.shipments, tpl.seeds
+	}
+	if err := fileSandbox(ld, t, orders, shipments, seeds); err != nil {
+		if tpl != nil { // its records loaded at the dataset's start, but not at this one
+			return nil, paramError(codeInvalidParameter, "template", "The template's records cannot be read at this sandbox's start instant: "+err.Error())
+		}
+		return nil, bodyFault(err)
+	}
+	sa := &sandboxAccount{tenant: t, bytes: t.dataBytes()}
+	t.sandbox = sa
+	b.add(sa, made, now)
+	return marshalJSON(answer)
+}
+
+// templateOf is the template a request copies and its account (nil and nil when it sends
+// records): the one it names, else the caller's account when that is the dataset's.
+func (req *sandboxRequest) templateOf(caller *apiKey, templates map[string]*sandboxTemplate) (*sandboxTemplate, *string, error) {
+	if req.records {
+		return nil, nil, nil
+	}
+	name := req.template
+	if name == nil {
+		if caller.tenant.sandbox != nil {
+			return nil, nil, paramError(codeInvalidParameter, "template", "A sandbox's key makes a sandbox of a template it names (such as \"template\":\"acct_sync\") or of the records it sends.")
+		}
+		name = &caller.tenant.id.account
+	}
+	tpl, ok := templates[*name]
+	switch {
+	case !ok:
+		return nil, nil, paramError(codeInvalidParameter, "template", fmt.Sprintf("No account %q of the dataset has a test environment to copy.", *name))
+	case tpl == nil:
+		return nil, nil, paramError(codeInvalidParameter, "template", fmt.Sprintf("Account %q holds over %d orders or %d shipments: a sandbox is small, so that a write to it is cheap. Send the records a test needs instead.", *name, maxSandboxRecords, maxSandboxRecords))
+	}
+	return tpl, name, nil
+}
+
+// sandboxKey makes a key of the sandbox t as rec says (its scopes, expiry and revocation),
+// with its text, which only the answer shows.
+func sandboxKey(path string, rec keyRecord, t *tenant) (*apiKey, sandboxKeyOut, error) {
+	text := "sk_test_" + randomText(32)
+	k := &apiKey{tenant: t, mask: keyMask(text), revoked: rec.Revoked, expiresAt: never}
+	out := sandboxKeyOut{Key: text, Scopes: []string{}, Revoked: rec.Revoked}
+	for i, name := range rec.Scopes {
+		bit, err := oneOf(path, "scopes["+strconv.Itoa(i)+"]", "scope", name, scopeNames)
+		if err != nil {
+			return nil, out, err
+		}
+		if k.scopes&(1<<bit) == 0 {
+			out.Scopes = append(out.Scopes, name)
+		}
+		k.scopes |= 1 << bit
+	}
+	if rec.ExpiresAt != nil {
+		at, err := timestampField(path, "expires_at", *rec.ExpiresAt)
+		if err != nil {
+			return nil, out, err
+		}
+		k.expiresAt = instantOf(at)
+		when := formatTimestamp(at)
+		out.ExpiresAt = &when
+	}
+	return k, out, nil
+}
+
+// fileSandbox files a sandbox's records under its tenant t, as a dataset's are loaded, and
+// builds its indexes.
+func fileSandbox(ld *loader, t *tenant, orders *orderRecords, shipments []shipmentRecord, seeds int) error {
+	if err := ld.loadOrders(orders, t); err != nil {
+		return err
+	}
+	if _, err := ld.loadShipments(shipments, t); err != nil {
+		return err
+	}
+	if seeds > 0 {
+		if err := t.orders.seedOrders(seeds); err != nil {
+			return err
+		}
+	}
+	_, _, err := ld.build()
+	return err
 }

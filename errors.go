@@ -33,6 +33,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,46 +47,56 @@ import (
 type code string
 
 const (
-	codeInvalidCursor        code = "invalid_cursor"
-	codeMalformedJSON        code = "malformed_json"
-	codeMissingAPIKey        code = "missing_api_key"
-	codeInvalidAPIKey        code = "invalid_api_key"
-	codeExpiredAPIKey        code = "expired_api_key"
-	codeRevokedAPIKey        code = "revoked_api_key"
-	codeInsufficientScope    code = "insufficient_scope"
-	codeNotFound             code = "not_found"
-	codeRouteNotFound        code = "route_not_found"
-	codeMethodNotAllowed     code = "method_not_allowed"
-	codeBodyTooLarge         code = "body_too_large"
-	codeUnknownParameter     code = "unknown_parameter"
-	codeInvalidParameter     code = "invalid_parameter"
-	codeRateLimited          code = "rate_limited"
-	codeInternalError        code = "internal_error"
-	codeProviderNotConfirmed code = "provider_not_confirmed"
-	codeLiveNotReleased      code = "live_not_released"
-	codeProviderUnavailable  code = "provider_unavailable"
+	codeInvalidCursor         code = "invalid_cursor"
+	codeMalformedJSON         code = "malformed_json"
+	codeMissingAPIKey         code = "missing_api_key"
+	codeInvalidAPIKey         code = "invalid_api_key"
+	codeExpiredAPIKey         code = "expired_api_key"
+	codeRevokedAPIKey         code = "revoked_api_key"
+	codeInsufficientScope     code = "insufficient_scope"
+	codeNotFound              code = "not_found"
+	codeRouteNotFound         code = "route_not_found"
+	codeMethodNotAllowed      code = "method_not_allowed"
+	codeBodyTooLarge          code = "body_too_large"
+	codeUnknownParameter      code = "unknown_parameter"
+	codeInvalidParameter      code = "invalid_parameter"
+	codeRateLimited           code = "rate_limited"
+	codeInternalError         code = "internal_error"
+	codeProviderNotConfirmed  code = "provider_not_confirmed"
+	codeLiveNotReleased       code = "live_not_released"
+	codeProviderUnavailable   code = "provider_unavailable"
+	codeInvalidIdempotencyKey code = "invalid_idempotency_key"
+	codeOrderAlreadyLinked    code = "order_already_linked"
+	codeIdempotencyKeyInUse   code = "idempotency_key_in_use"
+	codeIdempotencyKeyReused  code = "idempotency_key_reused"
+	codeCapabilityUnavailable code = "capability_unavailable"
 )
 
 // codeStatus is the one table from an error code to its HTTP status.
 var codeStatus = map[code]int{
-	codeInvalidCursor:        http.StatusBadRequest,
-	codeMalformedJSON:        http.StatusBadRequest,
-	codeMissingAPIKey:        http.StatusUnauthorized,
-	codeInvalidAPIKey:        http.StatusUnauthorized,
-	codeExpiredAPIKey:        http.StatusUnauthorized,
-	codeRevokedAPIKey:        http.StatusUnauthorized,
-	codeInsufficientScope:    http.StatusForbidden,
-	codeNotFound:             http.StatusNotFound,
-	codeRouteNotFound:        http.StatusNotFound,
-	codeMethodNotAllowed:     http.StatusMethodNotAllowed,
-	codeBodyTooLarge:         http.StatusRequestEntityTooLarge,
-	codeUnknownParameter:     http.StatusUnprocessableEntity,
-	codeInvalidParameter:     http.StatusUnprocessableEntity,
-	codeRateLimited:          http.StatusTooManyRequests,
-	codeInternalError:        http.StatusInternalServerError,
-	codeProviderNotConfirmed: http.StatusBadGateway,
-	codeLiveNotReleased:      http.StatusServiceUnavailable,
-	codeProviderUnavailable:  http.StatusServiceUnavailable,
+	codeInvalidCursor:         http.StatusBadRequest,
+	codeMalformedJSON:         http.StatusBadRequest,
+	codeMissingAPIKey:         http.StatusUnauthorized,
+	codeInvalidAPIKey:         http.StatusUnauthorized,
+	codeExpiredAPIKey:         http.StatusUnauthorized,
+	codeRevokedAPIKey:         http.StatusUnauthorized,
+	codeInsufficientScope:     http.StatusForbidden,
+	codeNotFound:              http.StatusNotFound,
+	codeRouteNotFound:         http.StatusNotFound,
+	codeMethodNotAllowed:      http.StatusMethodNotAllowed,
+	codeBodyTooLarge:          http.StatusRequestEntityTooLarge,
+	codeUnknownParameter:      http.StatusUnprocessableEntity,
+	codeInvalidParameter:      http.StatusUnprocessableEntity,
+	codeRateLimited:           http.StatusTooManyRequests,
+	codeInternalError:         http.StatusInternalServerError,
+	codeProviderNotConfirmed:  http.StatusBadGateway,
+	codeLiveNotReleased:       http.StatusServiceUnavailable,
+	codeProviderUnavailable:   http.StatusServiceUnavailable,
+	codeInvalidIdempotencyKey: http.StatusBadRequest,
+	codeOrderAlreadyLinked:    http.StatusConflict,
+	codeIdempotencyKeyInUse:   http.StatusConflict,
+	codeIdempotencyKeyReused:  http.StatusConflict,
+	codeCapabilityUnavailable: http.StatusUnprocessableEntity,
 }
 
 // apiError is an error a client is told about: its code decides the status, detail says
@@ -538,11 +549,40 @@ func (h *happening) what() string {
 // Dataset faults. A dataset that cannot be served is refused at start with the file, the
 // JSON path of the fault and the reason.
 
-// datasetError is a fault in a dataset.
+// datasetError is a fault in a dataset, or in a request body read as records.
 type datasetError struct {
 	file   string
 	path   string
 	reason string
+	kind   faultKind
+}
+
+// faultKind is what a request body read as records answers for a fault of its kind.
+type faultKind uint8
+
+const (
+	faultValue     faultKind = iota // 422 invalid_parameter
+	faultUnknown                    // a member a record does not take: 422 unknown_parameter
+	faultDuplicate                  // a member given twice, also in another case: 422 invalid_parameter at its second place
+	faultLink                       // an order linked a second time: 409 order_already_linked
+)
+
+// bodyFault is the problem a request body read as records answers for a fault found reading
+// or filing them: its JSON path, without the leading "$.", names the member at fault, and
+// the dataset's message is the detail. The body's JSON syntax is judged before (400).
+func bodyFault(err error) error {
+	var de *datasetError
+	if !errors.As(err, &de) {
+		return err
+	}
+	param := strings.TrimPrefix(de.path, "$.")
+	switch de.kind {
+	case faultUnknown:
+		return paramError(codeUnknownParameter, param, "Unknown member "+strconv.Quote(param)+": "+de.reason+".")
+	case faultLink:
+		return paramError(codeOrderAlreadyLinked, param, de.reason+".")
+	}
+	return paramError(codeInvalidParameter, param, param+": "+de.reason+".")
 }
 
 func (e *datasetError) Error() string {
@@ -832,10 +872,10 @@ func (d *jsonReader) object(path string, fields []string, member func(name strin
 			s := string(name)
 			for g, field := range fields {
 				if given&(1<<g) != 0 && strings.EqualFold(field, s) {
-					return &datasetError{path: path + "." + s, reason: fmt.Sprintf("duplicate member: %q is given already", field)}
+					return &datasetError{path: path + "." + s, reason: fmt.Sprintf("duplicate member: %q is given already", field), kind: faultDuplicate}
 				}
 			}
-			return &datasetError{path: path + "." + s, reason: "unknown field"}
+			return &datasetError{path: path + "." + s, reason: "unknown field", kind: faultUnknown}
 		}
 		given |= 1 << f
 		return member(fields[f])
@@ -1316,6 +1356,18 @@ func shapeOf[T any](members ...member[T]) recordShape[T] {
 		sh.names = append(sh.names, m.name)
 	}
 	return sh
+}
+
+// without is the shape but for the members named: a record sent in a request body names no
+// owner, nor what the request itself decides.
+func (sh recordShape[T]) without(names ...string) recordShape[T] {
+	var kept []member[T]
+	for _, m := range sh.members {
+		if !slices.Contains(names, m.name) {
+			kept = append(kept, m)
+		}
+	}
+	return shapeOf(kept...)
 }
 
 // read reads the object at path into rec.

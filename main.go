@@ -17,6 +17,7 @@
 //   - Prefer: a simulated answer, a delay, an instant of one's own
 //   - Faults for clients that cannot send a header
 //   - The body: read once, up to its cap
+//   - Writes: Idempotency-Key, and the answers stored under it
 //   - The handlers: the four operations and the test helpers
 //   - Writing an answer: a problem, and the journal's entry
 //   - The access log
@@ -27,6 +28,7 @@ package main
 import (
 	"bytes"
 	"cmp"
+	"container/list"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -464,6 +466,7 @@ type sandbox struct {
 	tenants       tenants
 	keys          keyring
 	keyLines      []keyLine // for the banner
+	templates     map[string]*sandboxTemplate
 	orderCount    int
 	shipmentCount int
 }
@@ -533,16 +536,17 @@ func decodeDataset(src io.Reader, seed int, start time.Time) (*sandbox, []loaded
 		err = ld.loadKeys(ds.keys)
 	}
 	if err == nil {
-		err = ld.loadOrders(ds.orders)
+		err = ld.loadOrders(ds.orders, nil)
 	}
 	if err == nil {
-		noted, err = ld.loadShipments(ds.shipments)
+		noted, err = ld.loadShipments(ds.shipments, nil)
 	}
 	if err == nil && seed > 0 {
 		err = addSeedOrders(&ld.tenants, seed)
 	}
 	sb := &sandbox{start: start, tenants: ld.tenants, keys: ld.keys, keyLines: ld.keyLines}
 	if err == nil {
+		sb.templates = ld.keepTemplates(ds, seed)
 		sb.orderCount, sb.shipmentCount, err = ld.build()
 	}
 	if err != nil {
@@ -565,7 +569,7 @@ func readDatasetFile(src io.Reader, limit int64) (*datasetFile, error) {
 		case "shipments":
 			return readList(d, path, &ds.shipments)
 		case "orders":
-			return ds.orders.readOrders(d, path)
+			return ds.orders.readOrders(d, path, &orderShape)
 		}
 		return nil
 	})
@@ -859,23 +863,26 @@ type server struct {
 	// drained counts the requests that finished after shutdown began, for the stopped
 	// line. Only those write it: a counter every request wrote would bounce its cache line
 	// between the cores (compare.sh shows it).
-	drained  atomic.Int64
-	cors     *cors        // nil: no CORS headers
-	faults   *faultPlan   // nil: -faults is off
-	journals *journalBook // nil: -journal 0
-	landing  *landing
-	clocks   clockHelpers
-	keys     keyring
-	rate     *rateLimit // nil: no rate limit
-	cursors  *cursorSigner
-	pages    sync.Pool // of *[]byte: the buffers pages are assembled in
-	now      func() time.Time
-	log      *slog.Logger
-	access   *logBuffer
-	stopping <-chan struct{}
-	openAPI  *openAPIDoc
-	origin   string // the banner's origin: the address a request names, when its Host does not
-	health   []byte
+	drained   atomic.Int64
+	cors      *cors        // nil: no CORS headers
+	faults    *faultPlan   // nil: -faults is off
+	journals  *journalBook // nil: -journal 0
+	landing   *landing
+	clocks    clockHelpers
+	keys      keyFinder
+	sandboxes *sandboxBook
+	templates map[string]*sandboxTemplate // the dataset's accounts a sandbox may copy
+	answers   *answerBook
+	rate      *rateLimit // nil: no rate limit
+	cursors   *cursorSigner
+	pages     sync.Pool // of *[]byte: the buffers pages are assembled in
+	now       func() time.Time
+	log       *slog.Logger
+	access    *logBuffer
+	stopping  <-chan struct{}
+	openAPI   *openAPIDoc
+	origin    string // the banner's origin: the address a request names, when its Host does not
+	health    []byte
 }
 
 func newServer(sb *sandbox, o serverOptions) (*server, error) {
@@ -904,24 +911,31 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 	if o.journalBytes == 0 {
 		o.journalBytes = maxJournalBytes
 	}
-	return &server{
-		cors:     c,
-		faults:   o.faults,
-		journals: newJournalBook(o.journal, o.journalBytes),
-		landing:  newLanding(sb, o.loopback, o.faults),
-		clocks:   clockHelpers{started: sb.start, wall: o.now},
-		keys:     sb.keys,
-		rate:     newRateLimit(o.rate, o.now()),
-		cursors:  newCursorSigner(secret),
-		pages:    sync.Pool{New: func() any { return new([]byte) }},
-		now:      o.now,
-		log:      o.log,
-		access:   o.access,
-		stopping: o.stopping,
-		openAPI:  doc,
-		origin:   strings.TrimSuffix(o.baseURL, "/v1"),
-		health:   []byte(`{"status":"ok"}`),
-	}, nil
+	srv := &server{
+		cors:      c,
+		faults:    o.faults,
+		journals:  newJournalBook(o.journal, o.journalBytes),
+		landing:   newLanding(sb, o.loopback, o.faults),
+		clocks:    clockHelpers{wall: o.now},
+		templates: sb.templates,
+		answers:   newAnswerBook(maxStoredAnswerBytes),
+		rate:      newRateLimit(o.rate, o.now()),
+		cursors:   newCursorSigner(secret),
+		pages:     sync.Pool{New: func() any { return new([]byte) }},
+		now:       o.now,
+		log:       o.log,
+		access:    o.access,
+		stopping:  o.stopping,
+		openAPI:   doc,
+		origin:    strings.TrimSuffix(o.baseURL, "/v1"),
+		health:    []byte(`{"status":"ok"}`),
+	}
+	srv.sandboxes = newSandboxBook(func(t *tenant) {
+		srv.journals.forget(t)
+		srv.answers.forget(&t.answers)
+	})
+	srv.keys = keyFinder{dataset: sb.keys, sandboxes: srv.sandboxes, wall: o.now}
+	return srv, nil
 }
 
 // route is one method and path the server answers, as a ServeMux pattern.
@@ -942,6 +956,8 @@ func (s *server) routes() []route {
 		{"GET /v1/test_helpers/timeline", s.testHelper(withClock, getTimeline)},
 		{"GET /v1/test_helpers/requests", s.journalReader(s.readRequests)},
 		{"GET /v1/test_helpers/findings", s.journalReader(s.readFindings)},
+		{"POST /v1/test_helpers/sandboxes", s.write(codeAndDelay, s.makeSandbox)},
+		{"DELETE /v1/test_helpers/sandboxes/{account}", s.testHelper(codeAndDelay, s.deleteSandbox)},
 		{"GET /v1/openapi.json", s.keyless(s.serveOpenAPI)},
 		{"GET /v1/healthz", s.keyless(s.serveHealth)},
 		{"GET /healthz", s.keyless(s.serveHealth)}, // also outside the base URL, for probes that know none
@@ -1020,7 +1036,7 @@ const (
 // clock), live environment (503), rate limit (429), then the route's own (scope, Prefer),
 // then the streamed body size (413).
 func (s *server) keyed(h keyedHandler, expiry expiryClock, j journaling, own ...wrapper) callHandler {
-	checks := []wrapper{capDeclared, requireKey(s.keys, s.now, expiry, bool(j) && s.journals != nil), refuseLive, limitRate(s.rate, s.now)}
+	checks := []wrapper{capDeclared, requireKey(&s.keys, s.now, expiry, bool(j) && s.journals != nil), refuseLive, limitRate(s.rate, s.now)}
 	return chain(s.serveKeyed(h), append(append(checks, own...), s.readBody)...)
 }
 
@@ -1052,12 +1068,19 @@ type call struct {
 	clock     clockReading // the tenant's clock, read once when the key was found
 	at        time.Time    // what the answer shows is judged at this instant: clock.now, or Prefer's clock
 	status    int
-	code      code       // the problem's code, if it was answered with one
-	simulated simulation // what answered instead of the route, if anything did
-	run       string     // its Prefer run
-	shown     showing    // what its answer showed, for the journal
-	journal   *apiKey    // the key whose tenant journals it, if it is journaled
-	journaled bool       // its entry is written
+	code      code        // the problem's code, if it was answered with one
+	simulated simulation  // what answered instead of the route, if anything did
+	run       string      // its Prefer run
+	prefer    *preference // its Prefer, as read; nil for none
+	// A write's: its Idempotency-Key, the answer it wrote (nil until the write is done), and
+	// the 502 Prefer asked for, answered once the write is done.
+	idempotencyKey string
+	written        *storedAnswer
+	unconfirmed    *apiError
+	bodySize       int64   // the bytes of its body, for the journal; -1 unknown
+	shown          showing // what its answer showed, for the journal
+	journal        *apiKey // the key whose tenant journals it, if it is journaled
+	journaled      bool    // its entry is written
 }
 
 // callHandler is a handler that is handed the request's call. It is not a
@@ -1125,7 +1148,7 @@ func isCleanPath(p string) bool {
 // internals, and logs one line per request with route, the pattern's path.
 func (s *server) serveRoute(route string, next callHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sw := &statusWriter{ResponseWriter: w, s: s, r: r, route: route, c: call{id: newRequestID(), arrived: time.Now()}}
+		sw := &statusWriter{ResponseWriter: w, s: s, r: r, route: route, c: call{id: newRequestID(), arrived: time.Now(), bodySize: -1}}
 		h := w.Header()
 		h.Set("Request-Id", sw.c.id)
 		h.Set("Cache-Control", "no-store")
@@ -1232,7 +1255,7 @@ func (c *cors) applies(path string) bool {
 func (c *cors) allow(h http.Header) {
 	h.Set("Access-Control-Allow-Origin", c.origin)
 	h.Set("Vary", "Origin")
-	h.Set("Access-Control-Expose-Headers", "Request-Id, RateLimit, RateLimit-Policy, Retry-After, Preference-Applied, WWW-Authenticate")
+	h.Set("Access-Control-Expose-Headers", "Request-Id, RateLimit, RateLimit-Policy, Retry-After, Preference-Applied, WWW-Authenticate, Location, Idempotent-Replayed")
 }
 
 // preflight answers a CORS preflight (OPTIONS with Origin and
@@ -1308,7 +1331,7 @@ const (
 // its tenant's clock, read once. A key's expiry is judged by that reading or by the wall
 // clock, as expiry says. Where journal says, a request that names a key of a test
 // environment, whatever its state, is journaled in its tenant.
-func requireKey(keys keyring, wall func() time.Time, expiry expiryClock, journal bool) wrapper {
+func requireKey(keys *keyFinder, wall func() time.Time, expiry expiryClock, journal bool) wrapper {
 	return func(next callHandler) callHandler {
 		return func(w http.ResponseWriter, r *http.Request, c *call) {
 			k, fault := keys.authenticate(r.Header)
@@ -1420,21 +1443,47 @@ const (
 // exactly what they would get without the header, a simulated answer shows no data, and a
 // key's expiry is judged by its tenant's clock, not by Prefer's.
 func (s *server) simulate(reads preferences) wrapper {
-	faultable := reads&withFaults != 0 && s.faults != nil
+	read, apply := s.readPreferences(reads), s.applyPreferences(reads&withFaults != 0, false)
+	return func(next callHandler) callHandler { return read(apply(next)) }
+}
+
+// readPreferences reads a request's Prefer header into its call (422 when it is refused).
+// On a write it is read before the body and the idempotency store, and applied after them.
+func (s *server) readPreferences(reads preferences) wrapper {
 	return func(next callHandler) callHandler {
 		return func(w http.ResponseWriter, r *http.Request, c *call) {
-			fields := r.Header["Prefer"]
-			if len(fields) == 0 && !faultable {
+			if fields := r.Header["Prefer"]; len(fields) > 0 {
+				p, err := parsePrefer(fields, reads, c.key.tenant.start)
+				if err != nil {
+					c.fail(w, err)
+					return
+				}
+				c.run, c.prefer = p.run, &p
+			}
+			next(w, r, c)
+		}
+	}
+}
+
+// applyPreferences applies what the call's Prefer asks for: a simulated answer (or, where
+// faultable, a fault of -faults), the instant its resources are judged at, and a delay. On
+// a write, a code=502 is judged last, once the write is done (see serveWrite).
+func (s *server) applyPreferences(faultable, write bool) wrapper {
+	faultable = faultable && s.faults != nil
+	return func(next callHandler) callHandler {
+		return func(w http.ResponseWriter, r *http.Request, c *call) {
+			if c.prefer == nil && !faultable {
 				next(w, r, c)
 				return
 			}
-			p, err := parsePrefer(fields, reads, s.clocks.started)
-			if err != nil {
-				c.fail(w, err)
-				return
+			p := c.prefer
+			if p == nil {
+				p = &preference{codeAt: -1}
 			}
-			c.run = p.run
-			answer, problem := s.answerOf(&p, r, c, faultable)
+			answer, problem := s.answerOf(p, r, c, faultable)
+			if write && answer != nil && answer.code == codeProviderNotConfirmed {
+				c.simulated, c.unconfirmed, answer = notSimulated, problem, nil
+			}
 			if applied := p.appliedHeader(c.simulated == byPrefer); applied != "" {
 				w.Header().Set("Preference-Applied", applied)
 			}
@@ -1844,10 +1893,12 @@ func (f *faultPlan) describe() string {
 func (s *server) readBody(next callHandler) callHandler {
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
 		if r.Body == nil || r.Body == http.NoBody {
+			c.bodySize = 0
 			next(w, r, c)
 			return
 		}
 		b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBodyBytes))
+		c.bodySize = int64(len(b))
 		var tooLarge *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooLarge):
@@ -1909,6 +1960,306 @@ func abort(c *call) {
 // statusClientClosedRequest is logged for a request whose client went away before the
 // answer (nginx's 499); nothing is sent.
 const statusClientClosedRequest = 499
+
+// ===== Writes: Idempotency-Key, and the answers stored under it =====
+
+// The writes (test helpers that stand in for the real API's writes) pass the checks of a
+// keyed route, then the spec's rules for writes: each carries one stored, unique
+// idempotency value, Idempotency-Key (the IETF httpapi draft's header, and Stripe's). A
+// repeat after the first finished is answered the first's answer again; a repeat while it
+// runs, or the same key with another method, path or body, is 409. Only a write that was
+// done is stored: after any other answer the key is free again.
+
+const (
+	maxIdempotencyKey    = 255
+	storedAnswerLife     = 24 * time.Hour
+	maxStoredAnswers     = 10000    // a tenant's; beyond, the least recently used is forgotten
+	maxStoredAnswerBytes = 64 << 20 // every tenant's together
+)
+
+// write wraps a write in the checks of the contract, in its order: (route and method by the
+// mux), declared body size (413), key (401, its expiry by the wall clock), live environment
+// (503), rate limit (429), Idempotency-Key (400), Prefer (422), the body to its cap (413),
+// the idempotency store (the first answer again, or 409), Prefer's delay (the key held
+// meanwhile) and code 429, 500 or 503 (nothing written); then h, which judges the query, the
+// body and the state and writes; a Prefer code=502 answers last, once the write is done.
+func (s *server) write(reads preferences, h writeHandler) callHandler {
+	return chain(s.serveWrite(h), capDeclared, requireKey(&s.keys, s.now, wallClock, s.journals != nil), refuseLive, limitRate(s.rate, s.now),
+		requireIdempotencyKey, s.readPreferences(reads), s.readBody, s.idempotent, s.applyPreferences(false, true))
+}
+
+// writeHandler is the work of a write once every check has passed: the answer it wrote, or
+// the error to answer with (then nothing was written).
+type writeHandler func(r *http.Request, c *call) (*storedAnswer, error)
+
+var errIdempotencyKey = paramError(codeInvalidIdempotencyKey, "Idempotency-Key", fmt.Sprintf(
+	`Send one Idempotency-Key header with each write: 1 to %d visible ASCII characters other than " and \, bare (a1b2c3) or quoted ("a1b2c3"); a new one for each write, the same one to retry it.`, maxIdempotencyKey))
+
+// parseIdempotencyKey reads the Idempotency-Key fields: one field, the key bare or as one
+// RFC 8941 string (the quotes are not part of it), 1 to maxIdempotencyKey characters from
+// 0x21 to 0x7E but " and \.
+func parseIdempotencyKey(fields []string) (string, *apiError) {
+	if len(fields) != 1 {
+		return "", errIdempotencyKey
+	}
+	key := fields[0]
+	if len(key) >= 2 && key[0] == '"' && key[len(key)-1] == '"' {
+		key = key[1 : len(key)-1]
+	}
+	if key == "" || len(key) > maxIdempotencyKey {
+		return "", errIdempotencyKey
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x21 || c > 0x7e || c == '"' || c == '\\' {
+			return "", errIdempotencyKey
+		}
+	}
+	return key, nil
+}
+
+// requireIdempotencyKey answers 400 unless a write carries one good Idempotency-Key.
+func requireIdempotencyKey(next callHandler) callHandler {
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		key, err := parseIdempotencyKey(r.Header["Idempotency-Key"])
+		if err != nil {
+			c.fail(w, err)
+			return
+		}
+		c.idempotencyKey = key
+		next(w, r, c)
+	}
+}
+
+// storedAnswer is a write's answer as stored under its Idempotency-Key, with what the
+// request was (a repeat must be the same request), or a write still in progress (done false).
+type storedAnswer struct {
+	key         string
+	request     [sha256.Size]byte // the digest of the request's method, path and body
+	done        bool
+	status      int
+	contentType string
+	location    string
+	body        []byte
+	stored      time.Time // by the wall clock: kept storedAnswerLife
+	recent      *list.Element
+}
+
+func (a *storedAnswer) cost() int64 { return int64(len(a.key)+len(a.body)+len(a.location)) + 160 }
+
+// answerStore is a tenant's stored answers, the most recently used first. It takes memory
+// only as it fills.
+type answerStore struct {
+	mu     sync.Mutex
+	byKey  map[string]*storedAnswer
+	recent list.List
+	bytes  int64
+	book   *answerBook // set once it stores
+}
+
+// answerBook bounds every tenant's stored answers together: past maxBytes, the oldest of
+// the store that holds the most go first.
+type answerBook struct {
+	mu       sync.Mutex
+	total    atomic.Int64
+	maxBytes int64
+	stores   []*answerStore
+}
+
+func newAnswerBook(maxBytes int64) *answerBook { return &answerBook{maxBytes: maxBytes} }
+
+// claim claims key for a request at now: it returns the answer stored under it (or a write
+// of it in progress) when there is one; else it holds the key for this request, in
+// progress, and returns nil.
+func (b *answerBook) claim(st *answerStore, key string, request [sha256.Size]byte, now time.Time) *storedAnswer {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if a := st.byKey[key]; a != nil {
+		if !a.done || now.Sub(a.stored) < storedAnswerLife {
+			st.recent.MoveToFront(a.recent)
+			return a
+		}
+		st.dropLocked(a) // past its day: the key is new again
+	}
+	if st.byKey == nil {
+		st.byKey = map[string]*storedAnswer{}
+		st.book = b
+		b.mu.Lock()
+		b.stores = append(b.stores, st)
+		b.mu.Unlock()
+	}
+	if st.recent.Len() >= maxStoredAnswers {
+		st.dropLocked(st.recent.Back().Value.(*storedAnswer))
+	}
+	a := &storedAnswer{key: key, request: request}
+	a.recent = st.recent.PushFront(a)
+	st.byKey[key] = a
+	return nil
+}
+
+// settle ends the write that claimed key: its answer is stored when the write was done,
+// else the key is free again.
+func (b *answerBook) settle(st *answerStore, key string, written *storedAnswer, now time.Time) {
+	st.mu.Lock()
+	a := st.byKey[key]
+	if a == nil || a.done {
+		st.mu.Unlock()
+		return // forgotten meanwhile
+	}
+	if written == nil {
+		st.dropLocked(a)
+		st.mu.Unlock()
+		return
+	}
+	a.done, a.status, a.contentType, a.location, a.body, a.stored = true, written.status, written.contentType, written.location, written.body, now
+	st.bytes += a.cost()
+	over := b.total.Add(a.cost()) > b.maxBytes
+	st.mu.Unlock()
+	if over {
+		b.makeRoom()
+	}
+}
+
+// dropLocked forgets a stored answer; st.mu is held.
+func (st *answerStore) dropLocked(a *storedAnswer) {
+	delete(st.byKey, a.key)
+	st.recent.Remove(a.recent)
+	if a.done {
+		st.bytes -= a.cost()
+		if st.book != nil {
+			st.book.total.Add(-a.cost())
+		}
+	}
+}
+
+// makeRoom forgets the oldest answers of the store that holds the most until every store
+// together is within the book's bound.
+func (b *answerBook) makeRoom() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for b.total.Load() > b.maxBytes {
+		var largest *answerStore
+		for _, st := range b.stores {
+			if largest == nil || st.bytes > largest.bytes {
+				largest = st
+			}
+		}
+		if largest == nil || largest.bytes == 0 {
+			return
+		}
+		largest.mu.Lock()
+		for e := largest.recent.Back(); e != nil && b.total.Load() > b.maxBytes; {
+			prev := e.Prev()
+			if a := e.Value.(*storedAnswer); a.done {
+				largest.dropLocked(a)
+			}
+			e = prev
+		}
+		largest.mu.Unlock()
+	}
+}
+
+// forget lets go of a forgotten sandbox's stored answers.
+func (b *answerBook) forget(st *answerStore) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st.mu.Lock()
+	b.total.Add(-st.bytes)
+	st.bytes, st.byKey = 0, nil
+	st.recent.Init()
+	st.mu.Unlock()
+	b.stores = slices.DeleteFunc(b.stores, func(x *answerStore) bool { return x == st })
+}
+
+var (
+	errKeyInUse  = &apiError{code: codeIdempotencyKeyInUse, detail: "A request with this Idempotency-Key is still in progress: retry after the Retry-After seconds to get its answer."}
+	errKeyReused = &apiError{code: codeIdempotencyKeyReused, detail: "This Idempotency-Key was sent with another method, path or body: use a new key for a new write, and the same key with the same request only to retry it."}
+)
+
+// idempotent answers a repeat of a write from the store: the first's answer again, byte for
+// byte, with Idempotent-Replayed: true; 409 while the first is in progress, or when the key
+// came with another request. A new key is held in progress while the write runs, and its
+// answer stored if the write was done.
+func (s *server) idempotent(next callHandler) callHandler {
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		body, _ := io.ReadAll(r.Body) // in memory: readBody read it
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		c.bodySize = int64(len(body))
+		request := sha256.Sum256([]byte(r.Method + "\x00" + r.URL.Path + "\x00" + string(body)))
+		st := &c.key.tenant.answers
+		a := s.answers.claim(st, c.idempotencyKey, request, s.now())
+		switch {
+		case a == nil:
+			defer func() { s.answers.settle(st, c.idempotencyKey, c.written, s.now()) }()
+			next(w, r, c)
+		case a.request != request:
+			c.fail(w, errKeyReused)
+		case !a.done:
+			w.Header().Set("Retry-After", "1")
+			c.fail(w, errKeyInUse)
+		default:
+			w.Header().Set("Idempotent-Replayed", "true")
+			a.write(w)
+		}
+	}
+}
+
+// write sends a stored answer: its status, Content-Type, Location and body.
+func (a *storedAnswer) write(w http.ResponseWriter) {
+	if a.location != "" {
+		w.Header().Set("Location", a.location)
+	}
+	writeBody(w, a.status, a.contentType, a.body)
+}
+
+// serveWrite runs a write's work and answers with what it wrote, or with the error it
+// returns; a Prefer code=502 answers instead once the write is done (and stored): "provider
+// operation not confirmed; a booking is not retried blindly".
+func (s *server) serveWrite(h writeHandler) callHandler {
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		written, err := h(r, c)
+		if err != nil {
+			s.writeError(w, c, err)
+			return
+		}
+		c.written = written
+		if c.unconfirmed != nil {
+			c.simulated = byPrefer
+			w.Header().Set("Preference-Applied", c.prefer.appliedHeader(true))
+			c.fail(w, c.unconfirmed)
+			return
+		}
+		written.write(w)
+	}
+}
+
+// makeSandbox answers POST /v1/test_helpers/sandboxes: a sandbox of its own for the caller.
+func (s *server) makeSandbox(r *http.Request, c *call) (*storedAnswer, error) {
+	if err := refuseParams(r.URL.RawQuery); err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.sandboxes.makeSandbox(body, c.key, s.templates, s.now())
+	if err != nil {
+		return nil, err
+	}
+	return &storedAnswer{status: http.StatusCreated, contentType: jsonContentType, body: b}, nil
+}
+
+var errNoSandbox = &apiError{code: codeNotFound, detail: "No sandbox of this account is named by the key: a key deletes the sandbox it was made for, and a dataset's account is never deleted."}
+
+// deleteSandbox answers DELETE /v1/test_helpers/sandboxes/{account}: a key of that sandbox
+// forgets it at once; any other account is 404.
+func (s *server) deleteSandbox(w http.ResponseWriter, r *http.Request, c *call) error {
+	t := c.key.tenant
+	if t.sandbox == nil || t.id.account != r.PathValue("account") || !s.sandboxes.forget(t.id.account) {
+		return errNoSandbox
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
 
 // ===== The handlers: the four operations and the test helpers =====
 
@@ -1975,7 +2326,7 @@ func noParams(h keyedHandler) keyedHandler {
 }
 
 func (s *server) getClock(w http.ResponseWriter, r *http.Request, c *call) error {
-	return s.clocks.get(w, c.clock)
+	return s.clocks.get(w, c.key.tenant, c.clock)
 }
 
 func (s *server) setClock(w http.ResponseWriter, r *http.Request, c *call) error {
@@ -2075,7 +2426,10 @@ func (s *server) writeEntry(sw *statusWriter) {
 	c.journaled = true
 	e := journalEntry{arrived: c.arrived.UnixNano(), duration: int64(time.Since(c.arrived)), clock: instantOf(c.at), key: c.journal,
 		method: ownMethod(r.Method), routePath: sw.route, target: boundValue(targetOf(r), maxJournalTarget), runTag: c.run, requestID: c.id, code: c.code,
-		size: -1, retryAfter: -1, status: int16(c.status), simulated: c.simulated, shown: c.shown}
+		size: -1, retryAfter: -1, status: int16(c.status), simulated: c.simulated, shown: c.shown, bodySize: c.bodySize}
+	if e.bodySize < 0 && r.ContentLength >= 0 {
+		e.bodySize = r.ContentLength // answered before its body was read
+	}
 	h := sw.Header()
 	if v := h["Content-Type"]; len(v) > 0 {
 		e.contentType = v[0]
@@ -2102,6 +2456,9 @@ func (s *server) writeEntry(sw *statusWriter) {
 			e.prefer, e.runTag = boundValue(e.prefer, maxJournalPrefer), strings.Clone(e.runTag)
 		}
 	}
+	if k := r.Header["Idempotency-Key"]; len(k) > 0 {
+		e.hasIdempotencyKey, e.idempotencyKey = true, boundValue(strings.Join(k, ", "), maxJournalPrefer)
+	}
 	s.journals.keepEntry(c.journal.tenant, &e)
 }
 
@@ -2117,6 +2474,8 @@ func ownMethod(m string) string {
 		return http.MethodHead
 	case http.MethodPost:
 		return http.MethodPost
+	case http.MethodDelete:
+		return http.MethodDelete
 	}
 	return strings.Clone(m)
 }
@@ -2471,6 +2830,7 @@ type (
 		Origin, BaseURL string
 		Started         string
 		Faults          string // what -faults does, "" when it is off
+		Sandboxes       int    // how many sandboxes tests made, never their keys
 		ShowKeys        bool
 		Curl            string
 		Tenants         []landingTenant
@@ -2532,7 +2892,8 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 	l := s.landing
 	origin := originOf(r, s.origin)
 	host, _, valid := splitHostPort(strings.ToLower(r.Host))
-	d := landingData{Origin: origin, BaseURL: origin + "/v1", Started: formatTimestamp(l.started), Faults: l.faults, ShowKeys: l.loopback && valid && namesLoopback(host), MoreTenants: l.moreTenants}
+	d := landingData{Origin: origin, BaseURL: origin + "/v1", Started: formatTimestamp(l.started), Faults: l.faults, Sandboxes: s.sandboxes.count(s.now()),
+		ShowKeys: l.loopback && valid && namesLoopback(host), MoreTenants: l.moreTenants}
 	if d.ShowKeys && s.journals != nil {
 		s.awaitCounts(c.arrived.Add(pageCountWait))
 	}

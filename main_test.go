@@ -63,6 +63,7 @@ import (
 //   - auth.go: Tenants, their clocks and timelines, and the clock operations: acct_sync at
 //     each instant, refusals, shipments created later, pages under a moving timeline.
 //   - auth.go: The journal, its reads, the findings, the journal as HAR.
+//   - auth.go: Sandboxes; main.go: Writes: sandboxes made, refused, forgotten; idempotency.
 //   - tracking.go: Normalizing raw carrier events, tracking views, the index, the two
 //     operations.
 //   - orders.go: Loading, the index, the query, pages and the two operations.
@@ -268,7 +269,10 @@ func asAPIError(err error) *apiError {
 func (r reply) problem(t testing.TB) problem {
 	t.Helper()
 	var p problem
-	parameterFault := r.status == 422 || bytes.Contains(r.body, []byte(`"code":"invalid_cursor"`))
+	parameterFault := r.status == 422
+	for _, c := range []string{"invalid_cursor", "invalid_idempotency_key", "order_already_linked"} {
+		parameterFault = parameterFault || bytes.Contains(r.body, []byte(`"code":"`+c+`"`))
+	}
 	if hasParam := bytes.Contains(r.body, []byte(`"param":`)); hasParam != parameterFault {
 		t.Errorf("a %d problem with param present = %v: param is there exactly for parameter faults: %s", r.status, hasParam, r.body)
 	}
@@ -331,6 +335,9 @@ func checkResponse(t testing.TB, r *http.Request, rep reply) {
 		return // a CORS preflight: transport for browsers, with the common headers only
 	}
 	for name, want := range map[string]string{"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", "Content-Length": strconv.Itoa(len(rep.body))} {
+		if name == "Content-Length" && rep.status == http.StatusNoContent {
+			want = "" // a 204 has none (RFC 9110, 8.6)
+		}
 		if got := rep.header.Get(name); got != want {
 			t.Errorf("%s %s: %s = %q, want %q", r.Method, r.URL, name, got, want)
 		}
@@ -343,7 +350,7 @@ func checkResponse(t testing.TB, r *http.Request, rep reply) {
 		if p.Type != "about:blank" || p.Status != rep.status || p.Title != rfc9110Titles[rep.status] || p.RequestID != id || p.Detail == "" || p.Code == "" {
 			t.Errorf("%s %s: problem %+v does not match status %d and Request-Id %s", r.Method, r.URL, p, rep.status, id)
 		}
-	} else if ct := rep.header.Get("Content-Type"); ct != "application/json" && !(r.URL.Path == "/" && ct == "text/html; charset=utf-8") {
+	} else if ct := rep.header.Get("Content-Type"); ct != "application/json" && !(r.URL.Path == "/" && ct == "text/html; charset=utf-8") && !(rep.status == http.StatusNoContent && ct == "") {
 		t.Errorf("%s %s: Content-Type = %q, want application/json", r.Method, r.URL, ct)
 	}
 	if err := theOpenAPI(t).checkResponse(r, rep); err != nil {
@@ -354,7 +361,7 @@ func checkResponse(t testing.TB, r *http.Request, rep reply) {
 // rfc9110Titles are the reason phrases of RFC 9110 (429: RFC 6585) that problem titles are.
 var rfc9110Titles = map[int]string{
 	400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
-	413: "Content Too Large", 422: "Unprocessable Content", 429: "Too Many Requests", 500: "Internal Server Error",
+	409: "Conflict", 413: "Content Too Large", 422: "Unprocessable Content", 429: "Too Many Requests", 500: "Internal Server Error",
 	502: "Bad Gateway", 503: "Service Unavailable",
 }
 
@@ -479,7 +486,12 @@ func (d *openAPI) response(r *http.Request, status int) (map[string]any, error) 
 			if status != http.StatusMethodNotAllowed {
 				return nil, fmt.Errorf("%s %s is not documented", r.Method, dp.template)
 			}
-			op = dp.item["get"].(map[string]any)
+			for _, m := range []string{"get", "post", "delete"} { // the 405 any operation of the path documents
+				if other, ok := dp.item[m].(map[string]any); ok {
+					op = other
+					break
+				}
+			}
 		}
 		resp := d.resolve(op["responses"].(map[string]any)[strconv.Itoa(status)])
 		if resp == nil {
@@ -507,7 +519,7 @@ func (d *openAPI) checkResponse(r *http.Request, rep reply) error {
 	}
 	ct := rep.header.Get("Content-Type")
 	media := asMap(asMap(resp["content"])[ct])
-	if r.Method == http.MethodHead {
+	if r.Method == http.MethodHead || resp["content"] == nil && ct == "" && len(rep.body) == 0 {
 		if resp["content"] != nil {
 			return fmt.Errorf("a HEAD answer %d is documented with a body", rep.status)
 		}
@@ -3521,6 +3533,12 @@ func withoutVarying(v any) any {
 			m[k] = withoutVarying(x)
 		}
 		delete(m, "request_id")
+		if _, sandbox := m["idle_seconds"]; sandbox { // a sandbox made: its account and keys are random
+			delete(m, "account")
+		}
+		if k, ok := m["key"].(string); ok && strings.HasPrefix(k, "sk_test_") && len(k) == 40 {
+			delete(m, "key")
+		}
 		if _, entry := m["seq"]; entry {
 			delete(m, "at")
 			delete(m, "duration_ms")
@@ -3545,7 +3563,7 @@ func TestOpenAPIExamplesMatchTheServer(t *testing.T) {
 	for _, ex := range docExamples(t, doc) {
 		e := newEnv(t, envOptions{step: -1, quiet: true})
 		for _, b := range ex.before {
-			r := httptest.NewRequest(b.Method, "http://127.0.0.1:8080"+b.Path, nil)
+			r := httptest.NewRequest(b.Method, "http://127.0.0.1:8080"+b.Path, strings.NewReader(b.Body))
 			for k, v := range b.Headers {
 				r.Header.Set(k, v)
 			}
@@ -4485,7 +4503,7 @@ func TestCORS(t *testing.T) {
 		if rep.status != tt.status || (got == "http://localhost:3000") != tt.cors {
 			t.Errorf("GET %s = %d with Access-Control-Allow-Origin %q; want %d, CORS %v", tt.target, rep.status, got, tt.status, tt.cors)
 		}
-		if tt.cors && (rep.header.Get("Vary") != "Origin" || rep.header.Get("Access-Control-Expose-Headers") != "Request-Id, RateLimit, RateLimit-Policy, Retry-After, Preference-Applied, WWW-Authenticate") {
+		if tt.cors && (rep.header.Get("Vary") != "Origin" || rep.header.Get("Access-Control-Expose-Headers") != "Request-Id, RateLimit, RateLimit-Policy, Retry-After, Preference-Applied, WWW-Authenticate, Location, Idempotent-Replayed") {
 			t.Errorf("GET %s: Vary %q, Expose-Headers %q", tt.target, rep.header.Get("Vary"), rep.header.Get("Access-Control-Expose-Headers"))
 		}
 	}
@@ -5936,21 +5954,22 @@ func TestPagesUnderAMovingTimeline(t *testing.T) {
 // here.
 type (
 	entryOut struct {
-		Seq        uint64   `json:"seq"`
-		At         string   `json:"at"`
-		Clock      string   `json:"clock"`
-		Method     string   `json:"method"`
-		Route      string   `json:"route"`
-		Target     string   `json:"target"`
-		Key        string   `json:"key"`
-		Status     int      `json:"status"`
-		Code       *string  `json:"code"`
-		Simulated  *string  `json:"simulated"`
-		RequestID  string   `json:"request_id"`
-		DurationMS float64  `json:"duration_ms"`
-		Prefer     *string  `json:"prefer"`
-		RetryAfter *int     `json:"retry_after"`
-		IDs        []string `json:"ids"`
+		Seq            uint64   `json:"seq"`
+		At             string   `json:"at"`
+		Clock          string   `json:"clock"`
+		Method         string   `json:"method"`
+		Route          string   `json:"route"`
+		Target         string   `json:"target"`
+		Key            string   `json:"key"`
+		Status         int      `json:"status"`
+		Code           *string  `json:"code"`
+		Simulated      *string  `json:"simulated"`
+		RequestID      string   `json:"request_id"`
+		DurationMS     float64  `json:"duration_ms"`
+		Prefer         *string  `json:"prefer"`
+		RetryAfter     *int     `json:"retry_after"`
+		IDs            []string `json:"ids"`
+		IdempotencyKey *string  `json:"idempotency_key"`
 	}
 	requestsOut struct {
 		Data    []entryOut `json:"data"`
@@ -6250,7 +6269,12 @@ func TestJournalsShareTheirBound(t *testing.T) {
 	if big.Dropped == 0 || big.LastSeq != 400 || uint64(len(big.Data))+big.Dropped != 400 || big.Data[len(big.Data)-1].Seq != 400 {
 		t.Fatalf("one tenant past the bound: %d held, %d dropped, last_seq %d; want the newest kept and the rest counted", len(big.Data), big.Dropped, big.LastSeq)
 	}
-	const others = 80  // more than the slack the largest left when it last made room
+	// More entries than the room left (its ring's slots counted at their least), fewer than
+	// the largest holds: the rest of their room is taken from the largest.
+	others := int((bound-book.total.Load())/(entrySlot+64)) + 10
+	if others > len(big.Data)/2 {
+		t.Fatalf("the arrangement: %d entries for the other tenant, the largest holds %d", others, len(big.Data))
+	}
 	for range others { // another tenant takes room from the largest, not from itself
 		e.get(t, "/v1/orders/ord_other_0001", "sk_test_other_all")
 	}
@@ -6509,8 +6533,8 @@ func TestJournalAsHAR(t *testing.T) {
 	if got := entries[2].(map[string]any)["response"].(map[string]any)["bodySize"]; got != float64(0) {
 		t.Errorf("a HEAD's bodySize is %v, want 0", got)
 	}
-	if got := entries[3].(map[string]any)["request"].(map[string]any)["bodySize"]; got != float64(-1) {
-		t.Errorf("a POST's request bodySize is %v, want -1: the body is not kept", got)
+	if got := entries[3].(map[string]any)["request"].(map[string]any)["bodySize"]; got != float64(20) {
+		t.Errorf("a POST's request bodySize is %v, want 20, its body's bytes (the journal keeps the size, not the body)", got)
 	}
 	if rep := e.get(t, "/v1/test_helpers/requests?format=har&run=har&limit=1", "sk_test_sandbox_all"); bytes.Count(rep.body, []byte(`"startedDateTime"`)) != 1 {
 		t.Errorf("format=har with run and limit: %s", rep.body)
@@ -7006,6 +7030,495 @@ func TestJournalingCostsAtMostOneAllocation(t *testing.T) {
 		if allocs[true] > allocs[false]+1 {
 			t.Errorf("%s: %.0f allocations journaled, %.0f not: the journal may cost one", target, allocs[true], allocs[false])
 		}
+	}
+}
+
+// ===== auth.go: Sandboxes; main.go: Writes =====
+
+// sandboxOut is POST /v1/test_helpers/sandboxes's answer as the contract writes it, the
+// tests' own copy, decoded strictly.
+type sandboxOut struct {
+	Account     string  `json:"account"`
+	Environment string  `json:"environment"`
+	Template    *string `json:"template"`
+	StartedAt   string  `json:"started_at"`
+	Keys        []struct {
+		Key       string   `json:"key"`
+		Scopes    []string `json:"scopes"`
+		ExpiresAt *string  `json:"expires_at"`
+		Revoked   bool     `json:"revoked"`
+	} `json:"keys"`
+	IdleSeconds int `json:"idle_seconds"`
+}
+
+// sandboxAccountPattern and sandboxKeyPattern are a sandbox's account and a key made for it.
+var (
+	sandboxAccountPattern = regexp.MustCompile(`^acct_[a-z2-7]{20}$`)
+	sandboxKeyPattern     = regexp.MustCompile(`^sk_test_[a-z2-7]{32}$`)
+)
+
+// makeSandbox posts body with key under the Idempotency-Key idem ("" for none), and
+// returns the reply, and the sandbox when it answered 201.
+func (e *env) makeSandbox(t testing.TB, key, body, idem string, headerPairs ...string) (reply, sandboxOut) {
+	t.Helper()
+	headers := append([]string{"Content-Type", "application/json"}, headerPairs...)
+	if idem != "" {
+		headers = append(headers, "Idempotency-Key", idem)
+	}
+	rep := e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", key, body, headers...))
+	var out sandboxOut
+	if rep.status == http.StatusCreated {
+		dec := json.NewDecoder(bytes.NewReader(rep.body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&out); err != nil {
+			t.Fatalf("%v: %s", err, rep.body)
+		}
+	}
+	return rep, out
+}
+
+// ids is the ids a 200 list answered, in order.
+func listIDs(t testing.TB, rep reply) string {
+	t.Helper()
+	if rep.status != 200 {
+		t.Fatalf("a list answered %s", rep)
+	}
+	return strings.Join(ids(decodePage(t, rep).Data), " ")
+}
+
+// TestSandboxes: POST /v1/test_helpers/sandboxes makes an account of its own, a copy of a
+// dataset account (its relative instants from the sandbox's start) or of the records sent,
+// with keys made for it; it sees nothing of any other account, and nobody sees it.
+func TestSandboxes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	rep, sb := e.makeSandbox(t, "sk_test_sync_all", `{}`, "copy-1")
+	if rep.status != 201 || !sandboxAccountPattern.MatchString(sb.Account) || sb.Environment != "test" || sb.Template == nil || *sb.Template != "acct_sync" ||
+		sb.StartedAt != "2026-11-22T12:00:00Z" || sb.IdleSeconds != 3600 || len(sb.Keys) != 1 || !sandboxKeyPattern.MatchString(sb.Keys[0].Key) ||
+		strings.Join(sb.Keys[0].Scopes, " ") != "tracking:read orders:read" || sb.Keys[0].ExpiresAt != nil || sb.Keys[0].Revoked {
+		t.Fatalf("a copy of the caller's account: %s", rep)
+	}
+	if want := `{"account":"` + sb.Account + `","environment":"test","template":"acct_sync","started_at":"2026-11-22T12:00:00Z","keys":[{"key":"` + sb.Keys[0].Key + `","scopes":["tracking:read","orders:read"],"expires_at":null,"revoked":false}],"idle_seconds":3600}`; string(rep.body) != want {
+		t.Errorf("the answer's members:\n%s\nwant\n%s", rep.body, want)
+	}
+	key := sb.Keys[0].Key
+	// acct_sync replayed from the sandbox's creation: at its start 0005, 0004, 0003, 0001.
+	if got := listIDs(t, e.get(t, "/v1/orders", key)); got != "ord_sync_0005 ord_sync_0004 ord_sync_0003 ord_sync_0001" {
+		t.Errorf("the copy at its start lists %s", got)
+	}
+	if got := listIDs(t, e.get(t, "/v1/orders", key, "Prefer", `clock="start+90s"`)); got != "ord_sync_0006 ord_sync_0005 ord_sync_0004 ord_sync_0003 ord_sync_0002 ord_sync_0001" {
+		t.Errorf("the copy at start+90s lists %s", got)
+	}
+	if c := e.readClock(t, key); c.StartedAt != sb.StartedAt {
+		t.Errorf("the copy's clock started at %s, want %s", c.StartedAt, sb.StartedAt)
+	}
+	for _, tt := range []struct{ target, key string }{
+		{"/v1/orders/ord_sbx_0001", key},                    // another account's order
+		{"/v1/shipments/shp_sbx_spring/tracking", key},      // another account's shipment
+		{"/v1/orders/ord_sync_0001", "sk_test_sandbox_all"}, // the dataset's acct_sandbox sees no sandbox
+	} {
+		wantProblem(t, e.get(t, tt.target, tt.key), 404, "not_found", "")
+	}
+	// A template by name: the keys are the template's test keys, in the dataset's order.
+	rep, copyOf := e.makeSandbox(t, "sk_test_sync_all", `{"template":"acct_sandbox"}`, "copy-2")
+	var states []string
+	for _, k := range copyOf.Keys {
+		exp := "-"
+		if k.ExpiresAt != nil {
+			exp = *k.ExpiresAt
+		}
+		states = append(states, fmt.Sprintf("%s/%s/%v", strings.Join(k.Scopes, "+"), exp, k.Revoked))
+	}
+	if want := "tracking:read+orders:read/-/false tracking:read/-/false orders:read/-/false /-/false tracking:read+orders:read/2026-01-01T00:00:00Z/false tracking:read+orders:read/-/true"; rep.status != 201 || strings.Join(states, " ") != want {
+		t.Errorf("a copy of acct_sandbox: %d, keys %s, want %s", rep.status, strings.Join(states, " "), want)
+	}
+	wantProblem(t, e.get(t, "/v1/orders", copyOf.Keys[4].Key), 401, "expired_api_key", "")
+	wantProblem(t, e.get(t, "/v1/orders", copyOf.Keys[5].Key), 401, "revoked_api_key", "")
+	wantProblem(t, e.get(t, "/v1/orders", copyOf.Keys[1].Key), 403, "insufficient_scope", "")
+	if rep := e.get(t, "/v1/shipments/shp_sbx_spring/tracking", copyOf.Keys[0].Key); rep.status != 200 {
+		t.Errorf("the copy of acct_sandbox does not show shp_sbx_spring: %s", rep)
+	}
+	// Records of the test's own, read against the sandbox's start, and keys of its own.
+	body := `{"orders":[{"id":"ord_1","merchant_reference":"R-1","platform":"ebay","status":"unfulfilled","created_at":"start-1h","imported_at":"start+30s"}],` +
+		`"shipments":[{"id":"shp_1","reference":"S-1","tracking_number":"T1","order_id":"ord_1","created_at":"start+60s","events":[{"after":"60s","status":"in_transit","description":"Departed"}]}],` +
+		`"keys":[{"scopes":["orders:read"]},{"scopes":["tracking:read"],"expires_at":"2099-01-01T00:00:00+01:00"}]}`
+	rep, own := e.makeSandbox(t, "sk_test_sandbox_none", body, "records-1")
+	if rep.status != 201 || own.Template != nil || len(own.Keys) != 2 || own.Keys[1].ExpiresAt == nil || *own.Keys[1].ExpiresAt != "2098-12-31T23:00:00Z" {
+		t.Fatalf("a sandbox of records: %s", rep)
+	}
+	orders, tracking := own.Keys[0].Key, own.Keys[1].Key
+	wantProblem(t, e.get(t, "/v1/orders/ord_1", orders), 404, "not_found", "") // imported at +30 s
+	if got := string(e.get(t, "/v1/orders/ord_1", orders, "Prefer", `clock="start+60s"`).body); !strings.Contains(got, `"shipment_id":"shp_1"`) {
+		t.Errorf("at +60 s the order shows its link: %s", got)
+	}
+	if n, status := eventsOf(t, e.get(t, "/v1/tracking/T1", tracking, "Prefer", `clock="start+60s"`)); n != 1 || status != "in_transit" {
+		t.Errorf("at +60 s shp_1 shows %d events, %s", n, status)
+	}
+	if got := e.findingsOf(t, orders, ""); got.Judged == nil {
+		t.Error("the sandbox's journal holds nothing")
+	}
+	if got := e.journalOf(t, "sk_test_sync_all", ""); len(got.Data) != 2 || got.Data[0].Route != "/v1/test_helpers/sandboxes" || got.Data[0].IdempotencyKey == nil || *got.Data[0].IdempotencyKey != "copy-1" {
+		t.Errorf("the making is journaled in the tenant of the key that made it: %+v", got.Data)
+	}
+	// A sandbox's key makes a sandbox of a template it names, or of records.
+	rep, _ = e.makeSandbox(t, key, `{}`, "from-a-sandbox")
+	wantProblem(t, rep, 422, "invalid_parameter", "template")
+	if rep, again := e.makeSandbox(t, key, `{"template":"acct_sync"}`, "from-a-sandbox-2"); rep.status != 201 || again.Account == sb.Account {
+		t.Errorf("a sandbox's key naming a template: %s", rep)
+	}
+}
+
+// TestSandboxRefusals: every rule by which a body is refused, each answered with its status,
+// code and the JSON path of the fault as param; a refused body makes nothing.
+func TestSandboxRefusals(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, seed: maxSandboxRecords + 1})
+	order := func(extra string) string {
+		return `{"id":"ord_1","merchant_reference":"R","platform":"ebay","status":"unfulfilled","created_at":"start"` + extra + `}`
+	}
+	deep := strings.Repeat(`{"a":`, 10001) + "1" + strings.Repeat("}", 10001)
+	for _, tt := range []struct {
+		name, key, body string
+		status          int
+		code, param     string
+	}{
+		{"an array", "", `[]`, 400, "malformed_json", ""},
+		{"not JSON", "", `{"template"`, 400, "malformed_json", ""},
+		{"empty", "", ``, 400, "malformed_json", ""},
+		{"invalid UTF-8", "", "{\"template\":\"\xff\"}", 400, "malformed_json", ""},
+		{"trailing data", "", `{} {}`, 400, "malformed_json", ""},
+		{"nested too deep", "", `{"orders":[` + deep + `]}`, 400, "malformed_json", ""},
+		{"an unknown member", "", `{"template":"acct_sync","foo":1}`, 422, "unknown_parameter", "foo"},
+		{"a member twice", "", `{"template":"acct_sync","template":"acct_other"}`, 422, "invalid_parameter", "template"},
+		{"a member twice in another case", "", `{"template":"acct_sync","Template":"acct_other"}`, 422, "invalid_parameter", "Template"},
+		{"an unknown template", "", `{"template":"acct_nope"}`, 422, "invalid_parameter", "template"},
+		{"a key's unknown scope", "", `{"template":null,"orders":[],"keys":[{"scopes":["x"]}]}`, 422, "invalid_parameter", "keys[0].scopes[0]"},
+		{"a template over 10,000 orders", "", `{"template":"acct_sandbox"}`, 422, "invalid_parameter", "template"},
+		{"a template, then records", "", `{"template":"acct_sync","orders":[]}`, 422, "invalid_parameter", "orders"},
+		{"records, then a template", "", `{"shipments":[],"template":"acct_sync"}`, 422, "invalid_parameter", "template"},
+		{"no key", "", `{"orders":[],"keys":[]}`, 422, "invalid_parameter", "keys"},
+		{"21 keys", "", `{"orders":[],"keys":[` + strings.TrimSuffix(strings.Repeat(`{},`, 21), ",") + `]}`, 422, "invalid_parameter", "keys"},
+		{"a key's text", "", `{"orders":[],"keys":[{"key":"sk_test_mine"}]}`, 422, "unknown_parameter", "keys[0].key"},
+		{"a key's expiry without offset", "", `{"orders":[],"keys":[{"expires_at":"2099-01-01T00:00:00"}]}`, 422, "invalid_parameter", "keys[0].expires_at"},
+		{"an order that names its owner", "", `{"orders":[` + order(`,"account":"acct_sandbox"`) + `]}`, 422, "unknown_parameter", "orders[0].account"},
+		{"an order's status", "", `{"orders":[` + strings.Replace(order(""), "unfulfilled", "shipped", 1) + `]}`, 422, "invalid_parameter", "orders[0].status"},
+		{"a change before its order", "", `{"orders":[` + order(`,"changes":[{"status":"fulfilled","at":"start-1m"}]`) + `]}`, 422, "invalid_parameter", "orders[0].changes[0].at"},
+		{"an order id twice", "", `{"orders":[` + order("") + "," + order("") + `]}`, 422, "invalid_parameter", "orders[1].id"},
+		{"a shipment without reference", "", `{"shipments":[{"id":"shp_1"}]}`, 422, "invalid_parameter", "shipments[0].reference"},
+		{"a link to no order", "", `{"shipments":[{"id":"shp_1","reference":"S","order_id":"ord_9"}]}`, 422, "invalid_parameter", "shipments[0].order_id"},
+		{"a second link", "", `{"orders":[` + order("") + `],"shipments":[{"id":"shp_1","reference":"S","order_id":"ord_1"},{"id":"shp_2","reference":"S","order_id":"ord_1"}]}`, 409, "order_already_linked", "shipments[1].order_id"},
+		{"reading faults before filing faults", "", `{"shipments":[{"id":"shp_1","reference":"S","order_id":"ord_9"}],"orders":[` + strings.Replace(order(""), "ebay", "woo", 1) + `]}`, 422, "invalid_parameter", "orders[0].platform"},
+		{"an expired key", "sk_test_sandbox_expired", `{}`, 401, "expired_api_key", ""},
+		{"a live key", "sk_live_sandbox_all", `{}`, 503, "live_not_released", ""},
+	} {
+		t.Run(caseName(tt.name), func(t *testing.T) {
+			key := cmp.Or(tt.key, "sk_test_sync_all")
+			rep, _ := e.makeSandbox(t, key, tt.body, "refused-"+strings.ReplaceAll(tt.name, " ", "-"))
+			wantProblem(t, rep, tt.status, tt.code, tt.param)
+		})
+	}
+	rep := e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes?x=1", "sk_test_sync_all", `{}`, "Idempotency-Key", "q"))
+	wantProblem(t, rep, 422, "unknown_parameter", "x")
+	rep, _ = e.makeSandbox(t, "sk_test_sync_all", `{"orders":[],"x":"`+strings.Repeat("a", maxBodyBytes)+`"}`, "too-large")
+	wantProblem(t, rep, 413, "body_too_large", "")
+	if n := e.srv.sandboxes.count(e.clock.now()); n != 0 {
+		t.Errorf("refused bodies made %d sandboxes", n)
+	}
+	// Any active test key, whatever its scopes, makes one; a dataset key names the template
+	// by default, and acct_sandbox, seeded past 10,000, is too large to copy.
+	rep, _ = e.makeSandbox(t, "sk_test_sandbox_none", `{"orders":[]}`, "none-1")
+	if rep.status != 201 {
+		t.Errorf("a key without scopes: %s", rep)
+	}
+}
+
+// TestIdempotencyKeys: a write carries one good Idempotency-Key; a repeat after the first
+// finished is its answer again, byte for byte; a repeat while it runs, or the key with
+// another body, is 409; a write that was not done leaves the key free.
+func TestIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1})
+	post := func(t *testing.T, key, body string, fields ...string) reply {
+		t.Helper()
+		r := newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", key, body, "Content-Type", "application/json")
+		for _, f := range fields {
+			r.Header.Add("Idempotency-Key", f)
+		}
+		return e.do(t, r)
+	}
+	t.Run("syntax", func(t *testing.T) {
+		for _, fields := range [][]string{nil, {""}, {`""`}, {"a", "b"}, {"a b"}, {`a"b`}, {`a\b`}, {"é"}, {strings.Repeat("k", 256)}, {`"abc`}} {
+			wantProblem(t, post(t, "sk_test_sync_all", `{}`, fields...), 400, "invalid_idempotency_key", "Idempotency-Key")
+		}
+		if rep := post(t, "sk_test_sync_all", `{"orders":[]}`, strings.Repeat("k", 255)); rep.status != 201 {
+			t.Errorf("a key of 255 characters: %s", rep)
+		}
+	})
+	t.Run("replayed", func(t *testing.T) {
+		first := post(t, "sk_test_sync_all", `{}`, "replay-me")
+		again := post(t, "sk_test_sync_all", `{}`, `"replay-me"`) // the quoted spelling names the same key
+		if first.status != 201 || again.status != 201 || !bytes.Equal(first.body, again.body) || again.header.Get("Idempotent-Replayed") != "true" ||
+			first.header.Get("Idempotent-Replayed") != "" || again.header.Get("Request-Id") == first.header.Get("Request-Id") {
+			t.Errorf("a repeat: %s, then %s (Idempotent-Replayed %q)", first, again, again.header.Get("Idempotent-Replayed"))
+		}
+		if e.srv.sandboxes.count(e.clock.now()) == 0 {
+			t.Fatal("no sandbox made")
+		}
+		// Stored per tenant, not per API key: another key of acct_sync replays it too.
+		wantProblem(t, post(t, "sk_test_sync_all", `{"template":"acct_sync"}`, "replay-me"), 409, "idempotency_key_reused", "")
+	})
+	t.Run("a failed write frees its key", func(t *testing.T) {
+		wantProblem(t, post(t, "sk_test_sandbox_all", `{"foo":1}`, "retry-me"), 422, "unknown_parameter", "foo")
+		rep := post(t, "sk_test_sandbox_all", `{"orders":[]}`, "retry-me", "Prefer")
+		wantProblem(t, e.do(t, func() *http.Request {
+			r := newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_sandbox_all", `{"orders":[]}`, "Idempotency-Key", "retry-me", "Prefer", "code=503")
+			return r
+		}()), 503, "provider_unavailable", "")
+		_ = rep
+		if rep := post(t, "sk_test_sandbox_all", `{"orders":[]}`, "retry-me"); rep.status != 201 || rep.header.Get("Idempotent-Replayed") != "" {
+			t.Errorf("after a 422 and a 503, the key's first write: %s", rep)
+		}
+	})
+	t.Run("in progress", func(t *testing.T) {
+		done := make(chan reply)
+		go func() {
+			r := newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_other_all", `{}`, "Idempotency-Key", "slow", "Prefer", "delay=5000")
+			rec := httptest.NewRecorder()
+			e.h.ServeHTTP(rec, r)
+			done <- reply{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
+		}()
+		tenant := e.sb.tenants.byID[tenantID{"acct_other", "test"}]
+		waitFor(t, "the slow write to hold its key", func() bool {
+			tenant.answers.mu.Lock()
+			defer tenant.answers.mu.Unlock()
+			return tenant.answers.byKey["slow"] != nil
+		})
+		rep := post(t, "sk_test_other_all", `{}`, "slow")
+		wantProblem(t, rep, 409, "idempotency_key_in_use", "")
+		if rep.header.Get("Retry-After") != "1" {
+			t.Errorf("in use: Retry-After %q", rep.header.Get("Retry-After"))
+		}
+		wantProblem(t, post(t, "sk_test_other_all", `{"template":"acct_other"}`, "slow"), 409, "idempotency_key_reused", "")
+		if first := <-done; first.status != 201 {
+			t.Errorf("the slow write: %d %s", first.status, first.body)
+		}
+		if rep := post(t, "sk_test_other_all", `{}`, "slow"); rep.status != 201 || rep.header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("once done: %s", rep)
+		}
+	})
+	t.Run("502 after the write", func(t *testing.T) {
+		r := newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_sync_all", `{"orders":[]}`, "Idempotency-Key", "unconfirmed", "Prefer", "code=502")
+		rep := e.do(t, r)
+		wantProblem(t, rep, 502, "provider_not_confirmed", "")
+		if rep.header.Get("Preference-Applied") != "code=502" {
+			t.Errorf("Preference-Applied %q", rep.header.Get("Preference-Applied"))
+		}
+		again := post(t, "sk_test_sync_all", `{"orders":[]}`, "unconfirmed")
+		var made sandboxOut
+		if again.status != 201 || again.header.Get("Idempotent-Replayed") != "true" || json.Unmarshal(again.body, &made) != nil {
+			t.Fatalf("the same key after the 502: %s", again)
+		}
+		if rep := e.get(t, "/v1/orders", made.Keys[0].Key); rep.status != 200 {
+			t.Errorf("the sandbox the 502 answered was made: its key answers %s", rep)
+		}
+		// A 502 that a check answers first is that check's answer.
+		rep = e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_sync_all", `{"foo":1}`, "Idempotency-Key", "unconfirmed-2", "Prefer", "code=502"))
+		wantProblem(t, rep, 422, "unknown_parameter", "foo")
+		if rep.header.Get("Preference-Applied") != "" {
+			t.Errorf("a 422 names Preference-Applied %q", rep.header.Get("Preference-Applied"))
+		}
+	})
+}
+
+// TestSandboxesInParallel: two tests, each in a sandbox of its own, freeze their clocks
+// and see neither the other's clock nor journal.
+func TestSandboxesInParallel(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1})
+	for i, at := range []string{"start+45s", "start+90s"} {
+		t.Run(at, func(t *testing.T) {
+			t.Parallel()
+			_, sb := e.makeSandbox(t, "sk_test_sync_all", `{}`, "parallel-"+at)
+			key := sb.Keys[0].Key
+			for range 20 {
+				e.setClock(t, key, at)
+				if got := e.readClock(t, key); got.StartedAt != sb.StartedAt {
+					t.Fatalf("the sandbox's clock started at %s", got.StartedAt)
+				}
+				want := []string{"ord_sync_0006 ord_sync_0005 ord_sync_0004 ord_sync_0003 ord_sync_0001", "ord_sync_0006 ord_sync_0005 ord_sync_0004 ord_sync_0003 ord_sync_0002 ord_sync_0001"}[i]
+				if got := listIDs(t, e.get(t, "/v1/orders", key)); got != want {
+					t.Fatalf("at %s: %s, want %s", at, got, want)
+				}
+			}
+			if j := e.journalOf(t, key, "limit=1000"); len(j.Data) != 60 { // its own 20 clock settings, 20 clock reads and 20 lists
+				t.Errorf("the sandbox's journal holds %d entries, want its own 60", len(j.Data))
+			}
+		})
+	}
+}
+
+// TestSandboxesAreForgotten: DELETE forgets a sandbox at once (its keys then answer 401),
+// an idle one is forgotten an hour after its last request, and past the bound the least
+// recently used goes first; the page counts them, never their keys.
+func TestSandboxesAreForgotten(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	_, a := e.makeSandbox(t, "sk_test_sync_all", `{}`, "a")
+	_, b := e.makeSandbox(t, "sk_test_sync_all", `{"orders":[]}`, "b")
+	wantProblem(t, e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+a.Account, b.Keys[0].Key)), 404, "not_found", "")
+	wantProblem(t, e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/acct_sync", "sk_test_sync_all")), 404, "not_found", "")
+	wantProblem(t, e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+a.Account+"?x", a.Keys[0].Key)), 422, "unknown_parameter", "x")
+	if rep := e.do(t, newBodyRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+a.Account, a.Keys[0].Key, "ignored", "Idempotency-Key", "ignored too")); rep.status != 204 || len(rep.body) != 0 {
+		t.Fatalf("DELETE with its key: %s", rep)
+	}
+	for _, target := range []string{"/v1/orders", "/v1/test_helpers/clock"} {
+		wantProblem(t, e.get(t, target, a.Keys[0].Key), 401, "invalid_api_key", "")
+	}
+	wantProblem(t, e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+a.Account, a.Keys[0].Key)), 401, "invalid_api_key", "")
+	if page := string(e.get(t, "/", "").body); !strings.Contains(page, "Sandboxes: 1 made") || strings.Contains(page, b.Keys[0].Key) {
+		t.Errorf("the page does not count the one sandbox, or shows its key")
+	}
+	// Idle: an hour after its last request, by the wall clock.
+	e.clock.advance(59 * time.Minute)
+	e.get(t, "/v1/orders", b.Keys[0].Key)
+	e.clock.advance(59 * time.Minute)
+	if rep := e.get(t, "/v1/orders", b.Keys[0].Key); rep.status != 200 {
+		t.Fatalf("used 59 minutes ago: %s", rep)
+	}
+	e.clock.advance(time.Hour)
+	wantProblem(t, e.get(t, "/v1/orders", b.Keys[0].Key), 401, "invalid_api_key", "")
+	// Past the bound, the least recently used goes first.
+	e.srv.sandboxes.max = 3
+	var keys []string
+	for i := range 3 {
+		_, s := e.makeSandbox(t, "sk_test_sync_all", `{"orders":[]}`, fmt.Sprint("lru-", i))
+		keys = append(keys, s.Keys[0].Key)
+		e.clock.advance(time.Second)
+	}
+	e.get(t, "/v1/orders", keys[0]) // the first is used again: the second is the least recently used
+	e.clock.advance(time.Second)
+	e.makeSandbox(t, "sk_test_sync_all", `{"orders":[]}`, "lru-3")
+	for i, want := range []int{200, 401, 200} {
+		if rep := e.get(t, "/v1/orders", keys[i]); rep.status != want {
+			t.Errorf("sandbox %d after a fourth past a bound of 3: %d, want %d", i, rep.status, want)
+		}
+	}
+	if n := e.srv.sandboxes.count(e.clock.now()); n != 3 {
+		t.Errorf("%d sandboxes kept, want 3", n)
+	}
+}
+
+// TestTenThousandSandboxes: the book holds 10,000; the next forgets the least recently used.
+func TestTenThousandSandboxes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, quiet: true, step: time.Microsecond})
+	first := ""
+	for i := range maxSandboxes + 1 {
+		rep, s := e.makeSandbox(t, "sk_test_sync_all", `{"orders":[]}`, fmt.Sprint("n-", i))
+		if rep.status != 201 {
+			t.Fatalf("sandbox %d: %s", i, rep)
+		}
+		if i == 0 {
+			first = s.Keys[0].Key
+		}
+	}
+	if n := e.srv.sandboxes.count(e.clock.now()); n != maxSandboxes {
+		t.Errorf("%d sandboxes kept, want %d", n, maxSandboxes)
+	}
+	wantProblem(t, e.get(t, "/v1/orders", first), 401, "invalid_api_key", "")
+}
+
+// TestSandboxReplaysTheSyncFindings: a copy of acct_sync is the whole order-sync rehearsal for
+// one test: the README's watermark sync gets exactly the findings it gets on the dataset's.
+func TestSandboxReplaysTheSyncFindings(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{step: -1, rate: -1})
+	_, sb := e.makeSandbox(t, "sk_test_sync_all", `{}`, "sync")
+	for _, key := range []string{"sk_test_sync_all", sb.Keys[0].Key} {
+		wm := "2000-01-01T00:00:00Z"
+		for _, s := range []int{0, 30, 60, 90, 120} {
+			rep := e.get(t, "/v1/orders?limit=100&created_from="+wm, key, "Prefer", fmt.Sprintf(`clock="start+%ds", run="watermark"`, s))
+			for _, o := range decodePage(t, rep).Data {
+				wm = max(wm, o.CreatedAt)
+			}
+		}
+	}
+	// The dataset's journal holds the making first: its sync is seqs 2 to 6, the copy's 1 to 5.
+	dataset, copied := e.findingsOf(t, "sk_test_sync_all", "run=watermark"), e.findingsOf(t, sb.Keys[0].Key, "run=watermark")
+	if dataset.summary() != "missed_import ord_sync_0002 [2 6]\nstale_order ord_sync_0001 [2 6]" || copied.summary() != "missed_import ord_sync_0002 [1 5]\nstale_order ord_sync_0001 [1 5]" {
+		t.Errorf("the copy's findings:\n%s\nthe dataset's:\n%s", copied.summary(), dataset.summary())
+	}
+}
+
+// TestSandboxKeysAreNeverShown: a key made for a sandbox is in its answer only: not in the
+// log, the journal (its mask), the HAR or the page.
+func TestSandboxKeysAreNeverShown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1})
+	_, sb := e.makeSandbox(t, "sk_test_sync_all", `{}`, "secret")
+	key := sb.Keys[0].Key
+	e.get(t, "/v1/orders", key)
+	e.get(t, "/v1/orders", key, "Prefer", "code=503")
+	places := map[string]string{
+		"the log":     e.logs.String(),
+		"the journal": string(e.get(t, "/v1/test_helpers/requests", key).body),
+		"the HAR":     string(e.get(t, "/v1/test_helpers/requests?format=har", key).body),
+		"the page":    string(e.get(t, "/", "").body),
+		"findings":    string(e.get(t, "/v1/test_helpers/findings", key).body),
+	}
+	for where, text := range places {
+		if strings.Contains(text, key) || strings.Contains(text, key[8:]) {
+			t.Errorf("%s shows the sandbox's key", where)
+		}
+	}
+	if !strings.Contains(places["the journal"], `"key":"`+keyMask(key)+`"`) {
+		t.Errorf("the journal does not name the key by its mask %s", keyMask(key))
+	}
+}
+
+// TestSandboxesUnderRacingRequests: makes, reads and deletes at once (run with -race): a
+// read answers as its sandbox stands, or 401 once it is gone; nothing else.
+func TestSandboxesUnderRacingRequests(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, quiet: true})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 25 {
+				r := httptest.NewRecorder()
+				e.h.ServeHTTP(r, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_sync_all", `{}`, "Idempotency-Key", fmt.Sprint("race-", w, "-", i)))
+				var sb sandboxOut
+				if r.Code != 201 || json.Unmarshal(r.Body.Bytes(), &sb) != nil {
+					t.Errorf("make: %d %s", r.Code, r.Body)
+					return
+				}
+				key := sb.Keys[0].Key
+				var reads sync.WaitGroup
+				reads.Add(1)
+				go func() {
+					defer reads.Done()
+					for range 10 {
+						r := httptest.NewRecorder()
+						e.h.ServeHTTP(r, newRequest(http.MethodGet, "/v1/orders", key))
+						if r.Code != 200 && r.Code != 401 {
+							t.Errorf("a read racing a delete: %d %s", r.Code, r.Body)
+						}
+					}
+				}()
+				d := httptest.NewRecorder()
+				e.h.ServeHTTP(d, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+sb.Account, key))
+				if d.Code != 204 {
+					t.Errorf("delete: %d %s", d.Code, d.Body)
+				}
+				reads.Wait()
+			}
+		}()
+	}
+	wg.Wait()
+	if n := e.srv.sandboxes.count(e.clock.now()); n != 0 {
+		t.Errorf("%d sandboxes left after every one was deleted", n)
 	}
 }
 

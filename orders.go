@@ -144,14 +144,38 @@ var changeShape = shapeOf(
 	kept("at", func(c *changeRecord) *span { return &c.at }, (*orderRecords).keep),
 )
 
-// read reads the dataset's list of orders at path.
-func (rs *orderRecords) readOrders(d *jsonReader, path string) error {
+// bodyOrderShape is an order's members as a request body sends it: its owner is the
+// sandbox that holds it.
+var bodyOrderShape = orderShape.without("account", "environment")
+
+// readOrders reads a list of orders at path, each of the members shape takes: orderShape
+// in a dataset, bodyOrderShape in a request body.
+func (rs *orderRecords) readOrders(d *jsonReader, path string, shape *recordShape[orderReading]) error {
 	return d.array(path, func(i int) error {
 		rec := orderRecord{firstChange: uint32(len(rs.changes)), endChange: uint32(len(rs.changes))}
-		err := rs.readOrder(d, path+"["+strconv.Itoa(i)+"]", &rec)
+		err := shape.read(d, path+"["+strconv.Itoa(i)+"]", &orderReading{rs, &rec})
 		rs.list = append(rs.list, rec)
 		return err
 	})
+}
+
+// copyOf is the records of the orders at these indexes, apart from the rest: what a dataset
+// keeps of a tenant's orders for its sandboxes to copy.
+func (rs *orderRecords) copyOf(indexes []int32) *orderRecords {
+	c := newOrderRecords()
+	value := func(v uint32) uint32 { return c.value([]byte(rs.values[v])) }
+	for _, i := range indexes {
+		r := &rs.list[i]
+		n := orderRecord{id: c.keep(rs.textOf(r.id)), reference: c.keep(rs.textOf(r.reference)), createdAt: c.keep(rs.textOf(r.createdAt)),
+			importedAt: c.keep(rs.textOf(r.importedAt)), account: value(r.account), environment: value(r.environment), platform: value(r.platform),
+			status: value(r.status), imported: r.imported, firstChange: uint32(len(c.changes))}
+		for _, ch := range rs.changes[r.firstChange:r.endChange] {
+			c.changes = append(c.changes, changeRecord{status: value(ch.status), at: c.keep(rs.textOf(ch.at))})
+		}
+		n.endChange = uint32(len(c.changes))
+		c.list = append(c.list, n)
+	}
+	return c
 }
 
 // orderReading is a record being read, of type R (an order or a change): it keeps its
@@ -171,10 +195,6 @@ func kept[R, V any](name string, field func(*R) *V, keep func(rs *orderRecords, 
 		*field(r.rec) = keep(r.rs, b)
 		return err
 	}}
-}
-
-func (rs *orderRecords) readOrder(d *jsonReader, path string, rec *orderRecord) error {
-	return orderShape.read(d, path, &orderReading{rs, rec})
 }
 
 func readImportedAt(d *jsonReader, path, name string, r *orderReading) error {
@@ -331,7 +351,7 @@ func (ix *orderIndex) link(path, orderID, shipmentID string, createdAt instant) 
 	}
 	p := &ix.pending[i]
 	if p.link >= 0 {
-		return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("order %q is already linked to shipment %q; linking it to shipment %q too is a conflict (409)", orderID, ix.links[p.link].shipmentID, shipmentID)}
+		return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("order %q is already linked to shipment %q; linking it to shipment %q too is a conflict (409)", orderID, ix.links[p.link].shipmentID, shipmentID), kind: faultLink}
 	}
 	if createdAt != dawn && p.importedAt.after(createdAt) {
 		return &datasetError{path: path + ".created_at", reason: fmt.Sprintf("shipment %q is created at %s, before its order %q is imported at %s: a shipment is created with an order the account has", shipmentID, formatInstant(createdAt), orderID, formatInstant(p.importedAt))}

@@ -329,7 +329,7 @@ func (ix *shipmentIndex) addShipment(path string, rec shipmentRecord) (*shipment
 		}
 		createdAt = instantOf(at)
 	}
-	raw, err := readEvents(path, rec.Events, ix.start)
+	raw, err := readEvents(path, slices.Clone(rec.Events), ix.start) // a copy: a template's records are read by every sandbox made from it
 	if err != nil {
 		return nil, normalization{}, err
 	}
