@@ -1985,12 +1985,15 @@ func (b *sandboxBook) add(sa *sandboxAccount, keys map[[sha256.Size]byte]*apiKey
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	sa.lastUsed.Store(now.UnixNano())
-	for _, other := range b.accounts {
-		if now.UnixNano()-other.lastUsed.Load() >= int64(b.idle) {
-			b.forgetLocked(other)
+	full := func() bool { return len(b.accounts) >= b.max || b.bytes+sa.bytes > b.maxBytes }
+	if full() { // the idle go first (they are forgotten already to their keys, see find)
+		for _, other := range b.accounts {
+			if now.UnixNano()-other.lastUsed.Load() >= int64(b.idle) {
+				b.forgetLocked(other)
+			}
 		}
 	}
-	for len(b.accounts) > 0 && (len(b.accounts) >= b.max || b.bytes+sa.bytes > b.maxBytes) {
+	for len(b.accounts) > 0 && full() {
 		var oldest *sandboxAccount
 		for _, other := range b.accounts {
 			if oldest == nil || other.lastUsed.Load() < oldest.lastUsed.Load() {
@@ -2088,7 +2091,7 @@ func (t *tenant) dataBytes() int64 {
 		}
 	}
 	for _, s := range t.shipments.list {
-		n += int(unsafe.Sizeof(shipment{})) + len(s.id) + len(s.full) + len(s.events) + len(s.ends)*8 + len(s.instants)*24 + len(s.statuses) + 64
+		n += int(unsafe.Sizeof(shipment{})) + len(s.id) + len(s.full) + len(s.events) + len(s.ends)*8 + len(s.instants)*16 + len(s.statuses) + 64
 		for _, h := range s.heads {
 			n += len(h)
 		}

@@ -4078,6 +4078,55 @@ func TestDocsSendJSONBodiesAsJSON(t *testing.T) {
 	}
 }
 
+// TestDocsGoSetup: the Go test setup of docs/sandboxes.md, compiled as written in a module of
+// its own and run against a sandbox: each test gets a copy of acct_sync, forgotten after it.
+func TestDocsGoSetup(t *testing.T) {
+	t.Parallel()
+	page, err := os.ReadFile("docs/sandboxes.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```go\n(.*?)```").FindSubmatch(page)
+	if m == nil {
+		t.Fatal("no Go block in docs/sandboxes.md")
+	}
+	e := newEnv(t, envOptions{rate: -1})
+	ts := httptest.NewServer(e.h)
+	defer ts.Close()
+	dir := t.TempDir()
+	src := "package setup\n\nimport (\n\t\"encoding/json\"\n\t\"fmt\"\n\t\"net/http\"\n\t\"os\"\n\t\"strings\"\n\t\"testing\"\n\t\"time\"\n)\n\n" + string(m[1]) + `
+func TestTwoSandboxes(t *testing.T) {
+	for range 2 {
+		base, key := newSandbox(t)
+		req, _ := http.NewRequest(http.MethodGet, base+"/orders/ord_sync_0001", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("GET with the sandbox's key: %v %v", res, err)
+		}
+		res.Body.Close()
+	}
+}
+`
+	for name, text := range map[string]string{"go.mod": "module setup\n\ngo 1.24\n", "setup_test.go": src} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("go", "test", "-count=1", ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "SANDBOX_URL="+ts.URL+"/v1", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the setup of docs/sandboxes.md: %v\n%s", err, out)
+	}
+	if n := e.srv.sandboxes.count(e.clock.now()); n != 0 {
+		t.Errorf("%d sandboxes left after the tests: the setup's cleanup did not forget them", n)
+	}
+	if j := e.journalOf(t, "sk_test_sync_all", ""); len(j.Data) != 2 {
+		t.Errorf("acct_sync's journal holds %d makings, want 2", len(j.Data))
+	}
+}
+
 // TestReadmeSyncReadsEveryTimestamp: the README's two order syncs print what it shows also
 // when the API writes timestamps with a fraction of a second (a start instant of
 // 12:00:19.5 makes every acct_sync instant one): they compare instants, not strings, and
@@ -8691,6 +8740,43 @@ func FuzzLoadDataset(f *testing.F) {
 	})
 }
 
+// FuzzSandboxBody: any body of POST /v1/test_helpers/sandboxes answers 201, or 400, 409 or
+// 422 as a problem the document allows, never a 500 or a panic; a refused body makes
+// nothing, and a sandbox made answers its own reads.
+func FuzzSandboxBody(f *testing.F) {
+	e := newEnv(f, envOptions{rate: -1, quiet: true, journal: -1, step: -1}) // a frozen clock: no sandbox goes idle
+	for _, body := range []string{
+		`{}`, `{"template":"acct_sync"}`, `{"template":"acct_sandbox","keys":[{"scopes":["orders:read"],"expires_at":"2099-01-01T00:00:00Z","revoked":true}]}`,
+		`{"orders":[{"id":"ord_1","merchant_reference":"R","platform":"ebay","status":"unfulfilled","created_at":"start-1h","imported_at":"start+30s","changes":[{"status":"fulfilled","at":"start+2m"}]}],` +
+			`"shipments":[{"id":"shp_1","reference":"S","tracking_number":"T1","order_id":"ord_1","created_at":"start+60s","events":[{"after":"60s","status":"in_transit","description":"D"},{"timestamp":"x","status":"failure","description":"E"}]}]}`,
+		`{"shipments":[{"id":"a","reference":"b","order_id":"c"}]}`, `{"orders":[],"keys":[]}`, `[]`, `{"template":1}`, "{\"t\":\"\xff\"}", `{"Template":"acct_sync","template":"acct_sync"}`,
+	} {
+		f.Add(body)
+	}
+	n := 0
+	f.Fuzz(func(t *testing.T, body string) {
+		n++
+		before := e.srv.sandboxes.count(e.clock.now())
+		r := newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_sync_all", body, "Content-Type", "application/json", "Idempotency-Key", "fuzz-"+strconv.Itoa(n))
+		rep := e.do(t, r) // checks the answer against the document
+		switch rep.status {
+		case http.StatusCreated:
+			var sb sandboxOut
+			if err := json.Unmarshal(rep.body, &sb); err != nil || len(sb.Keys) == 0 {
+				t.Fatalf("201 %s: %v", rep.body, err)
+			}
+			e.do(t, newRequest(http.MethodGet, "/v1/orders", sb.Keys[0].Key))
+			e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+sb.Account, sb.Keys[0].Key))
+		case http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+			if after := e.srv.sandboxes.count(e.clock.now()); after != before {
+				t.Fatalf("a refused body (%s) made a sandbox", rep)
+			}
+		default:
+			t.Fatalf("%q = %s", body, rep)
+		}
+	})
+}
+
 // FuzzHandlerChain sends arbitrary methods, paths, queries, Authorization values and
 // bodies through the whole chain: the answer is a 200 or a problem+json 4xx, never a 5xx.
 func FuzzHandlerChain(f *testing.F) {
@@ -8802,6 +8888,20 @@ func BenchmarkGetOrder(b *testing.B) {
 	benchServe(b, benchEnv(b, 0).h, newRequest("GET", "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all"), 200)
 }
 
+// BenchmarkGetOrderBesideSandboxes: GET by id with a dataset key, with 10,000 copies of
+// acct_sync made first: what sandboxes cost the requests that use none of them.
+func BenchmarkGetOrderBesideSandboxes(b *testing.B) {
+	e := benchEnv(b, 0)
+	for i := range maxSandboxes {
+		w := &benchWriter{h: http.Header{}}
+		e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_sync_all", `{}`, "Idempotency-Key", strconv.Itoa(i)))
+		if w.status != http.StatusCreated {
+			b.Fatalf("%d %s", w.status, w.buf)
+		}
+	}
+	benchServe(b, e.h, newRequest("GET", "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all"), 200)
+}
+
 func BenchmarkTrackingByID(b *testing.B) {
 	benchServe(b, benchEnv(b, 0).h, newRequest("GET", "/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_all"), 200)
 }
@@ -8818,7 +8918,7 @@ func BenchmarkClock(b *testing.B) {
 			shp := e.sb.tenants.byID[seedTenant].shipments.byID["shp_sbx_spring"]
 			// The tracking read is measured with the clock at the third event.
 			b.Run("frozen/tracking_by_id", func(b *testing.B) {
-				e.sb.tenants.byID[seedTenant].clock.freeze(shp.instants[2])
+				e.sb.tenants.byID[seedTenant].clock.freeze(shp.instants[2].time())
 				benchServe(b, e.h, newRequest("GET", "/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_all"), 200)
 				e.sb.tenants.byID[seedTenant].clock.freeze(at)
 			})
@@ -9131,6 +9231,63 @@ func benchFindings(b *testing.B, e *env, query string, at func(i int) time.Time)
 		}
 	}
 	benchServe(b, e.h, newRequest("GET", "/v1/test_helpers/findings", key), 200)
+}
+
+// BenchmarkMakeSandbox: POST /v1/test_helpers/sandboxes through the whole chain: a copy of
+// acct_sync and of acct_sandbox (the contract: within 5 ms), of a template of 10,000 orders
+// (within 50 ms), and of a body of records just under 256 KiB (within 100 ms); and the heap
+// that 10,000 copies of acct_sync hold (MiB/10000-copies, the contract: at most 100; run it
+// with -benchtime 1x).
+func BenchmarkMakeSandbox(b *testing.B) {
+	var orders, shipments []string
+	size := len(`{"orders":[],"shipments":[]}`)
+	for i := 0; ; i++ {
+		o := fmt.Sprintf(`{"id":"ord_%05d","merchant_reference":"R-%05d","platform":"ebay","status":"unfulfilled","created_at":"start-%dm","changes":[{"status":"fulfilled","at":"start+%ds"}]}`, i, i, i, i+1)
+		sh := fmt.Sprintf(`{"id":"shp_%05d","reference":"S-%05d","tracking_number":"T%05d","order_id":"ord_%05d","events":[{"after":"%ds","status":"in_transit","description":"Departed facility","location":"Leeds, GB"}]}`, i, i, i, i, i)
+		if size+len(o)+len(sh)+2 > maxBodyBytes {
+			break
+		}
+		orders, shipments, size = append(orders, o), append(shipments, sh), size+len(o)+len(sh)+2
+	}
+	large := `{"orders":[` + strings.Join(orders, ",") + `],"shipments":[` + strings.Join(shipments, ",") + `]}`
+	for _, tt := range []struct {
+		name, key, body string
+		seed            int
+	}{
+		{"copy_of_acct_sync", "sk_test_sync_all", `{}`, 0},
+		{"copy_of_acct_sandbox", "sk_test_sandbox_all", `{}`, 0},
+		{"copy_of_10000_orders", "sk_test_sandbox_all", `{}`, maxSandboxRecords - 1}, // acct_sandbox's one and 9,999 seeded (the contract: within 50 ms)
+		{fmt.Sprintf("records_%dKiB", len(large)>>10), "sk_test_sandbox_all", large, 0},
+	} {
+		b.Run(tt.name, func(b *testing.B) {
+			e := benchEnv(b, tt.seed)
+			n := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				n++
+				w := &benchWriter{h: http.Header{}}
+				e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", tt.key, tt.body, "Idempotency-Key", strconv.Itoa(n)))
+				if w.status != http.StatusCreated {
+					b.Fatalf("%d %s", w.status, w.buf)
+				}
+			}
+		})
+	}
+	b.Run("heap_of_10000_copies_of_acct_sync", func(b *testing.B) {
+		for b.Loop() {
+			e := benchEnv(b, 0)
+			before := heapAfterGC()
+			for i := range maxSandboxes {
+				w := &benchWriter{h: http.Header{}}
+				e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_sync_all", `{}`, "Idempotency-Key", strconv.Itoa(i)))
+				if w.status != http.StatusCreated {
+					b.Fatalf("%d %s", w.status, w.buf)
+				}
+			}
+			b.ReportMetric(float64(heapAfterGC()-before)/(1<<20), "MiB/10000-copies")
+			runtime.KeepAlive(e)
+		}
+	})
 }
 
 // BenchmarkOrderStore: what 1,000,000 orders cost to build and hold: the heap they keep

@@ -202,14 +202,14 @@ func (rec *shipmentRecord) decode(d *jsonReader, path string) error {
 type shipment struct {
 	id             string
 	trackingNumber *string
-	createdAt      instant     // dawn: it always existed; before it, the shipment is not found
-	dropped        int         // raw events not interpretable, dropped at load
-	full           []byte      // the view with every event
-	heads          [][]byte    // indexed like trackingStatuses: the view up to `"events":[`
-	events         []byte      // every event's JSON, joined by commas
-	ends           []int       // where each event's JSON ends in events
-	instants       []time.Time // when each event happened, oldest first
-	statuses       []uint8     // each event's status, an index into trackingStatuses
+	createdAt      instant   // dawn: it always existed; before it, the shipment is not found
+	dropped        int       // raw events not interpretable, dropped at load
+	full           []byte    // the view with every event
+	heads          [][]byte  // indexed like trackingStatuses: the view up to `"events":[`
+	events         []byte    // every event's JSON, joined by commas
+	ends           []int     // where each event's JSON ends in events
+	instants       []instant // when each event happened, oldest first
+	statuses       []uint8   // each event's status, an index into trackingStatuses
 }
 
 // newShipment prepares a shipment's view. Each event is encoded once.
@@ -225,10 +225,19 @@ func newShipment(rec shipmentRecord, events []stampedEvent) (*shipment, error) {
 		}
 		s.events = append(s.events, b...)
 		s.ends = append(s.ends, len(s.events))
-		s.instants = append(s.instants, e.at)
+		s.instants = append(s.instants, instantOf(e.at))
 		s.statuses = append(s.statuses, uint8(slices.Index(trackingStatuses, e.Status)))
 	}
+	// Only the heads a view shows are made (pre_transit, and its events' statuses), cut from
+	// one buffer: sandboxes hold thousands of shipments, and every byte and object kept is
+	// one the collector marks at each cycle (sandbox_cost.sh).
+	var heads []byte
+	ends := make([]int, len(trackingStatuses))
 	for i, status := range trackingStatuses {
+		if i > 0 && !slices.Contains(s.statuses, uint8(i)) {
+			ends[i] = len(heads)
+			continue
+		}
 		view, err := marshalJSON(trackingView{ShipmentID: rec.ID, Reference: rec.Reference, TrackingNumber: rec.TrackingNumber, Status: status, Events: []trackingEvent{}})
 		if err != nil {
 			return nil, err
@@ -237,7 +246,14 @@ func newShipment(rec shipmentRecord, events []stampedEvent) (*shipment, error) {
 		if !ok {
 			return nil, errors.New("a tracking view must end in its events: trackingView's last member is Events")
 		}
-		s.heads[i] = append(head, `"events":[`...)
+		heads = append(append(heads, head...), `"events":[`...)
+		ends[i] = len(heads)
+	}
+	from := 0
+	for i, end := range ends {
+		if end > from {
+			s.heads[i], from = heads[from:end:end], end
+		}
 	}
 	s.full = s.view(len(events))
 	return s, nil
@@ -263,7 +279,8 @@ func (s *shipment) existsAt(at time.Time) bool { return !s.createdAt.after(insta
 
 // shown is how many events the clock shows at at: those at or before it.
 func (s *shipment) shown(at time.Time) int {
-	return sort.Search(len(s.instants), func(i int) bool { return s.instants[i].After(at) })
+	now := instantOf(at)
+	return sort.Search(len(s.instants), func(i int) bool { return s.instants[i].after(now) })
 }
 
 // statusAt is the shipment's status as the clock shows it at at.
