@@ -560,14 +560,26 @@ func bearerToken(h http.Header) (string, *apiError) {
 	return token, nil
 }
 
+// keyFinder finds the key a request carries: a dataset's, by its digest in the dataset's
+// keyring, else a sandbox's, in the book.
+type keyFinder struct {
+	dataset   keyring
+	sandboxes *sandboxBook
+	wall      func() time.Time
+}
+
 // authenticate finds the key a request carries, unless it is unknown or revoked; its
 // expiry is judged by the caller, at the instant the caller reads.
-func (kr keyring) authenticate(h http.Header) (*apiKey, *apiError) {
+func (kf *keyFinder) authenticate(h http.Header) (*apiKey, *apiError) {
 	token, fault := bearerToken(h)
 	if fault != nil {
 		return nil, fault
 	}
-	k := kr[sha256.Sum256([]byte(token))]
+	digest := sha256.Sum256([]byte(token))
+	k := kf.dataset[digest]
+	if k == nil && kf.sandboxes != nil {
+		k = kf.sandboxes.find(digest, kf.wall())
+	}
 	switch {
 	case k == nil:
 		return nil, errUnknownKey
@@ -2046,35 +2058,6 @@ func (b *sandboxBook) count(now time.Time) int {
 		}
 	}
 	return n
-}
-
-// keyFinder finds the key a request carries: a dataset's, by its digest in the dataset's
-// keyring, else a sandbox's, in the book.
-type keyFinder struct {
-	dataset   keyring
-	sandboxes *sandboxBook
-	wall      func() time.Time
-}
-
-// authenticate finds the key a request carries, unless it is unknown or revoked; its
-// expiry is judged by the caller, at the instant the caller reads.
-func (kf *keyFinder) authenticate(h http.Header) (*apiKey, *apiError) {
-	token, fault := bearerToken(h)
-	if fault != nil {
-		return nil, fault
-	}
-	digest := sha256.Sum256([]byte(token))
-	k := kf.dataset[digest]
-	if k == nil && kf.sandboxes != nil {
-		k = kf.sandboxes.find(digest, kf.wall())
-	}
-	switch {
-	case k == nil:
-		return nil, errUnknownKey
-	case k.revoked:
-		return k, errRevokedKey
-	}
-	return k, nil
 }
 
 // dataBytes is about what a tenant's data holds on the heap: what the book's bound counts.
