@@ -7457,6 +7457,35 @@ func TestSandboxesAreForgotten(t *testing.T) {
 	}
 }
 
+// TestCopiesOfOneInstantShareTheirData: two copies of acct_sync made in the same second hold
+// one copy of its data (read against the same start instant, it is the same, and never
+// edited), yet each is its own account: its cursors, clock and journal.
+func TestCopiesOfOneInstantShareTheirData(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	_, a := e.makeSandbox(t, "sk_test_sync_all", `{}`, "share-a")
+	_, b := e.makeSandbox(t, "sk_test_sync_all", `{}`, "share-b")
+	ta, tb := e.srv.keys.sandboxes.accounts[a.Account].tenant, e.srv.keys.sandboxes.accounts[b.Account].tenant
+	if &ta.orders.block[0] != &tb.orders.block[0] || ta.orders.tag == tb.orders.tag || tb.sandbox.bytes >= ta.sandbox.bytes {
+		t.Errorf("the second copy does not share the first's data, or shares its cursor tag (its bytes %d, the first's %d)", tb.sandbox.bytes, ta.sandbox.bytes)
+	}
+	page := decodePage(t, e.get(t, "/v1/orders?limit=1", a.Keys[0].Key))
+	wantProblem(t, e.get(t, "/v1/orders?limit=1&cursor="+url.QueryEscape(*page.Pagination.NextCursor), b.Keys[0].Key), 400, "invalid_cursor", "cursor")
+	e.setClock(t, a.Keys[0].Key, "start+90s")
+	if got, other := listIDs(t, e.get(t, "/v1/orders", a.Keys[0].Key)), listIDs(t, e.get(t, "/v1/orders", b.Keys[0].Key)); got == other {
+		t.Errorf("a clock frozen in one copy moved the other: both list %s", got)
+	}
+	if ja, jb := e.journalOf(t, a.Keys[0].Key, ""), e.journalOf(t, b.Keys[0].Key, ""); len(ja.Data) != 3 || len(jb.Data) != 2 {
+		t.Errorf("journals of %d and %d entries, want 3 and 2", len(ja.Data), len(jb.Data))
+	}
+	// A copy made at another second is built anew, at its own start.
+	e.clock.advance(time.Second)
+	_, c := e.makeSandbox(t, "sk_test_sync_all", `{}`, "share-c")
+	if tc := e.srv.keys.sandboxes.accounts[c.Account].tenant; &tc.orders.block[0] == &ta.orders.block[0] || !tc.start.After(ta.start) {
+		t.Error("a copy of another start instant shares the data of the first")
+	}
+}
+
 // TestTenThousandSandboxes: the book holds 10,000; the next forgets the least recently used.
 func TestTenThousandSandboxes(t *testing.T) {
 	t.Parallel()
@@ -9237,7 +9266,8 @@ func benchFindings(b *testing.B, e *env, query string, at func(i int) time.Time)
 // acct_sync and of acct_sandbox (the contract: within 5 ms), of a template of 10,000 orders
 // (within 50 ms), and of a body of records just under 256 KiB (within 100 ms); and the heap
 // that 10,000 copies of acct_sync hold (MiB/10000-copies, the contract: at most 100; run it
-// with -benchtime 1x).
+// with -benchtime 1x). Each copy is built anew, as a copy made at another second than the
+// last is: copies of one second share their data (TestCopiesOfOneInstantShareTheirData).
 func BenchmarkMakeSandbox(b *testing.B) {
 	var orders, shipments []string
 	size := len(`{"orders":[],"shipments":[]}`)
@@ -9259,12 +9289,13 @@ func BenchmarkMakeSandbox(b *testing.B) {
 		{"copy_of_10000_orders", "sk_test_sandbox_all", `{}`, maxSandboxRecords - 1}, // acct_sandbox's one and 9,999 seeded (the contract: within 50 ms)
 		{fmt.Sprintf("records_%dKiB", len(large)>>10), "sk_test_sandbox_all", large, 0},
 	} {
-		b.Run(tt.name, func(b *testing.B) {
+		b.Run(tt.name, func(b *testing.B) { // a copy built anew each time, as one made at another second is
 			e := benchEnv(b, tt.seed)
 			n := 0
 			b.ReportAllocs()
 			for b.Loop() {
 				n++
+				e.srv.sandboxes.copies = nil
 				w := &benchWriter{h: http.Header{}}
 				e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", tt.key, tt.body, "Idempotency-Key", strconv.Itoa(n)))
 				if w.status != http.StatusCreated {
@@ -9273,11 +9304,12 @@ func BenchmarkMakeSandbox(b *testing.B) {
 			}
 		})
 	}
-	b.Run("heap_of_10000_copies_of_acct_sync", func(b *testing.B) {
+	b.Run("heap_of_10000_copies_of_acct_sync", func(b *testing.B) { // each built anew: none shares another's data
 		for b.Loop() {
 			e := benchEnv(b, 0)
 			before := heapAfterGC()
 			for i := range maxSandboxes {
+				e.srv.sandboxes.copies = nil
 				w := &benchWriter{h: http.Header{}}
 				e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_sync_all", `{}`, "Idempotency-Key", strconv.Itoa(i)))
 				if w.status != http.StatusCreated {
