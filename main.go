@@ -2728,8 +2728,10 @@ func (s *server) routeNotFound(w http.ResponseWriter, r *http.Request, c *call) 
 // answered (no -cors-origin), a CORS preflight's detail says how to be.
 func methodNotAllowed(methods []string, hintCORS bool) callHandler {
 	allow := strings.Join(methods, ", ")
-	last := len(methods) - 1
-	detail := "This path answers " + strings.Join(methods[:last], ", ") + " and " + methods[last] + " only."
+	detail := "This path answers " + methods[0] + " only."
+	if last := len(methods) - 1; last > 0 {
+		detail = "This path answers " + strings.Join(methods[:last], ", ") + " and " + methods[last] + " only."
+	}
 	err := &apiError{code: codeMethodNotAllowed, detail: detail}
 	hinted := &apiError{code: codeMethodNotAllowed, detail: detail + " This is a browser's CORS preflight: start the sandbox with -cors-origin and your app's origin (such as -cors-origin http://localhost:3000) to let a browser app call it."}
 	return func(w http.ResponseWriter, r *http.Request, c *call) {

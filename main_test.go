@@ -7417,6 +7417,15 @@ func TestSandboxesAreForgotten(t *testing.T) {
 	wantProblem(t, e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+a.Account, b.Keys[0].Key)), 404, "not_found", "")
 	wantProblem(t, e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/acct_sync", "sk_test_sync_all")), 404, "not_found", "")
 	wantProblem(t, e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+a.Account+"?x", a.Keys[0].Key)), 422, "unknown_parameter", "x")
+	for _, tt := range []struct{ method, path, allow string }{
+		{http.MethodGet, "/v1/test_helpers/sandboxes", "POST"},
+		{http.MethodPost, "/v1/test_helpers/sandboxes/" + a.Account, "DELETE"},
+	} {
+		rep := e.do(t, newRequest(tt.method, tt.path, a.Keys[0].Key))
+		if p := wantProblem(t, rep, 405, "method_not_allowed", ""); rep.header.Get("Allow") != tt.allow || p.Detail != "This path answers "+tt.allow+" only." {
+			t.Errorf("%s %s: Allow %q, detail %q", tt.method, tt.path, rep.header.Get("Allow"), p.Detail)
+		}
+	}
 	if rep := e.do(t, newBodyRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+a.Account, a.Keys[0].Key, "ignored", "Idempotency-Key", "ignored too")); rep.status != 204 || len(rep.body) != 0 {
 		t.Fatalf("DELETE with its key: %s", rep)
 	}
