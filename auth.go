@@ -3,8 +3,9 @@
 // files a dataset's records under their tenants; API keys and their scopes; the per-key rate
 // limit; the rehearsals counted (Prefer times); the clock operations; and each test
 // tenant's journal of the requests made with its keys, its reads (as JSON or HAR) and its
-// findings, what the journal shows of the integration that made them. Its sections, each
-// under a banner (grep '^// =====' *.go):
+// findings, what the journal shows of the integration that made them; and sandboxes, the
+// accounts tests make while the service runs, with their keys. Its sections, each under a
+// banner (grep '^// =====' *.go):
 //
 //   - Tenants: accounts and environments, their clocks and timelines
 //   - Loading: records filed under their tenants
@@ -18,6 +19,7 @@
 //   - The journal as HAR
 //   - The reads' queries
 //   - What the page shows of a journal
+//   - Sandboxes: accounts made at run time
 package main
 
 import (

@@ -8103,6 +8103,33 @@ func TestListParamsAreOneTable(t *testing.T) {
 	}
 }
 
+// TestEveryFileListsItsSections: each file's header lists its banners ('// ===== Title ====='),
+// all of them, in their order: a reader searches the code by them.
+func TestEveryFileListsItsSections(t *testing.T) {
+	t.Parallel()
+	files, _ := filepath.Glob("*.go")
+	for _, name := range files {
+		if name == "main_test.go" {
+			continue // its contents describe each section in a sentence of its own
+		}
+		text, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		header, _, _ := strings.Cut(string(text), "\npackage main")
+		var listed, banners []string
+		for _, m := range regexp.MustCompile(`(?m)^//   - (.*)$`).FindAllStringSubmatch(header, -1) {
+			listed = append(listed, m[1])
+		}
+		for _, m := range regexp.MustCompile(`(?m)^// ===== (.*) =====$`).FindAllStringSubmatch(string(text), -1) {
+			banners = append(banners, m[1])
+		}
+		if len(banners) == 0 || !slices.Equal(listed, banners) {
+			t.Errorf("%s's header lists\n%s\nits banners are\n%s", name, strings.Join(listed, "\n"), strings.Join(banners, "\n"))
+		}
+	}
+}
+
 // TestFindingsAreOneTable: the findings are one table (findingKinds): the document's enum of
 // a finding's code, each code's description there, and the rows of the findings table in
 // docs/journal-and-findings.md follow from it, in its order and its words; and a judge
