@@ -783,8 +783,7 @@ var clockMembers = []string{"frozen_time", "run_from"}
 // whether both were given (naming the second sent), or neither (frozen_time). A nil
 // setting follows the wall clock.
 func parseClockBody(b []byte, start time.Time) (*clockSetting, error) {
-	trimmed := bytes.TrimLeft(b, " \t\r\n")
-	if !utf8.Valid(b) || !json.Valid(b) || len(trimmed) == 0 || trimmed[0] != '{' {
+	if !oneJSONObject(b) {
 		return nil, errClockBody
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -815,6 +814,13 @@ func parseClockBody(b []byte, start time.Time) (*clockSetting, error) {
 		return nil, paramError(codeInvalidParameter, given[1], "The body sets the clock one way: give frozen_time or run_from, not both.")
 	}
 	return set, nil
+}
+
+// oneJSONObject reports whether a request body is one JSON object, its strings UTF-8, nested
+// at most as deep as encoding/json reads: what every body is judged by before its members.
+func oneJSONObject(b []byte) bool {
+	trimmed := bytes.TrimLeft(b, " \t\r\n")
+	return utf8.Valid(b) && json.Valid(b) && len(trimmed) > 0 && trimmed[0] == '{'
 }
 
 // readClockMember reads the value of a clock member: frozen_time, an instant or null (the
@@ -2129,8 +2135,7 @@ var (
 // readSandboxRequest reads the body: its JSON syntax first (400), then its members in the
 // order sent, each by its name, then given again, then its value (422).
 func readSandboxRequest(b []byte) (*sandboxRequest, error) {
-	trimmed := bytes.TrimLeft(b, " \t\r\n")
-	if !utf8.Valid(b) || !json.Valid(b) || len(trimmed) == 0 || trimmed[0] != '{' {
+	if !oneJSONObject(b) {
 		return nil, errSandboxBody
 	}
 	req := &sandboxRequest{orders: newOrderRecords()}
