@@ -51,15 +51,15 @@ type tenantID struct{ account, environment string }
 
 func (id tenantID) String() string { return id.account + "/" + id.environment }
 
-// tenant holds one account's resources in one environment, read-only after load, and
-// its sandbox clock, the one value that changes.
+// tenant holds one account's resources in one environment, as a version of its data that
+// a write replaces whole, and its bookkeeping: its sandbox clock, its rehearsals counted, its
+// journal and its stored answers.
 type tenant struct {
 	id        tenantID
 	live      bool
-	start     time.Time // its start instant: relative instants (start+90s) are read against it
-	shipments shipmentIndex
-	orders    orderIndex
-	timeline  []happening // what the dataset schedules for its shipments and orders, in order
+	start     time.Time                  // its start instant: relative instants (start+90s) are read against it
+	data      atomic.Pointer[tenantData] // what it shows: a request reads it once
+	writing   sync.Mutex                 // writes build the next version one at a time; reads never take it
 	clock     sandboxClock
 	sequences sequences               // Prefer: code=503; times=2, counted
 	faulted   atomic.Uint64           // the requests -faults has judged, the k of the next is this plus one
@@ -67,6 +67,23 @@ type tenant struct {
 	answers   answerStore             // the answers stored under Idempotency-Keys
 	sandbox   *sandboxAccount         // nil for a tenant of the dataset
 }
+
+// tenantData is what a tenant shows: its shipments, its orders and the timeline of what
+// they schedule, built once (a dataset's tenant at start-up, a sandbox when it is made) and
+// never edited in place. A write (a shipment created in a sandbox) builds the next version
+// and swaps it in whole, so a request reads one version, once, and all it answers is of
+// that one. Writes add shipments and links, never an order: an order's place in the list is
+// the same in every version.
+type tenantData struct {
+	shipments shipmentIndex
+	orders    orderIndex
+	timeline  []happening // what is scheduled for its shipments and orders, in order
+	writes    uint32      // the writes it holds: a journal entry keeps it, and the findings judge the entry against the data as it stood then
+	links     []dataLink  // a sandbox's links, in the order they were made: a write builds its orders again from them
+}
+
+// current is the tenant's data as it stands: one atomic load.
+func (t *tenant) current() *tenantData { return t.data.Load() }
 
 // sandboxClock is a tenant's clock, like Stripe's test clocks: it follows the wall clock
 // until a test freezes it at an instant, past or future, or sets it running from an
@@ -113,13 +130,13 @@ func (set *clockSetting) read(wall func() time.Time) clockReading {
 // freeze stops the clock at at.
 func (c *sandboxClock) freeze(at time.Time) { c.setting.Store(&clockSetting{at: at}) }
 
-// timelineAround is the last n things the tenant's dataset schedules at or before at and
+// timelineAround is the last n things the tenant's data schedules at or before at and
 // the next n after it, oldest first, and how many more there are on each side: a search of
 // the timeline, and counts by subtraction.
-func (t *tenant) timelineAround(at time.Time, n int) (past, future []happening, morePast, moreFuture int) {
-	k := sort.Search(len(t.timeline), func(k int) bool { return t.timeline[k].at.After(at) })
-	past, future = t.timeline[max(0, k-n):k], t.timeline[k:min(len(t.timeline), k+n)]
-	return past, future, k - len(past), len(t.timeline) - k - len(future)
+func (d *tenantData) timelineAround(at time.Time, n int) (past, future []happening, morePast, moreFuture int) {
+	k := sort.Search(len(d.timeline), func(k int) bool { return d.timeline[k].at.After(at) })
+	past, future = d.timeline[max(0, k-n):k], d.timeline[k:min(len(d.timeline), k+n)]
+	return past, future, k - len(past), len(d.timeline) - k - len(future)
 }
 
 // timelineSide is how many entries of a timeline are shown each side of an instant: by the
@@ -146,8 +163,8 @@ type timelineAnswer struct {
 // timelineAt is GET /v1/test_helpers/timeline's answer at at: the last timelineSide things
 // the tenant's dataset schedules at or before it and the next after it, oldest first, with
 // how many more there are each side.
-func (t *tenant) timelineAt(at time.Time) ([]byte, error) {
-	past, future, morePast, moreFuture := t.timelineAround(at, timelineSide)
+func (d *tenantData) timelineAt(at time.Time) ([]byte, error) {
+	past, future, morePast, moreFuture := d.timelineAround(at, timelineSide)
 	return marshalJSON(timelineAnswer{Now: formatTimestamp(at), Shown: timelineEntries(past), ShownMore: morePast, ToCome: timelineEntries(future), ToComeMore: moreFuture})
 }
 
@@ -258,7 +275,8 @@ func (ld *loader) addAccount(path string, rec accountRecord) error {
 
 // addTenant declares the tenant id, whose relative instants count from the loader's start.
 func (ld *loader) addTenant(id tenantID) *tenant {
-	t := &tenant{id: id, live: id.environment == "live", start: ld.start, shipments: newShipmentIndex(id.String(), ld.start), orders: newOrderIndex(id.account, id.environment, ld.start)}
+	t := &tenant{id: id, live: id.environment == "live", start: ld.start}
+	t.data.Store(&tenantData{shipments: newShipmentIndex(id.String(), ld.start), orders: newOrderIndex(id.account, id.environment, ld.start)})
 	ld.tenants.byID[id] = t
 	ld.tenants.list = append(ld.tenants.list, t)
 	return t
@@ -340,8 +358,9 @@ func (ld *loader) loadOrders(rs *orderRecords, into *tenant) error {
 				return err
 			}
 		}
-		t.orders.recs = rs
-		if err := t.orders.addOrder(path, rs, i); err != nil {
+		ix := &t.current().orders // built in place: nothing reads it before it is served
+		ix.recs = rs
+		if err := ix.addOrder(path, rs, i); err != nil {
 			return err
 		}
 	}
@@ -361,7 +380,8 @@ type loadedShipment struct {
 func (ld *loader) loadShipments(list []shipmentRecord, into *tenant) ([]loadedShipment, error) {
 	var noted []loadedShipment
 	err := eachRecord(&ld.tenants, into, "shipments", list, func(path string, rec shipmentRecord, t *tenant) error {
-		s, n, err := t.shipments.addShipment(path, rec)
+		d := t.current()
+		s, n, err := d.shipments.addShipment(path, rec)
 		if err != nil {
 			return err
 		}
@@ -371,16 +391,19 @@ func (ld *loader) loadShipments(list []shipmentRecord, into *tenant) ([]loadedSh
 		if rec.OrderID == nil {
 			return nil
 		}
-		if !t.orders.has(*rec.OrderID) {
+		if !d.orders.has(*rec.OrderID) {
 			// Only a refusal asks the other tenants, to name the order's owner: loading
 			// stays linear in the number of tenants.
 			for _, other := range ld.tenants.list {
-				if other.orders.has(*rec.OrderID) {
+				if other.current().orders.has(*rec.OrderID) {
 					return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("order %q belongs to %s, not to %s: shipment %q cannot be linked across accounts or environments", *rec.OrderID, other.id, t.id, rec.ID)}
 				}
 			}
 		}
-		return t.orders.link(path, *rec.OrderID, rec.ID, s.createdAt)
+		if into != nil { // a sandbox's: a write builds its orders again with them
+			d.links = append(d.links, dataLink{*rec.OrderID, rec.ID, s.createdAt, 0})
+		}
+		return d.orders.link(path, *rec.OrderID, rec.ID, s.createdAt, 0)
 	})
 	return noted, err
 }
@@ -388,15 +411,16 @@ func (ld *loader) loadShipments(list []shipmentRecord, into *tenant) ([]loadedSh
 // build prepares each tenant's indexes once every record is filed, and counts what they hold.
 func (ld *loader) build() (orders, shipments int, err error) {
 	for _, t := range ld.tenants.list {
-		t.shipments.build()
-		if err := t.orders.build(); err != nil {
+		d := t.current()
+		d.shipments.build()
+		if err := d.orders.build(); err != nil {
 			return 0, 0, err
 		}
-		t.timeline = append(t.shipments.happenings, t.orders.happenings...)
-		t.shipments.happenings, t.orders.happenings = nil, nil
-		sortHappenings(t.timeline)
-		orders += t.orders.count()
-		shipments += t.shipments.count()
+		d.timeline = append(d.shipments.happenings, d.orders.happenings...)
+		d.shipments.happenings, d.orders.happenings = nil, nil
+		sortHappenings(d.timeline)
+		orders += d.orders.count()
+		shipments += d.shipments.count()
 	}
 	return orders, shipments, nil
 }
@@ -867,6 +891,7 @@ type journalEntry struct {
 	arrived     int64   // the wall instant it arrived, in ns since 1970
 	duration    int64   // ns from its arrival until its answer's headers were written
 	clock       instant // the instant its resources were judged at
+	writes      uint32  // the writes the data it read held: the version it is judged against
 	key         *apiKey // the key it named (shown masked, never itself)
 	method      string
 	routePath   string // the matched pattern's path
@@ -887,6 +912,11 @@ type journalEntry struct {
 	idempotencyKey    string
 	hasIdempotencyKey bool
 	bodySize          int64
+	// A write's Idempotency-Key as read (no quotes), and its body's digest once it was read
+	// (digested): what blind_retry compares.
+	writeKey   string
+	bodyDigest [sha256.Size]byte
+	digested   bool
 }
 
 // entrySlot is what one entry takes in a ring, and journalHeader what a journal takes
@@ -900,7 +930,7 @@ const (
 // uncut target keeps the request line it was cut from, its method and protocol within the
 // 16 added; the method itself is a constant, see ownMethod).
 func (e *journalEntry) cost() int64 {
-	return int64(len(e.method)+len(e.target)+len(e.prefer)+len(e.runTag)+len(e.requestID)+len(e.idempotencyKey)) + 16
+	return int64(len(e.method)+len(e.target)+len(e.prefer)+len(e.runTag)+len(e.requestID)+len(e.idempotencyKey)+len(e.writeKey)) + 16
 }
 
 // durationMS is the entry's duration in milliseconds, to the microsecond.
@@ -1207,10 +1237,10 @@ type requestsAnswer struct {
 }
 
 // entryJSONOf is e as the journal's read writes it; its ids are those its answer showed.
-func (t *tenant) entryJSONOf(e *journalEntry) entryJSON {
+func (d *tenantData) entryJSONOf(e *journalEntry) entryJSON {
 	j := entryJSON{Seq: e.seq, At: formatTimestamp(time.Unix(0, e.arrived)), Clock: formatInstant(e.clock), Method: e.method,
 		Route: e.routePath, Target: e.target, Key: e.key.mask, Status: int(e.status), RequestID: e.requestID,
-		DurationMS: e.durationMS(), IDs: t.idsOf(e)}
+		DurationMS: e.durationMS(), IDs: d.idsOf(e)}
 	if e.code != "" {
 		c := string(e.code)
 		j.Code = &c
@@ -1233,18 +1263,18 @@ func (t *tenant) entryJSONOf(e *journalEntry) entryJSON {
 
 // idsOf is the ids an entry's answer showed, in its order: [] but for a 200 GET of the
 // four operations.
-func (t *tenant) idsOf(e *journalEntry) []string {
+func (d *tenantData) idsOf(e *journalEntry) []string {
 	ids := []string{}
 	if !e.read() {
 		return ids
 	}
 	switch e.shown.kind {
 	case showsOrder:
-		ids = append(ids, string(t.orders.idOf(int(e.shown.order))))
+		ids = append(ids, string(d.orders.idOf(int(e.shown.order))))
 	case showsShipment:
 		ids = append(ids, e.shown.ship.id)
 	case showsPage:
-		t.orders.pageOrders(&e.shown.page, e.clock, func(i int) { ids = append(ids, string(t.orders.idOf(i))) })
+		d.orders.pageOrders(&e.shown.page, e.clock, func(i int) { ids = append(ids, string(d.orders.idOf(i))) })
 	}
 	return ids
 }
@@ -1297,7 +1327,7 @@ type findingKind struct {
 	code   string
 	judges string // what the entries show, in the document's words and the README's
 	advice string // what the client should change, as its detail says
-	detail func(t *tenant, es []journalEntry, f *verdict) string
+	detail func(d *tenantData, es []journalEntry, f *verdict) string
 }
 
 var findingKinds = [...]findingKind{
@@ -1328,10 +1358,10 @@ type verdict struct {
 
 // judgeFindings is every finding of the entries es of tenant t, none written, oldest first:
 // by their first cited seq, then code. The order findings share one walk of the entries.
-func (t *tenant) judgeFindings(es []journalEntry) []verdict {
+func (d *tenantData) judgeFindings(es []journalEntry) []verdict {
 	fs := retriesTooSoon(es)
 	fs = append(fs, sharedNumbers(es)...)
-	fs = append(fs, t.orderFindings(es)...)
+	fs = append(fs, d.orderFindings(es)...)
 	slices.SortStableFunc(fs, func(a, b verdict) int {
 		if c := cmp.Compare(a.cited[0], b.cited[0]); c != 0 {
 			return c
@@ -1342,24 +1372,24 @@ func (t *tenant) judgeFindings(es []journalEntry) []verdict {
 }
 
 // findingsIn is the first most findings of the entries es, written, and how many they hold.
-func (t *tenant) findingsIn(es []journalEntry, most int) ([]finding, int) {
-	fs := t.judgeFindings(es)
+func (d *tenantData) findingsIn(es []journalEntry, most int) ([]finding, int) {
+	fs := d.judgeFindings(es)
 	written := make([]finding, 0, min(most, len(fs)))
 	for i := range fs[:min(most, len(fs))] {
-		written = append(written, t.written(es, &fs[i]))
+		written = append(written, d.written(es, &fs[i]))
 	}
 	return written, len(fs)
 }
 
 // written is f as an answer writes it.
-func (t *tenant) written(es []journalEntry, f *verdict) finding {
+func (d *tenantData) written(es []journalEntry, f *verdict) finding {
 	k := &findingKinds[f.kind]
-	w := finding{Code: k.code, Detail: k.detail(t, es, f), Requests: []uint64{es[f.cited[0]].seq}}
+	w := finding{Code: k.code, Detail: k.detail(d, es, f), Requests: []uint64{es[f.cited[0]].seq}}
 	if f.cited[1] >= 0 {
 		w.Requests = append(w.Requests, es[f.cited[1]].seq)
 	}
 	if f.m >= 0 {
-		id := t.orders.movingID(int(f.m))
+		id := d.orders.movingID(int(f.m))
 		w.ID = &id
 	}
 	return w
@@ -1415,7 +1445,7 @@ func tooSoon(es []journalEntry, group []int) (verdict, bool) {
 	return verdict{kind: kindRetryTooSoon, cited: [2]int32{int32(a), int32(b)}, m: -1, n: int32(count)}, true
 }
 
-func retryDetail(_ *tenant, es []journalEntry, f *verdict) string {
+func retryDetail(_ *tenantData, es []journalEntry, f *verdict) string {
 	A, B, count := &es[f.cited[0]], &es[f.cited[1]], int(f.n)
 	from, _ := retryWindow(A)
 	return fmt.Sprintf("%s %s was sent %d %s before the Retry-After of an earlier answer had passed: request %d came %s after request %d was answered %d with Retry-After: %d; wait at least the Retry-After seconds before sending it again.",
@@ -1518,7 +1548,7 @@ func sharedNumbers(es []journalEntry) []verdict {
 	return fs
 }
 
-func ambiguousDetail(_ *tenant, es []journalEntry, f *verdict) string {
+func ambiguousDetail(_ *tenantData, es []journalEntry, f *verdict) string {
 	n := int(f.n)
 	return fmt.Sprintf("Tracking number %s was held by more than one shipment when it was looked up (%d %s), so the sandbox answered 404; the live domain adapter will answer 409 Conflict there: look the shipment up by its id, GET /v1/shipments/{id}/tracking.",
 		strconv.Quote(*es[f.cited[0]].shown.ship.trackingNumber), n, plural(n, "lookup", "lookups"))
@@ -1530,8 +1560,8 @@ func ambiguousDetail(_ *tenant, es []journalEntry, f *verdict) string {
 // order, beside the pages that held their places (heldPages): the cost is what the pages
 // cost when they were read, and a search per order with a timeline, however many pages
 // the journal holds.
-func (t *tenant) orderFindings(es []journalEntry) []verdict {
-	ix := &t.orders
+func (d *tenantData) orderFindings(es []journalEntry) []verdict {
+	ix := &d.orders
 	seen := make([]int32, ix.movingCount()) // each order with a timeline: the entry that showed it at the latest instant (ties: the higher seq), plus one
 	var pages []readPage
 	latest := -1 // the read judged at the latest instant (ties: the highest seq)
@@ -1566,10 +1596,10 @@ func (t *tenant) orderFindings(es []journalEntry) []verdict {
 	for m := range ix.movingCount() {
 		held.reach(int(ix.moving[m]))
 		if s := int(seen[m]) - 1; s >= 0 {
-			if t.staleOrder(m, es[s].clock, last, held) {
+			if d.staleOrder(m, &es[s], &es[latest], held) {
 				fs = append(fs, verdict{kind: kindStaleOrder, cited: [2]int32{int32(s), int32(latest)}, m: int32(m)})
 			}
-		} else if h := t.missedImport(m, last, held); h >= 0 {
+		} else if h := d.missedImport(m, last, held); h >= 0 {
 			fs = append(fs, verdict{kind: kindMissedImport, cited: [2]int32{int32(h), int32(latest)}, m: int32(m)})
 		}
 	}
@@ -1582,20 +1612,21 @@ func laterRead(a, b *journalEntry) bool {
 	return c > 0 || c == 0 && a.seq > b.seq
 }
 
-// staleOrder reports whether the m-th order with a timeline, last seen at seen, stands
-// otherwise at last, the latest instant read, unless a page judged after seen and by last,
-// whose filter its status then left, reached its place (a client that polls one status
-// learns of a change when the order leaves it).
-func (t *tenant) staleOrder(m int, seen, last instant, held *heldPages) bool {
-	then, _ := t.orders.movingState(m, seen)
-	now, _ := t.orders.movingState(m, last)
-	return (then.status != now.status || then.linked != now.linked) && !held.leftBetween(m, seen, last)
+// staleOrder reports whether the m-th order with a timeline, last seen by the entry seen,
+// stands otherwise as the entry last, judged at the latest instant read, saw it (each
+// entry judged against the data its own request read), unless a page judged after seen
+// and by last, whose filter its status then left, reached its place (a client that polls
+// one status learns of a change when the order leaves it).
+func (d *tenantData) staleOrder(m int, seen, last *journalEntry, held *heldPages) bool {
+	then, _ := d.orders.movingState(m, seen.clock, seen.writes)
+	now, _ := d.orders.movingState(m, last.clock, last.writes)
+	return (then.status != now.status || then.linked != now.linked) && !held.leftBetween(m, seen.clock, last.clock)
 }
 
-func staleDetail(t *tenant, es []journalEntry, f *verdict) string {
-	ix, m, s, latest := &t.orders, int(f.m), &es[f.cited[0]], &es[f.cited[1]]
-	then, _ := ix.movingState(m, s.clock)
-	now, _ := ix.movingState(m, latest.clock)
+func staleDetail(d *tenantData, es []journalEntry, f *verdict) string {
+	ix, m, s, latest := &d.orders, int(f.m), &es[f.cited[0]], &es[f.cited[1]]
+	then, _ := ix.movingState(m, s.clock, s.writes)
+	now, _ := ix.movingState(m, latest.clock, latest.writes)
 	return fmt.Sprintf("Order %s was last seen %s (request %d, at %s), but at %s (request %d) it is %s: keep re-reading the orders you follow (by id, or with a window that looks back) until they settle.",
 		ix.movingID(m), ix.stateText(m, then), s.seq, formatInstant(s.clock), formatInstant(latest.clock), latest.seq, ix.stateText(m, now))
 }
@@ -1604,16 +1635,16 @@ func staleDetail(t *tenant, es []journalEntry, f *verdict) string {
 // when it was imported late, by last, the latest instant read, and a page judged before its
 // import held its place with a filter it then matched. It returns that page's entry (of
 // them, the highest seq), or -1.
-func (t *tenant) missedImport(m int, last instant, held *heldPages) int {
-	created, imported := t.orders.movingInstants(m)
+func (d *tenantData) missedImport(m int, last instant, held *heldPages) int {
+	created, imported := d.orders.movingInstants(m)
 	if !imported.after(created) || imported.after(last) {
 		return -1
 	}
 	return held.heldBefore(m, imported)
 }
 
-func missedDetail(t *tenant, es []journalEntry, f *verdict) string {
-	ix, m, held, latest := &t.orders, int(f.m), &es[f.cited[0]], &es[f.cited[1]]
+func missedDetail(d *tenantData, es []journalEntry, f *verdict) string {
+	ix, m, held, latest := &d.orders, int(f.m), &es[f.cited[0]], &es[f.cited[1]]
 	created, imported := ix.movingInstants(m)
 	return fmt.Sprintf("Order %s (created_at %s) was imported at %s, behind what request %d had listed, and no request judged after its import showed it (the last read, request %d, was judged at %s): a created_from watermark misses orders imported late, so re-read a window that looks back further than imports can be late.",
 		ix.movingID(m), formatInstant(created), formatInstant(imported), held.seq, latest.seq, formatInstant(latest.clock))
@@ -1870,7 +1901,7 @@ func (t *tenant) countFindings() <-chan struct{} {
 // first of them, written.
 func (t *tenant) recount(j *journal) {
 	part := j.part(journalRead{})
-	first, n := t.findingsIn(part.entries, pageFindings)
+	first, n := t.current().findingsIn(part.entries, pageFindings)
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.counting = nil
@@ -1942,12 +1973,13 @@ func (ld *loader) keepTemplates(ds *datasetFile, seed int) map[string]*sandboxTe
 		if t.id == seedTenant {
 			seeds = seed
 		}
-		if len(t.orders.pending)+seeds > maxSandboxRecords || len(shipments[t.id]) > maxSandboxRecords {
+		pending := t.current().orders.pending
+		if len(pending)+seeds > maxSandboxRecords || len(shipments[t.id]) > maxSandboxRecords {
 			templates[t.id.account] = nil
 			continue
 		}
-		recs := make([]int32, len(t.orders.pending))
-		for i, p := range t.orders.pending {
+		recs := make([]int32, len(pending))
+		for i, p := range pending {
 			recs[i] = p.rec
 		}
 		templates[t.id.account] = &sandboxTemplate{orders: ds.orders.copyOf(recs), shipments: shipments[t.id], keys: keys[t.id], seeds: seeds}
@@ -1955,12 +1987,30 @@ func (ld *loader) keepTemplates(ds *datasetFile, seed int) map[string]*sandboxTe
 	return templates
 }
 
-// sandboxAccount is a sandbox as the book holds it.
+// sandboxAccount is a sandbox as the book holds it, with the order records its data was
+// built from (a template's, or those sent), which a write builds its orders from again.
 type sandboxAccount struct {
 	tenant   *tenant
+	orders   *orderRecords
+	seeds    int
 	digests  [][sha256.Size]byte // its keys'
-	bytes    int64               // what its data holds
+	bytes    int64               // what its data holds, as the book counts it (under its lock)
 	lastUsed atomic.Int64        // the wall clock, in ns, at the last request that named one of its keys
+}
+
+// madeCopy is a copy of a template as it was made: its start instant and its first data,
+// before any write.
+type madeCopy struct {
+	start time.Time
+	data  *tenantData
+}
+
+// dataLink is a link a sandbox's data holds: the order, the shipment created with it, when
+// the link shows (dawn: always), and the write that made it (0: the sandbox's records).
+type dataLink struct {
+	orderID, shipmentID string
+	at                  instant
+	write               uint32
 }
 
 // sandboxBook is every sandbox, by account and by the digests of their keys. A dataset
@@ -1973,8 +2023,8 @@ type sandboxBook struct {
 	max       int
 	maxBytes  int64
 	idle      time.Duration
-	forgotten func(t *tenant)              // lets go of what else a forgotten sandbox holds: its journal, its stored answers
-	copies    map[*sandboxTemplate]*tenant // the copy of each template made last, whose data the next copy of its start instant shares
+	forgotten func(t *tenant)               // lets go of what else a forgotten sandbox holds: its journal, its stored answers
+	copies    map[*sandboxTemplate]madeCopy // the copy of each template made last, whose data the next copy of its start instant shares
 }
 
 func newSandboxBook(forgotten func(t *tenant)) *sandboxBook {
@@ -2070,8 +2120,8 @@ func (b *sandboxBook) count(now time.Time) int {
 }
 
 // dataBytes is about what a tenant's data holds on the heap: what the book's bound counts.
-func (t *tenant) dataBytes() int64 {
-	o := &t.orders
+func (d *tenantData) dataBytes() int64 {
+	o := &d.orders
 	n := len(o.block) + len(o.ids) + len(o.records)*int(unsafe.Sizeof(storedOrder{})) + len(o.table.slots)*4 +
 		len(o.moving)*4 + len(o.timelines)*int(unsafe.Sizeof(orderTimeline{})) + len(o.states)*int(unsafe.Sizeof(orderState{})) + len(o.stateJSON) + len(o.imports)*16
 	for k := range o.byValue {
@@ -2082,14 +2132,14 @@ func (t *tenant) dataBytes() int64 {
 			n += len(l) * 4
 		}
 	}
-	for _, s := range t.shipments.list {
+	for _, s := range d.shipments.list {
 		n += int(unsafe.Sizeof(shipment{})) + len(s.id) + len(s.full) + len(s.events) + len(s.ends)*8 + len(s.instants)*16 + len(s.statuses) + 64
 		for _, h := range s.heads {
 			n += len(h)
 		}
 	}
-	n += len(t.timeline) * int(unsafe.Sizeof(happening{}))
-	return int64(n) + int64(unsafe.Sizeof(tenant{}))
+	n += len(d.timeline)*int(unsafe.Sizeof(happening{})) + len(d.links)*int(unsafe.Sizeof(dataLink{}))
+	return int64(n) + int64(unsafe.Sizeof(tenant{})+unsafe.Sizeof(tenantData{}))
 }
 
 // The body of POST /v1/test_helpers/sandboxes, read as a dataset's records are.
@@ -2243,21 +2293,22 @@ func (b *sandboxBook) makeSandbox(body []byte, caller *apiKey, templates map[str
 		made[sha256.Sum256([]byte(out.Key))] = k
 		answer.Keys = append(answer.Keys, out)
 	}
-	sa := &sandboxAccount{tenant: t}
+	sa := &sandboxAccount{tenant: t, orders: req.orders}
 	switch {
 	case tpl != nil && b.shares(tpl, t):
-		sa.bytes = int64(unsafe.Sizeof(tenant{}))
+		sa.orders, sa.seeds, sa.bytes = tpl.orders, tpl.seeds, int64(unsafe.Sizeof(tenant{})+unsafe.Sizeof(tenantData{}))
 	case tpl != nil:
+		sa.orders, sa.seeds = tpl.orders, tpl.seeds
 		if err := fileSandbox(ld, t, tpl.orders, tpl.shipments, tpl.seeds); err != nil { // loaded at the dataset's start, not at this one
 			return nil, paramError(codeInvalidParameter, "template", "The template's records cannot be read at this sandbox's start instant: "+err.Error())
 		}
 		b.keepCopy(tpl, t)
-		sa.bytes = t.dataBytes()
+		sa.bytes = t.current().dataBytes()
 	default:
 		if err := fileSandbox(ld, t, req.orders, req.shipments, 0); err != nil {
 			return nil, bodyFault(err)
 		}
-		sa.bytes = t.dataBytes()
+		sa.bytes = t.current().dataBytes()
 	}
 	t.sandbox = sa
 	b.add(sa, made, now)
@@ -2273,22 +2324,23 @@ func (b *sandboxBook) shares(tpl *sandboxTemplate, t *tenant) bool {
 	b.mu.Lock()
 	last := b.copies[tpl]
 	b.mu.Unlock()
-	if last == nil || !last.start.Equal(t.start) {
+	if last.data == nil || !last.start.Equal(t.start) {
 		return false
 	}
-	t.shipments, t.orders, t.timeline = last.shipments, last.orders, last.timeline
-	t.shipments.tenantName, t.orders.tenantName, t.orders.tag = t.id.String(), t.id.String(), tagOf("tenant", t.id.account, t.id.environment)
+	d := *last.data
+	d.shipments.tenantName, d.orders.tenantName, d.orders.tag = t.id.String(), t.id.String(), tagOf("tenant", t.id.account, t.id.environment)
+	t.data.Store(&d)
 	return true
 }
 
-// keepCopy keeps t as the copy of tpl made last.
+// keepCopy keeps t, just made, as the copy of tpl made last.
 func (b *sandboxBook) keepCopy(tpl *sandboxTemplate, t *tenant) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.copies == nil {
-		b.copies = map[*sandboxTemplate]*tenant{}
+		b.copies = map[*sandboxTemplate]madeCopy{}
 	}
-	b.copies[tpl] = t
+	b.copies[tpl] = madeCopy{t.start, t.current()}
 }
 
 // templateOf is the template a request copies and its account (nil and nil when it sends
@@ -2352,7 +2404,7 @@ func fileSandbox(ld *loader, t *tenant, orders *orderRecords, shipments []shipme
 		return err
 	}
 	if seeds > 0 {
-		if err := t.orders.seedOrders(seeds); err != nil {
+		if err := t.current().orders.seedOrders(seeds); err != nil {
 			return err
 		}
 	}

@@ -597,7 +597,7 @@ func addSeedOrders(ts *tenants, n int) error {
 	if t == nil {
 		return fmt.Errorf("-seed-orders: the dataset has no account %s with environment %s to seed", seedTenant.account, seedTenant.environment)
 	}
-	return t.orders.seedOrders(n)
+	return t.current().orders.seedOrders(n)
 }
 
 // banner is the start-up banner, written in one write so that a reader of stdout sees it
@@ -1066,6 +1066,7 @@ type call struct {
 	arrived   time.Time // when it arrived, by the machine's clock (as its log line's duration and its journal entry)
 	key       *apiKey
 	clock     clockReading // the tenant's clock, read once when the key was found
+	data      *tenantData  // the tenant's data, read once with its clock: every answer of the request is of this version
 	at        time.Time    // what the answer shows is judged at this instant: clock.now, or Prefer's clock
 	status    int
 	code      code        // the problem's code, if it was answered with one
@@ -1077,6 +1078,8 @@ type call struct {
 	idempotencyKey string
 	written        *storedAnswer
 	unconfirmed    *apiError
+	bodyDigest     [sha256.Size]byte // a write's body's SHA-256, once read (digested)
+	digested       bool
 	bodySize       int64   // the bytes of its body, for the journal; -1 unknown
 	shown          showing // what its answer showed, for the journal
 	journal        *apiKey // the key whose tenant journals it, if it is journaled
@@ -1336,6 +1339,7 @@ func requireKey(keys *keyFinder, wall func() time.Time, expiry expiryClock, jour
 		return func(w http.ResponseWriter, r *http.Request, c *call) {
 			k, fault := keys.authenticate(r.Header)
 			if k != nil {
+				c.data = k.tenant.current()
 				c.clock = k.tenant.clock.read(wall)
 				c.at = c.clock.now
 				if journal && !k.tenant.live {
@@ -2184,6 +2188,7 @@ func (s *server) idempotent(next callHandler) callHandler {
 		body, _ := io.ReadAll(r.Body) // in memory: readBody read it
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		c.bodySize = int64(len(body))
+		c.bodyDigest, c.digested = sha256.Sum256(body), true
 		request := sha256.Sum256([]byte(r.Method + "\x00" + r.URL.Path + "\x00" + string(body)))
 		st := &c.key.tenant.answers
 		a := s.answers.claim(st, c.idempotencyKey, request, s.now())
@@ -2268,12 +2273,12 @@ func (s *server) deleteSandbox(w http.ResponseWriter, r *http.Request, c *call) 
 // shows, for the journal.
 
 func trackingByID(w http.ResponseWriter, r *http.Request, c *call) error {
-	v, s, err := c.key.tenant.shipments.viewByID(r.PathValue("id"), c.at)
+	v, s, err := c.data.shipments.viewByID(r.PathValue("id"), c.at)
 	return writeView(w, c, v, s, err)
 }
 
 func trackingByNumber(w http.ResponseWriter, r *http.Request, c *call) error {
-	v, s, err := c.key.tenant.shipments.viewByNumber(r.PathValue("tracking_number"), c.at)
+	v, s, err := c.data.shipments.viewByNumber(r.PathValue("tracking_number"), c.at)
 	if err == errTrackingAmbiguous {
 		c.shown = showing{kind: showsSharedNumber, ship: s}
 	}
@@ -2291,7 +2296,7 @@ func writeView(w http.ResponseWriter, c *call, v view, s *shipment, err error) e
 }
 
 func getOrder(w http.ResponseWriter, r *http.Request, c *call) error {
-	b, i, err := c.key.tenant.orders.get(r.PathValue("id"), c.at)
+	b, i, err := c.data.orders.get(r.PathValue("id"), c.at)
 	if err != nil {
 		return err
 	}
@@ -2305,7 +2310,7 @@ func getOrder(w http.ResponseWriter, r *http.Request, c *call) error {
 func (s *server) listOrders(w http.ResponseWriter, r *http.Request, c *call) error {
 	buf := s.pages.Get().(*[]byte)
 	defer s.pages.Put(buf)
-	b, page, err := c.key.tenant.orders.page((*buf)[:0], r.URL.RawQuery, s.cursors, c.at)
+	b, page, err := c.data.orders.page((*buf)[:0], r.URL.RawQuery, s.cursors, c.at)
 	*buf = b
 	if err != nil {
 		return err
@@ -2334,7 +2339,7 @@ func (s *server) setClock(w http.ResponseWriter, r *http.Request, c *call) error
 }
 
 func getTimeline(w http.ResponseWriter, r *http.Request, c *call) error {
-	b, err := c.key.tenant.timelineAt(c.at)
+	b, err := c.data.timelineAt(c.at)
 	if err != nil {
 		return err
 	}
@@ -2349,13 +2354,13 @@ func (s *server) readRequests(w http.ResponseWriter, r *http.Request, c *call) e
 	if err != nil {
 		return err
 	}
-	t := c.key.tenant
+	d := c.key.tenant.current()
 	if har {
 		return writeJSON(w, harOf(part.entries, originOf(r, s.origin)))
 	}
 	answer := requestsAnswer{Data: make([]entryJSON, len(part.entries)), HasMore: part.more, LastSeq: part.last, Dropped: part.dropped}
 	for i := range part.entries {
-		answer.Data[i] = t.entryJSONOf(&part.entries[i])
+		answer.Data[i] = d.entryJSONOf(&part.entries[i])
 	}
 	return writeJSON(w, answer)
 }
@@ -2367,7 +2372,7 @@ func (s *server) readFindings(w http.ResponseWriter, r *http.Request, c *call) e
 	if err != nil {
 		return err
 	}
-	data, n := c.key.tenant.findingsIn(part.entries, maxFindings)
+	data, n := c.key.tenant.current().findingsIn(part.entries, maxFindings)
 	answer := findingsAnswer{Data: data, More: n - len(data), Dropped: part.dropped}
 	if n := len(part.entries); n > 0 {
 		answer.Judged = &judgedSeqs{part.entries[0].seq, part.entries[n-1].seq}
@@ -2426,7 +2431,8 @@ func (s *server) writeEntry(sw *statusWriter) {
 	c.journaled = true
 	e := journalEntry{arrived: c.arrived.UnixNano(), duration: int64(time.Since(c.arrived)), clock: instantOf(c.at), key: c.journal,
 		method: ownMethod(r.Method), routePath: sw.route, target: boundValue(targetOf(r), maxJournalTarget), runTag: c.run, requestID: c.id, code: c.code,
-		size: -1, retryAfter: -1, status: int16(c.status), simulated: c.simulated, shown: c.shown, bodySize: c.bodySize}
+		size: -1, retryAfter: -1, status: int16(c.status), simulated: c.simulated, shown: c.shown, bodySize: c.bodySize,
+		writes: c.data.writes, writeKey: c.idempotencyKey, bodyDigest: c.bodyDigest, digested: c.digested}
 	if e.bodySize < 0 && r.ContentLength >= 0 {
 		e.bodySize = r.ContentLength // answered before its body was read
 	}
@@ -2919,17 +2925,18 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 				lt.Requests, lt.Journaled, lt.CountedTo, lt.Findings, lt.FirstFindings = landingJournal(tk.t)
 			}
 		}
-		shipments, more := tk.t.shipments.firstShown(clock.now, pageRows)
+		td := tk.t.current()
+		shipments, more := td.shipments.firstShown(clock.now, pageRows)
 		for _, sh := range shipments {
 			lt.Shipments = append(lt.Shipments, landingShipment{cut(sh.id), cut(sh.trackingNumber), sh.status, sh.shared, sh.dropped})
 		}
 		lt.MoreShipments = more
-		orders, more := tk.t.orders.firstListed(clock.now, pageRows)
+		orders, more := td.orders.firstListed(clock.now, pageRows)
 		for _, o := range orders {
 			lt.Orders = append(lt.Orders, landingOrder{cut(o.id), o.status, formatTimestamp(o.createdAt)})
 		}
 		lt.MoreOrders = more
-		past, future, morePast, moreFuture := tk.t.timelineAround(clock.now, timelineSide)
+		past, future, morePast, moreFuture := td.timelineAround(clock.now, timelineSide)
 		for _, h := range past {
 			lt.Past = append(lt.Past, landingHappening{fromStart(h.at, l.started), cut(h.id), cut(h.what())})
 		}

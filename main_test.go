@@ -4176,7 +4176,7 @@ func TestReadmeDatasetExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := sb.tenants.byID[tenantID{"acct_acme", "test"}].shipments.byID["shp_acme_1"]; s == nil || len(s.instants) != 2 {
+	if s := sb.tenants.byID[tenantID{"acct_acme", "test"}].current().shipments.byID["shp_acme_1"]; s == nil || len(s.instants) != 2 {
 		t.Errorf("the README's example shipment did not load with its two events")
 	}
 }
@@ -6766,10 +6766,10 @@ func TestOrderFindingsAgreeWithTheirDefinition(t *testing.T) {
 			tn := e.sb.tenants.byID[tenantID{"acct_a", "test"}]
 			es := tn.journal.Load().part(journalRead{}).entries
 			var got []string
-			for _, f := range tn.orderFindings(es) {
-				got = append(got, fmt.Sprintf("%s %s %d %d", findingKinds[f.kind].code, tn.orders.movingID(int(f.m)), es[f.cited[0]].seq, es[f.cited[1]].seq))
+			for _, f := range tn.current().orderFindings(es) {
+				got = append(got, fmt.Sprintf("%s %s %d %d", findingKinds[f.kind].code, tn.current().orders.movingID(int(f.m)), es[f.cited[0]].seq, es[f.cited[1]].seq))
 			}
-			want, left := orderFindingsByDefinition(tn, es)
+			want, left := orderFindingsByDefinition(tn.current(), es)
 			slices.Sort(got)
 			slices.Sort(want)
 			if strings.Join(got, "\n") != strings.Join(want, "\n") {
@@ -6785,8 +6785,8 @@ func TestOrderFindingsAgreeWithTheirDefinition(t *testing.T) {
 // orderFindingsByDefinition is the order findings of es as the contract defines them, each
 // page asked of each order: "code id seq seq"; and how many stale sightings a page that the
 // order left excused.
-func orderFindingsByDefinition(tn *tenant, es []journalEntry) (out []string, excused int) {
-	ix := &tn.orders
+func orderFindingsByDefinition(d *tenantData, es []journalEntry) (out []string, excused int) {
+	ix := &d.orders
 	covers := func(p *listedPage, i int) bool { // its created_from..created_to holds the order, and it reached its place
 		c := ix.records[i].created()
 		return !p.filter.from.after(c) && !c.after(p.filter.to) && (!p.more || int(p.last) > i)
@@ -6819,8 +6819,8 @@ func orderFindingsByDefinition(tn *tenant, es []journalEntry) (out []string, exc
 	for m := range ix.movingCount() {
 		i, tl := int(ix.moving[m]), &ix.timelines[m]
 		if s := seen[m]; s != nil {
-			then, _ := ix.movingState(m, s.clock)
-			now, _ := ix.movingState(m, latest.clock)
+			then, _ := ix.movingState(m, s.clock, s.writes)
+			now, _ := ix.movingState(m, latest.clock, latest.writes)
 			if then.status == now.status && then.linked == now.linked {
 				continue
 			}
@@ -7475,7 +7475,7 @@ func TestCopiesOfOneInstantShareTheirData(t *testing.T) {
 	_, a := e.makeSandbox(t, "sk_test_sync_all", `{}`, "share-a")
 	_, b := e.makeSandbox(t, "sk_test_sync_all", `{}`, "share-b")
 	ta, tb := e.srv.keys.sandboxes.accounts[a.Account].tenant, e.srv.keys.sandboxes.accounts[b.Account].tenant
-	if &ta.orders.block[0] != &tb.orders.block[0] || ta.orders.tag == tb.orders.tag || tb.sandbox.bytes >= ta.sandbox.bytes {
+	if &ta.current().orders.block[0] != &tb.current().orders.block[0] || ta.current().orders.tag == tb.current().orders.tag || tb.sandbox.bytes >= ta.sandbox.bytes {
 		t.Errorf("the second copy does not share the first's data, or shares its cursor tag (its bytes %d, the first's %d)", tb.sandbox.bytes, ta.sandbox.bytes)
 	}
 	page := decodePage(t, e.get(t, "/v1/orders?limit=1", a.Keys[0].Key))
@@ -7490,7 +7490,7 @@ func TestCopiesOfOneInstantShareTheirData(t *testing.T) {
 	// A copy made at another second is built anew, at its own start.
 	e.clock.advance(time.Second)
 	_, c := e.makeSandbox(t, "sk_test_sync_all", `{}`, "share-c")
-	if tc := e.srv.keys.sandboxes.accounts[c.Account].tenant; &tc.orders.block[0] == &ta.orders.block[0] || !tc.start.After(ta.start) {
+	if tc := e.srv.keys.sandboxes.accounts[c.Account].tenant; &tc.current().orders.block[0] == &ta.current().orders.block[0] || !tc.start.After(ta.start) {
 		t.Error("a copy of another start instant shares the data of the first")
 	}
 }
@@ -8369,7 +8369,7 @@ func TestOrderIndexOfSeededOrders(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tn := range sb.tenants.list {
-		checkOrderIndex(t, &tn.orders)
+		checkOrderIndex(t, &tn.current().orders)
 	}
 }
 
@@ -8775,7 +8775,8 @@ func FuzzLoadDataset(f *testing.F) {
 		if !json.Valid(data) || !utf8.Valid(data) {
 			t.Fatalf("loaded a dataset that is not JSON or not UTF-8: %q", data)
 		}
-		for id, tn := range sb.tenants.byID {
+		for id, tenant := range sb.tenants.byID {
+			tn := tenant.current()
 			for _, s := range []string{id.account, id.environment} {
 				if checkID("$", "", s) != nil {
 					t.Fatalf("tenant %q loaded", id)
@@ -8976,11 +8977,11 @@ func BenchmarkTrackingByID(b *testing.B) {
 func BenchmarkClock(b *testing.B) {
 	for _, frozen := range []bool{false, true} {
 		e := benchEnv(b, 1000000)
-		ix := &e.sb.tenants.byID[seedTenant].orders
+		ix := &e.sb.tenants.byID[seedTenant].current().orders
 		if frozen {
 			at := ix.createdAt(ix.count() / 2)
 			e.sb.tenants.byID[seedTenant].clock.freeze(at)
-			shp := e.sb.tenants.byID[seedTenant].shipments.byID["shp_sbx_spring"]
+			shp := e.sb.tenants.byID[seedTenant].current().shipments.byID["shp_sbx_spring"]
 			// The tracking read is measured with the clock at the third event.
 			b.Run("frozen/tracking_by_id", func(b *testing.B) {
 				e.sb.tenants.byID[seedTenant].clock.freeze(shp.instants[2].time())
@@ -9010,7 +9011,7 @@ func BenchmarkTrackingByNumber(b *testing.B) {
 func BenchmarkListOrders(b *testing.B) {
 	for _, n := range []int{1000, 1000000} {
 		e := benchEnv(b, n)
-		ix := &e.sb.tenants.byID[seedTenant].orders
+		ix := &e.sb.tenants.byID[seedTenant].current().orders
 		oldest := ix.createdAt(ix.count() - 1)
 		middle := ix.count() / 2
 		every := everyOrder()

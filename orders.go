@@ -236,10 +236,11 @@ type statusChange struct {
 }
 
 // orderLink is the shipment an order was created with, shown from createdAt on (dawn:
-// the shipment always existed).
+// the shipment always existed), and the write of a sandbox that made it (0: its records).
 type orderLink struct {
 	shipmentID string
 	createdAt  instant
+	write      uint32
 }
 
 // orderStatusAt is the status at at of an order whose first status is first and whose changes
@@ -344,7 +345,7 @@ func (ix *orderIndex) has(id string) bool {
 // order's shipment_id, shown from createdAt on (dawn: the shipment always existed). One
 // order can be linked once (a second link is the API's 409), and not by a shipment created
 // before the order is imported.
-func (ix *orderIndex) link(path, orderID, shipmentID string, createdAt instant) error {
+func (ix *orderIndex) link(path, orderID, shipmentID string, createdAt instant, write uint32) error {
 	i, ok := ix.byID[orderID]
 	if !ok {
 		return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("no order %q in %s to link shipment %q to", orderID, ix.tenantName, shipmentID)}
@@ -357,7 +358,7 @@ func (ix *orderIndex) link(path, orderID, shipmentID string, createdAt instant) 
 		return &datasetError{path: path + ".created_at", reason: fmt.Sprintf("shipment %q is created at %s, before its order %q is imported at %s: a shipment is created with an order the account has", shipmentID, formatInstant(createdAt), orderID, formatInstant(p.importedAt))}
 	}
 	p.link = int32(len(ix.links))
-	ix.links = append(ix.links, orderLink{shipmentID, createdAt})
+	ix.links = append(ix.links, orderLink{shipmentID, createdAt, write})
 	return nil
 }
 
@@ -386,6 +387,7 @@ type loadingOrder struct {
 	changes               []statusChange
 	shipmentID            string  // the shipment created with it, "" for none
 	linkedAt              instant // when the link shows: its shipment's creation (dawn: always)
+	linkWrite             uint32  // the write of a sandbox that made the link (0: the records)
 }
 
 // seededOrder is the j-th newest of n seeded orders, in o, its strings in idBuf and refBuf.
@@ -426,9 +428,11 @@ func appendPadded(b []byte, n, width int) []byte {
 }
 
 // moves reports whether what the order shows depends on the instant beyond its created_at:
-// an import after it, a change of status, or a link that appears after its import.
+// an import after it, a change of status, or a link that appears after its import; or on
+// the version of the data, a link a write made (the findings judge an entry by the version
+// it read).
 func (o *loadingOrder) moves() bool {
-	return o.importedAt != o.createdAt || len(o.changes) > 0 || o.shipmentID != "" && o.linkedAt.after(o.importedAt)
+	return o.importedAt != o.createdAt || len(o.changes) > 0 || o.shipmentID != "" && (o.linkedAt.after(o.importedAt) || o.linkWrite > 0)
 }
 
 // linkedBy reports whether the order's link shows at at: from its shipment's creation on.
@@ -484,7 +488,8 @@ func (ix *orderIndex) loadingOf(o *loadingOrder, p *pendingOrder) {
 	*o = loadingOrder{id: ix.recs.textOf(rec.id), reference: ix.recs.textOf(rec.reference), platform: p.platform,
 		createdAt: p.createdAt, importedAt: p.importedAt, status: p.status, changes: ix.changes[p.firstChange:p.endChange], linkedAt: dawn}
 	if p.link >= 0 {
-		o.shipmentID, o.linkedAt = ix.links[p.link].shipmentID, ix.links[p.link].createdAt
+		l := &ix.links[p.link]
+		o.shipmentID, o.linkedAt, o.linkWrite = l.shipmentID, l.createdAt, l.write
 	}
 }
 
@@ -559,7 +564,7 @@ func (ix *orderIndex) store(o *loadingOrder) error {
 	}
 	ix.moving = append(ix.moving, i)
 	ix.imports = append(ix.imports, o.importedAt)
-	tl := orderTimeline{imported: o.importedAt, first: uint32(len(ix.states)), shipmentID: o.shipmentID}
+	tl := orderTimeline{imported: o.importedAt, first: uint32(len(ix.states)), shipmentID: o.shipmentID, linkWrite: o.linkWrite}
 	// A state begins at dawn, at each change, and when the link appears. The changes are
 	// walked once, in order, beside the instants: loading stays linear in them.
 	begins := make([]instant, 0, len(o.changes)+2)
@@ -649,6 +654,7 @@ type orderTimeline struct {
 	imported   instant
 	first, end uint32 // its states are states[first:end]
 	shipmentID string // the shipment it links once linked, "" for none
+	linkWrite  uint32 // the write of a sandbox that made the link (0: the records)
 }
 
 // orderState is what an order shows from an instant on.
@@ -1251,14 +1257,20 @@ func (ix *orderIndex) movingInstants(m int) (created, imported instant) {
 	return ix.records[ix.moving[m]].created(), ix.timelines[m].imported
 }
 
-// movingState is the m-th order with a timeline as it stands at at, and whether it is
-// imported by then.
-func (ix *orderIndex) movingState(m int, at instant) (orderState, bool) {
-	st, ok := ix.showsAs(&ix.timelines[m], at)
+// movingState is the m-th order with a timeline as it stands at at in the version of the
+// data that held writes writes (a link a later write made does not show), and whether it
+// is imported by then.
+func (ix *orderIndex) movingState(m int, at instant, writes uint32) (orderState, bool) {
+	tl := &ix.timelines[m]
+	st, ok := ix.showsAs(tl, at)
 	if !ok {
 		return orderState{}, false
 	}
-	return *st, true
+	state := *st
+	if tl.linkWrite > writes {
+		state.linked = false
+	}
+	return state, true
 }
 
 // stateText writes a state of the m-th order with a timeline: its status and shipment_id.
