@@ -20,6 +20,7 @@
 //   - The reads' queries
 //   - What the page shows of a journal
 //   - Sandboxes: accounts made at run time
+//   - A booking: a shipment created in a sandbox
 package main
 
 import (
@@ -954,6 +955,7 @@ const (
 	showsShipment
 	showsPage
 	showsSharedNumber // a 404 by a tracking number held by several shipments then
+	showsCreated      // a shipment a write created (its 201, or the 502 that answered instead)
 )
 
 // read reports whether the entry is a 200 GET of the four operations: the entries read as
@@ -1262,9 +1264,12 @@ func (d *tenantData) entryJSONOf(e *journalEntry) entryJSON {
 }
 
 // idsOf is the ids an entry's answer showed, in its order: [] but for a 200 GET of the
-// four operations.
+// four operations, and a shipment's 201 (its id).
 func (d *tenantData) idsOf(e *journalEntry) []string {
 	ids := []string{}
+	if e.shown.kind == showsCreated && e.status == http.StatusCreated { // a shipment's 201, or its replay
+		return append(ids, e.shown.ship.id)
+	}
 	if !e.read() {
 		return ids
 	}
@@ -1318,6 +1323,7 @@ type findingCode uint8
 
 const (
 	kindAmbiguousNumber findingCode = iota
+	kindBlindRetry
 	kindMissedImport
 	kindRetryTooSoon
 	kindStaleOrder
@@ -1334,6 +1340,9 @@ var findingKinds = [...]findingKind{
 	kindAmbiguousNumber: {"ambiguous_number",
 		"a 404 of GET /v1/tracking/{tracking_number} whose number two or more shipments held at that instant; one finding per number, citing its first and last such lookups",
 		"the live domain adapter will answer 409 there: look the shipment up by its id", ambiguousDetail},
+	kindBlindRetry: {"blind_retry",
+		"a write answered 502 (the write was done) sent again once that answer had come, with the same key, method, path and query and the same body, under another Idempotency-Key; one finding per 502, citing it and its first such retry",
+		"retry a 502 with the same Idempotency-Key, which answers the first write's result", blindDetail},
 	kindMissedImport: {"missed_import",
 		"an order imported after its created_at that no request judged at or after its import showed, although a page judged before its import held its place (its created_from..created_to held its created_at, its status filter, if any, let it through, and the page reached its place in the list) and a later read was made: a created_from watermark went past it",
 		"re-read a window that looks back further than imports can be late", missedDetail},
@@ -1361,6 +1370,7 @@ type verdict struct {
 func (d *tenantData) judgeFindings(es []journalEntry) []verdict {
 	fs := retriesTooSoon(es)
 	fs = append(fs, sharedNumbers(es)...)
+	fs = append(fs, blindRetries(es)...)
 	fs = append(fs, d.orderFindings(es)...)
 	slices.SortStableFunc(fs, func(a, b verdict) int {
 		if c := cmp.Compare(a.cited[0], b.cited[0]); c != 0 {
@@ -1388,9 +1398,12 @@ func (d *tenantData) written(es []journalEntry, f *verdict) finding {
 	if f.cited[1] >= 0 {
 		w.Requests = append(w.Requests, es[f.cited[1]].seq)
 	}
-	if f.m >= 0 {
+	switch a := &es[f.cited[0]]; {
+	case f.m >= 0:
 		id := d.orders.movingID(int(f.m))
 		w.ID = &id
+	case f.kind == kindBlindRetry && a.shown.kind == showsCreated: // the shipment the 502's write created
+		w.ID = &a.shown.ship.id
 	}
 	return w
 }
@@ -1552,6 +1565,61 @@ func ambiguousDetail(_ *tenantData, es []journalEntry, f *verdict) string {
 	n := int(f.n)
 	return fmt.Sprintf("Tracking number %s was held by more than one shipment when it was looked up (%d %s), so the sandbox answered 404; the live domain adapter will answer 409 Conflict there: look the shipment up by its id, GET /v1/shipments/{id}/tracking.",
 		strconv.Quote(*es[f.cited[0]].shown.ship.trackingNumber), n, plural(n, "lookup", "lookups"))
+}
+
+// blindRetries finds the writes answered 502, which were done, that were sent again once
+// that answer had come (same key, method, target and body) under another Idempotency-Key:
+// a second write, where the same key would have answered the first's result. Only groups
+// with a 502 are kept; each 502 looks on to its first such retry.
+func blindRetries(es []journalEntry) []verdict {
+	type sent struct {
+		key            *apiKey
+		method, target string
+		body           [sha256.Size]byte
+	}
+	sentOf := func(e *journalEntry) sent { return sent{e.key, e.method, e.target, e.bodyDigest} }
+	groups := map[sent][]int32{}
+	for i := range es {
+		if e := &es[i]; e.status == http.StatusBadGateway && e.digested && e.writeKey != "" {
+			groups[sentOf(e)] = []int32{}
+		}
+	}
+	var order []sent // in the order of their first entry
+	for i := range es {
+		e := &es[i]
+		if !e.digested || e.writeKey == "" {
+			continue
+		}
+		if l, ok := groups[sentOf(e)]; ok {
+			if len(l) == 0 {
+				order = append(order, sentOf(e))
+			}
+			groups[sentOf(e)] = append(l, int32(i))
+		}
+	}
+	var fs []verdict
+	for _, g := range order {
+		l := groups[g]
+		for k, a := range l {
+			A := &es[a]
+			if A.status != http.StatusBadGateway {
+				continue
+			}
+			for _, b := range l[k+1:] {
+				if B := &es[b]; B.arrived >= A.arrived+A.duration && B.writeKey != A.writeKey {
+					fs = append(fs, verdict{kind: kindBlindRetry, cited: [2]int32{a, b}, m: -1})
+					break
+				}
+			}
+		}
+	}
+	return fs
+}
+
+func blindDetail(_ *tenantData, es []journalEntry, f *verdict) string {
+	A, B := &es[f.cited[0]], &es[f.cited[1]]
+	return fmt.Sprintf("%s %s was answered 502 (request %d), but the write was done; request %d sent the same body again under another Idempotency-Key (%s, not %s), which writes a second time (a second link of an order is 409 order_already_linked): retry a 502 with the same Idempotency-Key, which answers the first write's result.",
+		A.method, A.target, A.seq, B.seq, strconv.Quote(B.writeKey), strconv.Quote(A.writeKey))
 }
 
 // orderFindings finds the orders the entries missed (imported late, behind what a list had
@@ -2064,20 +2132,29 @@ func (b *sandboxBook) add(sa *sandboxAccount, keys map[[sha256.Size]byte]*apiKey
 			}
 		}
 	}
-	for len(b.accounts) > 0 && full() {
-		var oldest *sandboxAccount
-		for _, other := range b.accounts {
-			if oldest == nil || other.lastUsed.Load() < oldest.lastUsed.Load() {
-				oldest = other
-			}
-		}
-		b.forgetLocked(oldest)
-	}
+	b.makeRoomLocked(nil, full)
 	b.accounts[sa.tenant.id.account] = sa
 	b.bytes += sa.bytes
 	for digest, k := range keys {
 		sa.digests = append(sa.digests, digest)
 		b.keys.Store(digest, k)
+	}
+}
+
+// makeRoomLocked forgets the least recently used sandboxes but keep while full says so;
+// b.mu is held.
+func (b *sandboxBook) makeRoomLocked(keep *sandboxAccount, full func() bool) {
+	for full() {
+		var oldest *sandboxAccount
+		for _, other := range b.accounts {
+			if other != keep && (oldest == nil || other.lastUsed.Load() < oldest.lastUsed.Load()) {
+				oldest = other
+			}
+		}
+		if oldest == nil {
+			return
+		}
+		b.forgetLocked(oldest)
 	}
 }
 
@@ -2392,6 +2469,119 @@ func sandboxKey(path string, rec keyRecord, t *tenant) (*apiKey, sandboxKeyOut, 
 		out.ExpiresAt = &when
 	}
 	return k, out, nil
+}
+
+// ===== A booking: a shipment created in a sandbox =====
+
+// A booking: POST /v1/test_helpers/shipments creates a shipment in a sandbox at the
+// request's instant, as the real API's shipment creation will, linking the order it names.
+// The write builds the sandbox's next version (its shipments with one more, its orders
+// built again from their records with one more link, its timeline with the shipment's
+// creation) and swaps it in whole: a request reads the version before or the one after,
+// never a part of each. Writes to one sandbox are built one at a time; reads take no lock.
+
+// maxSandboxShipments is the most shipments a sandbox holds.
+const maxSandboxShipments = 10000
+
+var (
+	errDatasetFixed = &apiError{code: codeCapabilityUnavailable, detail: "A dataset's account is fixed: make a sandbox (POST /v1/test_helpers/sandboxes) and create shipments in it with its keys."}
+	errSandboxFull  = &apiError{code: codeCapabilityUnavailable, detail: fmt.Sprintf("This sandbox holds %d shipments, the most a sandbox holds: make another sandbox for more.", maxSandboxShipments)}
+)
+
+// createShipment creates the shipment rec sends in t at the instant at: the checks of its
+// records in the dataset's load order (422), the order it links (404 when not shown at at,
+// 409 when linked already, at any instant), whether t takes writes (422); then the next
+// version of t's data, swapped in, with the shipment. book counts the sandbox's data anew.
+func (t *tenant) createShipment(rec *bookingRecord, at time.Time, book *sandboxBook) (*tenantData, *shipment, error) {
+	t.writing.Lock()
+	defer t.writing.Unlock()
+	d := t.current()
+	if rec.id != nil {
+		rec.ID = *rec.id
+	} else {
+		rec.ID = "shp_" + randomText(20)
+		for d.shipments.byID[rec.ID] != nil { // one in 2^100
+			rec.ID = "shp_" + randomText(20)
+		}
+	}
+	if err := checkShipment("$", rec.shipmentRecord); err != nil {
+		return nil, nil, bodyFault(err)
+	}
+	if d.shipments.byID[rec.ID] != nil {
+		return nil, nil, paramError(codeInvalidParameter, "id", fmt.Sprintf("This sandbox holds a shipment %q already (at some instant): send another id, or none to have one made.", rec.ID))
+	}
+	s, events, _, err := prepareShipment("$", rec.shipmentRecord, instantOf(at), at)
+	if err != nil {
+		return nil, nil, bodyFault(err)
+	}
+	if rec.OrderID != nil {
+		_, i, err := d.orders.get(*rec.OrderID, at)
+		if err != nil {
+			return nil, nil, paramError(codeNotFound, "order_id", fmt.Sprintf("No order %q is shown in this account at %s, the request's instant: a shipment is created for an order the list shows.", *rec.OrderID, formatTimestamp(at)))
+		}
+		if other := d.orders.linkOf(i); other != "" {
+			return nil, nil, paramError(codeOrderAlreadyLinked, "order_id", fmt.Sprintf("Order %q is linked to shipment %q already: an order is linked to one shipment, and a second link is a conflict.", *rec.OrderID, other))
+		}
+	}
+	switch {
+	case t.sandbox == nil:
+		return nil, nil, errDatasetFixed
+	case d.shipments.count() >= maxSandboxShipments:
+		return nil, nil, errSandboxFull
+	}
+	next := &tenantData{writes: d.writes + 1, links: d.links}
+	if rec.OrderID != nil {
+		next.links = append(slices.Clip(d.links), dataLink{*rec.OrderID, rec.ID, s.createdAt, next.writes})
+	}
+	if next.orders, err = t.sandbox.ordersWith(next.links); err != nil {
+		return nil, nil, err
+	}
+	var happenings []happening
+	next.shipments, happenings = d.shipments.with(s, events)
+	next.timeline = append(slices.Clip(d.timeline), happenings...)
+	sortHappenings(next.timeline)
+	t.data.Store(next)
+	book.resized(t.sandbox, next.dataBytes())
+	return next, s, nil
+}
+
+// ordersWith builds the sandbox's orders again from its records, seeded ones included, with
+// these links: as its creation filed them, and the links its writes made.
+func (sa *sandboxAccount) ordersWith(links []dataLink) (orderIndex, error) {
+	t := sa.tenant
+	ix := newOrderIndex(t.id.account, t.id.environment, t.start)
+	ix.recs = sa.orders
+	for i := range sa.orders.list {
+		if err := ix.addOrder("$.orders["+strconv.Itoa(i)+"]", sa.orders, i); err != nil {
+			return ix, err
+		}
+	}
+	if sa.seeds > 0 {
+		if err := ix.seedOrders(sa.seeds); err != nil {
+			return ix, err
+		}
+	}
+	for _, l := range links {
+		if err := ix.link("$", l.orderID, l.shipmentID, l.at, l.write); err != nil {
+			return ix, err
+		}
+	}
+	err := ix.build()
+	ix.happenings = nil // the timeline holds them already
+	return ix, err
+}
+
+// resized counts a sandbox's data again after a write; past the book's bytes, the least
+// recently used others are forgotten.
+func (b *sandboxBook) resized(sa *sandboxAccount, bytes int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.accounts[sa.tenant.id.account] != sa {
+		return // forgotten meanwhile
+	}
+	b.bytes += bytes - sa.bytes
+	sa.bytes = bytes
+	b.makeRoomLocked(sa, func() bool { return b.bytes > b.maxBytes })
 }
 
 // fileSandbox files a sandbox's records under its tenant t, as a dataset's are loaded, and

@@ -958,6 +958,7 @@ func (s *server) routes() []route {
 		{"GET /v1/test_helpers/findings", s.journalReader(s.readFindings)},
 		{"POST /v1/test_helpers/sandboxes", s.write(codeAndDelay, s.makeSandbox)},
 		{"DELETE /v1/test_helpers/sandboxes/{account}", s.testHelper(codeAndDelay, s.deleteSandbox)},
+		{"POST /v1/test_helpers/shipments", s.write(withClock, s.createShipment)},
 		{"GET /v1/openapi.json", s.keyless(s.serveOpenAPI)},
 		{"GET /v1/healthz", s.keyless(s.serveHealth)},
 		{"GET /healthz", s.keyless(s.serveHealth)}, // also outside the base URL, for probes that know none
@@ -1486,7 +1487,7 @@ func (s *server) applyPreferences(faultable, write bool) wrapper {
 			}
 			answer, problem := s.answerOf(p, r, c, faultable)
 			if write && answer != nil && answer.code == codeProviderNotConfirmed {
-				c.simulated, c.unconfirmed, answer = notSimulated, problem, nil
+				c.simulated, c.unconfirmed, answer = notSimulated, errUnconfirmedWrite, nil
 			}
 			if applied := p.appliedHeader(c.simulated == byPrefer); applied != "" {
 				w.Header().Set("Preference-Applied", applied)
@@ -1992,9 +1993,10 @@ func (s *server) write(reads preferences, h writeHandler) callHandler {
 		requireIdempotencyKey, s.readPreferences(reads), s.readBody, s.idempotent, s.applyPreferences(false, true))
 }
 
-// writeHandler is the work of a write once every check has passed: the answer it wrote, or
-// the error to answer with (then nothing was written).
-type writeHandler func(r *http.Request, c *call) (*storedAnswer, error)
+// writeHandler is the work of a write once every check but its body's has passed (a write
+// takes no query parameter): the answer it wrote, or the error to answer with (then nothing
+// was written).
+type writeHandler func(r *http.Request, c *call, body []byte) (*storedAnswer, error)
 
 var errIdempotencyKey = paramError(codeInvalidIdempotencyKey, "Idempotency-Key", fmt.Sprintf(
 	`Send one Idempotency-Key header with each write: 1 to %d visible ASCII characters other than " and \, bare (a1b2c3) or quoted ("a1b2c3"); a new one for each write, the same one to retry it.`, maxIdempotencyKey))
@@ -2044,6 +2046,7 @@ type storedAnswer struct {
 	contentType string
 	location    string
 	body        []byte
+	shown       showing   // what it showed, for the journal: the shipment a booking created
 	stored      time.Time // by the wall clock: kept storedAnswerLife
 	recent      *list.Element
 }
@@ -2114,7 +2117,7 @@ func (b *answerBook) settle(st *answerStore, key string, written *storedAnswer, 
 		st.mu.Unlock()
 		return
 	}
-	a.done, a.status, a.contentType, a.location, a.body, a.stored = true, written.status, written.contentType, written.location, written.body, now
+	a.done, a.status, a.contentType, a.location, a.body, a.shown, a.stored = true, written.status, written.contentType, written.location, written.body, written.shown, now
 	st.bytes += a.cost()
 	over := b.total.Add(a.cost()) > b.maxBytes
 	st.mu.Unlock()
@@ -2174,6 +2177,9 @@ func (b *answerBook) forget(st *answerStore) {
 	b.stores = slices.DeleteFunc(b.stores, func(x *answerStore) bool { return x == st })
 }
 
+// errUnconfirmedWrite is a write's Prefer: code=502, answered once the write is done.
+var errUnconfirmedWrite = &apiError{code: codeProviderNotConfirmed, detail: "Simulated at your request (Prefer: code=502): the provider did not confirm the operation, which may have been done. Do not retry it blindly: send it again with the same Idempotency-Key, which answers the first write's result."}
+
 var (
 	errKeyInUse  = &apiError{code: codeIdempotencyKeyInUse, detail: "A request with this Idempotency-Key is still in progress: retry after the Retry-After seconds to get its answer."}
 	errKeyReused = &apiError{code: codeIdempotencyKeyReused, detail: "This Idempotency-Key was sent with another method, path or body: use a new key for a new write, and the same key with the same request only to retry it."}
@@ -2203,6 +2209,7 @@ func (s *server) idempotent(next callHandler) callHandler {
 			c.fail(w, errKeyInUse)
 		default:
 			w.Header().Set("Idempotent-Replayed", "true")
+			c.shown = a.shown
 			a.write(w)
 		}
 	}
@@ -2216,12 +2223,18 @@ func (a *storedAnswer) write(w http.ResponseWriter) {
 	writeBody(w, a.status, a.contentType, a.body)
 }
 
-// serveWrite runs a write's work and answers with what it wrote, or with the error it
-// returns; a Prefer code=502 answers instead once the write is done (and stored): "provider
-// operation not confirmed; a booking is not retried blindly".
+// serveWrite refuses a query parameter (422), runs a write's work on its body and answers
+// with what it wrote, or with the error it returns; a Prefer code=502 answers instead once
+// the write is done (and stored): "provider operation not confirmed; a booking is not
+// retried blindly".
 func (s *server) serveWrite(h writeHandler) callHandler {
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
-		written, err := h(r, c)
+		var written *storedAnswer
+		err := refuseParams(r.URL.RawQuery)
+		if err == nil {
+			body, _ := io.ReadAll(r.Body) // in memory: readBody read it
+			written, err = h(r, c, body)
+		}
 		if err != nil {
 			s.writeError(w, c, err)
 			return
@@ -2238,19 +2251,30 @@ func (s *server) serveWrite(h writeHandler) callHandler {
 }
 
 // makeSandbox answers POST /v1/test_helpers/sandboxes: a sandbox of its own for the caller.
-func (s *server) makeSandbox(r *http.Request, c *call) (*storedAnswer, error) {
-	if err := refuseParams(r.URL.RawQuery); err != nil {
-		return nil, err
-	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		return nil, err
-	}
+func (s *server) makeSandbox(r *http.Request, c *call, body []byte) (*storedAnswer, error) {
 	b, err := s.sandboxes.makeSandbox(body, c.key, s.templates, s.now())
 	if err != nil {
 		return nil, err
 	}
 	return &storedAnswer{status: http.StatusCreated, contentType: jsonContentType, body: b}, nil
+}
+
+// createShipment answers POST /v1/test_helpers/shipments: a shipment created in the
+// caller's sandbox at the request's instant, linking the order it names; 201 with its
+// tracking view as GET shows it then.
+func (s *server) createShipment(r *http.Request, c *call, body []byte) (*storedAnswer, error) {
+	rec, err := readBooking(body)
+	if err != nil {
+		return nil, err
+	}
+	d, sh, err := c.key.tenant.createShipment(rec, c.at, s.sandboxes)
+	if err != nil {
+		return nil, err
+	}
+	c.data, c.shown = d, showing{kind: showsCreated, ship: sh}
+	v := sh.viewAt(c.at)
+	return &storedAnswer{status: http.StatusCreated, contentType: jsonContentType, location: "/v1/shipments/" + url.PathEscape(sh.id) + "/tracking",
+		body: slices.Concat(v[:]...), shown: c.shown}, nil
 }
 
 var errNoSandbox = &apiError{code: codeNotFound, detail: "No sandbox of this account is named by the key: a key deletes the sandbox it was made for, and a dataset's account is never deleted."}

@@ -16,6 +16,7 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -296,7 +297,7 @@ func (ix *orderIndex) addOrder(path string, rs *orderRecords, r int) error {
 	}
 	p.endChange = uint32(len(ix.changes))
 	changes := ix.changes[p.firstChange:p.endChange]
-	if rec.imported || relativeInstant.MatchString(rs.str(rec.createdAt)) {
+	if rec.imported || isRelative(rs.str(rec.createdAt)) {
 		ix.happenings = append(ix.happenings, happening{at: p.importedAt.time(), kind: orderImported, id: id, status: orderStatuses[orderStatusAt(p.status, changes, p.importedAt)]})
 	}
 	for _, c := range changes {
@@ -347,6 +348,13 @@ func (ix *orderIndex) has(id string) bool {
 // before the order is imported.
 func (ix *orderIndex) link(path, orderID, shipmentID string, createdAt instant, write uint32) error {
 	i, ok := ix.byID[orderID]
+	if !ok && write > 0 && ix.isSeed(orderID) { // a sandbox's seeded order, linked by a write (seeds come before links then)
+		if ix.seedLinks == nil {
+			ix.seedLinks = map[string]orderLink{}
+		}
+		ix.seedLinks[orderID] = orderLink{shipmentID, createdAt, write}
+		return nil
+	}
 	if !ok {
 		return &datasetError{path: path + ".order_id", reason: fmt.Sprintf("no order %q in %s to link shipment %q to", orderID, ix.tenantName, shipmentID)}
 	}
@@ -375,6 +383,24 @@ func (ix *orderIndex) seedOrders(n int) error {
 	}
 	ix.seeds = n
 	return nil
+}
+
+// linkOf is the shipment order i is linked to at some instant, "" for none: its JSON in the
+// block is the order as it ends, link included. Only a write asks, once.
+func (ix *orderIndex) linkOf(i int) string {
+	var o struct {
+		ShipmentID *string `json:"shipment_id"`
+	}
+	if json.Unmarshal(ix.resource(i), &o) != nil || o.ShipmentID == nil {
+		return ""
+	}
+	return *o.ShipmentID
+}
+
+// isSeed reports whether id is one of the index's seeded orders.
+func (ix *orderIndex) isSeed(id string) bool {
+	k, ok := seedNumber(id, ix.seeds)
+	return ix.seeds > 0 && ok && k < ix.seeds
 }
 
 // loadingOrder is one order on its way into the index, a dataset's or a seeded one; its
@@ -530,6 +556,9 @@ func (ix *orderIndex) build() error {
 			}
 			continue
 		}
+		if l, ok := ix.seedLinks[string(seed.id)]; ix.seedLinks != nil && ok {
+			seed.shipmentID, seed.linkedAt, seed.linkWrite = l.shipmentID, l.createdAt, l.write
+		}
 		if err := ix.store(&seed); err != nil {
 			return err
 		}
@@ -537,7 +566,7 @@ func (ix *orderIndex) build() error {
 			seededOrder(&seed, idBuf[:], refBuf[:], j, ix.seeds)
 		}
 	}
-	ix.recs, ix.pending, ix.changes, ix.links = nil, nil, nil, nil
+	ix.recs, ix.pending, ix.changes, ix.links, ix.seedLinks = nil, nil, nil, nil, nil
 	ix.table = newIDTable(ix)
 	slices.SortFunc(ix.imports, instant.compare)
 	return nil
@@ -623,6 +652,7 @@ type orderIndex struct {
 	changes    []statusChange                  // while loading: their changes
 	links      []orderLink                     // while loading: their links
 	seeds      int                             // -seed-orders, generated at build
+	seedLinks  map[string]orderLink            // while loading: the links a sandbox's writes made to seeded orders, by order id
 	records    []storedOrder                   // in list order
 	block      []byte                          // each order's JSON in list order, each followed by a comma
 	ids        []byte                          // each order's id, in list order

@@ -1,12 +1,14 @@
 // tracking.go is shipments and their tracking: raw carrier events normalized at load, the
 // tracking views prepared once, the index of a tenant's shipments (by id, by primary
-// tracking number, by creation), shipments and events shown as the request's instant
-// allows, and the two operations. Its sections (grep '^// =====' *.go):
+// tracking number, by creation), a shipment created in a sandbox (the body of POST
+// /v1/test_helpers/shipments, and the index's next version), shipments and events shown
+// as the request's instant allows, and the two operations. Its sections (grep '^// =====' *.go):
 //
 //   - Normalizing raw carrier events
 //   - Shipments as a dataset holds them
 //   - A shipment's tracking view, prepared once
 //   - The index: a tenant's shipments
+//   - A shipment created in a sandbox
 //   - The two operations: GET /v1/shipments/{id}/tracking and GET /v1/tracking/{tracking_number}
 package main
 
@@ -14,6 +16,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -346,18 +349,28 @@ func (ix *shipmentIndex) addShipment(path string, rec shipmentRecord) (*shipment
 		}
 		createdAt = instantOf(at)
 	}
-	raw, err := readEvents(path, slices.Clone(rec.Events), ix.start) // a copy: a template's records are read by every sandbox made from it
+	s, events, n, err := prepareShipment(path, rec, createdAt, ix.start)
 	if err != nil {
-		return nil, normalization{}, err
+		return nil, n, err
+	}
+	ix.file(s, events)
+	return s, n, nil
+}
+
+// prepareShipment reads a shipment's raw events, their after counted from since, normalizes
+// them and prepares its view: the shipment, created at createdAt, and its events.
+func prepareShipment(path string, rec shipmentRecord, createdAt instant, since time.Time) (*shipment, []stampedEvent, normalization, error) {
+	raw, err := readEvents(path, slices.Clone(rec.Events), since) // a copy: a template's records are read by every sandbox made from it
+	if err != nil {
+		return nil, nil, normalization{}, err
 	}
 	events, n := normalizeEvents(raw)
 	s, err := newShipment(rec, events)
 	if err != nil {
-		return nil, n, err
+		return nil, nil, n, err
 	}
 	s.dropped, s.createdAt = n.dropped, createdAt
-	ix.file(s, events)
-	return s, n, nil
+	return s, events, n, nil
 }
 
 // readEvents checks a shipment's raw events and reads each one's schedule.
@@ -476,15 +489,16 @@ type numberHolders struct {
 	second instant   // the creation of the second, never when there is none
 }
 
-// with is h once s holds the number too.
+// with is h once s holds the number too: h itself when that changes nothing, else new
+// holders (h may be read by a version of the data a request holds).
 func (h *numberHolders) with(s *shipment) *numberHolders {
 	switch {
 	case h == nil:
 		return &numberHolders{first: s, second: never}
 	case h.first.createdAt.after(s.createdAt):
-		h.first, h.second = s, h.first.createdAt
+		return &numberHolders{first: s, second: h.first.createdAt}
 	case h.second.after(s.createdAt):
-		h.second = s.createdAt
+		return &numberHolders{first: h.first, second: s.createdAt}
 	}
 	return h
 }
@@ -563,6 +577,68 @@ func (t *createdTree) next(i int, at instant) int {
 		}
 	}
 	return j - t.leaf
+}
+
+// ===== A shipment created in a sandbox =====
+
+// A shipment created in a sandbox (POST /v1/test_helpers/shipments): its body is one
+// shipment record of the dataset's format, but for what the request decides (its owner,
+// and its creation, the request's instant), with an id made for it when none is sent; the
+// index's next version holds it beside the others.
+
+// bookingRecord is the body as read: the shipment, and its id when one was sent.
+type bookingRecord struct {
+	id *string // nil: absent or null, an id is made for it
+	shipmentRecord
+}
+
+// bookingShape is the members of the body: a shipment's, but account, environment and
+// created_at; id may be absent.
+var bookingShape = func() recordShape[bookingRecord] {
+	var ms []member[bookingRecord]
+	for _, m := range shipmentShape.without("account", "environment", "created_at").members {
+		if m.name == "id" {
+			ms = append(ms, optional("id", func(r *bookingRecord) **string { return &r.id }))
+			continue
+		}
+		ms = append(ms, member[bookingRecord]{m.name, func(d *jsonReader, path, name string, r *bookingRecord) error {
+			return m.read(d, path, name, &r.shipmentRecord)
+		}})
+	}
+	return shapeOf(ms...)
+}()
+
+var errBookingBody = &apiError{code: codeMalformedJSON, detail: `The body must be one JSON object, a shipment such as {"reference":"REF-1","order_id":"ord_1"}.`}
+
+// readBooking reads the body of POST /v1/test_helpers/shipments: its JSON syntax first
+// (400), then its members in the order sent (422, named by their path in the body).
+func readBooking(b []byte) (*bookingRecord, error) {
+	if !oneJSONObject(b) {
+		return nil, errBookingBody
+	}
+	rec := &bookingRecord{}
+	d := newJSONReader(bytes.NewReader(b), maxBodyBytes)
+	if err := d.document(bookingShape.names, func(name string) error { return bookingShape.member(d, "$", name, rec) }); err != nil {
+		return nil, bodyFault(err)
+	}
+	return rec, nil
+}
+
+// with is the index with one more shipment, s (its events as prepared), created at run
+// time: a new index whose list, maps and tree are copies, for the index itself may be read
+// by a request that holds its version; and what s schedules, for the timeline.
+func (ix *shipmentIndex) with(s *shipment, events []stampedEvent) (shipmentIndex, []happening) {
+	next := *ix
+	next.list = slices.Clone(ix.list)
+	next.byID = maps.Clone(ix.byID)
+	next.byTrackingNumber = maps.Clone(ix.byTrackingNumber)
+	next.creations = slices.Clone(ix.creations)
+	next.happenings = nil
+	next.file(s, events)
+	next.build()
+	happenings := next.happenings
+	next.happenings = nil
+	return next, happenings
 }
 
 // ===== The two operations: GET /v1/shipments/{id}/tracking and GET /v1/tracking/{tracking_number} =====
