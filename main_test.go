@@ -64,6 +64,8 @@ import (
 //     each instant, refusals, shipments created later, pages under a moving timeline.
 //   - auth.go: The journal, its reads, the findings, the journal as HAR.
 //   - auth.go: Sandboxes; main.go: Writes: sandboxes made, refused, forgotten; idempotency.
+//   - auth.go: A booking, a shipment created in a sandbox: each rule both ways, the 502 and
+//     blind_retry, entries judged by the version they read, writes racing reads.
 //   - tracking.go: Normalizing raw carrier events, tracking views, the index, the two
 //     operations.
 //   - orders.go: Loading, the index, the query, pages and the two operations.
@@ -7615,6 +7617,465 @@ func TestSandboxesUnderRacingRequests(t *testing.T) {
 	}
 }
 
+// ===== auth.go: A booking, a shipment created in a sandbox =====
+
+// book posts body to POST /v1/test_helpers/shipments with key under the Idempotency-Key
+// idem ("" for none).
+func (e *env) book(t testing.TB, key, body, idem string, headerPairs ...string) reply {
+	t.Helper()
+	headers := append([]string{"Content-Type", "application/json"}, headerPairs...)
+	if idem != "" {
+		headers = append(headers, "Idempotency-Key", idem)
+	}
+	return e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/shipments", key, body, headers...))
+}
+
+// syncCopy is a copy of acct_sync made with its key, and the copy's key: its start is the
+// env's clock.
+func (e *env) syncCopy(t testing.TB, idem string) string {
+	t.Helper()
+	rep, sb := e.makeSandbox(t, "sk_test_sync_all", `{}`, idem)
+	if rep.status != http.StatusCreated {
+		t.Fatalf("a copy of acct_sync: %s", rep)
+	}
+	return sb.Keys[0].Key
+}
+
+// shownLink is the shipment_id an order shows (its status when not 200).
+func shownLink(t testing.TB, e *env, key, id string, headerPairs ...string) string {
+	t.Helper()
+	rep := e.get(t, "/v1/orders/"+id, key, headerPairs...)
+	if rep.status != http.StatusOK {
+		return strconv.Itoa(rep.status)
+	}
+	var o struct {
+		ShipmentID *string `json:"shipment_id"`
+	}
+	json.Unmarshal(rep.body, &o)
+	if o.ShipmentID == nil {
+		return "null"
+	}
+	return *o.ShipmentID
+}
+
+// TestBooking: a shipment created in a sandbox at the request's instant, its events read
+// from then, the order it names linked from then on, seen by the four operations as a
+// dataset's shipment is, pages and cursors included, and by the timeline.
+func TestBooking(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	key := e.syncCopy(t, "copy-1")
+	if got := shownLink(t, e, key, "ord_sync_0003"); got != "null" {
+		t.Fatalf("before the booking ord_sync_0003 shows shipment_id %s", got)
+	}
+	body := `{"id":"shp_1","reference":"REF-1","tracking_number":"TN1","parcel_tracking_numbers":["TN2"],"order_id":"ord_sync_0003",` +
+		`"events":[{"after":"0s","status":"pre_transit","description":"Label created","location":"Leeds, GB"},{"after":"1h","status":"in_transit","description":"Departed facility"}]}`
+	rep := e.book(t, key, body, "book-1")
+	want := `{"shipment_id":"shp_1","reference":"REF-1","tracking_number":"TN1","status":"pre_transit","events":[{"status":"pre_transit","description":"Label created","timestamp":"2026-11-22T12:00:00Z","location":"Leeds, GB"}]}`
+	if rep.status != 201 || string(rep.body) != want || rep.header.Get("Location") != "/v1/shipments/shp_1/tracking" || rep.header.Get("Content-Type") != "application/json" {
+		t.Fatalf("the booking answered %s (Location %q), want 201 %s", rep, rep.header.Get("Location"), want)
+	}
+	if got := string(e.get(t, "/v1/shipments/shp_1/tracking", key).body); got != want {
+		t.Errorf("GET by id at the same instant shows %s, want the 201's view", got)
+	}
+	if got := string(e.get(t, "/v1/tracking/TN1", key, "Prefer", `clock="start+1h"`).body); !strings.Contains(got, `"status":"in_transit"`) {
+		t.Errorf("an hour on, by number: %s", got)
+	}
+	wantProblem(t, e.get(t, "/v1/tracking/TN2", key), 404, "not_found", "") // a further parcel: not the primary number
+	if got := shownLink(t, e, key, "ord_sync_0003"); got != "shp_1" {
+		t.Errorf("after the booking ord_sync_0003 shows shipment_id %s", got)
+	}
+	// Before its creation (a request's own instant), neither the shipment nor the link.
+	before := []string{"Prefer", `clock="start-1s"`}
+	wantProblem(t, e.get(t, "/v1/shipments/shp_1/tracking", key, before...), 404, "not_found", "")
+	if got := shownLink(t, e, key, "ord_sync_0003", before...); got != "null" {
+		t.Errorf("a second before the booking ord_sync_0003 shows shipment_id %s", got)
+	}
+	// Pages and cursors: the link in the list, on either side of a cursor made before it.
+	e2 := e.get(t, "/v1/orders?limit=2", key)
+	if got := string(e2.body); !strings.Contains(got, `"id":"ord_sync_0004"`) {
+		t.Fatalf("the first page: %s", got)
+	}
+	next := *decodePage(t, e2).Pagination.NextCursor
+	if got := string(e.get(t, "/v1/orders?limit=2&cursor="+url.QueryEscape(next), key).body); !strings.Contains(got, `"id":"ord_sync_0003","merchant_reference":"SYNC-1003","platform":"etsy","status":"unfulfilled","shipment_id":"shp_1"`) {
+		t.Errorf("the page after the cursor: %s", got)
+	}
+	if got := string(e.get(t, "/v1/orders?status=unfulfilled&limit=100", key).body); !strings.Contains(got, `"shipment_id":"shp_1"`) {
+		t.Errorf("a filtered page: %s", got)
+	}
+	// The timeline: the creation and the scheduled events.
+	var tl struct {
+		Shown  []map[string]any `json:"shown"`
+		ToCome []map[string]any `json:"to_come"`
+	}
+	json.Unmarshal(e.get(t, "/v1/test_helpers/timeline", key).body, &tl)
+	var kinds []string
+	for _, x := range append(tl.Shown, tl.ToCome...) {
+		if x["id"] == "shp_1" {
+			kinds = append(kinds, fmt.Sprint(x["kind"], " ", x["at"], " ", x["status"]))
+		}
+	}
+	if got := strings.Join(kinds, ", "); got != "creation 2026-11-22T12:00:00Z <nil>, event 2026-11-22T12:00:00Z pre_transit, event 2026-11-22T13:00:00Z in_transit" {
+		t.Errorf("the timeline holds %s", got)
+	}
+	// A shipment with no id sent, none linked: an id made for it, found from its instant.
+	rep = e.book(t, key, `{"id":null,"reference":"REF-2"}`, "book-2", "Prefer", `clock="start+30s"`)
+	var made struct {
+		ShipmentID string `json:"shipment_id"`
+	}
+	json.Unmarshal(rep.body, &made)
+	if rep.status != 201 || !regexp.MustCompile(`^shp_[a-z2-7]{20}$`).MatchString(made.ShipmentID) || rep.header.Get("Preference-Applied") != `clock="2026-11-22T12:00:30Z"` {
+		t.Fatalf("a booking without an id at start+30s: %s", rep)
+	}
+	wantProblem(t, e.get(t, "/v1/shipments/"+made.ShipmentID+"/tracking", key), 404, "not_found", "") // the sandbox's clock is at start
+	if rep := e.get(t, "/v1/shipments/"+made.ShipmentID+"/tracking", key, "Prefer", `clock="start+30s"`); rep.status != 200 {
+		t.Errorf("at start+30s the shipment is not found: %s", rep)
+	}
+	// An order that moves: its status changes and its link, each at its own instant.
+	if rep := e.book(t, key, `{"reference":"REF-5","order_id":"ord_sync_0005"}`, "book-5", "Prefer", `clock="start+10s"`); rep.status != 201 {
+		t.Fatalf("booking ord_sync_0005: %s", rep)
+	}
+	for at, want := range map[string]string{"start+5s": `"status":"unfulfilled","shipment_id":null`, "start+10s": `"status":"unfulfilled","shipment_id":"shp_`, "start+30s": `"status":"cancelled","shipment_id":"shp_`} {
+		if got := string(e.get(t, "/v1/orders/ord_sync_0005", key, "Prefer", `clock="`+at+`"`).body); !strings.Contains(got, want) {
+			t.Errorf("ord_sync_0005 at %s: %s, want %s", at, got, want)
+		}
+	}
+	// Another sandbox of the same template, and the dataset, are not touched.
+	other := e.syncCopy(t, "copy-2")
+	if got := shownLink(t, e, other, "ord_sync_0003"); got != "null" {
+		t.Errorf("a booking in one copy links the order in another: %s", got)
+	}
+	if got := shownLink(t, e, "sk_test_sync_all", "ord_sync_0003"); got != "null" {
+		t.Errorf("a booking in a copy links the dataset's order: %s", got)
+	}
+}
+
+// TestBookingRefusals: each rule of the booking both ways, in the contract's order; a
+// request refused changes nothing.
+func TestBookingRefusals(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	key := e.syncCopy(t, "copy")
+	if rep := e.book(t, key, `{"id":"shp_a","reference":"A","order_id":"ord_sync_0004"}`, "first"); rep.status != 201 {
+		t.Fatalf("the first booking: %s", rep)
+	}
+	for i, tt := range []struct {
+		name, key, body, target string
+		headers                 []string
+		status                  int
+		code, param             string
+	}{
+		{"no Idempotency-Key", key, `{"reference":"R"}`, "", []string{"Idempotency-Key", ""}, 400, "invalid_idempotency_key", "Idempotency-Key"},
+		{"a query parameter", key, `{"reference":"R"}`, "?x=1", nil, 422, "unknown_parameter", "x"},
+		{"not one object", key, `[]`, "", nil, 400, "malformed_json", ""},
+		{"data after the object", key, `{"reference":"R"} {}`, "", nil, 400, "malformed_json", ""},
+		{"not UTF-8", key, "{\"reference\":\"R\xff\"}", "", nil, 400, "malformed_json", ""},
+		{"no reference", key, `{"order_id":"ord_sync_0003"}`, "", nil, 422, "invalid_parameter", "reference"},
+		{"a null reference", key, `{"reference":null}`, "", nil, 422, "invalid_parameter", "reference"},
+		{"an empty id", key, `{"id":"","reference":"R"}`, "", nil, 422, "invalid_parameter", "id"},
+		{"created_at: the request decides", key, `{"reference":"R","created_at":"start"}`, "", nil, 422, "unknown_parameter", "created_at"},
+		{"an owner", key, `{"reference":"R","account":"acct_sync"}`, "", nil, 422, "unknown_parameter", "account"},
+		{"a member twice", key, `{"reference":"R","Reference":"S"}`, "", nil, 422, "invalid_parameter", "Reference"},
+		{"members read in the order sent", key, `{"events":5,"reference":5}`, "", nil, 422, "invalid_parameter", "events"},
+		{"then filed as a dataset's: its ids before its events", key, `{"events":[{"status":"lost","description":"x"}],"reference":""}`, "", nil, 422, "invalid_parameter", "reference"},
+		{"an event's status", key, `{"reference":"R","events":[{"after":"0s","status":"lost","description":"x"}]}`, "", nil, 422, "invalid_parameter", "events[0].status"},
+		{"an event without description", key, `{"reference":"R","events":[{"after":"0s","status":"pre_transit"}]}`, "", nil, 422, "invalid_parameter", "events[0].description"},
+		{"an after that is no duration", key, `{"reference":"R","events":[{"after":"soon","status":"pre_transit","description":"x"}]}`, "", nil, 422, "invalid_parameter", "events[0].after"},
+		{"an empty order_id", key, `{"reference":"R","order_id":""}`, "", nil, 422, "invalid_parameter", "order_id"},
+		{"an id the sandbox holds", key, `{"id":"shp_a","reference":"R","order_id":"ord_sync_0003"}`, "", nil, 422, "invalid_parameter", "id"},
+		{"an id its records create later", key, `{"id":"shp_sync_1","reference":"R"}`, "", nil, 422, "invalid_parameter", "id"},
+		{"the id before the order", key, `{"id":"shp_a","reference":"R","order_id":"ord_none"}`, "", nil, 422, "invalid_parameter", "id"},
+		{"an unknown order", key, `{"reference":"R","order_id":"ord_none"}`, "", nil, 404, "not_found", "order_id"},
+		{"another account's order", key, `{"reference":"R","order_id":"ord_sbx_0001"}`, "", nil, 404, "not_found", "order_id"},
+		{"an order imported later", key, `{"reference":"R","order_id":"ord_sync_0002"}`, "", nil, 404, "not_found", "order_id"},
+		{"an order created later", key, `{"reference":"R","order_id":"ord_sync_0006"}`, "", nil, 404, "not_found", "order_id"},
+		{"an order linked by an earlier booking", key, `{"reference":"R","order_id":"ord_sync_0004"}`, "", nil, 409, "order_already_linked", "order_id"},
+		{"an order its records link later", key, `{"reference":"R","order_id":"ord_sync_0001"}`, "", nil, 409, "order_already_linked", "order_id"},
+		{"a dataset's account", "sk_test_sync_all", `{"reference":"R","order_id":"ord_sync_0003"}`, "", nil, 422, "capability_unavailable", ""},
+		{"a dataset's account: the order first", "sk_test_sync_all", `{"reference":"R","order_id":"ord_sync_0002"}`, "", nil, 404, "not_found", "order_id"},
+		{"a live key", "sk_live_sandbox_all", `{"reference":"R"}`, "", nil, 503, "live_not_released", ""},
+		{"a bad Prefer", key, `{"reference":"R"}`, "", []string{"Prefer", "clock=soon"}, 422, "invalid_parameter", "Prefer"},
+		{"Prefer code=503: nothing written", key, `{"id":"shp_503","reference":"R","order_id":"ord_sync_0003"}`, "", []string{"Prefer", "code=503"}, 503, "provider_unavailable", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			headers := []string{"Content-Type", "application/json", "Idempotency-Key", "refused-" + strconv.Itoa(i)}
+			if len(tt.headers) > 0 && tt.headers[0] == "Idempotency-Key" {
+				headers = headers[:2]
+			} else {
+				headers = append(headers, tt.headers...)
+			}
+			wantProblem(t, e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/shipments"+tt.target, tt.key, tt.body, headers...)), tt.status, tt.code, tt.param)
+		})
+	}
+	// Nothing of the refusals was written: ord_sync_0003 is free, shp_503 unknown, and a key
+	// whose write was refused is free again.
+	wantProblem(t, e.get(t, "/v1/shipments/shp_503/tracking", key), 404, "not_found", "")
+	if got := shownLink(t, e, key, "ord_sync_0003"); got != "null" {
+		t.Errorf("a refused booking linked ord_sync_0003 to %s", got)
+	}
+	wantProblem(t, e.book(t, key, `{"reference":"R","order_id":"ord_none"}`, "freed"), 404, "not_found", "order_id")
+	if rep := e.book(t, key, `{"reference":"R","order_id":"ord_sync_0003"}`, "freed"); rep.status != 201 {
+		t.Errorf("the key of a refused write is not free again: %s", rep)
+	}
+	// The route: POST only; any key of the sandbox, whatever its scopes.
+	rep := e.get(t, "/v1/test_helpers/shipments", key)
+	wantProblem(t, rep, 405, "method_not_allowed", "")
+	if rep.header.Get("Allow") != "POST" {
+		t.Errorf("Allow: %q, want POST", rep.header.Get("Allow"))
+	}
+	_, scoped := e.makeSandbox(t, "sk_test_sync_all", `{"keys":[{"scopes":[]}]}`, "no-scopes")
+	if rep := e.book(t, scoped.Keys[0].Key, `{"reference":"R","order_id":"ord_sync_0005"}`, "k"); rep.status != 201 {
+		t.Errorf("a key without scopes cannot book in its sandbox: %s", rep)
+	}
+}
+
+// TestBookingAtTheBound: a sandbox holds at most 10,000 shipments; a copy of a template that
+// holds them takes no more.
+func TestBookingAtTheBound(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	b.WriteString(`{"accounts":[{"id":"acct_full","environments":["test"]}],"keys":[{"key":"sk_test_full","account":"acct_full","environment":"test","scopes":[]}],"shipments":[`)
+	for i := range maxSandboxShipments {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"id":"s%d","account":"acct_full","environment":"test","reference":"r"}`, i)
+	}
+	b.WriteString(`],"orders":[]}`)
+	e := newEnv(t, envOptions{rate: -1, step: -1, data: []byte(b.String())})
+	_, full := e.makeSandbox(t, "sk_test_full", `{}`, "full")
+	wantProblem(t, e.book(t, full.Keys[0].Key, `{"reference":"R"}`, "one-more"), 422, "capability_unavailable", "")
+	_, fewer := e.makeSandbox(t, "sk_test_full", `{"shipments":[{"id":"s1","reference":"r"}]}`, "fewer")
+	if rep := e.book(t, fewer.Keys[0].Key, `{"reference":"R"}`, "one-more"); rep.status != 201 {
+		t.Errorf("a sandbox of one shipment refuses a second: %s", rep)
+	}
+}
+
+// TestBookingSeededOrders: the seeded orders of a copy of acct_sandbox link as any order does.
+func TestBookingSeededOrders(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1, seed: 50})
+	_, sb := e.makeSandbox(t, "sk_test_sandbox_all", `{}`, "seeded")
+	key := sb.Keys[0].Key
+	if rep := e.book(t, key, `{"id":"shp_s","reference":"R","order_id":"ord_seed_0000007"}`, "b"); rep.status != 201 {
+		t.Fatalf("booking a seeded order: %s", rep)
+	}
+	if got := shownLink(t, e, key, "ord_seed_0000007"); got != "shp_s" {
+		t.Errorf("the seeded order shows %s", got)
+	}
+	wantProblem(t, e.book(t, key, `{"reference":"R","order_id":"ord_seed_0000007"}`, "c"), 409, "order_already_linked", "order_id")
+	wantProblem(t, e.book(t, key, `{"reference":"R","order_id":"ord_seed_0000050"}`, "d"), 404, "not_found", "order_id")
+	if got := shownLink(t, e, key, "ord_seed_0000008"); got != "null" {
+		t.Errorf("another seeded order shows %s", got)
+	}
+}
+
+// TestBookingIdempotency: the idempotency wrapper on this write, and Prefer: code=502 judged
+// last: the shipment created and its 201 stored, the same key replaying it, a new key a
+// second booking (409 for the linked order); the journal's members of each.
+func TestBookingIdempotency(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	key := e.syncCopy(t, "copy")
+	body := `{"id":"shp_4","reference":"REF-4","order_id":"ord_sync_0004"}`
+	unconfirmed := e.book(t, key, body, "k-4", "Prefer", "code=502")
+	wantProblem(t, unconfirmed, 502, "provider_not_confirmed", "")
+	if got := shownLink(t, e, key, "ord_sync_0004"); got != "shp_4" {
+		t.Fatalf("after the 502 the order shows %s: the write was not done", got)
+	}
+	first := e.book(t, key, body, `"k-4"`) // the same key, quoted
+	if first.status != 201 || first.header.Get("Idempotent-Replayed") != "true" || first.header.Get("Location") != "/v1/shipments/shp_4/tracking" {
+		t.Fatalf("the same key again: %s", first)
+	}
+	if again := e.book(t, key, body, "k-4"); string(again.body) != string(first.body) || again.header.Get("Request-Id") == first.header.Get("Request-Id") {
+		t.Errorf("a replay is not byte for byte with its own Request-Id: %s / %s", again.body, first.body)
+	}
+	wantProblem(t, e.book(t, key, `{"reference":"other"}`, "k-4"), 409, "idempotency_key_reused", "")
+	wantProblem(t, e.book(t, key, body, "k-4-new"), 422, "invalid_parameter", "id") // a second booking: the id is held
+	wantProblem(t, e.book(t, key, `{"reference":"REF-4","order_id":"ord_sync_0004"}`, "k-4-new"), 409, "order_already_linked", "order_id")
+	j := e.journalOf(t, key, "")
+	var got []string
+	for _, x := range j.Data {
+		code, idem := "-", "-"
+		if x.Code != nil {
+			code = *x.Code
+		}
+		if x.IdempotencyKey != nil {
+			idem = *x.IdempotencyKey
+		}
+		got = append(got, fmt.Sprintf("%d %s %s %v", x.Status, code, idem, x.IDs))
+	}
+	want := []string{"502 provider_not_confirmed k-4 []", "200 - - [ord_sync_0004]", `201 - "k-4" [shp_4]`, "201 - k-4 [shp_4]", "409 idempotency_key_reused k-4 []", "422 invalid_parameter k-4-new []", "409 order_already_linked k-4-new []"}
+	if j.Data[0].Route != "/v1/test_helpers/shipments" || strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the journal:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	var har struct {
+		Log struct {
+			Entries []struct {
+				Request struct {
+					Headers  []struct{ Name, Value string } `json:"headers"`
+					BodySize int                            `json:"bodySize"`
+				} `json:"request"`
+			} `json:"entries"`
+		} `json:"log"`
+	}
+	json.Unmarshal(e.get(t, "/v1/test_helpers/requests?format=har&limit=1", key).body, &har)
+	r := har.Log.Entries[0].Request
+	if r.BodySize != len(body) || !slices.ContainsFunc(r.Headers, func(h struct{ Name, Value string }) bool { return h.Name == "Idempotency-Key" && h.Value == "k-4" }) {
+		t.Errorf("the HAR request: %+v", r)
+	}
+}
+
+// TestBlindRetry: the fifth finding, both ways: a 502 retried with the same key is none; one
+// sent again under another key, once its answer had come, is cited with its first such
+// retry; another body, another target or another API key is none.
+func TestBlindRetry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	key := e.syncCopy(t, "copy")
+	body := `{"reference":"REF-5","order_id":"ord_sync_0005"}`
+	e.book(t, key, body, "a", "Prefer", "code=502")           // 1: done, answered 502
+	e.book(t, key, body, "a")                                 // 2: the same key: its 201
+	e.book(t, key, `{"reference":"REF-5"}`, "b")              // 3: another body
+	e.book(t, key, body, `"a"`)                               // 4: the same key, quoted
+	if got := e.findingsOf(t, key, "").summary(); got != "" { // retried right
+		t.Fatalf("a 502 retried with its key is found: %s", got)
+	}
+	e.book(t, key, body, "c")                                          // 5: a new key: a second booking, 409
+	e.book(t, key, body, "d")                                          // 6: again
+	e.book(t, key, `{"reference":"REF-3"}`, "e", "Prefer", "code=502") // 7: done, answered 502, never retried
+	f := e.findingsOf(t, key, "")
+	if len(f.Data) != 1 || f.Data[0].Code != "blind_retry" || fmt.Sprint(f.Data[0].Requests) != "[1 5]" || f.Data[0].ID == nil || !strings.HasPrefix(*f.Data[0].ID, "shp_") {
+		t.Fatalf("findings: %s", f.summary())
+	}
+	if want := `POST /v1/test_helpers/shipments was answered 502 (request 1), but the write was done; request 5 sent the same body again under another Idempotency-Key ("c", not "a"), which writes a second time (a second link of an order is 409 order_already_linked): retry a 502 with the same Idempotency-Key, which answers the first write's result.`; f.Data[0].Detail != want {
+		t.Errorf("detail:\n%s\nwant\n%s", f.Data[0].Detail, want)
+	}
+	if got := shownLink(t, e, key, "ord_sync_0005"); got != *f.Data[0].ID {
+		t.Errorf("the finding names %s, the order is linked to %s", *f.Data[0].ID, got)
+	}
+	// Another API key of the sandbox sending it again is another client: no finding.
+	_, two := e.makeSandbox(t, "sk_test_sync_all", `{"keys":[{"scopes":[]},{"scopes":[]}]}`, "two-keys")
+	e.book(t, two.Keys[0].Key, body, "x", "Prefer", "code=502")
+	e.book(t, two.Keys[1].Key, body, "y")
+	if got := e.findingsOf(t, two.Keys[0].Key, "").summary(); got != "" {
+		t.Errorf("another API key's request is found: %s", got)
+	}
+	// Making a sandbox is a write too.
+	e.makeSandbox(t, "sk_test_sync_all", `{"template":"acct_sync"}`, "s-1", "Prefer", "code=502, run=\"blind\"")
+	e.makeSandbox(t, "sk_test_sync_all", `{"template":"acct_sync"}`, "s-2", "Prefer", "run=\"blind\"")
+	if got := e.findingsOf(t, "sk_test_sync_all", "run=blind").summary(); !regexp.MustCompile(`^blind_retry - \[\d+ \d+\]$`).MatchString(got) {
+		t.Errorf("a sandbox made twice: %q", got)
+	}
+}
+
+// TestBookingIsJudgedByTheVersionItRead: each entry is judged against the data its own
+// request read: a shipment created later never changes what an earlier entry saw, so the
+// findings of entries already judged stay as they were, and an order seen unlinked, then
+// linked by a write, is stale at a later read.
+func TestBookingIsJudgedByTheVersionItRead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	// Linked at the sandbox's start, and at the order's import itself (start-2m): a link no
+	// instant moves, which only the version does.
+	for i, linked := range []string{"start", "start-2m"} {
+		t.Run(linked, func(t *testing.T) {
+			key := e.syncCopy(t, "copy-"+linked)
+			later := []string{"Prefer", `clock="start+10m", run="r"`}
+			e.get(t, "/v1/orders/ord_sync_0003", key, later...) // 1: unlinked, at +10 min
+			e.get(t, "/v1/orders/ord_sync_0004", key, later...) // 2: the latest read
+			judged := e.findingsOf(t, key, "run=r").summary()
+			if rep := e.book(t, key, `{"reference":"R","order_id":"ord_sync_0003"}`, "b", "Prefer", `clock="`+linked+`"`); rep.status != 201 {
+				t.Fatalf("the booking: %s", rep)
+			}
+			if got := e.findingsOf(t, key, "run=r").summary(); got != judged || got != "" {
+				t.Errorf("the findings of entries read before the write were %q, after it %q", judged, got)
+			}
+			e.get(t, "/v1/orders/ord_sync_0004", key, later...) // 4: the latest read, of the data with the link
+			if got := e.findingsOf(t, key, "run=r").summary(); !regexp.MustCompile(`^stale_order ord_sync_0003 \[1 4\]$`).MatchString(got) {
+				t.Errorf("ord_sync_0003 seen unlinked, then linked by a write (%d): %q", i, got)
+			}
+			e.get(t, "/v1/orders/ord_sync_0003", key, later...) // 5: seen again, linked
+			if got := e.findingsOf(t, key, "run=r").summary(); got != "" {
+				t.Errorf("after the order was read again: %q", got)
+			}
+		})
+	}
+}
+
+// TestBookingsRacingReads: writes racing reads of their sandbox (run with -race): a reader
+// sees the sandbox before a write or after it, never between: every link a page shows is
+// a shipment the next request finds, and every order a found shipment was created for shows
+// its link.
+func TestBookingsRacingReads(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1, seed: 200})
+	_, sb := e.makeSandbox(t, "sk_test_sandbox_all", `{}`, "race")
+	key, tenant := sb.Keys[0].Key, e.srv.keys.sandboxes.accounts[sb.Account].tenant
+	at := []string{"Prefer", `clock="start+1h"`}
+	const writers, each = 4, 15
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				n := w*each + i
+				rep := e.book(t, key, fmt.Sprintf(`{"id":"shp_r%d","reference":"R","order_id":"ord_seed_%07d"}`, n, 199-n), "w-"+strconv.Itoa(n)) // the newest: the first page
+				if rep.status != 201 {
+					t.Errorf("booking %d: %s", n, rep)
+				}
+			}
+		}()
+	}
+	var readers sync.WaitGroup
+	for range 2 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				var page struct {
+					Data []struct {
+						ID         string  `json:"id"`
+						ShipmentID *string `json:"shipment_id"`
+					} `json:"data"`
+				}
+				json.Unmarshal(e.get(t, "/v1/orders?limit=100", key, at...).body, &page)
+				for _, o := range page.Data {
+					if o.ShipmentID != nil && strings.HasPrefix(*o.ShipmentID, "shp_r") {
+						if rep := e.get(t, "/v1/shipments/"+*o.ShipmentID+"/tracking", key, at...); rep.status != 200 {
+							t.Errorf("order %s links %s, which is not found: %s", o.ID, *o.ShipmentID, rep)
+						}
+					}
+				}
+				d := tenant.current() // one version, whole
+				for _, l := range d.links {
+					if d.shipments.byID[l.shipmentID] == nil {
+						t.Errorf("a version links %s to %s, which it does not hold", l.orderID, l.shipmentID)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(done)
+	readers.Wait()
+	if got := listIDs(t, e.get(t, "/v1/orders?limit=100", key, at...)); got == "" {
+		t.Fatal("no orders")
+	}
+	for n := range writers * each {
+		if got := shownLink(t, e, key, fmt.Sprintf("ord_seed_%07d", 199-n), at...); got != "shp_r"+strconv.Itoa(n) {
+			t.Errorf("ord_seed_%07d shows %s after the writes", 199-n, got)
+		}
+	}
+}
+
 // ===== tracking.go: Normalizing raw carrier events, tracking views, the index, the two operations =====
 
 // tracking.go: every fixture's tracking view, lookup by number, normalization.
@@ -8646,12 +9107,19 @@ func FuzzParseTimestamp(f *testing.F) {
 
 // FuzzParseInstant: an instant of a dataset's schedule is RFC 3339 or relative to the
 // start; what is read writes back as a timestamp that reads as the same instant.
+// relativeGrammar is the contract's grammar of an instant relative to the start instant, as
+// a regular expression: what relativeParts reads by hand.
+var relativeGrammar = regexp.MustCompile(`^start(?:[+-](?:[0-9]+(?:\.[0-9]+)?(?:ns|us|µs|μs|ms|s|m|h))+)?$`)
+
 func FuzzParseInstant(f *testing.F) {
 	for _, s := range []string{"start", "start+90s", "start-10m", "start+1h30m", "start+0s", "start+0", "start + 1s", "START", "start+1.5h", "start+-1s",
-		"start+1µs", "start+9999999999h", "2026-11-01T09:30:00Z", "startx", ""} {
+		"start+1µs", "start+9999999999h", "2026-11-01T09:30:00Z", "startx", "", "start+1.s", "start+.5s", "start+1ms2m", "start+1mss", "start+1μs", "start-", "start+1h-1m", "start1s"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
+		if _, _, ok := relativeParts(s); ok != relativeGrammar.MatchString(s) {
+			t.Fatalf("relativeParts(%q) reads it as relative: %v; the grammar: %v", s, ok, !ok)
+		}
 		got, err := parseInstant(s, testNow)
 		if err != nil {
 			return
@@ -8842,6 +9310,43 @@ func FuzzSandboxBody(f *testing.F) {
 		case http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
 			if after := e.srv.sandboxes.count(e.clock.now()); after != before {
 				t.Fatalf("a refused body (%s) made a sandbox", rep)
+			}
+		default:
+			t.Fatalf("%q = %s", body, rep)
+		}
+	})
+}
+
+// FuzzBookingBody: any body of POST /v1/test_helpers/shipments is a 201, whose shipment
+// is then found where its Location says, or a 4xx that writes nothing; never a 5xx.
+func FuzzBookingBody(f *testing.F) {
+	e := newEnv(f, envOptions{rate: -1, quiet: true, journal: -1, step: -1}) // a frozen clock: the sandbox stays
+	for _, body := range []string{
+		`{"reference":"R"}`, `{"id":"shp_1","reference":"R","tracking_number":"T1","parcel_tracking_numbers":["T2"],"order_id":"ord_sync_0003",` +
+			`"events":[{"after":"0s","status":"pre_transit","description":"D","location":"L"},{"timestamp":"2026-11-22T12:05:00+01:00","status":"in_transit","description":"E"},{"timestamp":"x","status":"failure","description":"F"}]}`,
+		`{"reference":"R","order_id":"ord_sync_0001"}`, `{"reference":"R","order_id":"ord_sync_0002"}`, `{"id":null,"reference":"R","events":null}`,
+		`{"reference":"R","created_at":"start"}`, `[]`, `{"reference":1}`, "{\"reference\":\"\xff\"}", `{"Reference":"R","reference":"R"}`, `{"reference":"R","events":[{"after":"-72h","status":"delivered","description":"D"}]}`,
+	} {
+		f.Add(body)
+	}
+	var key string
+	n := 0
+	f.Fuzz(func(t *testing.T, body string) {
+		if n%500 == 0 { // a fresh copy now and then: each write copies what the sandbox holds
+			key = e.syncCopy(t, "fuzz-copy-"+strconv.Itoa(n))
+		}
+		n++
+		tenant := e.srv.keys.sandboxes.find(sha256.Sum256([]byte(key)), e.clock.now()).tenant
+		before := tenant.current()
+		rep := e.book(t, key, body, "fuzz-"+strconv.Itoa(n)) // checks the answer against the document
+		switch rep.status {
+		case http.StatusCreated:
+			if got := e.get(t, rep.header.Get("Location"), key); got.status != 200 || string(got.body) != string(rep.body) {
+				t.Fatalf("%q: 201 %s, but its Location answers %s", body, rep.body, got)
+			}
+		case http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+			if tenant.current() != before {
+				t.Fatalf("a refused body (%s) wrote", rep)
 			}
 		default:
 			t.Fatalf("%q = %s", body, rep)
