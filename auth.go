@@ -4,7 +4,8 @@
 // limit; the rehearsals counted (Prefer times); the clock operations; and each test
 // tenant's journal of the requests made with its keys, its reads (as JSON or HAR) and its
 // findings, what the journal shows of the integration that made them; and sandboxes, the
-// accounts tests make while the service runs, with their keys. Its sections, each under a
+// accounts tests make while the service runs, with their keys, and the booking, a shipment
+// created in one, which builds the sandbox's next version. Its sections, each under a
 // banner (grep '^// =====' *.go):
 //
 //   - Tenants: accounts and environments, their clocks and timelines
@@ -913,11 +914,14 @@ type journalEntry struct {
 	idempotencyKey    string
 	hasIdempotencyKey bool
 	bodySize          int64
-	// A write's Idempotency-Key as read (no quotes), and its body's digest once it was read
-	// (digested): what blind_retry compares.
-	writeKey   string
-	bodyDigest [sha256.Size]byte
-	digested   bool
+	write             *writeMark // a write's, once its body was read; nil for any other request
+}
+
+// writeMark is what blind_retry compares of a write: its Idempotency-Key as read (no
+// quotes) and its body's digest (the journal keeps no body).
+type writeMark struct {
+	key  string
+	body [sha256.Size]byte
 }
 
 // entrySlot is what one entry takes in a ring, and journalHeader what a journal takes
@@ -931,7 +935,11 @@ const (
 // uncut target keeps the request line it was cut from, its method and protocol within the
 // 16 added; the method itself is a constant, see ownMethod).
 func (e *journalEntry) cost() int64 {
-	return int64(len(e.method)+len(e.target)+len(e.prefer)+len(e.runTag)+len(e.requestID)+len(e.idempotencyKey)+len(e.writeKey)) + 16
+	n := int64(len(e.method)+len(e.target)+len(e.prefer)+len(e.runTag)+len(e.requestID)+len(e.idempotencyKey)) + 16
+	if e.write != nil {
+		n += int64(unsafe.Sizeof(writeMark{})) // its key is the field's, as sent
+	}
+	return n
 }
 
 // durationMS is the entry's duration in milliseconds, to the microsecond.
@@ -1577,17 +1585,17 @@ func blindRetries(es []journalEntry) []verdict {
 		method, target string
 		body           [sha256.Size]byte
 	}
-	sentOf := func(e *journalEntry) sent { return sent{e.key, e.method, e.target, e.bodyDigest} }
+	sentOf := func(e *journalEntry) sent { return sent{e.key, e.method, e.target, e.write.body} }
 	groups := map[sent][]int32{}
 	for i := range es {
-		if e := &es[i]; e.status == http.StatusBadGateway && e.digested && e.writeKey != "" {
+		if e := &es[i]; e.status == http.StatusBadGateway && e.write != nil {
 			groups[sentOf(e)] = []int32{}
 		}
 	}
 	var order []sent // in the order of their first entry
 	for i := range es {
 		e := &es[i]
-		if !e.digested || e.writeKey == "" {
+		if e.write == nil {
 			continue
 		}
 		if l, ok := groups[sentOf(e)]; ok {
@@ -1606,7 +1614,7 @@ func blindRetries(es []journalEntry) []verdict {
 				continue
 			}
 			for _, b := range l[k+1:] {
-				if B := &es[b]; B.arrived >= A.arrived+A.duration && B.writeKey != A.writeKey {
+				if B := &es[b]; B.arrived >= A.arrived+A.duration && B.write.key != A.write.key {
 					fs = append(fs, verdict{kind: kindBlindRetry, cited: [2]int32{a, b}, m: -1})
 					break
 				}
@@ -1619,7 +1627,7 @@ func blindRetries(es []journalEntry) []verdict {
 func blindDetail(_ *tenantData, es []journalEntry, f *verdict) string {
 	A, B := &es[f.cited[0]], &es[f.cited[1]]
 	return fmt.Sprintf("%s %s was answered 502 (request %d), but the write was done; request %d sent the same body again under another Idempotency-Key (%s, not %s), which writes a second time (a second link of an order is 409 order_already_linked): retry a 502 with the same Idempotency-Key, which answers the first write's result.",
-		A.method, A.target, A.seq, B.seq, strconv.Quote(B.writeKey), strconv.Quote(A.writeKey))
+		A.method, A.target, A.seq, B.seq, strconv.Quote(B.write.key), strconv.Quote(A.write.key))
 }
 
 // orderFindings finds the orders the entries missed (imported late, behind what a list had

@@ -2455,8 +2455,10 @@ func (s *server) writeEntry(sw *statusWriter) {
 	c.journaled = true
 	e := journalEntry{arrived: c.arrived.UnixNano(), duration: int64(time.Since(c.arrived)), clock: instantOf(c.at), key: c.journal,
 		method: ownMethod(r.Method), routePath: sw.route, target: boundValue(targetOf(r), maxJournalTarget), runTag: c.run, requestID: c.id, code: c.code,
-		size: -1, retryAfter: -1, status: int16(c.status), simulated: c.simulated, shown: c.shown, bodySize: c.bodySize,
-		writes: c.data.writes, writeKey: c.idempotencyKey, bodyDigest: c.bodyDigest, digested: c.digested}
+		size: -1, retryAfter: -1, status: int16(c.status), simulated: c.simulated, shown: c.shown, bodySize: c.bodySize, writes: c.data.writes}
+	if c.digested {
+		e.write = &writeMark{c.idempotencyKey, c.bodyDigest}
+	}
 	if e.bodySize < 0 && r.ContentLength >= 0 {
 		e.bodySize = r.ContentLength // answered before its body was read
 	}
