@@ -7811,6 +7811,10 @@ func TestBookingRefusals(t *testing.T) {
 			wantProblem(t, e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/shipments"+tt.target, tt.key, tt.body, headers...)), tt.status, tt.code, tt.param)
 		})
 	}
+	p := wantProblem(t, e.book(t, key, `{"reference":"R","created_at":"start"}`, "created"), 422, "unknown_parameter", "created_at")
+	if want := `Unknown member "created_at": a shipment is created at the request's instant (the sandbox's clock, or the request's Prefer: clock="...").`; p.Detail != want {
+		t.Errorf("created_at's detail: %s, want %s", p.Detail, want)
+	}
 	// Nothing of the refusals was written: ord_sync_0003 is free, shp_503 unknown, and a key
 	// whose write was refused is free again.
 	wantProblem(t, e.get(t, "/v1/shipments/shp_503/tracking", key), 404, "not_found", "")
@@ -8004,6 +8008,32 @@ func TestBookingIsJudgedByTheVersionItRead(t *testing.T) {
 				t.Errorf("after the order was read again: %q", got)
 			}
 		})
+	}
+}
+
+// TestBookingMakesANumberAmbiguous: a shipment created with the number another holds makes
+// the lookup by number a 404 from its creation on, and the findings judge the lookups so:
+// the one before the booking found its shipment, the one after is ambiguous_number.
+func TestBookingMakesANumberAmbiguous(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	key := e.syncCopy(t, "copy")
+	at := []string{"Prefer", `clock="start+2m"`}
+	if rep := e.get(t, "/v1/tracking/SYNC1000000001", key, at...); rep.status != 200 { // 1: shp_sync_1
+		t.Fatalf("before the booking: %s", rep)
+	}
+	if rep := e.book(t, key, `{"id":"shp_twin","reference":"R","tracking_number":"SYNC1000000001"}`, "b", "Prefer", `clock="start+90s"`); rep.status != 201 {
+		t.Fatalf("the booking: %s", rep)
+	}
+	if got := e.findingsOf(t, key, "").summary(); got != "" {
+		t.Errorf("the lookup made before the booking is found: %q", got)
+	}
+	wantProblem(t, e.get(t, "/v1/tracking/SYNC1000000001", key, at...), 404, "not_found", "")                  // 3
+	if rep := e.get(t, "/v1/tracking/SYNC1000000001", key, "Prefer", `clock="start+80s"`); rep.status != 200 { // 4: before the twin's creation
+		t.Errorf("before the twin's creation: %s", rep)
+	}
+	if got := e.findingsOf(t, key, "").summary(); got != "ambiguous_number - [3]" {
+		t.Errorf("findings: %q", got)
 	}
 }
 

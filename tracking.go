@@ -619,9 +619,20 @@ func readBooking(b []byte) (*bookingRecord, error) {
 	rec := &bookingRecord{}
 	d := newJSONReader(bytes.NewReader(b), maxBodyBytes)
 	if err := d.document(bookingShape.names, func(name string) error { return bookingShape.member(d, "$", name, rec) }); err != nil {
+		var de *datasetError
+		if errors.As(err, &de) && de.kind == faultUnknown && bookingDecides[de.path] != "" {
+			de.reason = bookingDecides[de.path]
+		}
 		return nil, bodyFault(err)
 	}
 	return rec, nil
+}
+
+// bookingDecides says why a member a dataset's shipment takes is not the body's.
+var bookingDecides = map[string]string{
+	"$.created_at":  `a shipment is created at the request's instant (the sandbox's clock, or the request's Prefer: clock="...")`,
+	"$.account":     "the shipment belongs to the sandbox of the calling key",
+	"$.environment": "the shipment belongs to the sandbox of the calling key",
 }
 
 // with is the index with one more shipment, s (its events as prepared), created at run
