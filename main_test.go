@@ -8108,6 +8108,22 @@ func TestBookingsRacingReads(t *testing.T) {
 			t.Errorf("ord_seed_%07d shows %s after the writes", 199-n, got)
 		}
 	}
+	// Bookings of one order at once, each under its own key: one links it, the others are
+	// the second link.
+	statuses := make([]int, 8)
+	var same sync.WaitGroup
+	for i := range statuses {
+		same.Add(1)
+		go func() {
+			defer same.Done()
+			statuses[i] = e.book(t, key, `{"reference":"R","order_id":"ord_seed_0000000"}`, "same-"+strconv.Itoa(i)).status
+		}()
+	}
+	same.Wait()
+	slices.Sort(statuses)
+	if fmt.Sprint(statuses) != "[201 409 409 409 409 409 409 409]" {
+		t.Errorf("bookings of one order at once answered %v", statuses)
+	}
 }
 
 // ===== tracking.go: Normalizing raw carrier events, tracking views, the index, the two operations =====
