@@ -2069,6 +2069,7 @@ type sandboxAccount struct {
 	tenant   *tenant
 	orders   *orderRecords
 	seeds    int
+	records  int64               // what the records sent hold (a template's are the dataset's): the book counts them too
 	digests  [][sha256.Size]byte // its keys'
 	bytes    int64               // what its data holds, as the book counts it (under its lock)
 	lastUsed atomic.Int64        // the wall clock, in ns, at the last request that named one of its keys
@@ -2393,7 +2394,8 @@ func (b *sandboxBook) makeSandbox(body []byte, caller *apiKey, templates map[str
 		if err := fileSandbox(ld, t, req.orders, req.shipments, 0); err != nil {
 			return nil, bodyFault(err)
 		}
-		sa.bytes = t.current().dataBytes()
+		sa.records = req.orders.bytes()
+		sa.bytes = t.current().dataBytes() + sa.records
 	}
 	t.sandbox = sa
 	b.add(sa, made, now)
@@ -2549,7 +2551,7 @@ func (t *tenant) createShipment(rec *bookingRecord, at time.Time, book *sandboxB
 	next.timeline = append(slices.Clip(d.timeline), happenings...)
 	sortHappenings(next.timeline)
 	t.data.Store(next)
-	book.resized(t.sandbox, next.dataBytes())
+	book.resized(t.sandbox, next.dataBytes()+t.sandbox.records)
 	return next, s, nil
 }
 

@@ -8048,6 +8048,37 @@ func TestBookingMakesANumberAmbiguous(t *testing.T) {
 	}
 }
 
+// TestSandboxesWithinTheirBytes: the sandboxes' data, the records a sandbox was sent
+// included, stays within the book's bytes: past them a new sandbox, or a booking that grows
+// one, forgets the least recently used other first.
+func TestSandboxesWithinTheirBytes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1}) // the wall clock moves a second a reading: each use is later
+	var orders []string
+	for i := range 200 {
+		orders = append(orders, fmt.Sprintf(`{"id":"ord_%d","merchant_reference":"R-%d","platform":"ebay","status":"unfulfilled","created_at":"start-%dm"}`, i, i, i+1))
+	}
+	body := `{"orders":[` + strings.Join(orders, ",") + `]}`
+	book := e.srv.sandboxes
+	_, a := e.makeSandbox(t, "sk_test_sandbox_all", body, "a")
+	one := book.accounts[a.Account].bytes
+	if held := book.accounts[a.Account].tenant.current().dataBytes(); one <= held {
+		t.Fatalf("a sandbox of records counts %d bytes, its data alone %d: its records are not counted", one, held)
+	}
+	book.maxBytes = 2*one + one/2
+	_, b := e.makeSandbox(t, "sk_test_sandbox_all", body, "b")
+	_, c := e.makeSandbox(t, "sk_test_sandbox_all", body, "c") // a, used least recently, goes
+	wantProblem(t, e.get(t, "/v1/orders/ord_1", a.Keys[0].Key), 401, "invalid_api_key", "")
+	book.maxBytes = book.bytes + 1 // the next booking grows c past the bound: b goes
+	if rep := e.book(t, c.Keys[0].Key, `{"reference":"R","order_id":"ord_1"}`, "grow"); rep.status != 201 {
+		t.Fatalf("the booking: %s", rep)
+	}
+	wantProblem(t, e.get(t, "/v1/orders/ord_1", b.Keys[0].Key), 401, "invalid_api_key", "")
+	if got := shownLink(t, e, c.Keys[0].Key, "ord_1"); !strings.HasPrefix(got, "shp_") || book.bytes > book.maxBytes {
+		t.Errorf("the sandbox written to shows %s; the book holds %d of %d bytes", got, book.bytes, book.maxBytes)
+	}
+}
+
 // TestBookingsRacingReads: writes racing reads of their sandbox (run with -race): a reader
 // sees the sandbox before a write or after it, never between: every link a page shows is
 // a shipment the next request finds, and every order a found shipment was created for shows

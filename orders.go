@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 )
 
 // ===== Vocabularies =====
@@ -158,6 +159,15 @@ func (rs *orderRecords) readOrders(d *jsonReader, path string, shape *recordShap
 		rs.list = append(rs.list, rec)
 		return err
 	})
+}
+
+// bytes is about what the records hold on the heap.
+func (rs *orderRecords) bytes() int64 {
+	n := len(rs.text) + len(rs.list)*int(unsafe.Sizeof(orderRecord{})) + len(rs.changes)*int(unsafe.Sizeof(changeRecord{}))
+	for _, v := range rs.values {
+		n += len(v) + 32 // and its place in valueOf
+	}
+	return int64(n)
 }
 
 // copyOf is the records of the orders at these indexes, apart from the rest: what a dataset
