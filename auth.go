@@ -1607,18 +1607,47 @@ func blindRetries(es []journalEntry) []verdict {
 	}
 	var fs []verdict
 	for _, g := range order {
-		l := groups[g]
-		for k, a := range l {
-			A := &es[a]
-			if A.status != http.StatusBadGateway {
-				continue
+		fs = append(fs, blindRetriesOf(es, groups[g])...)
+	}
+	return fs
+}
+
+// blindRetriesOf judges the entries of one key, method, target and body (indexes into es,
+// in seq order): each 502 looks for the first later entry that arrived once its answer had
+// come, a search of the arrivals' ranks in a tree of their maxima, and passes over those of
+// its own Idempotency-Key (its replays). Requests sent all at once, each arriving before
+// the others' answers, would otherwise make each 502 look at all the rest.
+func blindRetriesOf(es []journalEntry, l []int32) []verdict {
+	arrivals := make([]int64, len(l))
+	for k, i := range l {
+		arrivals[k] = es[i].arrived
+	}
+	slices.Sort(arrivals)
+	rank := func(at int64) int32 { // of the first arrival at or after at, plus one
+		r, _ := slices.BinarySearch(arrivals, at)
+		return int32(r + 1)
+	}
+	arrived := newMaxTree(len(l))
+	for k, i := range l {
+		arrived.put(k, rank(es[i].arrived))
+	}
+	var fs []verdict
+	for k, a := range l {
+		A := &es[a]
+		if A.status != http.StatusBadGateway {
+			continue
+		}
+		after := rank(A.arrived + A.duration)
+		for lo := k + 1; ; {
+			b := arrived.firstAtLeast(lo, after)
+			if b == len(l) {
+				break
 			}
-			for _, b := range l[k+1:] {
-				if B := &es[b]; B.arrived >= A.arrived+A.duration && B.write.key != A.write.key {
-					fs = append(fs, verdict{kind: kindBlindRetry, cited: [2]int32{a, b}, m: -1})
-					break
-				}
+			if es[l[b]].write.key != A.write.key {
+				fs = append(fs, verdict{kind: kindBlindRetry, cited: [2]int32{a, l[b]}, m: -1})
+				break
 			}
+			lo = b + 1
 		}
 	}
 	return fs

@@ -8022,6 +8022,45 @@ func TestBookingIsJudgedByTheVersionItRead(t *testing.T) {
 	}
 }
 
+// TestBlindRetriesAgreeWithTheirDefinition: the search blind_retry makes of each group
+// finds what the contract's definition, asked of every later entry, finds: random journals
+// of writes of two bodies, answered 502 or not, arriving at random instants with random
+// durations under a few keys.
+func TestBlindRetriesAgreeWithTheirDefinition(t *testing.T) {
+	t.Parallel()
+	k := &apiKey{}
+	rnd := rand.New(rand.NewPCG(7, 34))
+	for run := range 200 {
+		es := make([]journalEntry, 1+rnd.IntN(60))
+		for i := range es {
+			es[i] = journalEntry{seq: uint64(i + 1), key: k, method: "POST", target: "/v1/test_helpers/shipments", status: int16([]int{201, 409, 502}[rnd.IntN(3)]),
+				arrived: int64(i*10 + rnd.IntN(40)), duration: int64(rnd.IntN(60)), write: &writeMark{key: strconv.Itoa(rnd.IntN(4)), body: [32]byte{byte(rnd.IntN(2))}}}
+		}
+		var want []string
+		for a := range es {
+			A := &es[a]
+			if A.status != 502 {
+				continue
+			}
+			for b := a + 1; b < len(es); b++ {
+				if B := &es[b]; B.write.body == A.write.body && B.arrived >= A.arrived+A.duration && B.write.key != A.write.key {
+					want = append(want, fmt.Sprint(a, b))
+					break
+				}
+			}
+		}
+		var got []string
+		for _, f := range blindRetries(es) {
+			got = append(got, fmt.Sprint(f.cited[0], f.cited[1]))
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("journal %d: found %v, by the definition %v", run, got, want)
+		}
+	}
+}
+
 // TestBookingMakesANumberAmbiguous: a shipment created with the number another holds makes
 // the lookup by number a 404 from its creation on, and the findings judge the lookups so:
 // the one before the booking found its shipment, the one after is ambiguous_number.
@@ -9873,6 +9912,24 @@ func BenchmarkFindings(b *testing.B) {
 			benchServe(b, e.h, newRequest("GET", "/v1/test_helpers/findings", key), 200)
 			b.ReportMetric(float64(len(f.Data)+f.More), "findings")
 		})
+	}
+}
+
+// BenchmarkBlindRetries: the worst arrangement of blind_retry's judge, a full journal of
+// -journal's most (100,000) writes of one body, each answered 502 under its own key, all
+// arriving before any answer came: no entry is a blind retry of another, and each 502 is
+// asked whether one is (walking the later entries took about 4 s).
+func BenchmarkBlindRetries(b *testing.B) {
+	k := &apiKey{}
+	es := make([]journalEntry, maxJournal)
+	for i := range es {
+		es[i] = journalEntry{seq: uint64(i + 1), key: k, method: "POST", target: "/v1/test_helpers/shipments", status: http.StatusBadGateway,
+			duration: int64(10 * time.Second), write: &writeMark{key: strconv.Itoa(i)}}
+	}
+	for b.Loop() {
+		if fs := blindRetries(es); len(fs) != 0 {
+			b.Fatalf("%d findings", len(fs))
+		}
 	}
 }
 

@@ -1486,6 +1486,12 @@ func (t *maxTree) put(i int, x int32) {
 	}
 }
 
+// firstAtLeast is the first i from lo on whose value is at least x, or n: a search of
+// the maxima of the runs from lo.
+func (t *maxTree) firstAtLeast(lo int, x int32) int {
+	return lo + sort.Search(t.n-lo, func(k int) bool { return t.highest(lo, lo+k+1) >= x })
+}
+
 // highest is the largest of the values lo to hi-1, 0 when none.
 func (t *maxTree) highest(lo, hi int) int32 {
 	var m int32
