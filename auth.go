@@ -757,11 +757,7 @@ func (h clockHelpers) get(w http.ResponseWriter, t *tenant, clock clockReading) 
 // set answers POST /v1/test_helpers/clock: it freezes the tenant's clock at the body's
 // frozen_time, lets it follow the wall clock again (null), or sets it running from
 // run_from, and answers the clock it set. A body that is refused changes nothing.
-func (h clockHelpers) set(w http.ResponseWriter, r *http.Request, t *tenant) error {
-	b, err := io.ReadAll(r.Body) // in memory: readBody read it
-	if err != nil {
-		return err
-	}
+func (h clockHelpers) set(w http.ResponseWriter, b []byte, t *tenant) error {
 	set, err := parseClockBody(b, t.start)
 	if err != nil {
 		return err

@@ -1082,6 +1082,7 @@ type call struct {
 	bodyDigest     [sha256.Size]byte // a write's body's SHA-256, once read (digested)
 	digested       bool
 	bodySize       int64   // the bytes of its body, for the journal; -1 unknown
+	body           []byte  // its body, once readBody read it
 	shown          showing // what its answer showed, for the journal
 	journal        *apiKey // the key whose tenant journals it, if it is journaled
 	journaled      bool    // its entry is written
@@ -1892,8 +1893,8 @@ func (f *faultPlan) describe() string {
 // ===== The body: read once, up to its cap =====
 
 // readBody reads a request's body, up to maxBodyBytes (413 past it, and the connection is
-// closed), and hands it on in memory: the checks before it are passed, and what comes
-// after may read it whole. A body whose chunked framing the client broke is a 400, and
+// closed), and hands it on in memory, in the call: the checks before it are passed, and
+// what comes after reads it there. A body whose chunked framing the client broke is a 400, and
 // the connection is closed; a client that went away gets nothing (logged 499).
 func (s *server) readBody(next callHandler) callHandler {
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
@@ -1917,7 +1918,7 @@ func (s *server) readBody(next callHandler) callHandler {
 			c.fail(w, &apiError{code: codeMalformedJSON, detail: "The request body's chunked framing is broken (" + err.Error() + "). Send the body with a Content-Length, or as well-formed chunks."})
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(b))
+		c.body = b
 		next(w, r, c)
 	}
 }
@@ -2191,11 +2192,8 @@ var (
 // answer stored if the write was done.
 func (s *server) idempotent(next callHandler) callHandler {
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
-		body, _ := io.ReadAll(r.Body) // in memory: readBody read it
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		c.bodySize = int64(len(body))
-		c.bodyDigest, c.digested = sha256.Sum256(body), true
-		request := sha256.Sum256([]byte(r.Method + "\x00" + r.URL.Path + "\x00" + string(body)))
+		c.bodyDigest, c.digested = sha256.Sum256(c.body), true
+		request := sha256.Sum256(append([]byte(r.Method+"\x00"+r.URL.Path+"\x00"), c.bodyDigest[:]...))
 		st := &c.key.tenant.answers
 		a := s.answers.claim(st, c.idempotencyKey, request, s.now())
 		switch {
@@ -2232,8 +2230,7 @@ func (s *server) serveWrite(h writeHandler) callHandler {
 		var written *storedAnswer
 		err := refuseParams(r.URL.RawQuery)
 		if err == nil {
-			body, _ := io.ReadAll(r.Body) // in memory: readBody read it
-			written, err = h(r, c, body)
+			written, err = h(r, c, c.body)
 		}
 		if err != nil {
 			s.writeError(w, c, err)
@@ -2359,7 +2356,7 @@ func (s *server) getClock(w http.ResponseWriter, r *http.Request, c *call) error
 }
 
 func (s *server) setClock(w http.ResponseWriter, r *http.Request, c *call) error {
-	return s.clocks.set(w, r, c.key.tenant)
+	return s.clocks.set(w, c.body, c.key.tenant)
 }
 
 func getTimeline(w http.ResponseWriter, r *http.Request, c *call) error {
