@@ -2258,25 +2258,12 @@ func (d *tenantData) dataBytes() int64 {
 // sandboxMembers are the members of the body, each at most once.
 var sandboxMembers = []string{"template", "shipments", "orders", "keys"}
 
-// bodyShipment is a shipment as a request body sends it, and bodyKey a key: their owner is
-// the sandbox that holds them, and a key's text is made for it.
-type (
-	bodyShipment shipmentRecord
-	bodyKey      keyRecord
-)
-
+// A shipment and a key as a request body sends them: their owner is the sandbox that holds
+// them, and a key's text is made for it.
 var (
 	bodyShipmentShape = shipmentShape.without("account", "environment")
 	bodyKeyShape      = keyShape.without("key", "account", "environment")
 )
-
-func (rec *bodyShipment) decode(d *jsonReader, path string) error {
-	return bodyShipmentShape.read(d, path, (*shipmentRecord)(rec))
-}
-
-func (rec *bodyKey) decode(d *jsonReader, path string) error {
-	return bodyKeyShape.read(d, path, (*keyRecord)(rec))
-}
 
 // sandboxRequest is the body as read: a template's account, or records, and keys.
 type sandboxRequest struct {
@@ -2311,24 +2298,14 @@ func readSandboxRequest(b []byte) (*sandboxRequest, error) {
 			req.template = v
 			return err
 		case "shipments":
-			var list []bodyShipment
-			err := readList(d, "$.shipments", &list)
-			for _, rec := range list {
-				req.shipments = append(req.shipments, shipmentRecord(rec))
-			}
 			req.records = true
-			return err
+			return readShaped(d, "$.shipments", &bodyShipmentShape, &req.shipments)
 		case "orders":
 			req.records = true
 			return req.orders.readOrders(d, "$.orders", &bodyOrderShape)
 		case "keys":
-			var list []bodyKey
-			err := readList(d, "$.keys", &list)
-			for _, rec := range list {
-				req.keys = append(req.keys, keyRecord(rec))
-			}
 			req.keysSent = true
-			return err
+			return readShaped(d, "$.keys", &bodyKeyShape, &req.keys)
 		}
 		return nil
 	})

@@ -1492,6 +1492,17 @@ func records[T, E any, P interface {
 	}}
 }
 
+// readShaped reads the array at path, each element a record of shape: a record a request
+// body sends, whose shape is its type's but for what the request decides.
+func readShaped[T any](d *jsonReader, path string, shape *recordShape[T], list *[]T) error {
+	return d.array(path, func(i int) error {
+		var rec T
+		err := shape.read(d, path+"["+strconv.Itoa(i)+"]", &rec)
+		*list = append(*list, rec)
+		return err
+	})
+}
+
 // readList reads the array at path, each element a record that its type decodes.
 func readList[T any, P interface {
 	*T
