@@ -1995,9 +1995,9 @@ func (s *server) write(reads preferences, h writeHandler) callHandler {
 }
 
 // writeHandler is the work of a write once every check but its body's has passed (a write
-// takes no query parameter): the answer it wrote, or the error to answer with (then nothing
-// was written).
-type writeHandler func(r *http.Request, c *call, body []byte) (*storedAnswer, error)
+// takes no query parameter): it reads the body in the call and returns the answer it wrote,
+// or the error to answer with (then nothing was written).
+type writeHandler func(c *call) (*storedAnswer, error)
 
 var errIdempotencyKey = paramError(codeInvalidIdempotencyKey, "Idempotency-Key", fmt.Sprintf(
 	`Send one Idempotency-Key header with each write: 1 to %d visible ASCII characters other than " and \, bare (a1b2c3) or quoted ("a1b2c3"); a new one for each write, the same one to retry it.`, maxIdempotencyKey))
@@ -2230,7 +2230,7 @@ func (s *server) serveWrite(h writeHandler) callHandler {
 		var written *storedAnswer
 		err := refuseParams(r.URL.RawQuery)
 		if err == nil {
-			written, err = h(r, c, c.body)
+			written, err = h(c)
 		}
 		if err != nil {
 			s.writeError(w, c, err)
@@ -2248,8 +2248,8 @@ func (s *server) serveWrite(h writeHandler) callHandler {
 }
 
 // makeSandbox answers POST /v1/test_helpers/sandboxes: a sandbox of its own for the caller.
-func (s *server) makeSandbox(r *http.Request, c *call, body []byte) (*storedAnswer, error) {
-	b, err := s.sandboxes.makeSandbox(body, c.key, s.templates, s.now())
+func (s *server) makeSandbox(c *call) (*storedAnswer, error) {
+	b, err := s.sandboxes.makeSandbox(c.body, c.key, s.templates, s.now())
 	if err != nil {
 		return nil, err
 	}
@@ -2259,8 +2259,8 @@ func (s *server) makeSandbox(r *http.Request, c *call, body []byte) (*storedAnsw
 // createShipment answers POST /v1/test_helpers/shipments: a shipment created in the
 // caller's sandbox at the request's instant, linking the order it names; 201 with its
 // tracking view as GET shows it then.
-func (s *server) createShipment(r *http.Request, c *call, body []byte) (*storedAnswer, error) {
-	rec, err := readBooking(body)
+func (s *server) createShipment(c *call) (*storedAnswer, error) {
+	rec, err := readBooking(c.body)
 	if err != nil {
 		return nil, err
 	}
