@@ -1420,26 +1420,38 @@ func retriesTooSoon(es []journalEntry) []verdict {
 		key            *apiKey
 		method, target string
 	}
-	var order []sent // the groups with a Retry-After, in the order of their first
-	groups := map[sent][]int{}
-	for i := range es {
-		if g := (sent{es[i].key, es[i].method, es[i].target}); es[i].retryAfter >= 0 && groups[g] == nil {
-			order = append(order, g)
-			groups[g] = []int{}
-		}
-	}
-	for i := range es { // the entries of each, in seq order: only groups with a Retry-After are kept
-		if g := (sent{es[i].key, es[i].method, es[i].target}); groups[g] != nil {
-			groups[g] = append(groups[g], i)
-		}
-	}
 	var fs []verdict
-	for _, g := range order {
-		if f, ok := tooSoon(es, groups[g]); ok {
+	for _, g := range groupsOf(es, func(e *journalEntry) (sent, bool) { return sent{e.key, e.method, e.target}, true },
+		func(e *journalEntry) bool { return e.retryAfter >= 0 }) {
+		if f, ok := tooSoon(es, g); ok {
 			fs = append(fs, f)
 		}
 	}
 	return fs
+}
+
+// groupsOf is the entries of es (indexes, in seq order) grouped by the key each has (ok
+// false: in no group), of the groups that hold an entry marked says, in the order of their
+// first such entry: a judge of retries asks only the groups that hold what is retried.
+func groupsOf[K comparable](es []journalEntry, key func(e *journalEntry) (K, bool), marked func(e *journalEntry) bool) [][]int {
+	var order []K
+	groups := map[K][]int{}
+	for i := range es {
+		if k, ok := key(&es[i]); ok && marked(&es[i]) && groups[k] == nil {
+			order = append(order, k)
+			groups[k] = []int{}
+		}
+	}
+	for i := range es {
+		if k, ok := key(&es[i]); ok && groups[k] != nil {
+			groups[k] = append(groups[k], i)
+		}
+	}
+	out := make([][]int, len(order))
+	for n, k := range order {
+		out[n] = groups[k]
+	}
+	return out
 }
 
 // retryWindow is an answer's Retry-After: from the end of the answer, for its seconds.
@@ -1581,29 +1593,14 @@ func blindRetries(es []journalEntry) []verdict {
 		method, target string
 		body           [sha256.Size]byte
 	}
-	sentOf := func(e *journalEntry) sent { return sent{e.key, e.method, e.target, e.write.body} }
-	groups := map[sent][]int32{}
-	for i := range es {
-		if e := &es[i]; e.status == http.StatusBadGateway && e.write != nil {
-			groups[sentOf(e)] = []int32{}
-		}
-	}
-	var order []sent // in the order of their first entry
-	for i := range es {
-		e := &es[i]
-		if e.write == nil {
-			continue
-		}
-		if l, ok := groups[sentOf(e)]; ok {
-			if len(l) == 0 {
-				order = append(order, sentOf(e))
-			}
-			groups[sentOf(e)] = append(l, int32(i))
-		}
-	}
 	var fs []verdict
-	for _, g := range order {
-		fs = append(fs, blindRetriesOf(es, groups[g])...)
+	for _, g := range groupsOf(es, func(e *journalEntry) (sent, bool) {
+		if e.write == nil {
+			return sent{}, false
+		}
+		return sent{e.key, e.method, e.target, e.write.body}, true
+	}, func(e *journalEntry) bool { return e.status == http.StatusBadGateway }) {
+		fs = append(fs, blindRetriesOf(es, g)...)
 	}
 	return fs
 }
@@ -1613,7 +1610,7 @@ func blindRetries(es []journalEntry) []verdict {
 // come, a search of the arrivals' ranks in a tree of their maxima, and passes over those of
 // its own Idempotency-Key (its replays). Requests sent all at once, each arriving before
 // the others' answers, would otherwise make each 502 look at all the rest.
-func blindRetriesOf(es []journalEntry, l []int32) []verdict {
+func blindRetriesOf(es []journalEntry, l []int) []verdict {
 	arrivals := make([]int64, len(l))
 	for k, i := range l {
 		arrivals[k] = es[i].arrived
@@ -1640,7 +1637,7 @@ func blindRetriesOf(es []journalEntry, l []int32) []verdict {
 				break
 			}
 			if es[l[b]].write.key != A.write.key {
-				fs = append(fs, verdict{kind: kindBlindRetry, cited: [2]int32{a, l[b]}, m: -1})
+				fs = append(fs, verdict{kind: kindBlindRetry, cited: [2]int32{int32(a), int32(l[b])}, m: -1})
 				break
 			}
 			lo = b + 1
