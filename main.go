@@ -1079,13 +1079,12 @@ type call struct {
 	idempotencyKey string
 	written        *storedAnswer
 	unconfirmed    *apiError
-	bodyDigest     [sha256.Size]byte // a write's body's SHA-256, once read (digested)
-	digested       bool
-	bodySize       int64   // the bytes of its body, for the journal; -1 unknown
-	body           []byte  // its body, once readBody read it
-	shown          showing // what its answer showed, for the journal
-	journal        *apiKey // the key whose tenant journals it, if it is journaled
-	journaled      bool    // its entry is written
+	write          *writeMark // a write's key and body digest, once its body was read: the journal's too
+	bodySize       int64      // the bytes of its body, for the journal; -1 unknown
+	body           []byte     // its body, once readBody read it
+	shown          showing    // what its answer showed, for the journal
+	journal        *apiKey    // the key whose tenant journals it, if it is journaled
+	journaled      bool       // its entry is written
 }
 
 // callHandler is a handler that is handed the request's call. It is not a
@@ -2192,8 +2191,8 @@ var (
 // answer stored if the write was done.
 func (s *server) idempotent(next callHandler) callHandler {
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
-		c.bodyDigest, c.digested = sha256.Sum256(c.body), true
-		request := sha256.Sum256(append([]byte(r.Method+"\x00"+r.URL.Path+"\x00"), c.bodyDigest[:]...))
+		c.write = &writeMark{c.idempotencyKey, sha256.Sum256(c.body)}
+		request := sha256.Sum256(append([]byte(r.Method+"\x00"+r.URL.Path+"\x00"), c.write.body[:]...))
 		st := &c.key.tenant.answers
 		a := s.answers.claim(st, c.idempotencyKey, request, s.now())
 		switch {
@@ -2452,10 +2451,7 @@ func (s *server) writeEntry(sw *statusWriter) {
 	c.journaled = true
 	e := journalEntry{arrived: c.arrived.UnixNano(), duration: int64(time.Since(c.arrived)), clock: instantOf(c.at), key: c.journal,
 		method: ownMethod(r.Method), routePath: sw.route, target: boundValue(targetOf(r), maxJournalTarget), runTag: c.run, requestID: c.id, code: c.code,
-		size: -1, retryAfter: -1, status: int16(c.status), simulated: c.simulated, shown: c.shown, bodySize: c.bodySize, writes: c.data.writes}
-	if c.digested {
-		e.write = &writeMark{c.idempotencyKey, c.bodyDigest}
-	}
+		size: -1, retryAfter: -1, status: int16(c.status), simulated: c.simulated, shown: c.shown, bodySize: c.bodySize, writes: c.data.writes, write: c.write}
 	if e.bodySize < 0 && r.ContentLength >= 0 {
 		e.bodySize = r.ContentLength // answered before its body was read
 	}
