@@ -183,16 +183,31 @@ func timelineEntries(hs []happening) []timelineEntry {
 }
 
 // sortHappenings puts a timeline in order: oldest first, ties by kind, then id, then as given.
-func sortHappenings(h []happening) {
-	slices.SortStableFunc(h, func(a, b happening) int {
-		if c := a.at.Compare(b.at); c != 0 {
-			return c
+func sortHappenings(h []happening) { slices.SortStableFunc(h, compareHappenings) }
+
+func compareHappenings(a, b happening) int {
+	if c := a.at.Compare(b.at); c != 0 {
+		return c
+	}
+	if a.kind != b.kind {
+		return int(a.kind) - int(b.kind)
+	}
+	return strings.Compare(a.id, b.id)
+}
+
+// withHappenings is the timeline tl, in order, with hs added: hs sorted, then merged, as
+// sorting them appended to tl would place them, in a walk of tl rather than a sort of it.
+func withHappenings(tl, hs []happening) []happening {
+	sortHappenings(hs)
+	merged := make([]happening, 0, len(tl)+len(hs))
+	for len(tl) > 0 && len(hs) > 0 {
+		if compareHappenings(hs[0], tl[0]) < 0 {
+			merged, hs = append(merged, hs[0]), hs[1:]
+		} else {
+			merged, tl = append(merged, tl[0]), tl[1:]
 		}
-		if a.kind != b.kind {
-			return int(a.kind) - int(b.kind)
-		}
-		return strings.Compare(a.id, b.id)
-	})
+	}
+	return append(append(merged, tl...), hs...)
 }
 
 // tenants are a dataset's declared accounts and environments, by id and in the order the
@@ -2547,8 +2562,7 @@ func (t *tenant) createShipment(rec *bookingRecord, at time.Time, book *sandboxB
 	}
 	var happenings []happening
 	next.shipments, happenings = d.shipments.with(s, events)
-	next.timeline = append(slices.Clip(d.timeline), happenings...)
-	sortHappenings(next.timeline)
+	next.timeline = withHappenings(d.timeline, happenings)
 	t.data.Store(next)
 	book.resized(t.sandbox, next.dataBytes()+t.sandbox.records)
 	return next, s, nil

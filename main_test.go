@@ -8061,6 +8061,29 @@ func TestBlindRetriesAgreeWithTheirDefinition(t *testing.T) {
 	}
 }
 
+// TestTimelineMergesABookingsHappenings: a booking's happenings merged into the sandbox's
+// timeline stand where sorting them appended to it puts them, ties as given.
+func TestTimelineMergesABookingsHappenings(t *testing.T) {
+	t.Parallel()
+	rnd := rand.New(rand.NewPCG(3, 4))
+	random := func(n int) []happening {
+		hs := make([]happening, n)
+		for i := range hs {
+			hs[i] = happening{at: testNow.Add(time.Duration(rnd.IntN(5)) * time.Second), kind: happeningKind(rnd.IntN(4)), id: strconv.Itoa(rnd.IntN(3)), status: strconv.Itoa(i)}
+		}
+		return hs
+	}
+	for range 200 {
+		tl, hs := random(rnd.IntN(30)), random(rnd.IntN(10))
+		sortHappenings(tl)
+		want := append(slices.Clone(tl), hs...)
+		sortHappenings(want)
+		if got := withHappenings(tl, slices.Clone(hs)); !slices.Equal(got, want) {
+			t.Fatalf("merged:\n%v\nsorted:\n%v", got, want)
+		}
+	}
+}
+
 // TestBookingMakesANumberAmbiguous: a shipment created with the number another holds makes
 // the lookup by number a 404 from its creation on, and the findings judge the lookups so:
 // the one before the booking found its shipment, the one after is ambiguous_number.
@@ -10150,21 +10173,61 @@ func book(b *testing.B, e *env, key string, i int) {
 }
 
 // BenchmarkCreateShipment: a shipment created in a copy of a -data template of 10,000
-// orders, each linking an order of its own (the contract: a median within 10 ms); a new
-// copy every 1,000 bookings. It reports the median and the 90th percentile.
+// orders, each linking an order of its own (the contract: a median within 10 ms), a new
+// copy every 1,000 bookings; and the worst arrangement: a template of 10,000 orders and
+// 9,000 shipments, each booking a 255 KiB body of 2,589 scheduled events (the timeline grows
+// by as many), a new copy every 100. Each reports its median and 90th percentile.
 func BenchmarkCreateShipment(b *testing.B) {
-	e := bookingBenchEnv(b)
+	b.Run("linking", func(b *testing.B) {
+		e := bookingBenchEnv(b)
+		benchBookings(b, func() string { return benchSandbox(b, e, "sk_test_big_all") }, 1000, func(key string, i int) { book(b, e, key, i) })
+	})
+	b.Run("worst", func(b *testing.B) {
+		var d strings.Builder
+		d.WriteString(`{"accounts":[{"id":"acct_full","environments":["test"]}],"keys":[{"key":"sk_test_full","account":"acct_full","environment":"test","scopes":[]}],"shipments":[`)
+		for i := range 9000 {
+			fmt.Fprintf(&d, `%s{"id":"s%d","account":"acct_full","environment":"test","reference":"R","tracking_number":"T%d","events":[{"after":"%ds","status":"in_transit","description":"Departed"}]}`, map[bool]string{true: ",", false: ""}[i > 0], i, i, i)
+		}
+		d.WriteString(`],"orders":[`)
+		for i := range maxSandboxRecords {
+			change := ""
+			if i%10 == 3 {
+				change = fmt.Sprintf(`,"changes":[{"status":"fulfilled","at":"start+%ds"}]`, i)
+			}
+			fmt.Fprintf(&d, `%s{"id":"ord_%05d","account":"acct_full","environment":"test","merchant_reference":"R","platform":"ebay","status":"unfulfilled","created_at":"start-%dm"%s}`, map[bool]string{true: ",", false: ""}[i > 0], i, i, change)
+		}
+		d.WriteString(`]}`)
+		e := benchEnvOf(b, []byte(d.String()), 0, time.Now())
+		var events []string
+		for size := 100; size < maxBodyBytes-200; {
+			ev := fmt.Sprintf(`{"after":"%ds","status":"in_transit","description":"Departed facility %d","location":"Leeds, GB"}`, len(events), len(events))
+			events, size = append(events, ev), size+len(ev)+1
+		}
+		benchBookings(b, func() string { return benchSandbox(b, e, "sk_test_full") }, 100, func(key string, i int) {
+			w := &benchWriter{h: http.Header{}}
+			body := fmt.Sprintf(`{"reference":"R","order_id":"ord_%05d","events":[%s]}`, i, strings.Join(events, ","))
+			e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/shipments", key, body, "Idempotency-Key", strconv.Itoa(i)))
+			if w.status != http.StatusCreated {
+				b.Fatalf("%d %s", w.status, w.buf)
+			}
+		})
+	})
+}
+
+// benchBookings times bookings, the i-th of a sandbox made anew every each, and reports the
+// median and the 90th percentile.
+func benchBookings(b *testing.B, sandbox func() string, each int, booking func(key string, i int)) {
 	var key string
 	var took []time.Duration
 	for b.Loop() {
-		i := len(took) % 1000
+		i := len(took) % each
 		if i == 0 {
 			b.StopTimer()
-			key = benchSandbox(b, e, "sk_test_big_all")
+			key = sandbox()
 			b.StartTimer()
 		}
 		began := time.Now()
-		book(b, e, key, i)
+		booking(key, i)
 		took = append(took, time.Since(began))
 	}
 	slices.Sort(took)
