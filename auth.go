@@ -2510,12 +2510,14 @@ const maxSandboxShipments = 10000
 var (
 	errDatasetFixed = &apiError{code: codeCapabilityUnavailable, detail: "A dataset's account is fixed: make a sandbox (POST /v1/test_helpers/sandboxes) and create shipments in it with its keys."}
 	errSandboxFull  = &apiError{code: codeCapabilityUnavailable, detail: fmt.Sprintf("This sandbox holds %d shipments, the most a sandbox holds: make another sandbox for more.", maxSandboxShipments)}
+	errSandboxBytes = &apiError{code: codeCapabilityUnavailable, detail: fmt.Sprintf("With this shipment the sandbox's data would pass %d MiB, what all sandboxes hold together: make another sandbox, or send fewer events.", maxSandboxBytes>>20)}
 )
 
 // createShipment creates the shipment rec sends in t at the instant at: the checks of its
 // records in the dataset's load order (422), the order it links (404 when not shown at at,
-// 409 when linked already, at any instant), whether t takes writes (422); then the next
-// version of t's data, swapped in, with the shipment. book counts the sandbox's data anew.
+// 409 when linked already, at any instant), whether t takes writes (422: a dataset's
+// tenant, a sandbox of maxSandboxShipments, or one whose data would pass the book's bytes);
+// then the next version of t's data, swapped in, with the shipment. book counts it anew.
 func (t *tenant) createShipment(rec *bookingRecord, at time.Time, book *sandboxBook) (*tenantData, *shipment, error) {
 	t.writing.Lock()
 	defer t.writing.Unlock()
@@ -2563,8 +2565,9 @@ func (t *tenant) createShipment(rec *bookingRecord, at time.Time, book *sandboxB
 	var happenings []happening
 	next.shipments, happenings = d.shipments.with(s, events)
 	next.timeline = withHappenings(d.timeline, happenings)
-	t.data.Store(next)
-	book.resized(t.sandbox, next.dataBytes()+t.sandbox.records)
+	if !book.resized(t.sandbox, next.dataBytes()+t.sandbox.records, func() { t.data.Store(next) }) {
+		return nil, nil, errSandboxBytes
+	}
 	return next, s, nil
 }
 
@@ -2594,17 +2597,23 @@ func (sa *sandboxAccount) ordersWith(links []dataLink) (orderIndex, error) {
 	return ix, err
 }
 
-// resized counts a sandbox's data again after a write; past the book's bytes, the least
-// recently used others are forgotten.
-func (b *sandboxBook) resized(sa *sandboxAccount, bytes int64) {
+// resized counts a sandbox's data again as a write makes it bytes, and swaps the write in:
+// past the book's bytes, the least recently used others are forgotten. A sandbox whose
+// data alone would pass them is not written (false).
+func (b *sandboxBook) resized(sa *sandboxAccount, bytes int64, swap func()) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if bytes > b.maxBytes {
+		return false
+	}
+	swap()
 	if b.accounts[sa.tenant.id.account] != sa {
-		return // forgotten meanwhile
+		return true // forgotten meanwhile
 	}
 	b.bytes += bytes - sa.bytes
 	sa.bytes = bytes
 	b.makeRoomLocked(sa, func() bool { return b.bytes > b.maxBytes })
+	return true
 }
 
 // fileSandbox files a sandbox's records under its tenant t, as a dataset's are loaded, and

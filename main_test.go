@@ -8112,7 +8112,8 @@ func TestBookingMakesANumberAmbiguous(t *testing.T) {
 
 // TestSandboxesWithinTheirBytes: the sandboxes' data, the records a sandbox was sent
 // included, stays within the book's bytes: past them a new sandbox, or a booking that grows
-// one, forgets the least recently used other first.
+// one, forgets the least recently used other first; a booking that would take one sandbox
+// alone past them is refused.
 func TestSandboxesWithinTheirBytes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1}) // the wall clock moves a second a reading: each use is later
@@ -8138,6 +8139,15 @@ func TestSandboxesWithinTheirBytes(t *testing.T) {
 	wantProblem(t, e.get(t, "/v1/orders/ord_1", b.Keys[0].Key), 401, "invalid_api_key", "")
 	if got := shownLink(t, e, c.Keys[0].Key, "ord_1"); !strings.HasPrefix(got, "shp_") || book.bytes > book.maxBytes {
 		t.Errorf("the sandbox written to shows %s; the book holds %d of %d bytes", got, book.bytes, book.maxBytes)
+	}
+	// A booking that would take one sandbox's data alone past the bound is refused, whatever
+	// the others hold: nothing written.
+	book.maxBytes = book.accounts[c.Account].bytes + 1000
+	events := strings.Repeat(`{"after":"1s","status":"in_transit","description":"Departed"},`, 100)
+	wantProblem(t, e.book(t, c.Keys[0].Key, `{"id":"shp_big","reference":"R","order_id":"ord_2","events":[`+strings.TrimSuffix(events, ",")+`]}`, "big"), 422, "capability_unavailable", "")
+	wantProblem(t, e.get(t, "/v1/shipments/shp_big/tracking", c.Keys[0].Key, "Prefer", `clock="start+1h"`), 404, "not_found", "")
+	if got := shownLink(t, e, c.Keys[0].Key, "ord_2"); got != "null" || book.bytes > book.maxBytes {
+		t.Errorf("a refused booking linked ord_2 to %s; the book holds %d of %d bytes", got, book.bytes, book.maxBytes)
 	}
 }
 
