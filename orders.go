@@ -566,7 +566,7 @@ func (ix *orderIndex) build() error {
 			}
 			continue
 		}
-		if l, ok := ix.seedLinks[string(seed.id)]; ix.seedLinks != nil && ok {
+		if l, ok := ix.seedLinks[string(seed.id)]; ok { // a nil map, as a dataset's, finds none at once
 			seed.shipmentID, seed.linkedAt, seed.linkWrite = l.shipmentID, l.createdAt, l.write
 		}
 		if err := ix.store(&seed); err != nil {
