@@ -1,14 +1,15 @@
-// auth.go is who may call and when, and what the sandbox remembers of who called: accounts
-// and their environments (tenants), with their sandbox clocks and timelines; loading, which
-// files a dataset's records under their tenants; API keys and their scopes; the per-key rate
-// limit; the rehearsals counted (Prefer times); the clock operations; and each test
-// tenant's journal of the requests made with its keys, its reads (as JSON or HAR) and its
-// findings, what the journal shows of the integration that made them; and sandboxes, the
-// accounts tests make while the service runs, with their keys, and the booking, a shipment
-// created in one, which builds the sandbox's next version. Its sections, each under a
-// banner (grep '^// =====' *.go):
+// auth.go is who calls, and what the sandbox remembers of each caller. Who calls: accounts
+// and their environments (tenants), loaded from a dataset or made at run time (sandboxes),
+// and API keys with their scopes. What it remembers of each, all owned by the caller's
+// tenant: the versions of its data and the one seam that writes the next; its sandbox clock
+// and timeline; its rate limit (a key's); its rehearsals counted (Prefer times); its journal
+// of requests and the findings judged from it; its stored answers (main.go's writes keep
+// them); and the book that bounds what all tenants remember together and keeps the
+// sandboxes. Its sections, each under a banner (grep '^// =====' *.go):
 //
-//   - Tenants: accounts and environments, their clocks and timelines
+//   - Tenants: accounts and environments, one owner of what each holds
+//   - The book: the bounds every tenant shares, and the sandboxes it keeps
+//   - A bounded least-recently-used list
 //   - Loading: records filed under their tenants
 //   - Keys and scopes
 //   - The rate limit
@@ -21,18 +22,17 @@
 //   - The reads' queries
 //   - What the page shows of a journal
 //   - Sandboxes: accounts made at run time
-//   - A booking: a shipment created in a sandbox
 package main
 
 import (
 	"bytes"
 	"cmp"
-	"container/list"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
+	"iter"
 	"math"
 	"net/http"
 	"slices"
@@ -42,50 +42,107 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 	"unsafe"
 )
 
-// ===== Tenants: accounts and environments, their clocks and timelines =====
+// ===== Tenants: accounts and environments, one owner of what each holds =====
 
 // tenantID is an account and one of its environments: resources and keys belong to one.
 type tenantID struct{ account, environment string }
 
 func (id tenantID) String() string { return id.account + "/" + id.environment }
 
-// tenant holds one account's resources in one environment, as a version of its data that
-// a write replaces whole, and its bookkeeping: its sandbox clock, its rehearsals counted, its
-// journal and its stored answers.
+// tenant is one account's environment, and the one owner of all that lives and dies with
+// it: the versions of its data, its sandbox clock, and what the sandbox remembers of its
+// callers (its journal, its stored answers, its rehearsals counted, and the bytes these
+// hold, which the book's bounds count). Forgetting a sandbox's tenant drops it whole: once
+// gone, nothing is written to it, and nothing can revive it.
+//
+// Lock order, everywhere: t.writing, then the book's mu, then t.mu. Under t.mu nothing
+// else is locked and nothing is waited for; the book's mu is never taken under a t.mu.
 type tenant struct {
-	id        tenantID
-	live      bool
-	start     time.Time                  // its start instant: relative instants (start+90s) are read against it
-	data      atomic.Pointer[tenantData] // what it shows: a request reads it once
-	writing   sync.Mutex                 // writes build the next version one at a time; reads never take it
-	clock     sandboxClock
-	sequences sequences               // Prefer: code=503; times=2, counted
-	faulted   atomic.Uint64           // the requests -faults has judged, the k of the next is this plus one
-	journal   atomic.Pointer[journal] // nil until a request is journaled
-	answers   answerStore             // the answers stored under Idempotency-Keys
-	sandbox   *sandboxAccount         // nil for a tenant of the dataset
+	id      tenantID
+	live    bool
+	start   time.Time                  // its start instant: relative instants (start+90s) are read against it
+	data    atomic.Pointer[tenantData] // what it shows: a request reads it once
+	writing sync.Mutex                 // the first lock: writes build the next version one at a time; reads never take it
+	clock   sandboxClock
+	faulted atomic.Uint64   // the requests -faults has judged, the k of the next is this plus one
+	sandbox *sandboxAccount // nil for a tenant of the dataset; set before it is served
+
+	// What the sandbox remembers of the tenant's callers, under mu, the last lock. Each
+	// takes memory only as it fills.
+	mu        sync.Mutex
+	gone      atomic.Bool                      // forgotten: set under the book's mu and mu, so either finds it
+	journal   *journal                         // nil until a request is journaled
+	answers   lru[string, idempotencyEntry]    // the answers stored under Idempotency-Keys
+	sequences lru[[sha256.Size]byte, sequence] // Prefer: code=503; times=2, counted
+	// What its journal and its stored answers hold, as the book counts them: written under
+	// mu, read without it when the book looks for the largest.
+	journalBytes, answerBytes atomic.Int64
+}
+
+// newTenant is the tenant id, whose relative instants count from start, without data.
+func newTenant(id tenantID, start time.Time) *tenant {
+	t := &tenant{id: id, live: id.environment == "live", start: start}
+	t.answers.max, t.sequences.max = maxStoredAnswers, maxSequences
+	return t
 }
 
 // tenantData is what a tenant shows: its shipments, its orders and the timeline of what
 // they schedule, built once (a dataset's tenant at start-up, a sandbox when it is made) and
 // never edited in place. A write (a shipment created in a sandbox) builds the next version
-// and swaps it in whole, so a request reads one version, once, and all it answers is of
-// that one. Writes add shipments and links, never an order: an order's place in the list is
-// the same in every version.
+// and swaps it in whole (tenant.write), so a request reads one version, once, and all it
+// answers is of that one. Writes add shipments and links, never an order: an order's place
+// in the list is the same in every version.
 type tenantData struct {
 	shipments shipmentIndex
 	orders    orderIndex
-	timeline  []happening // what is scheduled for its shipments and orders, in order
-	writes    uint32      // the writes it holds: a journal entry keeps it, and the findings judge the entry against the data as it stood then
-	links     []dataLink  // a sandbox's links, in the order they were made: a write builds its orders again from them
+	timeline  []happening  // what is scheduled for its shipments and orders, in order
+	writes    uint32       // the writes it holds: a journal entry keeps it, and the findings judge the entry against the data as it stood then
+	links     []dataLink   // a sandbox's links, in the order they were made: a write builds its orders again with them
+	filed     *filedOrders // a sandbox's orders as filed, which a write builds again with its links; nil for a dataset's tenant, which takes no write
+}
+
+// dataLink is a link a sandbox's data holds: the order, the shipment created with it, when
+// the link shows (dawn: always), and the write that made it (0: the sandbox's records).
+type dataLink struct {
+	orderID, shipmentID string
+	at                  instant
+	write               uint32
 }
 
 // current is the tenant's data as it stands: one atomic load.
 func (t *tenant) current() *tenantData { return t.data.Load() }
+
+// bytes is about what the data holds on the heap, each part counted beside its fields: what
+// the book's bound of the sandboxes' bytes counts.
+func (d *tenantData) bytes() int64 {
+	n := d.orders.bytes() + d.shipments.bytes() + int64(len(d.timeline))*int64(unsafe.Sizeof(happening{})) +
+		int64(len(d.links))*int64(unsafe.Sizeof(dataLink{})) + int64(unsafe.Sizeof(tenantData{}))
+	if d.filed != nil {
+		n += d.filed.bytes()
+	}
+	return n
+}
+
+// write builds the tenant's next version of its data from the one it holds with build, a
+// pure function of that data, and swaps it in whole: one write of a tenant at a time, while
+// reads take no lock and see the version before or the one after. The book charges the
+// version's bytes as it swaps it in; a sandbox forgotten meanwhile is not written
+// (errForgotten), nor one that would hold more than every sandbox together may.
+func (t *tenant) write(b *tenantBook, build func(d *tenantData) (*tenantData, error)) (*tenantData, error) {
+	t.writing.Lock()
+	defer t.writing.Unlock()
+	next, err := build(t.current())
+	if err != nil {
+		return nil, err
+	}
+	if err := b.swap(t, next); err != nil {
+		return nil, err
+	}
+	return next, nil
+}
 
 // sandboxClock is a tenant's clock, like Stripe's test clocks: it follows the wall clock
 // until a test freezes it at an instant, past or future, or sets it running from an
@@ -234,6 +291,423 @@ func (rec *accountRecord) decode(d *jsonReader, path string) error {
 	return accountShape.read(d, path, rec)
 }
 
+// ===== The book: the bounds every tenant shares, and the sandboxes it keeps =====
+
+// tenantBook is what the tenants' bookkeeping shares: the bounds that hold for all of them
+// together (the entries one journal keeps and the bytes all journals hold; the bytes of all
+// stored answers; how many sandboxes are kept and the bytes of their data) and the
+// sandboxes, tenants made at run time: by account, the most recently used first, and their
+// keys by digest. A dataset's key is found before the book is asked, so the book costs a
+// dataset's request nothing but its journal's entry.
+//
+// Its mu is the second lock of the order (t.writing, b.mu, t.mu). It is held to make,
+// find, resize and forget a sandbox, and to make room under a bound, which takes the
+// largest tenant's mu in turn; it is never taken under a tenant's mu. The byte counts are
+// atomics, added to under a tenant's mu and read under b.mu.
+type tenantBook struct {
+	mu          sync.Mutex
+	dataset     []*tenant            // the dataset's tenants: fixed
+	sandboxes   lru[string, *tenant] // weights: what each sandbox's data holds of its own
+	keys        sync.Map             // [sha256.Size]byte -> *apiKey: the sandboxes' keys, found without the lock
+	shared      map[*sandboxTemplate]*sharedData
+	sharedBytes int64 // what the shared data held by some copy holds, each counted once
+	maxBytes    int64 // what the sandboxes' data may hold together
+	idle        time.Duration
+
+	journalLimit   int   // the entries a tenant's journal keeps (-journal); 0: none is kept
+	maxJournal     int64 // what every journal may hold together
+	journalTotal   atomic.Int64
+	maxAnswerBytes int64 // what every tenant's stored answers may hold together
+	answerTotal    atomic.Int64
+
+	hooks bookHooks
+}
+
+// bookHooks let a test pause a step: where two steps, arranged so, once deadlocked (a claim
+// of an Idempotency-Key holding its tenant's mu, a forget holding the book's), and a write
+// that holds its key in progress. Nil in the service.
+type bookHooks struct {
+	claiming   func(t *tenant)             // in claim, under t.mu
+	claimed    func(t *tenant, key string) // once a write holds key in progress, under no lock
+	forgetting func(t *tenant)             // in forget, under b.mu, before t.mu
+}
+
+// sharedData is the data of the copies of one template made at one start instant: read
+// against the same instant, the same records make the same data, and data is never edited
+// in place, so it is built once and held by each such copy (a test suite makes its copies
+// in bursts: sandbox_cost.sh). The book counts its bytes once while any copy holds it.
+type sharedData struct {
+	template *sandboxTemplate
+	start    time.Time
+	data     *tenantData
+	bytes    int64
+	holders  int // under the book's mu
+}
+
+func newTenantBook(dataset []*tenant, journalLimit int, journalBytes int64) *tenantBook {
+	b := &tenantBook{dataset: dataset, shared: map[*sandboxTemplate]*sharedData{}, maxBytes: maxSandboxBytes, idle: sandboxIdle,
+		journalLimit: journalLimit, maxJournal: journalBytes, maxAnswerBytes: maxStoredAnswerBytes}
+	b.sandboxes.max = maxSandboxes
+	return b
+}
+
+// journaling reports whether requests are journaled: -journal is not 0.
+func (b *tenantBook) journaling() bool { return b.journalLimit > 0 }
+
+// errSandboxBytes refuses a write that would take one sandbox's data past what every
+// sandbox together may hold.
+var errSandboxBytes = &apiError{code: codeCapabilityUnavailable, detail: fmt.Sprintf("With this shipment the sandbox's data would pass %d MiB, what all sandboxes hold together: make another sandbox, or send fewer events.", maxSandboxBytes>>20)}
+
+// errForgotten answers a request whose sandbox was forgotten while it ran: its key is
+// unknown from then on, so it is answered as an unknown key is, and writes nothing.
+var errForgotten = &apiError{code: codeInvalidAPIKey, detail: "The API key is not valid: its sandbox was deleted or forgotten while this request ran, and nothing was written."}
+
+// find is the sandbox key of this digest at the wall clock's now, or nil: a key of a sandbox
+// idle for its time is forgotten with it. Finding a key counts as a use of its sandbox.
+func (b *tenantBook) find(digest [sha256.Size]byte, now time.Time) *apiKey {
+	v, ok := b.keys.Load(digest)
+	if !ok {
+		return nil
+	}
+	k := v.(*apiKey)
+	t := k.tenant
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case t.gone.Load():
+		return nil
+	case now.UnixNano()-t.sandbox.lastUsed >= int64(b.idle):
+		b.forgetLocked(t)
+		return nil
+	}
+	t.sandbox.lastUsed = now.UnixNano()
+	b.sandboxes.get(t.id.account)
+	return k
+}
+
+// add keeps the sandbox t, made for caller, with its keys, at now: the idle go first, then,
+// past the bounds of count and bytes, the least recently used. Its own bytes are weight;
+// what it shares, t.sandbox.shared counts. A sandbox whose caller's sandbox was forgotten
+// while it was made is not kept (errForgotten).
+func (b *tenantBook) add(t, caller *tenant, keys map[[sha256.Size]byte]*apiKey, weight int64, now time.Time) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if caller.gone.Load() {
+		return errForgotten
+	}
+	b.hold(t.sandbox.shared)
+	for { // the idle go first (forgotten already to their keys, see find)
+		_, oldest, ok := b.sandboxes.oldest()
+		if !ok || now.UnixNano()-oldest.sandbox.lastUsed < int64(b.idle) {
+			break
+		}
+		b.forgetLocked(oldest)
+	}
+	t.sandbox.lastUsed = now.UnixNano()
+	b.sandboxes.add(t.id.account, t, weight, true)
+	b.makeRoomLocked()
+	b.sandboxes.pin(t.id.account, false)
+	for digest, k := range keys {
+		t.sandbox.digests = append(t.sandbox.digests, digest)
+		b.keys.Store(digest, k)
+	}
+	return nil
+}
+
+// makeRoomLocked forgets the least recently used sandboxes, but those pinned, while the
+// count or the bytes are past their bounds; b.mu is held.
+func (b *tenantBook) makeRoomLocked() {
+	for b.sandboxes.len() > b.sandboxes.max || b.sandboxes.weight+b.sharedBytes > b.maxBytes {
+		_, oldest, ok := b.sandboxes.oldest()
+		if !ok {
+			return
+		}
+		b.forgetLocked(oldest)
+	}
+}
+
+// sharedCopy is the data of the copy of tpl made last, when that copy started at start;
+// else nil. add holds it for the new copy.
+func (b *tenantBook) sharedCopy(tpl *sandboxTemplate, start time.Time) *sharedData {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if sh := b.shared[tpl]; sh != nil && sh.start.Equal(start) {
+		return sh
+	}
+	return nil
+}
+
+// hold counts one more holder of sh (nil: nothing shared), and its bytes once it has one,
+// when it becomes the data that the next copies of its template at its start share. b.mu
+// is held.
+func (b *tenantBook) hold(sh *sharedData) {
+	if sh == nil {
+		return
+	}
+	if sh.holders == 0 {
+		b.sharedBytes += sh.bytes
+		b.shared[sh.template] = sh
+	}
+	sh.holders++
+}
+
+// release counts one holder of sh fewer: with none left, its bytes are no longer counted,
+// and the next copy of its template builds its data anew. b.mu is held.
+func (b *tenantBook) release(sh *sharedData) {
+	if sh == nil {
+		return
+	}
+	if sh.holders--; sh.holders == 0 {
+		b.sharedBytes -= sh.bytes
+		if b.shared[sh.template] == sh {
+			delete(b.shared, sh.template)
+		}
+	}
+}
+
+// swap swaps next in as the sandbox t's data, counting its bytes, unless t was forgotten
+// (errForgotten) or next alone would pass what every sandbox together may hold; past that
+// bound, the least recently used others are forgotten.
+func (b *tenantBook) swap(t *tenant, next *tenantData) error {
+	bytes := next.bytes()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case t.gone.Load():
+		return errForgotten
+	case bytes > b.maxBytes:
+		return errSandboxBytes
+	}
+	t.data.Store(next)
+	b.sandboxes.set(t.id.account, t, bytes, true)
+	b.makeRoomLocked()
+	b.sandboxes.pin(t.id.account, false)
+	return nil
+}
+
+// forget forgets the sandbox of this account, and reports whether there was one.
+func (b *tenantBook) forget(account string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.sandboxes.peek(account)
+	if ok {
+		b.forgetLocked(t)
+	}
+	return ok
+}
+
+// forgetLocked forgets the sandbox t whole: its keys are unknown from now on, the book
+// neither finds nor counts it, and the tenant lets go of all it remembers, so that what is
+// still in flight with it writes and keeps nothing. b.mu is held.
+func (b *tenantBook) forgetLocked(t *tenant) {
+	if _, _, ok := b.sandboxes.remove(t.id.account); !ok {
+		return // forgotten already
+	}
+	for _, digest := range t.sandbox.digests {
+		b.keys.Delete(digest)
+	}
+	b.release(t.sandbox.shared)
+	if b.hooks.forgetting != nil {
+		b.hooks.forgetting(t)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.gone.Store(true)
+	b.journalTotal.Add(-t.journalBytes.Swap(0))
+	b.answerTotal.Add(-t.answerBytes.Swap(0))
+	t.journal = nil
+	t.answers.clear()
+	t.sequences.clear()
+}
+
+// count is how many sandboxes are kept and not idle at now: what the page says.
+func (b *tenantBook) count(now time.Time) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	idle := 0
+	for _, t := range b.sandboxes.olderFirst() {
+		if now.UnixNano()-t.sandbox.lastUsed < int64(b.idle) {
+			break
+		}
+		idle++
+	}
+	return b.sandboxes.len() - idle
+}
+
+// largest is the tenant, of the dataset's and the sandboxes, of which weight counts the
+// most, or nil when none counts anything. b.mu is held.
+func (b *tenantBook) largest(weight func(t *tenant) int64) *tenant {
+	var most *tenant
+	var held int64
+	consider := func(t *tenant) {
+		if w := weight(t); w > held {
+			most, held = t, w
+		}
+	}
+	for _, t := range b.dataset {
+		consider(t)
+	}
+	for _, t := range b.sandboxes.olderFirst() {
+		consider(t)
+	}
+	return most
+}
+
+// ===== A bounded least-recently-used list =====
+
+// lru is a list of values by key, the most recently used first, bounded by a count: trim
+// forgets the least recently used past max. It sums its entries' weights (their bytes) for
+// a bound its owner keeps with others. An entry pinned (a write in progress, a sandbox
+// being written) is never what it forgets: past max when every entry is pinned, it holds
+// them all, and trim brings it back once they are unpinned. It takes memory only as it
+// fills; its owner's lock guards it. The sandboxes, each tenant's stored answers and each
+// tenant's rehearsals counted are kept in one.
+type lru[K comparable, V any] struct {
+	byKey  map[K]*lruEntry[K, V]
+	root   lruEntry[K, V] // root.next is the most recently used, root.prev the least
+	max    int
+	weight int64 // its entries' weights together
+}
+
+type lruEntry[K comparable, V any] struct {
+	key        K
+	value      V
+	weight     int64
+	pinned     bool
+	prev, next *lruEntry[K, V]
+}
+
+// add keeps value under key, which it does not hold, as the most recently used.
+func (l *lru[K, V]) add(key K, value V, weight int64, pinned bool) {
+	if l.byKey == nil {
+		l.byKey = map[K]*lruEntry[K, V]{}
+		l.root.next, l.root.prev = &l.root, &l.root
+	}
+	e := &lruEntry[K, V]{key: key, value: value, weight: weight, pinned: pinned}
+	l.byKey[key] = e
+	l.linkFront(e)
+	l.weight += weight
+}
+
+// get is the value under key, which is then the most recently used.
+func (l *lru[K, V]) get(key K) (V, bool) {
+	e := l.byKey[key]
+	if e == nil {
+		var zero V
+		return zero, false
+	}
+	l.unlink(e)
+	l.linkFront(e)
+	return e.value, true
+}
+
+// peek is the value under key, its use left as it was.
+func (l *lru[K, V]) peek(key K) (V, bool) {
+	if e := l.byKey[key]; e != nil {
+		return e.value, true
+	}
+	var zero V
+	return zero, false
+}
+
+// set replaces the value and weight under key, which it holds, and pins or unpins it.
+func (l *lru[K, V]) set(key K, value V, weight int64, pinned bool) {
+	e := l.byKey[key]
+	l.weight += weight - e.weight
+	e.value, e.weight, e.pinned = value, weight, pinned
+}
+
+// pin pins or unpins the entry under key, if it holds one.
+func (l *lru[K, V]) pin(key K, pinned bool) {
+	if e := l.byKey[key]; e != nil {
+		e.pinned = pinned
+	}
+}
+
+// remove forgets the entry under key, and returns its value and weight.
+func (l *lru[K, V]) remove(key K) (V, int64, bool) {
+	e := l.byKey[key]
+	if e == nil {
+		var zero V
+		return zero, 0, false
+	}
+	delete(l.byKey, key)
+	l.unlink(e)
+	l.weight -= e.weight
+	return e.value, e.weight, true
+}
+
+// oldest is the least recently used entry that is not pinned.
+func (l *lru[K, V]) oldest() (K, V, bool) {
+	if l.byKey != nil {
+		for e := l.root.prev; e != &l.root; e = e.prev {
+			if !e.pinned {
+				return e.key, e.value, true
+			}
+		}
+	}
+	var key K
+	var zero V
+	return key, zero, false
+}
+
+// trim forgets the least recently used entries not pinned while more than max are held,
+// and returns the weight it forgot.
+func (l *lru[K, V]) trim() int64 {
+	return l.forgetOldest(func(int64) bool { return len(l.byKey) > l.max })
+}
+
+// shed forgets the least recently used entries not pinned until want of weight is
+// forgotten or none is left to forget, and returns the weight it forgot.
+func (l *lru[K, V]) shed(want int64) int64 {
+	return l.forgetOldest(func(forgot int64) bool { return forgot < want })
+}
+
+// forgetOldest forgets the least recently used entry not pinned while more says so of the
+// weight forgotten so far, and returns that weight.
+func (l *lru[K, V]) forgetOldest(more func(forgot int64) bool) int64 {
+	var forgot int64
+	for more(forgot) {
+		key, _, ok := l.oldest()
+		if !ok {
+			break
+		}
+		_, w, _ := l.remove(key)
+		forgot += w
+	}
+	return forgot
+}
+
+// clear forgets every entry, and the memory the list took.
+func (l *lru[K, V]) clear() { *l = lru[K, V]{max: l.max} }
+
+func (l *lru[K, V]) len() int { return len(l.byKey) }
+
+// olderFirst yields its entries, the least recently used first.
+func (l *lru[K, V]) olderFirst() iter.Seq2[K, V] {
+	return func(yield func(K, V) bool) {
+		if l.byKey == nil {
+			return
+		}
+		for e := l.root.prev; e != &l.root; e = e.prev {
+			if !yield(e.key, e.value) {
+				return
+			}
+		}
+	}
+}
+
+func (l *lru[K, V]) linkFront(e *lruEntry[K, V]) {
+	e.prev, e.next = &l.root, l.root.next
+	l.root.next.prev = e
+	l.root.next = e
+}
+
+func (l *lru[K, V]) unlink(e *lruEntry[K, V]) {
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = nil, nil
+}
+
 // ===== Loading: records filed under their tenants =====
 
 // Loading: a loader files each record of a dataset under the tenant it names and hands it
@@ -292,7 +766,7 @@ func (ld *loader) addAccount(path string, rec accountRecord) error {
 
 // addTenant declares the tenant id, whose relative instants count from the loader's start.
 func (ld *loader) addTenant(id tenantID) *tenant {
-	t := &tenant{id: id, live: id.environment == "live", start: ld.start}
+	t := newTenant(id, ld.start)
 	t.data.Store(&tenantData{shipments: newShipmentIndex(id.String(), ld.start), orders: newOrderIndex(id.account, id.environment, ld.start)})
 	ld.tenants.byID[id] = t
 	ld.tenants.list = append(ld.tenants.list, t)
@@ -607,7 +1081,7 @@ func bearerToken(h http.Header) (string, *apiError) {
 // keyring, else a sandbox's, in the book.
 type keyFinder struct {
 	dataset   keyring
-	sandboxes *sandboxBook
+	sandboxes *tenantBook
 	wall      func() time.Time
 }
 
@@ -696,44 +1170,33 @@ const (
 	maxSequences = 10000            // a tenant's; a new one beyond forgets the least recently used
 )
 
-// sequences are a tenant's sequences, by the SHA-256 digest of their identity, the most
-// recently used first. They take memory only as they fill.
-type sequences struct {
-	mu     sync.Mutex
-	byID   map[[sha256.Size]byte]*list.Element
-	recent list.List // of *sequence
-}
-
+// sequence is what a tenant keeps of one sequence, by the SHA-256 digest of its identity
+// (in its list of at most maxSequences, the most recently used first).
 type sequence struct {
-	id    [sha256.Size]byte
 	count int
 	last  time.Time
 }
 
-// count counts a request of the sequence id at now and returns how many it has had, this
-// one included: 1 for a sequence that is new, or forgotten sequenceIdle after its last.
-func (q *sequences) count(id [sha256.Size]byte, now time.Time) int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if e, ok := q.byID[id]; ok {
-		seq := e.Value.(*sequence)
-		if now.Sub(seq.last) >= sequenceIdle {
-			seq.count = 0
-		}
-		seq.count, seq.last = seq.count+1, now
-		q.recent.MoveToFront(e)
-		return seq.count
+// countRequest counts a request of the sequence id at now and returns how many it has had,
+// this one included: 1 for a sequence that is new, or forgotten sequenceIdle after its
+// last. A forgotten tenant keeps nothing.
+func (t *tenant) countRequest(id [sha256.Size]byte, now time.Time) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	seq, held := t.sequences.get(id)
+	if held && now.Sub(seq.last) >= sequenceIdle {
+		seq.count = 0
 	}
-	if q.byID == nil {
-		q.byID = map[[sha256.Size]byte]*list.Element{}
+	seq.count, seq.last = seq.count+1, now
+	switch {
+	case t.gone.Load():
+	case held:
+		t.sequences.set(id, seq, 0, false)
+	default:
+		t.sequences.add(id, seq, 0, false)
+		t.sequences.trim()
 	}
-	if q.recent.Len() >= maxSequences {
-		oldest := q.recent.Back()
-		delete(q.byID, oldest.Value.(*sequence).id)
-		q.recent.Remove(oldest)
-	}
-	q.byID[id] = q.recent.PushFront(&sequence{id: id, count: 1, last: now})
-	return 1
+	return seq.count
 }
 
 // sequenceOf is the digest of a request's sequence: its method, its target as sent (path
@@ -853,13 +1316,6 @@ func parseClockBody(b []byte, start time.Time) (*clockSetting, error) {
 	return set, nil
 }
 
-// oneJSONObject reports whether a request body is one JSON object, its strings UTF-8, nested
-// at most as deep as encoding/json reads: what every body is judged by before its members.
-func oneJSONObject(b []byte) bool {
-	trimmed := bytes.TrimLeft(b, " \t\r\n")
-	return utf8.Valid(b) && json.Valid(b) && len(trimmed) > 0 && trimmed[0] == '{'
-}
-
 // readClockMember reads the value of a clock member: frozen_time, an instant or null (the
 // wall clock); run_from, an instant.
 func readClockMember(name string, value json.RawMessage, start time.Time) (*clockSetting, error) {
@@ -939,7 +1395,7 @@ type writeMark struct {
 // before its first entry: the book counts both.
 const (
 	entrySlot     = int64(unsafe.Sizeof(journalEntry{}))
-	journalHeader = int64(unsafe.Sizeof(journal{})) + 8 // and its place in the book
+	journalHeader = int64(unsafe.Sizeof(journal{})) + 8 // and the tenant's pointer to it
 )
 
 // cost is what an entry holds beyond its slot: the strings it keeps, counted whole (an
@@ -983,20 +1439,17 @@ func (e *journalEntry) read() bool {
 	return e.status == http.StatusOK && e.method == http.MethodGet && e.shown.kind >= showsOrder && e.shown.kind <= showsPage
 }
 
-// journal is a tenant's journal: its last entries in a ring that grows as they come (never
-// allocated ahead of them) up to the book's limit, then wraps, the oldest going first. Its
-// entries' seqs are consecutive: those before the oldest held were dropped.
+// journal is a tenant's journal, under the tenant's mu: its last entries in a ring that
+// grows as they come (never allocated ahead of them) up to the book's limit, then wraps,
+// the oldest going first. Its entries' seqs are consecutive: those before the oldest held
+// were dropped.
 type journal struct {
-	mu       sync.Mutex
 	ring     []journalEntry
-	oldest   int    // where the oldest held entry is in ring
-	n        int    // how many are held
-	last     uint64 // the newest entry's seq; 0 before the first
-	bytes    int64  // what it holds, as the book counts it
-	size     atomic.Int64
+	oldest   int           // where the oldest held entry is in ring
+	n        int           // how many are held
+	last     uint64        // the newest entry's seq; 0 before the first
 	counted  findingsCount // the page's count of findings, as of an entry
 	counting chan struct{} // closed when the count running aside ends; nil when none runs
-	gone     bool          // its sandbox was forgotten: an entry written late is dropped
 }
 
 // findingsCount is how many findings a journal's entries held when its newest was seq, and
@@ -1007,95 +1460,73 @@ type findingsCount struct {
 	first []finding
 }
 
-// journalBook is every tenant's journal and the bounds they share: how many entries a
-// tenant keeps, and how many bytes all keep together.
-type journalBook struct {
-	limit    int
-	maxBytes int64
-	total    atomic.Int64
-	mu       sync.Mutex // opening a journal, and making room: one at a time
-	all      []*journal
-}
-
-// newJournalBook is the book of -journal limit entries a tenant, or nil for none.
-func newJournalBook(limit int, maxBytes int64) *journalBook {
-	if limit == 0 {
-		return nil
-	}
-	return &journalBook{limit: limit, maxBytes: maxBytes}
-}
-
-// keepEntry journals e in t's journal, numbering it, within the book's bounds: past the bytes
-// of all journals, the oldest entries of the largest go first.
-func (b *journalBook) keepEntry(t *tenant, e *journalEntry) {
-	j := t.journal.Load()
-	if j == nil {
-		j = b.opened(t)
-	}
+// keepEntry journals e in t's journal, numbering it, within the book's bounds: past the
+// entries a journal keeps, its oldest goes; past the bytes of all journals, the oldest
+// entries of the largest. A tenant forgotten meanwhile keeps nothing.
+func (b *tenantBook) keepEntry(t *tenant, e *journalEntry) {
 	cost := e.cost()
 	for {
-		j.mu.Lock()
-		if j.gone {
-			j.mu.Unlock()
+		t.mu.Lock()
+		if t.gone.Load() {
+			t.mu.Unlock()
 			return
 		}
-		need := cost
+		j, need := t.journal, cost
 		switch {
-		case j.n == b.limit: // the oldest goes
+		case j == nil: // its first entry opens it
+			need += journalHeader + entrySlot
+		case j.n == b.journalLimit: // the oldest goes
 			need -= j.ring[j.oldest].cost()
 		case j.n == len(j.ring):
-			need += int64(j.grown(b.limit)-len(j.ring)) * entrySlot
+			need += int64(j.grown(b.journalLimit)-len(j.ring)) * entrySlot
 		}
-		if b.total.Add(need) <= b.maxBytes || need <= 0 {
-			j.push(e, b.limit)
-			j.bytes += need
-			j.size.Store(j.bytes)
-			j.mu.Unlock()
+		if b.journalTotal.Add(need) <= b.maxJournal || need <= 0 {
+			if j == nil {
+				j = &journal{}
+				t.journal = j
+			}
+			j.push(e, b.journalLimit)
+			t.journalBytes.Add(need)
+			t.mu.Unlock()
 			return
 		}
-		b.total.Add(-need)
-		j.mu.Unlock()
-		if !b.makeRoom(need) { // nothing held anywhere, and still no room: e is dropped
-			j.mu.Lock()
-			j.last++
-			j.mu.Unlock()
+		b.journalTotal.Add(-need)
+		t.mu.Unlock()
+		if !b.makeJournalRoom(need) { // nothing held anywhere, and still no room: e is dropped
+			t.mu.Lock()
+			if t.journal != nil {
+				t.journal.last++
+			}
+			t.mu.Unlock()
 			return
 		}
 	}
 }
 
-// opened gives t a journal, once.
-func (b *journalBook) opened(t *tenant) *journal {
+// makeJournalRoom drops the oldest entries of the largest journals until need more bytes
+// fit under the bound of all journals. It reports false when no journal holds an entry to
+// drop.
+func (b *tenantBook) makeJournalRoom(need int64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if j := t.journal.Load(); j != nil {
-		return j
+	for b.journalTotal.Load()+need > b.maxJournal {
+		t := b.largest(func(t *tenant) int64 { return t.journalBytes.Load() })
+		if t == nil {
+			return false
+		}
+		t.mu.Lock()
+		freed := int64(0)
+		if t.journal != nil {
+			freed = t.journal.shed(b.journalTotal.Load()+need-b.maxJournal, t.journalBytes.Load())
+		}
+		t.journalBytes.Add(-freed)
+		b.journalTotal.Add(-freed)
+		t.mu.Unlock()
+		if freed == 0 {
+			return false
+		}
 	}
-	j := &journal{}
-	b.all = append(b.all, j)
-	b.total.Add(journalHeader)
-	t.journal.Store(j)
-	return j
-}
-
-// forget lets go of the journal of a forgotten sandbox: what it held leaves the book's
-// count, and an entry written to it late is dropped.
-func (b *journalBook) forget(t *tenant) {
-	j := t.journal.Load()
-	if b == nil || j == nil {
-		return
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	j.mu.Lock()
-	if !j.gone {
-		j.gone = true
-		b.total.Add(-(j.bytes + journalHeader))
-		j.ring, j.n, j.bytes = nil, 0, 0
-		j.size.Store(0)
-	}
-	j.mu.Unlock()
-	b.all = slices.DeleteFunc(b.all, func(x *journal) bool { return x == j })
+	return true
 }
 
 // grown is the ring's length once it grows: twice as long, up to limit.
@@ -1126,33 +1557,11 @@ func (j *journal) refit(n int) {
 	j.ring, j.oldest = ring, 0
 }
 
-// makeRoom drops the oldest entries of the largest journals until need more bytes fit
-// under the book's bound. It reports false when no journal holds an entry to drop.
-func (b *journalBook) makeRoom(need int64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for b.total.Load()+need > b.maxBytes {
-		var largest *journal
-		for _, j := range b.all {
-			if largest == nil || j.size.Load() > largest.size.Load() {
-				largest = j
-			}
-		}
-		if largest == nil || largest.size.Load() == 0 {
-			return false
-		}
-		b.total.Add(-largest.shed(b.total.Load() + need - b.maxBytes))
-	}
-	return true
-}
-
 // shed drops the oldest entries until want bytes are freed, or a quarter of what the
-// journal holds (so that room is not made one entry at a time), and fits its ring to what
+// journal holds, held (so that room is not made one entry at a time), and fits its ring to what
 // is left. It returns the bytes freed.
-func (j *journal) shed(want int64) int64 {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	want = max(want, j.bytes/4)
+func (j *journal) shed(want, held int64) int64 {
+	want = max(want, held/4)
 	var freed int64
 	dropped := 0
 	for dropped < j.n && freed < want {
@@ -1162,8 +1571,6 @@ func (j *journal) shed(want int64) int64 {
 	freed += int64(len(j.ring)-j.n) * entrySlot // the ring's empty slots go too
 	j.oldest, j.n = (j.oldest+dropped)%max(1, len(j.ring)), j.n-dropped
 	j.refit(j.n)
-	j.bytes -= freed
-	j.size.Store(j.bytes)
 	return freed
 }
 
@@ -1183,13 +1590,14 @@ type journalPart struct {
 	last, dropped uint64
 }
 
-// part copies the entries q asks for out of t's journal (nil: none yet).
-func (j *journal) part(q journalRead) journalPart {
+// journalPart copies the entries q asks for out of t's journal.
+func (t *tenant) journalPart(q journalRead) journalPart {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	j := t.journal
 	if j == nil {
 		return journalPart{}
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
 	part := journalPart{last: j.last}
 	if first := j.last - uint64(j.n); first > q.after { // seqs up to first were dropped
 		part.dropped = first - q.after
@@ -1973,13 +2381,14 @@ func validRun(s string) bool {
 
 // ===== What the page shows of a journal =====
 
-// recent copies the journal's newest n entries, oldest first.
-func (j *journal) recent(n int) []journalEntry {
+// recentEntries copies t's journal's newest n entries, oldest first.
+func (t *tenant) recentEntries(n int) []journalEntry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	j := t.journal
 	if j == nil {
 		return nil
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
 	es := make([]journalEntry, min(n, j.n))
 	for k := range es {
 		es[k] = j.ring[(j.oldest+j.n-len(es)+k)%len(j.ring)]
@@ -1993,12 +2402,12 @@ func (j *journal) recent(n int) []journalEntry {
 // journal of -journal 100000 entries may take a second to judge, and the page shows
 // twenty. Each new entry is counted at most once.
 func (t *tenant) countFindings() <-chan struct{} {
-	j := t.journal.Load()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	j := t.journal
 	if j == nil {
 		return nil
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
 	if j.counting == nil && j.counted.seq != j.last {
 		done := make(chan struct{})
 		j.counting = done
@@ -2010,13 +2419,13 @@ func (t *tenant) countFindings() <-chan struct{} {
 	return j.counting
 }
 
-// recount judges the findings of every entry j holds, and keeps how many there are and the
-// first of them, written.
+// recount judges the findings of every entry t's journal j holds, and keeps how many there
+// are and the first of them, written.
 func (t *tenant) recount(j *journal) {
-	part := j.part(journalRead{})
+	part := t.journalPart(journalRead{})
 	first, n := t.current().findingsIn(part.entries, pageFindings)
-	j.mu.Lock()
-	defer j.mu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	j.counting = nil
 	if part.last > j.counted.seq {
 		j.counted = findingsCount{part.last, n, first}
@@ -2026,13 +2435,12 @@ func (t *tenant) recount(j *journal) {
 // findingsCounted is the newest entry's seq, and the findings of the entries held when seq
 // counted was the newest: how many, and the first pageFindings of them.
 func (t *tenant) findingsCounted() (last uint64, c findingsCount) {
-	j := t.journal.Load()
-	if j == nil {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.journal == nil {
 		return 0, findingsCount{}
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.last, j.counted
+	return t.journal.last, t.journal.counted
 }
 
 // ===== Sandboxes: accounts made at run time =====
@@ -2100,169 +2508,13 @@ func (ld *loader) keepTemplates(ds *datasetFile, seed int) map[string]*sandboxTe
 	return templates
 }
 
-// sandboxAccount is a sandbox as the book holds it, with the order records its data was
-// built from (a template's, or those sent), which a write builds its orders from again.
+// sandboxAccount is what the book keeps of a sandbox's tenant besides its data: its keys'
+// digests, the data it shares with other copies of its template (nil when none), and its
+// last use, under the book's mu.
 type sandboxAccount struct {
-	tenant   *tenant
-	orders   *orderRecords
-	seeds    int
-	records  int64               // what the records sent hold (a template's are the dataset's): the book counts them too
-	digests  [][sha256.Size]byte // its keys'
-	bytes    int64               // what its data holds, as the book counts it (under its lock)
-	lastUsed atomic.Int64        // the wall clock, in ns, at the last request that named one of its keys
-}
-
-// madeCopy is a copy of a template as it was made: its start instant and its first data,
-// before any write.
-type madeCopy struct {
-	start time.Time
-	data  *tenantData
-}
-
-// dataLink is a link a sandbox's data holds: the order, the shipment created with it, when
-// the link shows (dawn: always), and the write that made it (0: the sandbox's records).
-type dataLink struct {
-	orderID, shipmentID string
-	at                  instant
-	write               uint32
-}
-
-// sandboxBook is every sandbox, by account and by the digests of their keys. A dataset
-// key is found before the book is asked, so the book costs its requests nothing.
-type sandboxBook struct {
-	mu        sync.Mutex // making and forgetting: one at a time
-	accounts  map[string]*sandboxAccount
-	keys      sync.Map // [sha256.Size]byte -> *apiKey
-	bytes     int64
-	max       int
-	maxBytes  int64
-	idle      time.Duration
-	forgotten func(t *tenant)               // lets go of what else a forgotten sandbox holds: its journal, its stored answers
-	copies    map[*sandboxTemplate]madeCopy // the copy of each template made last, whose data the next copy of its start instant shares
-}
-
-func newSandboxBook(forgotten func(t *tenant)) *sandboxBook {
-	return &sandboxBook{accounts: map[string]*sandboxAccount{}, max: maxSandboxes, maxBytes: maxSandboxBytes, idle: sandboxIdle, forgotten: forgotten}
-}
-
-// find is the sandbox key of this digest, at the wall clock's now, or nil: a key of a
-// sandbox idle for its time is forgotten with it. Finding a key counts as a use.
-func (b *sandboxBook) find(digest [sha256.Size]byte, now time.Time) *apiKey {
-	v, ok := b.keys.Load(digest)
-	if !ok {
-		return nil
-	}
-	k := v.(*apiKey)
-	sa := k.tenant.sandbox
-	if now.UnixNano()-sa.lastUsed.Load() >= int64(b.idle) {
-		b.mu.Lock()
-		b.forgetLocked(sa)
-		b.mu.Unlock()
-		return nil
-	}
-	sa.lastUsed.Store(now.UnixNano())
-	return k
-}
-
-// add keeps a new sandbox and its keys at now: idle sandboxes are forgotten first, then,
-// past the bounds of count and bytes, the least recently used.
-func (b *sandboxBook) add(sa *sandboxAccount, keys map[[sha256.Size]byte]*apiKey, now time.Time) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	sa.lastUsed.Store(now.UnixNano())
-	full := func() bool { return len(b.accounts) >= b.max || b.bytes+sa.bytes > b.maxBytes }
-	if full() { // the idle go first (they are forgotten already to their keys, see find)
-		for _, other := range b.accounts {
-			if now.UnixNano()-other.lastUsed.Load() >= int64(b.idle) {
-				b.forgetLocked(other)
-			}
-		}
-	}
-	b.makeRoomLocked(nil, full)
-	b.accounts[sa.tenant.id.account] = sa
-	b.bytes += sa.bytes
-	for digest, k := range keys {
-		sa.digests = append(sa.digests, digest)
-		b.keys.Store(digest, k)
-	}
-}
-
-// makeRoomLocked forgets the least recently used sandboxes but keep while full says so;
-// b.mu is held.
-func (b *sandboxBook) makeRoomLocked(keep *sandboxAccount, full func() bool) {
-	for full() {
-		var oldest *sandboxAccount
-		for _, other := range b.accounts {
-			if other != keep && (oldest == nil || other.lastUsed.Load() < oldest.lastUsed.Load()) {
-				oldest = other
-			}
-		}
-		if oldest == nil {
-			return
-		}
-		b.forgetLocked(oldest)
-	}
-}
-
-// forget forgets the sandbox of this account, and reports whether there was one.
-func (b *sandboxBook) forget(account string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	sa := b.accounts[account]
-	if sa != nil {
-		b.forgetLocked(sa)
-	}
-	return sa != nil
-}
-
-func (b *sandboxBook) forgetLocked(sa *sandboxAccount) {
-	if b.accounts[sa.tenant.id.account] != sa {
-		return // forgotten already
-	}
-	delete(b.accounts, sa.tenant.id.account)
-	b.bytes -= sa.bytes
-	for _, digest := range sa.digests {
-		b.keys.Delete(digest)
-	}
-	if b.forgotten != nil {
-		b.forgotten(sa.tenant)
-	}
-}
-
-// count is how many sandboxes are kept and not idle at now: what the page says.
-func (b *sandboxBook) count(now time.Time) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := 0
-	for _, sa := range b.accounts {
-		if now.UnixNano()-sa.lastUsed.Load() < int64(b.idle) {
-			n++
-		}
-	}
-	return n
-}
-
-// dataBytes is about what a tenant's data holds on the heap: what the book's bound counts.
-func (d *tenantData) dataBytes() int64 {
-	o := &d.orders
-	n := len(o.block) + len(o.ids) + len(o.records)*int(unsafe.Sizeof(storedOrder{})) + len(o.table.slots)*4 +
-		len(o.moving)*4 + len(o.timelines)*int(unsafe.Sizeof(orderTimeline{})) + len(o.states)*int(unsafe.Sizeof(orderState{})) + len(o.stateJSON) + len(o.imports)*16
-	for k := range o.byValue {
-		for _, l := range o.byValue[k] {
-			n += len(l) * 4
-		}
-		for _, l := range o.movingBy[k] {
-			n += len(l) * 4
-		}
-	}
-	for _, s := range d.shipments.list {
-		n += int(unsafe.Sizeof(shipment{})) + len(s.id) + len(s.full) + len(s.events) + len(s.ends)*8 + len(s.instants)*16 + len(s.statuses) + 64
-		for _, h := range s.heads {
-			n += len(h)
-		}
-	}
-	n += len(d.timeline)*int(unsafe.Sizeof(happening{})) + len(d.links)*int(unsafe.Sizeof(dataLink{}))
-	return int64(n) + int64(unsafe.Sizeof(tenant{})+unsafe.Sizeof(tenantData{}))
+	digests  [][sha256.Size]byte
+	shared   *sharedData
+	lastUsed int64 // the wall clock, in ns, at the last request that named one of its keys
 }
 
 // The body of POST /v1/test_helpers/sandboxes, read as a dataset's records are.
@@ -2363,7 +2615,7 @@ func randomText(n int) string {
 
 // makeSandbox makes a sandbox of the body b for the caller's key at the wall clock's now,
 // from templates (the dataset's, by account), keeps it in the book, and returns its answer.
-func (b *sandboxBook) makeSandbox(body []byte, caller *apiKey, templates map[string]*sandboxTemplate, now time.Time) ([]byte, error) {
+func (b *tenantBook) makeSandbox(body []byte, caller *apiKey, templates map[string]*sandboxTemplate, now time.Time) ([]byte, error) {
 	req, err := readSandboxRequest(body)
 	if err != nil {
 		return nil, err
@@ -2393,55 +2645,31 @@ func (b *sandboxBook) makeSandbox(body []byte, caller *apiKey, templates map[str
 		made[sha256.Sum256([]byte(out.Key))] = k
 		answer.Keys = append(answer.Keys, out)
 	}
-	sa := &sandboxAccount{tenant: t, orders: req.orders}
+	t.sandbox = &sandboxAccount{}
+	weight := int64(unsafe.Sizeof(tenant{}) + unsafe.Sizeof(sandboxAccount{}))
 	switch {
-	case tpl != nil && b.shares(tpl, t):
-		sa.orders, sa.seeds, sa.bytes = tpl.orders, tpl.seeds, int64(unsafe.Sizeof(tenant{})+unsafe.Sizeof(tenantData{}))
 	case tpl != nil:
-		sa.orders, sa.seeds = tpl.orders, tpl.seeds
-		if err := fileSandbox(ld, t, tpl.orders, tpl.shipments, tpl.seeds); err != nil { // loaded at the dataset's start, not at this one
-			return nil, paramError(codeInvalidParameter, "template", "The template's records cannot be read at this sandbox's start instant: "+err.Error())
+		sh := b.sharedCopy(tpl, start)
+		if sh == nil { // loaded at the dataset's start, not at this one
+			if err := fileSandbox(ld, t, tpl.orders, tpl.shipments, tpl.seeds, false); err != nil {
+				return nil, paramError(codeInvalidParameter, "template", "The template's records cannot be read at this sandbox's start instant: "+err.Error())
+			}
+			sh = &sharedData{template: tpl, start: start, data: t.current(), bytes: t.current().bytes()}
 		}
-		b.keepCopy(tpl, t)
-		sa.bytes = t.current().dataBytes()
+		d := *sh.data // only what names the tenant is its own: the cursors' tag and the names messages use
+		d.shipments.tenantName, d.orders.tenantName, d.orders.tag = t.id.String(), t.id.String(), tagOf("tenant", t.id.account, t.id.environment)
+		t.data.Store(&d)
+		t.sandbox.shared, weight = sh, weight+int64(unsafe.Sizeof(d))
 	default:
-		if err := fileSandbox(ld, t, req.orders, req.shipments, 0); err != nil {
+		if err := fileSandbox(ld, t, req.orders, req.shipments, 0, true); err != nil {
 			return nil, bodyFault(err)
 		}
-		sa.records = req.orders.bytes()
-		sa.bytes = t.current().dataBytes() + sa.records
+		weight += t.current().bytes()
 	}
-	t.sandbox = sa
-	b.add(sa, made, now)
+	if err := b.add(t, caller.tenant, made, weight, now); err != nil {
+		return nil, err
+	}
 	return marshalJSON(answer)
-}
-
-// shares gives t the data of the copy of tpl made last, when that copy started at t's start
-// instant: read against the same instant, the same records make the same data, and data is
-// never edited in place. A test suite makes its copies in bursts; shared, their data is
-// kept, and marked by the collector, once (sandbox_cost.sh). Only what names the tenant is
-// its own: the cursors' tag and the names messages use.
-func (b *sandboxBook) shares(tpl *sandboxTemplate, t *tenant) bool {
-	b.mu.Lock()
-	last := b.copies[tpl]
-	b.mu.Unlock()
-	if last.data == nil || !last.start.Equal(t.start) {
-		return false
-	}
-	d := *last.data
-	d.shipments.tenantName, d.orders.tenantName, d.orders.tag = t.id.String(), t.id.String(), tagOf("tenant", t.id.account, t.id.environment)
-	t.data.Store(&d)
-	return true
-}
-
-// keepCopy keeps t, just made, as the copy of tpl made last.
-func (b *sandboxBook) keepCopy(tpl *sandboxTemplate, t *tenant) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.copies == nil {
-		b.copies = map[*sandboxTemplate]madeCopy{}
-	}
-	b.copies[tpl] = madeCopy{t.start, t.current()}
 }
 
 // templateOf is the template a request copies and its account (nil and nil when it sends
@@ -2495,140 +2723,22 @@ func sandboxKey(path string, rec keyRecord, t *tenant) (*apiKey, sandboxKeyOut, 
 	return k, out, nil
 }
 
-// ===== A booking: a shipment created in a sandbox =====
-
-// A booking: POST /v1/test_helpers/shipments creates a shipment in a sandbox at the
-// request's instant, as the real API's shipment creation will, linking the order it names.
-// The write builds the sandbox's next version (its shipments with one more, its orders
-// built again from their records with one more link, its timeline with the shipment's
-// creation) and swaps it in whole: a request reads the version before or the one after,
-// never a part of each. Writes to one sandbox are built one at a time; reads take no lock.
-
-// maxSandboxShipments is the most shipments a sandbox holds.
-const maxSandboxShipments = 10000
-
-var (
-	errDatasetFixed = &apiError{code: codeCapabilityUnavailable, detail: "A dataset's account is fixed: make a sandbox (POST /v1/test_helpers/sandboxes) and create shipments in it with its keys."}
-	errSandboxFull  = &apiError{code: codeCapabilityUnavailable, detail: fmt.Sprintf("This sandbox holds %d shipments, the most a sandbox holds: make another sandbox for more.", maxSandboxShipments)}
-	errSandboxBytes = &apiError{code: codeCapabilityUnavailable, detail: fmt.Sprintf("With this shipment the sandbox's data would pass %d MiB, what all sandboxes hold together: make another sandbox, or send fewer events.", maxSandboxBytes>>20)}
-)
-
-// createShipment creates the shipment rec sends in t at the instant at: the checks of its
-// records in the dataset's load order (422), the order it links (404 when not shown at at,
-// 409 when linked already, at any instant), whether t takes writes (422: a dataset's
-// tenant, a sandbox of maxSandboxShipments, or one whose data would pass the book's bytes);
-// then the next version of t's data, swapped in, with the shipment. book counts it anew.
-func (t *tenant) createShipment(rec *bookingRecord, at time.Time, book *sandboxBook) (*tenantData, *shipment, error) {
-	t.writing.Lock()
-	defer t.writing.Unlock()
-	d := t.current()
-	if rec.id != nil {
-		rec.ID = *rec.id
-	} else {
-		rec.ID = "shp_" + randomText(20)
-		for d.shipments.byID[rec.ID] != nil { // one in 2^100
-			rec.ID = "shp_" + randomText(20)
-		}
-	}
-	if err := checkShipment("$", rec.shipmentRecord); err != nil {
-		return nil, nil, bodyFault(err)
-	}
-	if d.shipments.byID[rec.ID] != nil {
-		return nil, nil, paramError(codeInvalidParameter, "id", fmt.Sprintf("This sandbox holds a shipment %q already (at some instant): send another id, or none to have one made.", rec.ID))
-	}
-	s, events, _, err := prepareShipment("$", rec.shipmentRecord, instantOf(at), at)
-	if err != nil {
-		return nil, nil, bodyFault(err)
-	}
-	if rec.OrderID != nil {
-		_, i, err := d.orders.get(*rec.OrderID, at)
-		if err != nil {
-			return nil, nil, paramError(codeNotFound, "order_id", fmt.Sprintf("No order %q is shown in this account at %s, the request's instant: a shipment is created for an order the list shows.", *rec.OrderID, formatTimestamp(at)))
-		}
-		if other := d.orders.linkOf(i); other != "" {
-			return nil, nil, paramError(codeOrderAlreadyLinked, "order_id", fmt.Sprintf("Order %q is linked to shipment %q already: an order is linked to one shipment, and a second link is a conflict.", *rec.OrderID, other))
-		}
-	}
-	switch {
-	case t.sandbox == nil:
-		return nil, nil, errDatasetFixed
-	case d.shipments.count() >= maxSandboxShipments:
-		return nil, nil, errSandboxFull
-	}
-	next := &tenantData{writes: d.writes + 1, links: d.links}
-	if rec.OrderID != nil {
-		next.links = append(slices.Clip(d.links), dataLink{*rec.OrderID, rec.ID, s.createdAt, next.writes})
-	}
-	if next.orders, err = t.sandbox.ordersWith(next.links); err != nil {
-		return nil, nil, err
-	}
-	var happenings []happening
-	next.shipments, happenings = d.shipments.with(s, events)
-	next.timeline = withHappenings(d.timeline, happenings)
-	if !book.resized(t.sandbox, next.dataBytes()+t.sandbox.records, func() { t.data.Store(next) }) {
-		return nil, nil, errSandboxBytes
-	}
-	return next, s, nil
-}
-
-// ordersWith builds the sandbox's orders again from its records, seeded ones included, with
-// these links: as its creation filed them, and the links its writes made.
-func (sa *sandboxAccount) ordersWith(links []dataLink) (orderIndex, error) {
-	t := sa.tenant
-	ix := newOrderIndex(t.id.account, t.id.environment, t.start)
-	ix.recs = sa.orders
-	for i := range sa.orders.list {
-		if err := ix.addOrder("$.orders["+strconv.Itoa(i)+"]", sa.orders, i); err != nil {
-			return ix, err
-		}
-	}
-	if sa.seeds > 0 {
-		if err := ix.seedOrders(sa.seeds); err != nil {
-			return ix, err
-		}
-	}
-	for _, l := range links {
-		if err := ix.link("$", l.orderID, l.shipmentID, l.at, l.write); err != nil {
-			return ix, err
-		}
-	}
-	err := ix.build()
-	ix.happenings = nil // the timeline holds them already
-	return ix, err
-}
-
-// resized counts a sandbox's data again as a write makes it bytes, and swaps the write in:
-// past the book's bytes, the least recently used others are forgotten. A sandbox whose
-// data alone would pass them is not written (false).
-func (b *sandboxBook) resized(sa *sandboxAccount, bytes int64, swap func()) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if bytes > b.maxBytes {
-		return false
-	}
-	swap()
-	if b.accounts[sa.tenant.id.account] != sa {
-		return true // forgotten meanwhile
-	}
-	b.bytes += bytes - sa.bytes
-	sa.bytes = bytes
-	b.makeRoomLocked(sa, func() bool { return b.bytes > b.maxBytes })
-	return true
-}
-
-// fileSandbox files a sandbox's records under its tenant t, as a dataset's are loaded, and
-// builds its indexes.
-func fileSandbox(ld *loader, t *tenant, orders *orderRecords, shipments []shipmentRecord, seeds int) error {
+// fileSandbox files a sandbox's records under its tenant t, as a dataset's are loaded, keeps
+// its orders as filed for the writes that build them again (own: the records are the
+// sandbox's, not a template's), and builds its indexes.
+func fileSandbox(ld *loader, t *tenant, orders *orderRecords, shipments []shipmentRecord, seeds int, own bool) error {
 	if err := ld.loadOrders(orders, t); err != nil {
 		return err
 	}
-	if _, err := ld.loadShipments(shipments, t); err != nil {
-		return err
-	}
+	d := t.current()
 	if seeds > 0 {
-		if err := t.current().orders.seedOrders(seeds); err != nil {
+		if err := d.orders.seedOrders(seeds); err != nil {
 			return err
 		}
+	}
+	d.filed = fileOrders(&d.orders, orders, own)
+	if _, err := ld.loadShipments(shipments, t); err != nil {
+		return err
 	}
 	_, _, err := ld.build()
 	return err

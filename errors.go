@@ -115,6 +115,9 @@ func paramError(c code, param, detail string) *apiError {
 	return &apiError{code: c, detail: detail, param: &param}
 }
 
+// bearerChallenge is what every 401 answers in WWW-Authenticate.
+const bearerChallenge = `Bearer realm="sandbox"`
+
 // The errors that do not depend on the request are made once.
 var (
 	errInternal = &apiError{code: codeInternalError, detail: "The sandbox failed unexpectedly. The failure is logged with this request_id."}
@@ -133,11 +136,15 @@ func statusTitle(status int) string {
 }
 
 // writeProblem writes every error answer of the service: RFC 9457 problem details with the
-// code and the request id, and param when a parameter is at fault. Headers an error needs
-// besides (Allow, WWW-Authenticate, Retry-After) are set before. The body is appended by
-// hand (BenchmarkRejected: encoding/json costs more); TestProblemBodyIsWhatEncodingJSONWrites
+// code and the request id, and param when a parameter is at fault. Every 401 carries the
+// Bearer challenge (RFC 6750), whichever step answered it; headers an error needs besides
+// (Allow, a 403's challenge, Retry-After) are set before. The body is appended by hand
+// (BenchmarkRejected: encoding/json costs more); TestProblemBodyIsWhatEncodingJSONWrites
 // holds it to what encoding/json writes of the tests' problem type.
 func writeProblem(w http.ResponseWriter, requestID string, e *apiError) {
+	if e.status() == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", bearerChallenge)
+	}
 	writeBody(w, e.status(), problemContentType, appendProblem(make([]byte, 0, 256), e, requestID))
 }
 
@@ -722,6 +729,13 @@ func instantField(path, name, value string, start time.Time) (time.Time, error) 
 }
 
 // ===== The floor: reading JSON strictly =====
+
+// oneJSONObject reports whether a request body is one JSON object, its strings UTF-8, nested
+// at most as deep as encoding/json reads: what every body is judged by before its members.
+func oneJSONObject(b []byte) bool {
+	trimmed := bytes.TrimLeft(b, " \t\r\n")
+	return utf8.Valid(b) && json.Valid(b) && len(trimmed) > 0 && trimmed[0] == '{'
+}
 
 // Reading a dataset: one JSON text from a stream, in one pass and strictly. Records are
 // decoded by the files that own them (accounts and keys in auth.go, orders in orders.go,

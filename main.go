@@ -28,7 +28,6 @@ package main
 import (
 	"bytes"
 	"cmp"
-	"container/list"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -63,6 +62,7 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 )
 
 //go:embed dataset.json
@@ -864,16 +864,14 @@ type server struct {
 	// line. Only those write it: a counter every request wrote would bounce its cache line
 	// between the cores (compare.sh shows it).
 	drained   atomic.Int64
-	cors      *cors        // nil: no CORS headers
-	faults    *faultPlan   // nil: -faults is off
-	journals  *journalBook // nil: -journal 0
+	cors      *cors       // nil: no CORS headers
+	faults    *faultPlan  // nil: -faults is off
+	book      *tenantBook // the bounds every tenant's bookkeeping shares, and the sandboxes
 	landing   *landing
 	clocks    clockHelpers
 	keys      keyFinder
-	sandboxes *sandboxBook
 	templates map[string]*sandboxTemplate // the dataset's accounts a sandbox may copy
-	answers   *answerBook
-	rate      *rateLimit // nil: no rate limit
+	rate      *rateLimit                  // nil: no rate limit
 	cursors   *cursorSigner
 	pages     sync.Pool // of *[]byte: the buffers pages are assembled in
 	now       func() time.Time
@@ -914,11 +912,10 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 	srv := &server{
 		cors:      c,
 		faults:    o.faults,
-		journals:  newJournalBook(o.journal, o.journalBytes),
+		book:      newTenantBook(sb.tenants.list, o.journal, o.journalBytes),
 		landing:   newLanding(sb, o.loopback, o.faults),
 		clocks:    clockHelpers{wall: o.now},
 		templates: sb.templates,
-		answers:   newAnswerBook(maxStoredAnswerBytes),
 		rate:      newRateLimit(o.rate, o.now()),
 		cursors:   newCursorSigner(secret),
 		pages:     sync.Pool{New: func() any { return new([]byte) }},
@@ -930,11 +927,7 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 		origin:    strings.TrimSuffix(o.baseURL, "/v1"),
 		health:    []byte(`{"status":"ok"}`),
 	}
-	srv.sandboxes = newSandboxBook(func(t *tenant) {
-		srv.journals.forget(t)
-		srv.answers.forget(&t.answers)
-	})
-	srv.keys = keyFinder{dataset: sb.keys, sandboxes: srv.sandboxes, wall: o.now}
+	srv.keys = keyFinder{dataset: sb.keys, sandboxes: srv.book, wall: o.now}
 	return srv, nil
 }
 
@@ -1017,7 +1010,7 @@ func (s *server) testHelper(reads preferences, h keyedHandler) callHandler {
 // query parameters and is not journaled itself; with the journal off it answers 404.
 func (s *server) journalReader(h keyedHandler) callHandler {
 	return s.keyed(func(w http.ResponseWriter, r *http.Request, c *call) error {
-		if s.journals == nil {
+		if !s.book.journaling() {
 			return errJournalOff
 		}
 		return h(w, r, c)
@@ -1037,7 +1030,7 @@ const (
 // clock), live environment (503), rate limit (429), then the route's own (scope, Prefer),
 // then the streamed body size (413).
 func (s *server) keyed(h keyedHandler, expiry expiryClock, j journaling, own ...wrapper) callHandler {
-	checks := []wrapper{capDeclared, requireKey(&s.keys, s.now, expiry, bool(j) && s.journals != nil), refuseLive, limitRate(s.rate, s.now)}
+	checks := []wrapper{capDeclared, requireKey(&s.keys, s.now, expiry, bool(j) && s.book.journaling()), refuseLive, limitRate(s.rate, s.now)}
 	return chain(s.serveKeyed(h), append(append(checks, own...), s.readBody)...)
 }
 
@@ -1357,7 +1350,6 @@ func requireKey(keys *keyFinder, wall func() time.Time, expiry expiryClock, jour
 				}
 			}
 			if fault != nil {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="sandbox"`)
 				c.fail(w, fault)
 				return
 			}
@@ -1516,7 +1508,7 @@ func (s *server) applyPreferences(faultable, write bool) wrapper {
 func (s *server) answerOf(p *preference, r *http.Request, c *call, faultable bool) (*simulatedAnswer, *apiError) {
 	t := c.key.tenant
 	switch {
-	case p.code != nil && p.times > 0 && t.sequences.count(sequenceOf(r.Method, targetOf(r), r.Header["Prefer"]), s.now()) > p.times:
+	case p.code != nil && p.times > 0 && t.countRequest(sequenceOf(r.Method, targetOf(r), r.Header["Prefer"]), s.now()) > p.times:
 		return nil, nil // past its times: the answer it would get without code
 	case p.code != nil:
 		c.simulated = byPrefer
@@ -1989,7 +1981,7 @@ const (
 // meanwhile) and code 429, 500 or 503 (nothing written); then h, which judges the query, the
 // body and the state and writes; a Prefer code=502 answers last, once the write is done.
 func (s *server) write(reads preferences, h writeHandler) callHandler {
-	return chain(s.serveWrite(h), capDeclared, requireKey(&s.keys, s.now, wallClock, s.journals != nil), refuseLive, limitRate(s.rate, s.now),
+	return chain(s.serveWrite(h), capDeclared, requireKey(&s.keys, s.now, wallClock, s.book.journaling()), refuseLive, limitRate(s.rate, s.now),
 		requireIdempotencyKey, s.readPreferences(reads), s.readBody, s.idempotent, s.applyPreferences(false, true))
 }
 
@@ -2036,145 +2028,107 @@ func requireIdempotencyKey(next callHandler) callHandler {
 	}
 }
 
-// storedAnswer is a write's answer as stored under its Idempotency-Key, with what the
-// request was (a repeat must be the same request), or a write still in progress (done false).
+// storedAnswer is the answer of a write that was done, as stored under its
+// Idempotency-Key: never changed once made.
 type storedAnswer struct {
-	key         string
-	request     [sha256.Size]byte // the digest of the request's method, path and body
-	done        bool
 	status      int
 	contentType string
 	location    string
 	body        []byte
-	shown       showing   // what it showed, for the journal: the shipment a booking created
-	stored      time.Time // by the wall clock: kept storedAnswerLife
-	recent      *list.Element
+	shown       showing // what it showed, for the journal: the shipment a booking created
 }
 
-func (a *storedAnswer) cost() int64 { return int64(len(a.key)+len(a.body)+len(a.location)) + 160 }
-
-// answerStore is a tenant's stored answers, the most recently used first. It takes memory
-// only as it fills.
-type answerStore struct {
-	mu     sync.Mutex
-	byKey  map[string]*storedAnswer
-	recent list.List
-	bytes  int64
-	book   *answerBook // set once it stores
+// idempotencyEntry is what a tenant keeps under an Idempotency-Key: the digest of the
+// request that claimed it (its method, path and body; a repeat must be the same request),
+// and, once its write is done, the write's answer and when it was stored; answer is nil
+// while the write is in progress.
+type idempotencyEntry struct {
+	request [sha256.Size]byte
+	answer  *storedAnswer
+	stored  time.Time // by the wall clock: kept storedAnswerLife
 }
 
-// answerBook bounds every tenant's stored answers together: past maxBytes, the oldest of
-// the store that holds the most go first.
-type answerBook struct {
-	mu       sync.Mutex
-	total    atomic.Int64
-	maxBytes int64
-	stores   []*answerStore
+// cost is what an answer stored under key holds, as the book counts it.
+func (a *storedAnswer) cost(key string) int64 {
+	return int64(len(key)+len(a.body)+len(a.location)) + int64(unsafe.Sizeof(idempotencyEntry{})+unsafe.Sizeof(storedAnswer{})) + 96
 }
 
-func newAnswerBook(maxBytes int64) *answerBook { return &answerBook{maxBytes: maxBytes} }
-
-// claim claims key for a request at now: it returns the answer stored under it (or a write
-// of it in progress) when there is one; else it holds the key for this request, in
-// progress, and returns nil.
-func (b *answerBook) claim(st *answerStore, key string, request [sha256.Size]byte, now time.Time) *storedAnswer {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if a := st.byKey[key]; a != nil {
-		if !a.done || now.Sub(a.stored) < storedAnswerLife {
-			st.recent.MoveToFront(a.recent)
-			return a
+// claim claims the Idempotency-Key key of t for a request at now: what is stored under it
+// (found true; read under t's lock, and never changed after), or, when nothing is, the key
+// held in progress for this request, pinned in t's list until settle. A tenant forgotten
+// meanwhile has no keys (errForgotten).
+func (b *tenantBook) claim(t *tenant, key string, request [sha256.Size]byte, now time.Time) (idempotencyEntry, bool, *apiError) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if b.hooks.claiming != nil {
+		b.hooks.claiming(t)
+	}
+	if t.gone.Load() {
+		return idempotencyEntry{}, false, errForgotten
+	}
+	if e, ok := t.answers.get(key); ok {
+		if e.answer == nil || now.Sub(e.stored) < storedAnswerLife {
+			return e, true, nil
 		}
-		st.dropLocked(a) // past its day: the key is new again
+		_, w, _ := t.answers.remove(key) // past its day: the key is new again
+		b.unstore(t, w)
 	}
-	if st.byKey == nil {
-		st.byKey = map[string]*storedAnswer{}
-		st.book = b
-		b.mu.Lock()
-		b.stores = append(b.stores, st)
-		b.mu.Unlock()
-	}
-	if st.recent.Len() >= maxStoredAnswers {
-		st.dropLocked(st.recent.Back().Value.(*storedAnswer))
-	}
-	a := &storedAnswer{key: key, request: request}
-	a.recent = st.recent.PushFront(a)
-	st.byKey[key] = a
-	return nil
+	t.answers.add(key, idempotencyEntry{request: request}, 0, true)
+	b.unstore(t, t.answers.trim())
+	return idempotencyEntry{}, false, nil
 }
 
-// settle ends the write that claimed key: its answer is stored when the write was done,
-// else the key is free again.
-func (b *answerBook) settle(st *answerStore, key string, written *storedAnswer, now time.Time) {
-	st.mu.Lock()
-	a := st.byKey[key]
-	if a == nil || a.done {
-		st.mu.Unlock()
-		return // forgotten meanwhile
-	}
-	if written == nil {
-		st.dropLocked(a)
-		st.mu.Unlock()
+// settle ends the write that claimed key of t: its answer is stored, when the write was
+// done (written), else the key is free again. Past the bytes of every tenant's stored
+// answers, the oldest of the tenant that holds the most go; a forgotten tenant keeps none.
+func (b *tenantBook) settle(t *tenant, key string, written *storedAnswer, now time.Time) {
+	t.mu.Lock()
+	e, ok := t.answers.peek(key)
+	if t.gone.Load() || !ok || e.answer != nil {
+		t.mu.Unlock()
 		return
 	}
-	a.done, a.status, a.contentType, a.location, a.body, a.shown, a.stored = true, written.status, written.contentType, written.location, written.body, written.shown, now
-	st.bytes += a.cost()
-	over := b.total.Add(a.cost()) > b.maxBytes
-	st.mu.Unlock()
+	over := false
+	if written == nil {
+		_, w, _ := t.answers.remove(key)
+		b.unstore(t, w)
+	} else {
+		cost := written.cost(key)
+		t.answers.set(key, idempotencyEntry{e.request, written, now}, cost, false)
+		t.answerBytes.Add(cost)
+		over = b.answerTotal.Add(cost) > b.maxAnswerBytes
+	}
+	b.unstore(t, t.answers.trim()) // back within its count, once its entries in progress end
+	t.mu.Unlock()
 	if over {
-		b.makeRoom()
+		b.makeAnswerRoom()
 	}
 }
 
-// dropLocked forgets a stored answer; st.mu is held.
-func (st *answerStore) dropLocked(a *storedAnswer) {
-	delete(st.byKey, a.key)
-	st.recent.Remove(a.recent)
-	if a.done {
-		st.bytes -= a.cost()
-		if st.book != nil {
-			st.book.total.Add(-a.cost())
-		}
-	}
+// unstore takes what t's stored answers no longer hold off the counts; t.mu is held.
+func (b *tenantBook) unstore(t *tenant, freed int64) {
+	t.answerBytes.Add(-freed)
+	b.answerTotal.Add(-freed)
 }
 
-// makeRoom forgets the oldest answers of the store that holds the most until every store
-// together is within the book's bound.
-func (b *answerBook) makeRoom() {
+// makeAnswerRoom forgets the oldest stored answers of the tenant that holds the most until
+// every tenant's together are within the bound (entries in progress hold nothing).
+func (b *tenantBook) makeAnswerRoom() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for b.total.Load() > b.maxBytes {
-		var largest *answerStore
-		for _, st := range b.stores {
-			if largest == nil || st.bytes > largest.bytes {
-				largest = st
-			}
-		}
-		if largest == nil || largest.bytes == 0 {
+	for b.answerTotal.Load() > b.maxAnswerBytes {
+		t := b.largest(func(t *tenant) int64 { return t.answerBytes.Load() })
+		if t == nil {
 			return
 		}
-		largest.mu.Lock()
-		for e := largest.recent.Back(); e != nil && b.total.Load() > b.maxBytes; {
-			prev := e.Prev()
-			if a := e.Value.(*storedAnswer); a.done {
-				largest.dropLocked(a)
-			}
-			e = prev
+		t.mu.Lock()
+		freed := t.answers.shed(b.answerTotal.Load() - b.maxAnswerBytes)
+		b.unstore(t, freed)
+		t.mu.Unlock()
+		if freed == 0 {
+			return
 		}
-		largest.mu.Unlock()
 	}
-}
-
-// forget lets go of a forgotten sandbox's stored answers.
-func (b *answerBook) forget(st *answerStore) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	st.mu.Lock()
-	b.total.Add(-st.bytes)
-	st.bytes, st.byKey = 0, nil
-	st.recent.Init()
-	st.mu.Unlock()
-	b.stores = slices.DeleteFunc(b.stores, func(x *answerStore) bool { return x == st })
 }
 
 // errUnconfirmedWrite is a write's Prefer: code=502, answered once the write is done.
@@ -2193,21 +2147,26 @@ func (s *server) idempotent(next callHandler) callHandler {
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
 		c.write = &writeMark{c.idempotencyKey, sha256.Sum256(c.body)}
 		request := sha256.Sum256(append([]byte(r.Method+"\x00"+r.URL.Path+"\x00"), c.write.body[:]...))
-		st := &c.key.tenant.answers
-		a := s.answers.claim(st, c.idempotencyKey, request, s.now())
+		t := c.key.tenant
+		stored, found, err := s.book.claim(t, c.idempotencyKey, request, s.now())
 		switch {
-		case a == nil:
-			defer func() { s.answers.settle(st, c.idempotencyKey, c.written, s.now()) }()
+		case err != nil:
+			c.fail(w, err)
+		case !found:
+			defer func() { s.book.settle(t, c.idempotencyKey, c.written, s.now()) }()
+			if s.book.hooks.claimed != nil {
+				s.book.hooks.claimed(t, c.idempotencyKey)
+			}
 			next(w, r, c)
-		case a.request != request:
+		case stored.request != request:
 			c.fail(w, errKeyReused)
-		case !a.done:
+		case stored.answer == nil:
 			w.Header().Set("Retry-After", "1")
 			c.fail(w, errKeyInUse)
 		default:
 			w.Header().Set("Idempotent-Replayed", "true")
-			c.shown = a.shown
-			a.write(w)
+			c.shown = stored.answer.shown
+			stored.answer.write(w)
 		}
 	}
 }
@@ -2248,7 +2207,7 @@ func (s *server) serveWrite(h writeHandler) callHandler {
 
 // makeSandbox answers POST /v1/test_helpers/sandboxes: a sandbox of its own for the caller.
 func (s *server) makeSandbox(c *call) (*storedAnswer, error) {
-	b, err := s.sandboxes.makeSandbox(c.body, c.key, s.templates, s.now())
+	b, err := s.book.makeSandbox(c.body, c.key, s.templates, s.now())
 	if err != nil {
 		return nil, err
 	}
@@ -2263,13 +2222,17 @@ func (s *server) createShipment(c *call) (*storedAnswer, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, sh, err := c.key.tenant.createShipment(rec, c.at, s.sandboxes)
+	var created *shipment
+	d, err := c.key.tenant.write(s.book, func(d *tenantData) (next *tenantData, err error) {
+		next, created, err = d.withShipment(rec, c.at)
+		return next, err
+	})
 	if err != nil {
 		return nil, err
 	}
-	c.data, c.shown = d, showing{kind: showsCreated, ship: sh}
-	v := sh.viewAt(c.at)
-	return &storedAnswer{status: http.StatusCreated, contentType: jsonContentType, location: "/v1/shipments/" + url.PathEscape(sh.id) + "/tracking",
+	c.data, c.shown = d, showing{kind: showsCreated, ship: created}
+	v := created.viewAt(c.at)
+	return &storedAnswer{status: http.StatusCreated, contentType: jsonContentType, location: "/v1/shipments/" + url.PathEscape(created.id) + "/tracking",
 		body: slices.Concat(v[:]...), shown: c.shown}, nil
 }
 
@@ -2279,7 +2242,7 @@ var errNoSandbox = &apiError{code: codeNotFound, detail: "No sandbox of this acc
 // forgets it at once; any other account is 404.
 func (s *server) deleteSandbox(w http.ResponseWriter, r *http.Request, c *call) error {
 	t := c.key.tenant
-	if t.sandbox == nil || t.id.account != r.PathValue("account") || !s.sandboxes.forget(t.id.account) {
+	if t.sandbox == nil || t.id.account != r.PathValue("account") || !s.book.forget(t.id.account) {
 		return errNoSandbox
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -2407,7 +2370,7 @@ func journalPartOf(r *http.Request, c *call, requests bool) (part journalPart, h
 	if err != nil {
 		return journalPart{}, false, err
 	}
-	return c.key.tenant.journal.Load().part(q), har, nil
+	return c.key.tenant.journalPart(q), har, nil
 }
 
 // writeJSON answers 200 with v as JSON.
@@ -2484,7 +2447,7 @@ func (s *server) writeEntry(sw *statusWriter) {
 	if k := r.Header["Idempotency-Key"]; len(k) > 0 {
 		e.hasIdempotencyKey, e.idempotencyKey = true, boundValue(strings.Join(k, ", "), maxJournalPrefer)
 	}
-	s.journals.keepEntry(c.journal.tenant, &e)
+	s.book.keepEntry(c.journal.tenant, &e)
 }
 
 // ownMethod is a journaled request's method as a string of its own: net/http cuts it from
@@ -2919,9 +2882,9 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 	l := s.landing
 	origin := originOf(r, s.origin)
 	host, _, valid := splitHostPort(strings.ToLower(r.Host))
-	d := landingData{Origin: origin, BaseURL: origin + "/v1", Started: formatTimestamp(l.started), Faults: l.faults, Sandboxes: s.sandboxes.count(s.now()),
+	d := landingData{Origin: origin, BaseURL: origin + "/v1", Started: formatTimestamp(l.started), Faults: l.faults, Sandboxes: s.book.count(s.now()),
 		ShowKeys: l.loopback && valid && namesLoopback(host), MoreTenants: l.moreTenants}
-	if d.ShowKeys && s.journals != nil {
+	if d.ShowKeys && s.book.journaling() {
 		s.awaitCounts(c.arrived.Add(pageCountWait))
 	}
 	for _, tk := range l.tenants {
@@ -2939,7 +2902,7 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 			if d.Curl == "" && len(tk.keys) > 0 {
 				d.Curl = "curl -s -H 'Authorization: Bearer " + tk.curlKey + "' " + d.BaseURL + "/orders"
 			}
-			if s.journals != nil && !tk.t.live {
+			if s.book.journaling() && !tk.t.live {
 				lt.Journal = true
 				lt.Requests, lt.Journaled, lt.CountedTo, lt.Findings, lt.FirstFindings = landingJournal(tk.t)
 			}
@@ -3000,8 +2963,7 @@ func (s *server) awaitCounts(deadline time.Time) {
 // entries, how many were journaled, and its findings when the count was last made (up to
 // which request): how many, and the first pageFindings (see tenant.countFindings).
 func landingJournal(t *tenant) ([]landingRequest, int, int, int, []landingFinding) {
-	j := t.journal.Load()
-	last := j.recent(pageRequests)
+	last := t.recentEntries(pageRequests)
 	rows := make([]landingRequest, len(last))
 	for i, e := range last {
 		rows[i] = landingRequest{e.seq, time.Unix(0, e.arrived).UTC().Format("15:04:05.000"), cut(e.method), cut(e.target), int(e.status)}

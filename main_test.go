@@ -40,6 +40,7 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // The suite, in the order of this file, its sections under the code's own banners (grep
@@ -106,11 +107,19 @@ type problem struct {
 	RequestID string  `json:"request_id"`
 }
 
-// held is how many sequences the tenant holds.
-func (q *sequences) held() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.byID)
+// heldSequences is how many sequences the tenant holds.
+func (t *tenant) heldSequences() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.sequences.len()
+}
+
+// heldJournal is the tenant's journal, nil when it has none; read it only while no request
+// of the tenant runs.
+func (t *tenant) heldJournal() *journal {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.journal
 }
 
 // fakeClock is the server's clock in tests. Each reading moves it on by step, so that a
@@ -3102,7 +3111,7 @@ func TestPreferCodeTimes(t *testing.T) {
 			_, err := http.DefaultClient.Do(req.WithContext(ctx))
 			done <- err
 		}()
-		waitFor(t, "the request to reach its delay", func() bool { return e.sb.tenants.byID[seedTenant].sequences.held() == 1 })
+		waitFor(t, "the request to reach its delay", func() bool { return e.sb.tenants.byID[seedTenant].heldSequences() == 1 })
 		cancel()
 		if err := <-done; err == nil {
 			t.Fatal("the client did not give up during the delay")
@@ -3129,7 +3138,7 @@ func TestPreferCodeTimes(t *testing.T) {
 		run(1) // now the most recently used: s-0 is the least
 		run(maxSequences)
 		tenant := e.sb.tenants.byID[seedTenant]
-		if held := tenant.sequences.held(); held != maxSequences {
+		if held := tenant.heldSequences(); held != maxSequences {
 			t.Errorf("a tenant holds %d sequences, want %d", held, maxSequences)
 		}
 		if got := run(0) + " " + run(1); got != "500 404" {
@@ -3150,7 +3159,7 @@ func TestSequencesHoldTheirBoundOnTheHeap(t *testing.T) {
 		return readRequest(t, fmt.Sprintf("GET /v1/orders/x?pad%d=%s HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAuthorization: Bearer sk_test_sandbox_all\r\nPrefer: code=500; times=1, x=%s\r\n\r\n", i, pad, pad))
 	})
 	t.Logf("%d sequences hold %d bytes of heap, %d each", maxSequences, held, held/maxSequences)
-	if n := e.sb.tenants.byID[seedTenant].sequences.held(); n != maxSequences {
+	if n := e.sb.tenants.byID[seedTenant].heldSequences(); n != maxSequences {
 		t.Errorf("the tenant holds %d sequences, want %d", n, maxSequences)
 	}
 	if held > maxSequences*perSequence {
@@ -4138,7 +4147,7 @@ func TestTwoSandboxes(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("the setup of docs/sandboxes.md: %v\n%s", err, out)
 	}
-	if n := e.srv.sandboxes.count(e.clock.now()); n != 0 {
+	if n := e.srv.book.count(e.clock.now()); n != 0 {
 		t.Errorf("%d sandboxes left after the tests: the setup's cleanup did not forget them", n)
 	}
 	if j := e.journalOf(t, "sk_test_sync_all", ""); len(j.Data) != 2 {
@@ -6177,7 +6186,7 @@ func TestJournalEntries(t *testing.T) {
 	if other := e.journalOf(t, "sk_test_other_all", ""); len(other.Data) != 0 || other.LastSeq != 0 {
 		t.Errorf("acct_other's journal holds %+v, want nothing: the journal is a tenant's", other)
 	}
-	if e.sb.tenants.byID[tenantID{"acct_sync", "test"}].journal.Load() != nil {
+	if e.sb.tenants.byID[tenantID{"acct_sync", "test"}].heldJournal() != nil {
 		t.Error("a tenant never called holds a journal")
 	}
 	// A request's Prefer clock is the entry's clock; HAR and JSON keep the target as sent.
@@ -6278,7 +6287,7 @@ func TestJournalReads(t *testing.T) {
 			t.Errorf("with -journal 0, %s answers %q, which does not name the flag", route, p.Detail)
 		}
 	}
-	if off.sb.tenants.byID[seedTenant].journal.Load() != nil {
+	if off.sb.tenants.byID[seedTenant].heldJournal() != nil {
 		t.Error("with -journal 0 a request was journaled")
 	}
 }
@@ -6315,7 +6324,7 @@ func TestJournalRingWrapsAndCountsWhatItDropped(t *testing.T) {
 			t.Errorf("findings after=%s: judged %+v, dropped %d; want from %v to 7, dropped %d", tt.after, f.Judged, f.Dropped, tt.seqs, tt.dropped)
 		}
 	}
-	if j := e.sb.tenants.byID[seedTenant].journal.Load(); len(j.ring) != 3 {
+	if j := e.sb.tenants.byID[seedTenant].heldJournal(); len(j.ring) != 3 {
 		t.Errorf("a journal of -journal 3 holds a ring of %d", len(j.ring))
 	}
 }
@@ -6326,15 +6335,15 @@ func TestJournalsShareTheirBound(t *testing.T) {
 	t.Parallel()
 	const bound = 64 << 10
 	e := newEnv(t, envOptions{journalBytes: bound, rate: -1, quiet: true})
-	book := e.srv.journals
+	book := e.srv.book
 	// At least 400 entries, and on until the room left is under half what the journal
 	// holds (a shed frees a quarter, and the ring's empty slots: the room left varies).
-	roomFor := func() int { return int((bound-book.total.Load())/(entrySlot+64)) + 10 }
+	roomFor := func() int { return int((bound-book.journalTotal.Load())/(entrySlot+64)) + 10 }
 	n := 0
-	for ; n < 400 || n < 2000 && roomFor() > e.sb.tenants.byID[seedTenant].journal.Load().n/2; n++ {
+	for ; n < 400 || n < 2000 && roomFor() > e.sb.tenants.byID[seedTenant].heldJournal().n/2; n++ {
 		e.get(t, "/v1/orders/ord_sbx_0001?pad="+strings.Repeat("x", n%50), "sk_test_sandbox_all")
-		if book.total.Load() > bound {
-			t.Fatalf("after %d entries the journals hold %d bytes, over their bound of %d", n+1, book.total.Load(), bound)
+		if book.journalTotal.Load() > bound {
+			t.Fatalf("after %d entries the journals hold %d bytes, over their bound of %d", n+1, book.journalTotal.Load(), bound)
 		}
 	}
 	big := e.journalOf(t, "sk_test_sandbox_all", "limit=1000")
@@ -6357,11 +6366,11 @@ func TestJournalsShareTheirBound(t *testing.T) {
 		t.Errorf("the largest journal dropped %d, then %d: the room the other took was not its", big.Dropped, now.Dropped)
 	}
 	var held int64
-	for _, j := range book.all {
-		held += j.bytes + journalHeader
+	for _, tn := range e.sb.tenants.list {
+		held += tn.journalBytes.Load()
 	}
-	if held != book.total.Load() || held > bound {
-		t.Errorf("the journals hold %d bytes by their own counts, %d by the book's, bound %d", held, book.total.Load(), bound)
+	if held != book.journalTotal.Load() || held > bound {
+		t.Errorf("the journals hold %d bytes by their own counts, %d by the book's, bound %d", held, book.journalTotal.Load(), bound)
 	}
 }
 
@@ -6376,7 +6385,7 @@ func TestJournalMemoryOf40000Tenants(t *testing.T) {
 		reqs = append(reqs, newRequest(http.MethodGet, "/v1/orders?limit=100&created_from=2026-01-01T00:00:00Z", k.key))
 	}
 	per := heapGrowth(t, e.h, len(reqs), 200, func(i int) *http.Request { return reqs[i] }) / n
-	t.Logf("%d bytes a tenant; the book counts %d", per, e.srv.journals.total.Load()/n)
+	t.Logf("%d bytes a tenant; the book counts %d", per, e.srv.book.journalTotal.Load()/n)
 	if per > 1024 {
 		t.Errorf("a tenant's one journaled request holds %d bytes of heap, want at most 1 KiB", per)
 	}
@@ -6395,7 +6404,7 @@ func TestJournalsHoldTheirBoundOnTheHeap(t *testing.T) {
 	held := heapGrowth(t, e.h, n, http.StatusUnprocessableEntity, func(i int) *http.Request { // an unknown parameter
 		return readRequest(t, fmt.Sprintf("GET /v1/orders/ord_sbx_0001?pad%d=%s HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAuthorization: Bearer sk_test_sandbox_all\r\nPrefer: run=\"r%d\", x=%s\r\n\r\n", i, pad, i, pad))
 	})
-	t.Logf("the journals hold %d bytes of heap; the book counts %d", held, e.srv.journals.total.Load())
+	t.Logf("the journals hold %d bytes of heap; the book counts %d", held, e.srv.book.journalTotal.Load())
 	if got := e.journalOf(t, "sk_test_sandbox_all", "limit=1"); got.LastSeq != n || got.Dropped == 0 {
 		t.Fatalf("last_seq %d, dropped %d: want %d journaled and some dropped", got.LastSeq, got.Dropped, n)
 	}
@@ -6462,11 +6471,11 @@ func TestJournalUnderParallelWritersAndReaders(t *testing.T) {
 func TestJournalEntryIsWrittenBeforeTheBody(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1})
-	journal := e.sb.tenants.byID[seedTenant].journal.Load
+	tn := e.sb.tenants.byID[seedTenant]
 	for i, target := range []string{"/v1/orders?limit=100", "/v1/orders/ord_sbx_0001", "/v1/tracking/SBX2000000000", "/v1/test_helpers/clock"} {
 		found := false
 		w := &bodyWatcher{ResponseWriter: httptest.NewRecorder(), first: func() {
-			part := journal().part(journalRead{after: uint64(i)})
+			part := tn.journalPart(journalRead{after: uint64(i)})
 			found = len(part.entries) == 1 && part.entries[0].target == target
 		}}
 		r := newRequest("GET", target, "sk_test_sandbox_all")
@@ -6787,7 +6796,7 @@ func TestOrderFindingsAgreeWithTheirDefinition(t *testing.T) {
 			}
 			e.get(t, "/v1/orders/ord_0000", "sk_test_a", "Prefer", `clock="`+formatTimestamp(base.Add(24*time.Hour))+`"`) // the latest read: every change has happened
 			tn := e.sb.tenants.byID[tenantID{"acct_a", "test"}]
-			es := tn.journal.Load().part(journalRead{}).entries
+			es := tn.journalPart(journalRead{}).entries
 			var got []string
 			for _, f := range tn.current().orderFindings(es) {
 				got = append(got, fmt.Sprintf("%s %s %d %d", findingKinds[f.kind].code, tn.current().orders.movingID(int(f.m)), es[f.cited[0]].seq, es[f.cited[1]].seq))
@@ -7059,19 +7068,20 @@ func TestFindingsAreCountedAside(t *testing.T) {
 	if s := countedSection(t, e, "acct_sandbox/test"); !strings.Contains(s, "3 requests journaled; findings: 1 (") {
 		t.Fatalf("three lookups of a shared number:\n%s", s)
 	}
-	j := e.sb.tenants.byID[seedTenant].journal.Load()
+	tn := e.sb.tenants.byID[seedTenant]
+	j := tn.heldJournal()
 	stuck := make(chan struct{}) // a count that does not end: as one of a journal of 100,000 entries
-	j.mu.Lock()
+	tn.mu.Lock()
 	j.counting = stuck
-	j.mu.Unlock()
+	tn.mu.Unlock()
 	e.get(t, "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all", "Prefer", "code=503")
 	e.get(t, "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all") // within its Retry-After: a second finding
 	if s := tenantOnPage(t, string(e.get(t, "/", "").body), "acct_sandbox/test"); !strings.Contains(s, "5 requests journaled; findings: 1 up to request 3; judging the rest: reload (") {
 		t.Fatalf("while a count runs, the page does not show the count before it:\n%s", s)
 	}
-	j.mu.Lock()
+	tn.mu.Lock()
 	j.counting = nil
-	j.mu.Unlock()
+	tn.mu.Unlock()
 	close(stuck)
 	if s := countedSection(t, e, "acct_sandbox/test"); !strings.Contains(s, "5 requests journaled; findings: 2 (") {
 		t.Fatalf("once the count ends, the page does not show the new one:\n%s", s)
@@ -7293,7 +7303,7 @@ func TestSandboxRefusals(t *testing.T) {
 	wantProblem(t, rep, 422, "unknown_parameter", "x")
 	rep, _ = e.makeSandbox(t, "sk_test_sync_all", `{"orders":[],"x":"`+strings.Repeat("a", maxBodyBytes)+`"}`, "too-large")
 	wantProblem(t, rep, 413, "body_too_large", "")
-	if n := e.srv.sandboxes.count(e.clock.now()); n != 0 {
+	if n := e.srv.book.count(e.clock.now()); n != 0 {
 		t.Errorf("refused bodies made %d sandboxes", n)
 	}
 	// Any active test key, whatever its scopes, makes one; a dataset key names the template
@@ -7333,7 +7343,7 @@ func TestIdempotencyKeys(t *testing.T) {
 			first.header.Get("Idempotent-Replayed") != "" || again.header.Get("Request-Id") == first.header.Get("Request-Id") {
 			t.Errorf("a repeat: %s, then %s (Idempotent-Replayed %q)", first, again, again.header.Get("Idempotent-Replayed"))
 		}
-		if e.srv.sandboxes.count(e.clock.now()) == 0 {
+		if e.srv.book.count(e.clock.now()) == 0 {
 			t.Fatal("no sandbox made")
 		}
 		// Stored per tenant, not per API key: another key of acct_sync replays it too.
@@ -7360,11 +7370,7 @@ func TestIdempotencyKeys(t *testing.T) {
 			done <- reply{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
 		}()
 		tenant := e.sb.tenants.byID[tenantID{"acct_other", "test"}]
-		waitFor(t, "the slow write to hold its key", func() bool {
-			tenant.answers.mu.Lock()
-			defer tenant.answers.mu.Unlock()
-			return tenant.answers.byKey["slow"] != nil
-		})
+		waitFor(t, "the slow write to hold its key", func() bool { return answerHeld(tenant, "slow") })
 		rep := post(t, "sk_test_other_all", `{}`, "slow")
 		wantProblem(t, rep, 409, "idempotency_key_in_use", "")
 		if rep.header.Get("Retry-After") != "1" {
@@ -7469,7 +7475,7 @@ func TestSandboxesAreForgotten(t *testing.T) {
 	e.clock.advance(time.Hour)
 	wantProblem(t, e.get(t, "/v1/orders", b.Keys[0].Key), 401, "invalid_api_key", "")
 	// Past the bound, the least recently used goes first.
-	e.srv.sandboxes.max = 3
+	setMaxSandboxes(e, 3)
 	var keys []string
 	for i := range 3 {
 		_, s := e.makeSandbox(t, "sk_test_sync_all", `{"orders":[]}`, fmt.Sprint("lru-", i))
@@ -7484,7 +7490,7 @@ func TestSandboxesAreForgotten(t *testing.T) {
 			t.Errorf("sandbox %d after a fourth past a bound of 3: %d, want %d", i, rep.status, want)
 		}
 	}
-	if n := e.srv.sandboxes.count(e.clock.now()); n != 3 {
+	if n := e.srv.book.count(e.clock.now()); n != 3 {
 		t.Errorf("%d sandboxes kept, want 3", n)
 	}
 }
@@ -7496,10 +7502,12 @@ func TestCopiesOfOneInstantShareTheirData(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
 	_, a := e.makeSandbox(t, "sk_test_sync_all", `{}`, "share-a")
+	first := sandboxHoldings(e).data
 	_, b := e.makeSandbox(t, "sk_test_sync_all", `{}`, "share-b")
-	ta, tb := e.srv.keys.sandboxes.accounts[a.Account].tenant, e.srv.keys.sandboxes.accounts[b.Account].tenant
-	if &ta.current().orders.block[0] != &tb.current().orders.block[0] || ta.current().orders.tag == tb.current().orders.tag || tb.sandbox.bytes >= ta.sandbox.bytes {
-		t.Errorf("the second copy does not share the first's data, or shares its cursor tag (its bytes %d, the first's %d)", tb.sandbox.bytes, ta.sandbox.bytes)
+	second := sandboxHoldings(e).data - first
+	ta, tb := sandboxTenant(e, a.Account), sandboxTenant(e, b.Account)
+	if &ta.current().orders.block[0] != &tb.current().orders.block[0] || ta.current().orders.tag == tb.current().orders.tag || second >= first/2 {
+		t.Errorf("the second copy does not share the first's data, or shares its cursor tag (the book counts %d bytes more for it, %d for the first)", second, first)
 	}
 	page := decodePage(t, e.get(t, "/v1/orders?limit=1", a.Keys[0].Key))
 	wantProblem(t, e.get(t, "/v1/orders?limit=1&cursor="+url.QueryEscape(*page.Pagination.NextCursor), b.Keys[0].Key), 400, "invalid_cursor", "cursor")
@@ -7513,7 +7521,7 @@ func TestCopiesOfOneInstantShareTheirData(t *testing.T) {
 	// A copy made at another second is built anew, at its own start.
 	e.clock.advance(time.Second)
 	_, c := e.makeSandbox(t, "sk_test_sync_all", `{}`, "share-c")
-	if tc := e.srv.keys.sandboxes.accounts[c.Account].tenant; &tc.current().orders.block[0] == &ta.current().orders.block[0] || !tc.start.After(ta.start) {
+	if tc := sandboxTenant(e, c.Account); &tc.current().orders.block[0] == &ta.current().orders.block[0] || !tc.start.After(ta.start) {
 		t.Error("a copy of another start instant shares the data of the first")
 	}
 }
@@ -7532,7 +7540,7 @@ func TestTenThousandSandboxes(t *testing.T) {
 			first = s.Keys[0].Key
 		}
 	}
-	if n := e.srv.sandboxes.count(e.clock.now()); n != maxSandboxes {
+	if n := e.srv.book.count(e.clock.now()); n != maxSandboxes {
 		t.Errorf("%d sandboxes kept, want %d", n, maxSandboxes)
 	}
 	wantProblem(t, e.get(t, "/v1/orders", first), 401, "invalid_api_key", "")
@@ -7627,10 +7635,605 @@ func TestSandboxesUnderRacingRequests(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if n := e.srv.sandboxes.count(e.clock.now()); n != 0 {
+	if n := e.srv.book.count(e.clock.now()); n != 0 {
 		t.Errorf("%d sandboxes left after every one was deleted", n)
 	}
 }
+
+// holdings is what the books hold of the sandboxes: how many are kept, and the bytes of
+// their data, journals and stored answers as the books count them (the dataset's tenants
+// left out).
+type holdings struct {
+	sandboxes               int
+	data, journals, answers int64
+}
+
+// pipedRequest is a request whose body the test writes when it chooses: the server has
+// checked everything before the body (the key among them) once ready is closed, and waits
+// for the body there.
+type pipedRequest struct {
+	*http.Request
+	body  *io.PipeWriter
+	ready chan struct{}
+}
+
+// newPipedRequest is a request of method, target and key whose body comes later.
+func newPipedRequest(method, target, key string, headerPairs ...string) *pipedRequest {
+	pr, pw := io.Pipe()
+	p := &pipedRequest{Request: newRequest(method, target, key, headerPairs...), body: pw, ready: make(chan struct{})}
+	p.Body, p.ContentLength = &firstRead{r: pr, ready: p.ready}, -1
+	return p
+}
+
+// firstRead closes ready at its first Read.
+type firstRead struct {
+	r     io.ReadCloser
+	ready chan struct{}
+	once  sync.Once
+}
+
+func (f *firstRead) Read(b []byte) (int, error) {
+	f.once.Do(func() { close(f.ready) })
+	return f.r.Read(b)
+}
+
+func (f *firstRead) Close() error { return f.r.Close() }
+
+// serveAsync serves r on its own goroutine and hands its reply on, checked as every reply is.
+func (e *env) serveAsync(t testing.TB, r *http.Request) <-chan reply {
+	done := make(chan reply, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		e.h.ServeHTTP(rec, r)
+		done <- reply{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
+	}()
+	return done
+}
+
+// within waits for a reply, and fails the test when none comes within a minute: what never
+// comes is a deadlock, not a slow machine.
+func within(t testing.TB, what string, c <-chan reply) reply {
+	t.Helper()
+	select {
+	case rep := <-c:
+		return rep
+	case <-time.After(time.Minute):
+		t.Fatalf("%s: no answer within a minute (a deadlock)", what)
+		return reply{}
+	}
+}
+
+// sandboxRecords is a body of n orders (each about 250 bytes) and as many shipments, each
+// linking its order.
+func sandboxRecords(n int) string {
+	var orders, shipments []string
+	for i := range n {
+		orders = append(orders, fmt.Sprintf(`{"id":"ord_%d","merchant_reference":"R-%d","platform":"ebay","status":"unfulfilled","created_at":"start-%dm"}`, i, i, i+1))
+		shipments = append(shipments, fmt.Sprintf(`{"id":"shp_%d","reference":"S-%d","tracking_number":"T%d","order_id":"ord_%d","events":[{"after":"%ds","status":"in_transit","description":"Departed"}]}`, i, i, i, i, i))
+	}
+	return `{"orders":[` + strings.Join(orders, ",") + `],"shipments":[` + strings.Join(shipments, ",") + `]}`
+}
+
+// TestForgottenSandboxesHoldNothing: whatever a sandbox did before it was forgotten (by its
+// DELETE, as the least recently used past the bound, or idle for its hour), the books hold
+// nothing of it afterwards: no journal, no stored answer, no bytes of data. Its DELETE as
+// its first journaled request opened a journal of its own that nothing freed (0.67 MiB a
+// cycle of a 256 KiB sandbox).
+func TestForgottenSandboxesHoldNothing(t *testing.T) {
+	t.Parallel()
+	body := sandboxRecords(100)
+	del := func(t *testing.T, e *env, sb sandboxOut) {
+		if rep := e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+sb.Account, sb.Keys[0].Key)); rep.status != 204 {
+			t.Fatalf("DELETE: %s", rep)
+		}
+	}
+	for _, tt := range []struct {
+		name   string
+		before func(t *testing.T, e *env, key string)
+		forget func(t *testing.T, e *env, sb sandboxOut)
+	}{
+		{"its DELETE first", func(*testing.T, *env, string) {}, del},
+		{"a read, then its DELETE", func(t *testing.T, e *env, key string) { e.get(t, "/v1/orders", key) }, del},
+		{"a booking, then its DELETE", func(t *testing.T, e *env, key string) {
+			if rep := e.book(t, key, `{"reference":"R"}`, "b"); rep.status != 201 {
+				t.Fatalf("the booking: %s", rep)
+			}
+		}, del},
+		{"a booking and a rehearsal, then the least recently used", func(t *testing.T, e *env, key string) {
+			e.book(t, key, `{"reference":"R"}`, "b")
+			e.get(t, "/v1/orders", key, "Prefer", "code=503; times=1")
+		}, func(t *testing.T, e *env, sb sandboxOut) {
+			setMaxSandboxes(e, 1)
+			_, other := e.makeSandbox(t, "sk_test_sync_all", `{"orders":[]}`, "other")
+			wantProblem(t, e.get(t, "/v1/orders", sb.Keys[0].Key), 401, "invalid_api_key", "")
+			del(t, e, other) // its only request: it leaves nothing either
+		}},
+		{"a read, then idle for its hour", func(t *testing.T, e *env, key string) { e.get(t, "/v1/orders", key) }, func(t *testing.T, e *env, sb sandboxOut) {
+			e.clock.advance(sandboxIdle)
+			wantProblem(t, e.get(t, "/v1/orders", sb.Keys[0].Key), 401, "invalid_api_key", "")
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
+			rep, sb := e.makeSandbox(t, "sk_test_sync_all", body, "make")
+			if rep.status != 201 {
+				t.Fatalf("the sandbox: %s", rep)
+			}
+			if h := sandboxHoldings(e); h.sandboxes != 1 || h.data == 0 {
+				t.Fatalf("the books hold %+v of one sandbox", h)
+			}
+			tt.before(t, e, sb.Keys[0].Key)
+			tt.forget(t, e, sb)
+			if h := sandboxHoldings(e); h != (holdings{}) {
+				t.Errorf("once forgotten, the books hold %+v of it", h)
+			}
+		})
+	}
+}
+
+// TestLateRequestsOfAForgottenSandbox: a request whose key was checked before its sandbox's
+// DELETE, and whose body comes after the 204, adds nothing to the books: a read's entry is
+// not kept, and a booking writes and stores nothing and answers 401 invalid_api_key (it once
+// answered 201 and registered the forgotten store again, 0.85 MiB a cycle).
+func TestLateRequestsOfAForgottenSandbox(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, method, target, body string
+		headers                    []string
+		status                     int
+		code                       string
+	}{
+		{"a read", http.MethodGet, "/v1/orders", "", nil, 200, ""},
+		{"a booking", http.MethodPost, "/v1/test_helpers/shipments", `{"reference":"R"}`, []string{"Idempotency-Key", "late", "Content-Type", "application/json"}, 401, "invalid_api_key"},
+		{"a sandbox made with its key", http.MethodPost, "/v1/test_helpers/sandboxes", `{"template":"acct_sync"}`, []string{"Idempotency-Key", "late", "Content-Type", "application/json"}, 401, "invalid_api_key"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
+			_, sb := e.makeSandbox(t, "sk_test_sync_all", `{}`, "make")
+			key := sb.Keys[0].Key
+			late := newPipedRequest(tt.method, tt.target, key, tt.headers...)
+			answer := e.serveAsync(t, late.Request)
+			<-late.ready // its key is checked
+			if rep := e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+sb.Account, key)); rep.status != 204 {
+				t.Fatalf("DELETE: %s", rep)
+			}
+			go func() {
+				io.WriteString(late.body, tt.body)
+				late.body.Close()
+			}()
+			rep := within(t, tt.name, answer)
+			checkResponse(t, late.Request, rep)
+			if rep.status != tt.status {
+				t.Fatalf("after the DELETE: %s, want %d", rep, tt.status)
+			}
+			if tt.code != "" {
+				wantProblem(t, rep, tt.status, tt.code, "")
+			}
+			if h := sandboxHoldings(e); h != (holdings{}) {
+				t.Errorf("the books hold %+v of the forgotten sandbox", h)
+			}
+		})
+	}
+}
+
+// TestForgettingRacesAFirstWrite: a sandbox's first write, paused while it holds its
+// tenant's lock to claim its Idempotency-Key, and the sandbox's DELETE, paused holding the
+// book's: both end, the DELETE 204 and the write 401 invalid_api_key, having written
+// nothing. (Taken in two orders, the two locks once hung the process for good.)
+func TestForgettingRacesAFirstWrite(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
+	_, sb := e.makeSandbox(t, "sk_test_sync_all", `{}`, "make")
+	key := sb.Keys[0].Key
+	claiming, release, forgetting := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var claimed, forgot sync.Once // each pauses its first step only
+	e.srv.book.hooks.claiming = func(*tenant) { claimed.Do(func() { close(claiming); <-release }) }
+	e.srv.book.hooks.forgetting = func(*tenant) { forgot.Do(func() { close(forgetting) }) }
+	write := e.serveAsync(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/shipments", key, `{"reference":"R","order_id":"ord_sync_0005"}`, "Idempotency-Key", "first"))
+	<-claiming
+	deletion := e.serveAsync(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+sb.Account, key))
+	<-forgetting
+	close(release)
+	if rep := within(t, "the DELETE", deletion); rep.status != 204 {
+		t.Errorf("the DELETE: %s", rep)
+	}
+	rep := within(t, "the write", write)
+	wantProblem(t, rep, 401, "invalid_api_key", "")
+	if h := sandboxHoldings(e); h != (holdings{}) {
+		t.Errorf("the books hold %+v of the forgotten sandbox", h)
+	}
+	for _, target := range []string{"/v1/orders", "/v1/test_helpers/clock"} { // and nothing answers for it
+		wantProblem(t, e.get(t, target, key), 401, "invalid_api_key", "")
+	}
+}
+
+// TestAKeyInProgressOutlivesTheList: an Idempotency-Key whose write is in progress is never
+// what the tenant's list of 10,000 keys forgets: its repeat after 10,000 other writes is 409
+// idempotency_key_in_use, not a second write under one key. Once every entry is in progress,
+// the list takes them past its bound, and comes back to it as they end.
+func TestAKeyInProgressOutlivesTheList(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
+	held := map[string]chan struct{}{"slow": make(chan struct{}), "p-1": make(chan struct{}), "p-2": make(chan struct{}), "p-3": make(chan struct{})}
+	var paused sync.WaitGroup
+	e.srv.book.hooks.claimed = func(_ *tenant, key string) { // each of these keys waits in progress until released
+		if release, ok := held[key]; ok {
+			paused.Done()
+			<-release
+		}
+	}
+	send := func(key string) <-chan reply {
+		return e.serveAsync(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_other_all", `{}`, "Idempotency-Key", key))
+	}
+	paused.Add(1)
+	first := send("slow")
+	paused.Wait()
+	tenant := e.sb.tenants.byID[tenantID{"acct_other", "test"}]
+	for i := range maxStoredAnswers {
+		if rep, _ := e.makeSandbox(t, "sk_test_other_all", `{"orders":[]}`, fmt.Sprint("other-", i)); rep.status != 201 {
+			t.Fatalf("write %d: %s", i, rep)
+		}
+	}
+	if n := answersHeld(tenant); n != maxStoredAnswers {
+		t.Errorf("with one write in progress, the list holds %d keys, want %d", n, maxStoredAnswers)
+	}
+	wantProblem(t, within(t, "the repeat", send("slow")), 409, "idempotency_key_in_use", "")
+	close(held["slow"])
+	if rep := within(t, "the slow write", first); rep.status != 201 || rep.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("the slow write: %s", rep)
+	}
+	if rep := within(t, "the repeat", send("slow")); rep.status != 201 || rep.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("its repeat once done: %s", rep)
+	}
+	// Every entry in progress: a list of 2 holds 3, then comes back to 2 as they end.
+	tenant.mu.Lock()
+	tenant.answers.max = 2
+	tenant.mu.Unlock()
+	var answers []<-chan reply
+	for _, key := range []string{"p-1", "p-2", "p-3"} {
+		paused.Add(1)
+		answers = append(answers, send(key))
+	}
+	paused.Wait()
+	if n := answersHeld(tenant); n != 3 {
+		t.Errorf("three writes in progress in a list of 2: it holds %d", n)
+	}
+	for i, key := range []string{"p-1", "p-2", "p-3"} {
+		close(held[key])
+		if rep := within(t, key, answers[i]); rep.status != 201 {
+			t.Errorf("%s: %s", key, rep)
+		}
+	}
+	if n := answersHeld(tenant); n != 2 {
+		t.Errorf("once they ended, the list of 2 holds %d", n)
+	}
+}
+
+// TestSharedCopiesAreCountedWhileHeld: copies of one template made in one second share their
+// data, which the book counts once while any copy holds it, whichever copies are forgotten
+// first (once only the first copy counted it, and forgetting it let the others count nothing).
+func TestSharedCopiesAreCountedWhileHeld(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
+	var copies []sandboxOut
+	var first int64 // what the book counts of the first copy alone
+	for i := range 3 {
+		_, sb := e.makeSandbox(t, "sk_test_sync_all", `{}`, fmt.Sprint("copy-", i))
+		copies = append(copies, sb)
+		if i == 0 {
+			first = sandboxHoldings(e).data
+		}
+	}
+	for i, sb := range copies {
+		if rep := e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+sb.Account, sb.Keys[0].Key)); rep.status != 204 {
+			t.Fatalf("DELETE: %s", rep)
+		}
+		if held := sandboxHoldings(e).data; i < 2 && held < first || i == 2 && held != 0 {
+			t.Errorf("with %d of 3 copies forgotten, the book counts %d bytes of their data; the first copy alone counted %d", i+1, held, first)
+		}
+	}
+}
+
+// TestReplaysRaceTheirAnswer: one write sent five times at once (run with -race): one is
+// the write, each other is 409 idempotency_key_in_use while it runs, or its answer again,
+// byte for byte, once it is done.
+func TestReplaysRaceTheirAnswer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
+	for i := range 20 {
+		idem := fmt.Sprint("race-", i)
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			answers []reply
+		)
+		for range 5 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					rep := <-e.serveAsync(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_other_all", `{"orders":[]}`, "Idempotency-Key", idem))
+					mu.Lock()
+					answers = append(answers, rep)
+					mu.Unlock()
+					if rep.status != 409 {
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		var written []reply
+		for _, rep := range answers {
+			if rep.status == 201 && rep.header.Get("Idempotent-Replayed") == "" {
+				written = append(written, rep)
+			}
+		}
+		if len(written) != 1 {
+			t.Fatalf("%d of the repeats wrote, want one", len(written))
+		}
+		for _, rep := range answers {
+			switch {
+			case rep.status == 409 && bytes.Contains(rep.body, []byte(`"code":"idempotency_key_in_use"`)):
+			case rep.status == 201 && (rep.header.Get("Idempotent-Replayed") == "" || rep.header.Get("Idempotent-Replayed") == "true" && bytes.Equal(rep.body, written[0].body)):
+			default:
+				t.Errorf("a repeat racing the write %s answered %s", written[0], rep)
+			}
+		}
+	}
+}
+
+// TestStoredAnswersWithinTheirBound: past the 64 MiB that every tenant's stored answers
+// hold together, the oldest answers of the tenant that holds the most go first, and the
+// bound holds after every write; the others' answers stay, and a forgotten key's repeat is
+// a new write.
+func TestStoredAnswersWithinTheirBound(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
+	_, big := e.makeSandbox(t, "sk_test_sync_all", `{"orders":[]}`, "big")
+	key := big.Keys[0].Key
+	description := strings.Repeat("x", 60000)
+	var events []string
+	for k := range 4 {
+		events = append(events, fmt.Sprintf(`{"timestamp":"2026-11-01T00:00:0%dZ","status":"in_transit","description":"%s"}`, k, description))
+	}
+	body := `{"reference":"R","events":[` + strings.Join(events, ",") + `]}`
+	n := 0
+	for ; n < 300; n++ {
+		if rep := e.book(t, key, body, fmt.Sprint("b-", n)); rep.status != 201 {
+			t.Fatalf("booking %d: %s", n, rep)
+		}
+		if total := storedAnswerBytes(e); total > maxStoredAnswerBytes {
+			t.Fatalf("after %d bookings the stored answers hold %d bytes, over %d", n+1, total, maxStoredAnswerBytes)
+		}
+	}
+	if total := storedAnswerBytes(e); total < maxStoredAnswerBytes*9/10 {
+		t.Fatalf("the arrangement: %d bookings store %d bytes, short of the bound", n, total)
+	}
+	if rep := e.book(t, key, body, fmt.Sprint("b-", n-1)); rep.status != 201 || rep.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("the newest booking's repeat: %d, replayed %q", rep.status, rep.header.Get("Idempotent-Replayed"))
+	}
+	if rep := e.book(t, key, body, "b-0"); rep.status != 201 || rep.header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("the oldest booking's repeat, its answer forgotten: %d, replayed %q, want a new write", rep.status, rep.header.Get("Idempotent-Replayed"))
+	}
+	if rep, _ := e.makeSandbox(t, "sk_test_sync_all", `{"orders":[]}`, "big"); rep.status != 201 || rep.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("another tenant's answer, stored first: %d, replayed %q", rep.status, rep.header.Get("Idempotent-Replayed"))
+	}
+}
+
+// TestLRU: the one bounded least-recently-used list (the sandboxes, each tenant's stored
+// answers and rehearsals counted): recency, the count's bound, weights, and pinned entries,
+// which it never forgets, holding them past its bound when every entry is pinned.
+func TestLRU(t *testing.T) {
+	t.Parallel()
+	order := func(l *lru[string, int]) string {
+		var keys []string
+		for k := range l.olderFirst() {
+			keys = append(keys, k)
+		}
+		return strings.Join(keys, " ")
+	}
+	t.Run("recency and the bound", func(t *testing.T) {
+		l := lru[string, int]{max: 3}
+		if l.len() != 0 || order(&l) != "" || l.trim() != 0 {
+			t.Fatal("an empty list is not empty")
+		}
+		for i, k := range []string{"a", "b", "c", "d"} {
+			l.add(k, i, int64(10*(i+1)), false)
+		}
+		l.get("a") // a is now the most recently used: b is the least
+		if got := order(&l); got != "b c d a" || l.weight != 100 {
+			t.Fatalf("older first: %q, weight %d; want \"b c d a\", 100", got, l.weight)
+		}
+		if forgot := l.trim(); forgot != 20 || order(&l) != "c d a" || l.weight != 80 {
+			t.Errorf("trimmed to 3: forgot %d, left %q weighing %d; want 20, \"c d a\", 80", forgot, order(&l), l.weight)
+		}
+		if v, ok := l.peek("c"); !ok || v != 2 || order(&l) != "c d a" {
+			t.Errorf("peek: %d %v, and it moved the order: %q", v, ok, order(&l))
+		}
+		l.set("c", 7, 5, false)
+		if v, _ := l.get("c"); v != 7 || l.weight != 55 {
+			t.Errorf("set: value %d, weight %d; want 7, 55", v, l.weight)
+		}
+		if v, w, ok := l.remove("d"); !ok || v != 3 || w != 40 || l.len() != 2 || l.weight != 15 {
+			t.Errorf("remove: %d %d %v, then %d held weighing %d", v, w, ok, l.len(), l.weight)
+		}
+		if _, _, ok := l.remove("d"); ok {
+			t.Error("a key removed twice")
+		}
+	})
+	t.Run("pinned entries", func(t *testing.T) {
+		l := lru[string, int]{max: 2}
+		l.add("a", 0, 1, true)
+		l.add("b", 0, 1, true)
+		l.add("c", 0, 1, true)
+		if l.trim() != 0 || l.len() != 3 {
+			t.Fatalf("every entry pinned: it holds %d, want all 3", l.len())
+		}
+		if k, _, ok := l.oldest(); ok {
+			t.Errorf("the oldest not pinned is %q, with every entry pinned", k)
+		}
+		l.pin("b", false)
+		if k, _, _ := l.oldest(); k != "b" {
+			t.Errorf("the oldest not pinned is %q, want b (a is older, and pinned)", k)
+		}
+		if l.trim(); order(&l) != "a c" {
+			t.Errorf("trimmed with b unpinned: %q, want a c", order(&l))
+		}
+		l.set("a", 0, 1, false)
+		l.add("d", 0, 1, false)
+		if l.shed(10); order(&l) != "c" || l.weight != 1 {
+			t.Errorf("shed all it can: %q left weighing %d, want the pinned c", order(&l), l.weight)
+		}
+		l.clear()
+		if l.len() != 0 || l.weight != 0 || l.max != 2 || l.byKey != nil {
+			t.Errorf("cleared: %d held, weight %d, max %d", l.len(), l.weight, l.max)
+		}
+	})
+}
+
+// TestEveryIndexFieldIsCounted: each field of the indexes that holds heap (a slice, a map, a
+// string, one of those within) adds to the bytes the book counts when it holds something, so
+// that a field added later cannot escape the sandboxes' bound; the fields that hold none, or
+// hold what another counts, are named with the reason.
+func TestEveryIndexFieldIsCounted(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name   string
+		value  any // a pointer to a zero value
+		bytes  func() int64
+		exempt map[string]string
+	}{
+		{"orderIndex", &orderIndex{}, nil, map[string]string{"recs": "the records, counted by whoever holds them (filedOrders.bytes)", "start": "no heap", "seeds": "no heap", "tag": "no heap"}},
+		{"shipmentIndex", &shipmentIndex{}, nil, map[string]string{"start": "no heap"}},
+		{"shipment", &shipment{}, nil, map[string]string{"createdAt": "no heap", "dropped": "no heap"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			count := func() int64 {
+				switch v := tt.value.(type) {
+				case *orderIndex:
+					return v.bytes()
+				case *shipmentIndex:
+					return v.bytes()
+				case *shipment:
+					return v.bytes()
+				}
+				t.Fatalf("no count for %T", tt.value)
+				return 0
+			}
+			struc := reflect.ValueOf(tt.value).Elem()
+			for i := range struc.NumField() {
+				name := struc.Type().Field(i).Name
+				if tt.exempt[name] != "" {
+					continue
+				}
+				field := reflect.NewAt(struc.Field(i).Type(), unsafe.Pointer(struc.Field(i).UnsafeAddr())).Elem()
+				before := count()
+				saved := reflect.New(field.Type()).Elem()
+				saved.Set(field)
+				if !fill(field) {
+					t.Errorf("%s.%s (%s) holds no heap the test knows how to fill: fill it, or name it exempt with the reason", tt.name, name, field.Type())
+					continue
+				}
+				if after := count(); after <= before {
+					t.Errorf("%s.%s holding something: bytes %d, as before (%d); count it in bytes()", tt.name, name, after, before)
+				}
+				field.Set(saved)
+			}
+		})
+	}
+}
+
+// fill makes v, a field's zero value, hold something on the heap, and reports whether it
+// knows how.
+func fill(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString("filled")
+	case reflect.Slice:
+		s := reflect.MakeSlice(v.Type(), 3, 3)
+		for i := range 3 {
+			fill(s.Index(i))
+		}
+		v.Set(s)
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+		fill(k)
+		fill(e)
+		m.SetMapIndex(k, e)
+		v.Set(m)
+	case reflect.Array:
+		filled := false
+		for i := range v.Len() {
+			filled = fill(v.Index(i)) || filled
+		}
+		return filled
+	case reflect.Struct:
+		filled := false
+		for i := range v.NumField() {
+			f := v.Field(i)
+			filled = fill(reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()) || filled
+		}
+		return filled
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fill(v.Elem())
+	default:
+		return false
+	}
+	return true
+}
+
+// (What the tests read of the books.)
+
+// sandboxHoldings is what the book holds of the sandboxes: what it counts in all, less what
+// the dataset's tenants hold, so that what nothing kept holds shows too.
+func sandboxHoldings(e *env) holdings {
+	b := e.srv.book
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h := holdings{sandboxes: b.sandboxes.len(), data: b.sandboxes.weight + b.sharedBytes, journals: b.journalTotal.Load(), answers: b.answerTotal.Load()}
+	for _, t := range b.dataset {
+		h.journals -= t.journalBytes.Load()
+		h.answers -= t.answerBytes.Load()
+	}
+	return h
+}
+
+// sandboxTenant is the tenant of the sandbox of this account, nil when the book keeps none.
+func sandboxTenant(e *env, account string) *tenant {
+	e.srv.book.mu.Lock()
+	defer e.srv.book.mu.Unlock()
+	t, _ := e.srv.book.sandboxes.peek(account)
+	return t
+}
+
+func setMaxSandboxes(e *env, n int) {
+	e.srv.book.mu.Lock()
+	defer e.srv.book.mu.Unlock()
+	e.srv.book.sandboxes.max = n
+}
+
+// answerHeld reports whether t holds something under the Idempotency-Key key.
+func answerHeld(t *tenant, key string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.answers.peek(key)
+	return ok
+}
+
+// answersHeld is how many Idempotency-Keys t holds.
+func answersHeld(t *tenant) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.answers.len()
+}
+
+// storedAnswerBytes is what every tenant's stored answers hold, as the book counts them.
+func storedAnswerBytes(e *env) int64 { return e.srv.book.answerTotal.Load() }
 
 // ===== auth.go: A booking, a shipment created in a sandbox =====
 
@@ -8122,32 +8725,33 @@ func TestSandboxesWithinTheirBytes(t *testing.T) {
 		orders = append(orders, fmt.Sprintf(`{"id":"ord_%d","merchant_reference":"R-%d","platform":"ebay","status":"unfulfilled","created_at":"start-%dm"}`, i, i, i+1))
 	}
 	body := `{"orders":[` + strings.Join(orders, ",") + `]}`
-	book := e.srv.sandboxes
+	book := e.srv.book
+	setMax := func(n int64) { book.mu.Lock(); book.maxBytes = n; book.mu.Unlock() }
 	_, a := e.makeSandbox(t, "sk_test_sandbox_all", body, "a")
-	one := book.accounts[a.Account].bytes
-	if held := book.accounts[a.Account].tenant.current().dataBytes(); one <= held {
-		t.Fatalf("a sandbox of records counts %d bytes, its data alone %d: its records are not counted", one, held)
+	one := sandboxHoldings(e).data
+	if d := sandboxTenant(e, a.Account).current(); !d.filed.own || one < d.orders.bytes()+d.filed.ix.recs.bytes() {
+		t.Fatalf("a sandbox of records counts %d bytes, its orders and their records %d and %d: its records are not counted", one, d.orders.bytes(), d.filed.ix.recs.bytes())
 	}
-	book.maxBytes = 2*one + one/2
+	setMax(2*one + one/2)
 	_, b := e.makeSandbox(t, "sk_test_sandbox_all", body, "b")
 	_, c := e.makeSandbox(t, "sk_test_sandbox_all", body, "c") // a, used least recently, goes
 	wantProblem(t, e.get(t, "/v1/orders/ord_1", a.Keys[0].Key), 401, "invalid_api_key", "")
-	book.maxBytes = book.bytes + 1 // the next booking grows c past the bound: b goes
+	setMax(sandboxHoldings(e).data + 1) // the next booking grows c past the bound: b goes
 	if rep := e.book(t, c.Keys[0].Key, `{"reference":"R","order_id":"ord_1"}`, "grow"); rep.status != 201 {
 		t.Fatalf("the booking: %s", rep)
 	}
 	wantProblem(t, e.get(t, "/v1/orders/ord_1", b.Keys[0].Key), 401, "invalid_api_key", "")
-	if got := shownLink(t, e, c.Keys[0].Key, "ord_1"); !strings.HasPrefix(got, "shp_") || book.bytes > book.maxBytes {
-		t.Errorf("the sandbox written to shows %s; the book holds %d of %d bytes", got, book.bytes, book.maxBytes)
+	if got, h := shownLink(t, e, c.Keys[0].Key, "ord_1"), sandboxHoldings(e); !strings.HasPrefix(got, "shp_") || h.sandboxes != 1 || h.data > book.maxBytes {
+		t.Errorf("the sandbox written to shows %s; the book holds %d sandboxes, %d of %d bytes", got, h.sandboxes, h.data, book.maxBytes)
 	}
 	// A booking that would take one sandbox's data alone past the bound is refused, whatever
 	// the others hold: nothing written.
-	book.maxBytes = book.accounts[c.Account].bytes + 1000
+	setMax(sandboxHoldings(e).data + 1000) // c's alone
 	events := strings.Repeat(`{"after":"1s","status":"in_transit","description":"Departed"},`, 100)
 	wantProblem(t, e.book(t, c.Keys[0].Key, `{"id":"shp_big","reference":"R","order_id":"ord_2","events":[`+strings.TrimSuffix(events, ",")+`]}`, "big"), 422, "capability_unavailable", "")
 	wantProblem(t, e.get(t, "/v1/shipments/shp_big/tracking", c.Keys[0].Key, "Prefer", `clock="start+1h"`), 404, "not_found", "")
-	if got := shownLink(t, e, c.Keys[0].Key, "ord_2"); got != "null" || book.bytes > book.maxBytes {
-		t.Errorf("a refused booking linked ord_2 to %s; the book holds %d of %d bytes", got, book.bytes, book.maxBytes)
+	if got, h := shownLink(t, e, c.Keys[0].Key, "ord_2"), sandboxHoldings(e); got != "null" || h.data > book.maxBytes {
+		t.Errorf("a refused booking linked ord_2 to %s; the book holds %d of %d bytes", got, h.data, book.maxBytes)
 	}
 }
 
@@ -8159,7 +8763,7 @@ func TestBookingsRacingReads(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1, seed: 200})
 	_, sb := e.makeSandbox(t, "sk_test_sandbox_all", `{}`, "race")
-	key, tenant := sb.Keys[0].Key, e.srv.keys.sandboxes.accounts[sb.Account].tenant
+	key, tenant := sb.Keys[0].Key, sandboxTenant(e, sb.Account)
 	at := []string{"Prefer", `clock="start+1h"`}
 	const writers, each = 4, 15
 	var wg sync.WaitGroup
@@ -9460,7 +10064,7 @@ func FuzzSandboxBody(f *testing.F) {
 	n := 0
 	f.Fuzz(func(t *testing.T, body string) {
 		n++
-		before := e.srv.sandboxes.count(e.clock.now())
+		before := e.srv.book.count(e.clock.now())
 		r := newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_sync_all", body, "Content-Type", "application/json", "Idempotency-Key", "fuzz-"+strconv.Itoa(n))
 		rep := e.do(t, r) // checks the answer against the document
 		switch rep.status {
@@ -9472,7 +10076,7 @@ func FuzzSandboxBody(f *testing.F) {
 			e.do(t, newRequest(http.MethodGet, "/v1/orders", sb.Keys[0].Key))
 			e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+sb.Account, sb.Keys[0].Key))
 		case http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
-			if after := e.srv.sandboxes.count(e.clock.now()); after != before {
+			if after := e.srv.book.count(e.clock.now()); after != before {
 				t.Fatalf("a refused body (%s) made a sandbox", rep)
 			}
 		default:
@@ -10028,7 +10632,7 @@ func BenchmarkMakeSandbox(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				n++
-				e.srv.sandboxes.copies = nil
+				clear(e.srv.book.shared)
 				w := &benchWriter{h: http.Header{}}
 				e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", tt.key, tt.body, "Idempotency-Key", strconv.Itoa(n)))
 				if w.status != http.StatusCreated {
@@ -10042,7 +10646,7 @@ func BenchmarkMakeSandbox(b *testing.B) {
 			e := benchEnv(b, 0)
 			before := heapAfterGC()
 			for i := range maxSandboxes {
-				e.srv.sandboxes.copies = nil
+				clear(e.srv.book.shared)
 				w := &benchWriter{h: http.Header{}}
 				e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_sync_all", `{}`, "Idempotency-Key", strconv.Itoa(i)))
 				if w.status != http.StatusCreated {

@@ -5,6 +5,7 @@
 //
 //   - Vocabularies
 //   - Loading: orders on their way in
+//   - A sandbox's orders: filed once, built again with each write's link
 //   - The index: orders in list order
 //   - The query of GET /v1/orders
 //   - Pages: what a list shows at an instant
@@ -644,6 +645,70 @@ func (ix *orderIndex) store(o *loadingOrder) error {
 	return nil
 }
 
+// ===== A sandbox's orders: filed once, built again with each write's link =====
+
+// A sandbox's orders as its creation filed them (each checked, its instants read, in no
+// order yet), kept so that a write builds them again with one more link and checks none of
+// them again. A booking in a sandbox of 10,000 orders (BenchmarkCreateShipment/linking, the
+// median of three runs) took 16 ms with each order checked again, 5.2 to 5.9 ms filed.
+
+// filedOrders are a sandbox's orders as filed: an index of them before any link or build,
+// never built itself, and whether its records are the sandbox's own (sent in the body) or
+// a template's, which the dataset holds.
+type filedOrders struct {
+	ix  orderIndex
+	own bool
+}
+
+// fileOrders keeps ix, its orders filed from the records rs but neither linked nor built,
+// for a sandbox's writes. What ix keeps while loading is never written again but for the
+// pending orders' links, so only those are copied.
+func fileOrders(ix *orderIndex, rs *orderRecords, own bool) *filedOrders {
+	f := &filedOrders{ix: *ix, own: own}
+	f.ix.recs, f.ix.pending, f.ix.links, f.ix.happenings = rs, slices.Clone(ix.pending), nil, nil
+	return f
+}
+
+// bytes is about what the filed orders hold on the heap: the index, and the records when
+// they are the sandbox's own.
+func (f *filedOrders) bytes() int64 {
+	n := f.ix.bytes() + int64(unsafe.Sizeof(*f))
+	if f.own {
+		n += f.ix.recs.bytes()
+	}
+	return n
+}
+
+// ordersWith is d's orders built again from its filed ones with these links, its records'
+// and its writes', in the order they were made; named as d's are (copies of one template
+// share their filed orders, and each names its own tenant).
+func (d *tenantData) ordersWith(links []dataLink) (orderIndex, error) {
+	ix := d.filed.ix
+	ix.tenantName, ix.tag = d.orders.tenantName, d.orders.tag
+	ix.pending = slices.Clone(ix.pending)
+	for _, l := range links {
+		if err := ix.link("$", l.orderID, l.shipmentID, l.at, l.write); err != nil {
+			return ix, err
+		}
+	}
+	err := ix.build()
+	return ix, err
+}
+
+// linkable says why the order id cannot be linked to a shipment created at at, or nil: 404
+// when the account does not show it then, 409 when it is linked already, at any instant
+// (the spec's second link).
+func (ix *orderIndex) linkable(id string, at time.Time) error {
+	_, i, err := ix.get(id, at)
+	if err != nil {
+		return paramError(codeNotFound, "order_id", fmt.Sprintf("No order %q is shown in this account at %s, the request's instant: a shipment is created for an order the list shows.", id, formatTimestamp(at)))
+	}
+	if other := ix.linkOf(i); other != "" {
+		return paramError(codeOrderAlreadyLinked, "order_id", fmt.Sprintf("Order %q is linked to shipment %q already: an order is linked to one shipment, and a second link is a conflict.", id, other))
+	}
+	return nil
+}
+
 // ===== The index: orders in list order =====
 
 // orderIndex holds a tenant's orders in list order (created_at descending, id descending)
@@ -675,6 +740,41 @@ type orderIndex struct {
 	stateJSON  []byte                          // every state's JSON
 	imports    []instant                       // the imports of the orders with a timeline, sorted
 	happenings []happening                     // while loading: what the dataset schedules for the orders
+}
+
+// bytes is about what the index holds on the heap, every field counted here beside the
+// others (TestEveryIndexFieldIsCounted adds to each and sees the count grow): what a
+// sandbox's data counts toward the book's bound. recs is the records', counted by whoever
+// holds them.
+func (ix *orderIndex) bytes() int64 {
+	const i32 = 4
+	n := len(ix.tenantName) + len(ix.block) + len(ix.ids) + len(ix.stateJSON) +
+		len(ix.records)*int(unsafe.Sizeof(storedOrder{})) + len(ix.table.slots)*i32 + len(ix.moving)*i32 +
+		len(ix.timelines)*int(unsafe.Sizeof(orderTimeline{})) + len(ix.states)*int(unsafe.Sizeof(orderState{})) +
+		len(ix.imports)*int(unsafe.Sizeof(instant{})) + len(ix.happenings)*int(unsafe.Sizeof(happening{})) +
+		len(ix.pending)*int(unsafe.Sizeof(pendingOrder{})) + len(ix.changes)*int(unsafe.Sizeof(statusChange{})) +
+		len(ix.links)*int(unsafe.Sizeof(orderLink{})) + int(unsafe.Sizeof(*ix))
+	for k := range ix.byValue {
+		for _, l := range ix.byValue[k] {
+			n += len(l) * i32
+		}
+		for _, l := range ix.movingBy[k] {
+			n += len(l) * i32
+		}
+	}
+	for id := range ix.byID { // a map's entry: its key's bytes, the string and value, and the map's own share
+		n += len(id) + 48
+	}
+	for id, l := range ix.seedLinks {
+		n += len(id) + len(l.shipmentID) + 64
+	}
+	for _, tl := range ix.timelines {
+		n += len(tl.shipmentID)
+	}
+	for _, l := range ix.links {
+		n += len(l.shipmentID)
+	}
+	return int64(n)
 }
 
 // storedOrder is one order's record: where its JSON and id are, its created_at, its status

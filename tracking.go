@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strconv"
 	"time"
+	"unsafe"
 )
 
 // ===== Normalizing raw carrier events =====
@@ -215,6 +216,20 @@ type shipment struct {
 	statuses       []uint8   // each event's status, an index into trackingStatuses
 }
 
+// bytes is about what the shipment holds on the heap, each field counted (its heads are cut
+// from one buffer, so their lengths sum to it).
+func (s *shipment) bytes() int64 {
+	n := int(unsafe.Sizeof(*s)) + len(s.id) + len(s.full) + len(s.events) + len(s.ends)*8 + len(s.instants)*int(unsafe.Sizeof(instant{})) +
+		len(s.statuses) + len(s.heads)*int(unsafe.Sizeof([]byte(nil)))
+	if s.trackingNumber != nil {
+		n += len(*s.trackingNumber) + 16
+	}
+	for _, h := range s.heads {
+		n += len(h)
+	}
+	return int64(n)
+}
+
 // newShipment prepares a shipment's view. Each event is encoded once.
 func newShipment(rec shipmentRecord, events []stampedEvent) (*shipment, error) {
 	s := &shipment{id: rec.ID, trackingNumber: rec.TrackingNumber, heads: make([][]byte, len(trackingStatuses))}
@@ -324,6 +339,21 @@ type shipmentIndex struct {
 	created          createdTree               // finds the shipments found at an instant without a scan
 	creations        []instant                 // the creation instants given, sorted: how many are found
 	happenings       []happening               // while loading: creations and events scheduled with after
+}
+
+// bytes is about what the index holds on the heap, its shipments included, every field
+// counted here.
+func (ix *shipmentIndex) bytes() int64 {
+	n := int64(len(ix.tenantName)) + int64(unsafe.Sizeof(*ix)) + int64(len(ix.list))*8 + int64(len(ix.creations))*int64(unsafe.Sizeof(instant{})) +
+		int64(len(ix.created.min))*int64(unsafe.Sizeof(instant{})) + int64(len(ix.happenings))*int64(unsafe.Sizeof(happening{})) +
+		int64(len(ix.byID))*48 + int64(len(ix.byTrackingNumber))*(48+int64(unsafe.Sizeof(numberHolders{})))
+	for _, s := range ix.list {
+		n += s.bytes()
+	}
+	for number := range ix.byTrackingNumber {
+		n += int64(len(number))
+	}
+	return n
 }
 
 // newShipmentIndex is the shipments of owner, an account's environment, whose relative
@@ -633,6 +663,64 @@ var bookingDecides = map[string]string{
 	"$.created_at":  `a shipment is created at the request's instant (the sandbox's clock, or the request's Prefer: clock="...")`,
 	"$.account":     "the shipment belongs to the sandbox of the calling key",
 	"$.environment": "the shipment belongs to the sandbox of the calling key",
+}
+
+// maxSandboxShipments is the most shipments a sandbox holds.
+const maxSandboxShipments = 10000
+
+var (
+	errDatasetFixed = &apiError{code: codeCapabilityUnavailable, detail: "A dataset's account is fixed: make a sandbox (POST /v1/test_helpers/sandboxes) and create shipments in it with its keys."}
+	errSandboxFull  = &apiError{code: codeCapabilityUnavailable, detail: fmt.Sprintf("This sandbox holds %d shipments, the most a sandbox holds: make another sandbox for more.", maxSandboxShipments)}
+)
+
+// withShipment is d with the shipment rec sends, created at the instant at: the next
+// version of a sandbox's data (its shipments with one more, its orders built again with one
+// more link, its timeline with the shipment's creation), and the shipment; or why there is
+// none. The checks come in the dataset's load order: the shipment's ids and numbers, an id
+// d holds (422), its events (their after read from at); then the order it links (404,
+// 409: the orders' rules); then whether d takes a write (422: a dataset's tenant, or a
+// sandbox of maxSandboxShipments).
+func (d *tenantData) withShipment(rec *bookingRecord, at time.Time) (*tenantData, *shipment, error) {
+	if rec.id != nil {
+		rec.ID = *rec.id
+	} else {
+		rec.ID = "shp_" + randomText(20)
+		for d.shipments.byID[rec.ID] != nil { // one in 2^100
+			rec.ID = "shp_" + randomText(20)
+		}
+	}
+	if err := checkShipment("$", rec.shipmentRecord); err != nil {
+		return nil, nil, bodyFault(err)
+	}
+	if d.shipments.byID[rec.ID] != nil {
+		return nil, nil, paramError(codeInvalidParameter, "id", fmt.Sprintf("This sandbox holds a shipment %q already (at some instant): send another id, or none to have one made.", rec.ID))
+	}
+	s, events, _, err := prepareShipment("$", rec.shipmentRecord, instantOf(at), at)
+	if err != nil {
+		return nil, nil, bodyFault(err)
+	}
+	if rec.OrderID != nil {
+		if err := d.orders.linkable(*rec.OrderID, at); err != nil {
+			return nil, nil, err
+		}
+	}
+	switch {
+	case d.filed == nil:
+		return nil, nil, errDatasetFixed
+	case d.shipments.count() >= maxSandboxShipments:
+		return nil, nil, errSandboxFull
+	}
+	next := &tenantData{writes: d.writes + 1, links: d.links, filed: d.filed}
+	if rec.OrderID != nil {
+		next.links = append(slices.Clip(d.links), dataLink{*rec.OrderID, rec.ID, s.createdAt, next.writes})
+	}
+	if next.orders, err = d.ordersWith(next.links); err != nil {
+		return nil, nil, err
+	}
+	var happenings []happening
+	next.shipments, happenings = d.shipments.with(s, events)
+	next.timeline = withHappenings(d.timeline, happenings)
+	return next, s, nil
 }
 
 // with is the index with one more shipment, s (its events as prepared), created at run
