@@ -2531,8 +2531,9 @@ var (
 
 // sandboxRequest is the body as read: a template's account, or records, and keys.
 type sandboxRequest struct {
-	template  *string
-	records   bool // shipments or orders were sent
+	template  *string          // the template named, nil when none is
+	copied    *sandboxTemplate // the template named, found
+	records   bool             // shipments or orders were sent
 	shipments []shipmentRecord
 	orders    *orderRecords
 	keys      []keyRecord
@@ -2542,11 +2543,14 @@ type sandboxRequest struct {
 var (
 	errSandboxBody = &apiError{code: codeMalformedJSON, detail: `The body must be one JSON object, such as {} or {"template":"acct_sync"}.`}
 	errCopyOrSend  = "A sandbox is a copy of a template or holds the records sent, not both: send template, or shipments and orders."
+	errSandboxKeys = paramError(codeInvalidParameter, "keys", fmt.Sprintf("keys is a list of 1 to %d keys, each {\"scopes\":[...],\"expires_at\":...,\"revoked\":...}.", maxSandboxKeys))
 )
 
 // readSandboxRequest reads the body: its JSON syntax first (400), then its members in the
-// order sent, each by its name, then given again, then its value (422).
-func readSandboxRequest(b []byte) (*sandboxRequest, error) {
+// order sent, each by its name, then given again, then its value (422), a template's
+// among the dataset's templates and a list of keys by its length; what the records hold is
+// judged as they are filed, after the whole body, as a dataset's are.
+func readSandboxRequest(b []byte, templates map[string]*sandboxTemplate) (*sandboxRequest, error) {
 	if !oneJSONObject(b) {
 		return nil, errSandboxBody
 	}
@@ -2559,6 +2563,9 @@ func readSandboxRequest(b []byte) (*sandboxRequest, error) {
 		switch name {
 		case "template":
 			v, err := d.optStr("$", name)
+			if err == nil && v != nil {
+				req.copied, err = templateNamed(*v, templates)
+			}
 			req.template = v
 			return err
 		case "shipments":
@@ -2569,15 +2576,17 @@ func readSandboxRequest(b []byte) (*sandboxRequest, error) {
 			return req.orders.readOrders(d, "$.orders", &bodyOrderShape)
 		case "keys":
 			req.keysSent = true
-			return readShaped(d, "$.keys", &bodyKeyShape, &req.keys)
+			if err := readShaped(d, "$.keys", &bodyKeyShape, &req.keys); err != nil {
+				return err
+			}
+			if len(req.keys) == 0 || len(req.keys) > maxSandboxKeys {
+				return errSandboxKeys
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, bodyFault(err)
-	}
-	if req.keysSent && (len(req.keys) == 0 || len(req.keys) > maxSandboxKeys) {
-		return nil, paramError(codeInvalidParameter, "keys", fmt.Sprintf("keys is a list of 1 to %d keys, each {\"scopes\":[...],\"expires_at\":...,\"revoked\":...}.", maxSandboxKeys))
 	}
 	return req, nil
 }
@@ -2616,7 +2625,7 @@ func randomText(n int) string {
 // makeSandbox makes a sandbox of the body b for the caller's key at the wall clock's now,
 // from templates (the dataset's, by account), keeps it in the book, and returns its answer.
 func (b *tenantBook) makeSandbox(body []byte, caller *apiKey, templates map[string]*sandboxTemplate, now time.Time) ([]byte, error) {
-	req, err := readSandboxRequest(body)
+	req, err := readSandboxRequest(body, templates)
 	if err != nil {
 		return nil, err
 	}
@@ -2675,24 +2684,30 @@ func (b *tenantBook) makeSandbox(body []byte, caller *apiKey, templates map[stri
 // templateOf is the template a request copies and its account (nil and nil when it sends
 // records): the one it names, else the caller's account when that is the dataset's.
 func (req *sandboxRequest) templateOf(caller *apiKey, templates map[string]*sandboxTemplate) (*sandboxTemplate, *string, error) {
-	if req.records {
+	switch {
+	case req.records:
 		return nil, nil, nil
+	case req.template != nil:
+		return req.copied, req.template, nil
+	case caller.tenant.sandbox != nil:
+		return nil, nil, paramError(codeInvalidParameter, "template", "A sandbox's key makes a sandbox of a template it names (such as \"template\":\"acct_sync\") or of the records it sends.")
 	}
-	name := req.template
-	if name == nil {
-		if caller.tenant.sandbox != nil {
-			return nil, nil, paramError(codeInvalidParameter, "template", "A sandbox's key makes a sandbox of a template it names (such as \"template\":\"acct_sync\") or of the records it sends.")
-		}
-		name = &caller.tenant.id.account
-	}
-	tpl, ok := templates[*name]
+	name := &caller.tenant.id.account
+	tpl, err := templateNamed(*name, templates)
+	return tpl, name, err
+}
+
+// templateNamed is the dataset's template of the account name, or why there is none: no
+// test environment, or too large a one to copy.
+func templateNamed(name string, templates map[string]*sandboxTemplate) (*sandboxTemplate, error) {
+	tpl, ok := templates[name]
 	switch {
 	case !ok:
-		return nil, nil, paramError(codeInvalidParameter, "template", fmt.Sprintf("No account %q of the dataset has a test environment to copy.", *name))
+		return nil, paramError(codeInvalidParameter, "template", fmt.Sprintf("No account %q of the dataset has a test environment to copy.", name))
 	case tpl == nil:
-		return nil, nil, paramError(codeInvalidParameter, "template", fmt.Sprintf("Account %q holds over %d orders or %d shipments: a sandbox is small, so that a write to it is cheap. Send the records a test needs instead.", *name, maxSandboxRecords, maxSandboxRecords))
+		return nil, paramError(codeInvalidParameter, "template", fmt.Sprintf("Account %q holds over %d orders or %d shipments: a sandbox is small, so that a write to it is cheap. Send the records a test needs instead.", name, maxSandboxRecords, maxSandboxRecords))
 	}
-	return tpl, name, nil
+	return tpl, nil
 }
 
 // sandboxKey makes a key of the sandbox t as rec says (its scopes, expiry and revocation),
