@@ -1412,9 +1412,10 @@ func (e *journalEntry) cost() int64 {
 // durationMS is the entry's duration in milliseconds, to the microsecond.
 func (e *journalEntry) durationMS() float64 { return math.Round(float64(e.duration)/1e3) / 1e3 }
 
-// showing is what a 200 answer of the four operations showed, as positions: a retrieved
-// order's, a tracking view's shipment, or a page (its filter, first position and last
-// order). A 404 by a tracking number several shipments held keeps the first of them.
+// showing is what an answer showed, as positions: of a 200 of the four operations, a
+// retrieved order's, a tracking view's shipment, or a page (its filter, first position and
+// last order); of a booking's 201 (or the 502 that answered instead), the shipment it
+// created. A 404 by a tracking number several shipments held keeps the first of them.
 type showing struct {
 	kind  showingKind
 	order int32
@@ -1739,8 +1740,8 @@ const maxFindings = 1000
 // ===== The findings =====
 
 // The findings, one table of them: each kind's code, what it judges (the document's enum
-// and the README's table say it in these words, and TestFindingsAreOneTable holds them to
-// it) and how its detail, what the client should change, is written. The judges find them
+// and the findings table of docs/journal-and-findings.md say it in these words, and
+// TestFindingsAreOneTable holds them to it) and how its detail, what the client should change, is written. The judges find them
 // without writing a word, so that counting a journal's findings costs what judging it
 // costs; a detail is written only for a finding an answer shows.
 
@@ -1758,7 +1759,7 @@ const (
 
 type findingKind struct {
 	code   string
-	judges string // what the entries show, in the document's words and the README's
+	judges string // what the entries show, in the document's words and docs/journal-and-findings.md's
 	advice string // what the client should change, as its detail says
 	detail func(d *tenantData, es []journalEntry, f *verdict) string
 }
@@ -1792,7 +1793,8 @@ type verdict struct {
 	n     int32
 }
 
-// judgeFindings is every finding of the entries es of tenant t, none written, oldest first:
+// judgeFindings is every finding of the entries es, judged against d (each entry against
+// the version it read), none written, oldest first:
 // by their first cited seq, then code. The order findings share one walk of the entries.
 func (d *tenantData) judgeFindings(es []journalEntry) []verdict {
 	fs := retriesTooSoon(es)

@@ -2205,55 +2205,12 @@ func (s *server) serveWrite(h writeHandler) callHandler {
 	}
 }
 
-// makeSandbox answers POST /v1/test_helpers/sandboxes: a sandbox of its own for the caller.
-func (s *server) makeSandbox(c *call) (*storedAnswer, error) {
-	b, err := s.book.makeSandbox(c.body, c.key, s.templates, s.now())
-	if err != nil {
-		return nil, err
-	}
-	return &storedAnswer{status: http.StatusCreated, contentType: jsonContentType, body: b}, nil
-}
-
-// createShipment answers POST /v1/test_helpers/shipments: a shipment created in the
-// caller's sandbox at the request's instant, linking the order it names; 201 with its
-// tracking view as GET shows it then.
-func (s *server) createShipment(c *call) (*storedAnswer, error) {
-	rec, err := readBooking(c.body)
-	if err != nil {
-		return nil, err
-	}
-	var created *shipment
-	d, err := c.key.tenant.write(s.book, func(d *tenantData) (next *tenantData, err error) {
-		next, created, err = d.withShipment(rec, c.at)
-		return next, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	c.data, c.shown = d, showing{kind: showsCreated, ship: created}
-	v := created.viewAt(c.at)
-	return &storedAnswer{status: http.StatusCreated, contentType: jsonContentType, location: "/v1/shipments/" + url.PathEscape(created.id) + "/tracking",
-		body: slices.Concat(v[:]...), shown: c.shown}, nil
-}
-
-var errNoSandbox = &apiError{code: codeNotFound, detail: "No sandbox of this account is named by the key: a key deletes the sandbox it was made for, and a dataset's account is never deleted."}
-
-// deleteSandbox answers DELETE /v1/test_helpers/sandboxes/{account}: a key of that sandbox
-// forgets it at once; any other account is 404.
-func (s *server) deleteSandbox(w http.ResponseWriter, r *http.Request, c *call) error {
-	t := c.key.tenant
-	if t.sandbox == nil || t.id.account != r.PathValue("account") || !s.book.forget(t.id.account) {
-		return errNoSandbox
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
 // ===== The handlers: the four operations and the test helpers =====
 
 // Each reads its wildcard (named in the route table) and asks the tenant's index, which
 // takes values and answers bytes or an error; each notes in the call what its answer
-// shows, for the journal.
+// shows, for the journal. The writes' handlers (a sandbox made, a shipment created) come
+// last: they return the answer the write wrapper stores under the Idempotency-Key.
 
 func trackingByID(w http.ResponseWriter, r *http.Request, c *call) error {
 	v, s, err := c.data.shipments.viewByID(r.PathValue("id"), c.at)
@@ -2383,6 +2340,50 @@ func writeJSON(w http.ResponseWriter, v any) error {
 	return nil
 }
 
+// makeSandbox answers POST /v1/test_helpers/sandboxes: a sandbox of its own for the caller.
+func (s *server) makeSandbox(c *call) (*storedAnswer, error) {
+	b, err := s.book.makeSandbox(c.body, c.key, s.templates, s.now())
+	if err != nil {
+		return nil, err
+	}
+	return &storedAnswer{status: http.StatusCreated, contentType: jsonContentType, body: b}, nil
+}
+
+// createShipment answers POST /v1/test_helpers/shipments: a shipment created in the
+// caller's sandbox at the request's instant, linking the order it names; 201 with its
+// tracking view as GET shows it then.
+func (s *server) createShipment(c *call) (*storedAnswer, error) {
+	rec, err := readBooking(c.body)
+	if err != nil {
+		return nil, err
+	}
+	var created *shipment
+	d, err := c.key.tenant.write(s.book, func(d *tenantData) (next *tenantData, err error) {
+		next, created, err = d.withShipment(rec, c.at)
+		return next, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.data, c.shown = d, showing{kind: showsCreated, ship: created}
+	v := created.viewAt(c.at)
+	return &storedAnswer{status: http.StatusCreated, contentType: jsonContentType, location: "/v1/shipments/" + url.PathEscape(created.id) + "/tracking",
+		body: slices.Concat(v[:]...), shown: c.shown}, nil
+}
+
+var errNoSandbox = &apiError{code: codeNotFound, detail: "No sandbox of this account is named by the key: a key deletes the sandbox it was made for, and a dataset's account is never deleted."}
+
+// deleteSandbox answers DELETE /v1/test_helpers/sandboxes/{account}: a key of that sandbox
+// forgets it at once; any other account is 404.
+func (s *server) deleteSandbox(w http.ResponseWriter, r *http.Request, c *call) error {
+	t := c.key.tenant
+	if t.sandbox == nil || t.id.account != r.PathValue("account") || !s.book.forget(t.id.account) {
+		return errNoSandbox
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
 // ===== Writing an answer: a problem, and the journal's entry =====
 
 // fail answers with the problem e, noting its code.
@@ -2452,8 +2453,8 @@ func (s *server) writeEntry(sw *statusWriter) {
 
 // ownMethod is a journaled request's method as a string of its own: net/http cuts it from
 // the request line, which an entry would otherwise keep whole (up to the header limit)
-// while the book counts only what the entry shows. Journaled routes answer GET, HEAD and
-// POST, whose constants cost nothing.
+// while the book counts only what the entry shows. The methods journaled routes answer
+// (GET, HEAD, POST and DELETE) are constants, which cost nothing; any other is copied.
 func ownMethod(m string) string {
 	switch m {
 	case http.MethodGet:

@@ -44,13 +44,16 @@ import (
 )
 
 // The suite, in the order of this file, its sections under the code's own banners (grep
-// '^// =====' *.go lists both). Tests run in parallel but for the few that measure the heap,
-// compare timings or set the collector; real processes are started only where signals,
-// pipes and sockets are the point.
+// '^// =====' *.go lists both); each section ends with its feature's fuzz targets (one for
+// every parser of client or dataset input) and benchmarks (through the whole handler
+// chain). Tests run in parallel but for the few that measure the heap or set the
+// collector; real processes are started only where signals, pipes and sockets are the
+// point.
 //
 //   - The harness: every request goes through the real handler chain (server.handler, as
 //     run serves it), and every response is checked against the rules that hold for all
-//     responses and against the OpenAPI document. Helpers take the caller's own t.
+//     responses and against the OpenAPI document. Helpers take the caller's own t. The
+//     benchmarks' writer and floor, and the files' own shape (their listed sections).
 //   - main.go: The process (flags and environment, hosts and origins, loading, serving and
 //     the way out, the collector): the way out in the worst arrangement first (its 15 s of
 //     waiting is what the other tests overlap), flags and run, datasets, shutdown, memory.
@@ -64,8 +67,11 @@ import (
 //   - auth.go: Keys and scopes, and the rate limit.
 //   - auth.go: Tenants, their clocks and timelines, and the clock operations: acct_sync at
 //     each instant, refusals, shipments created later, pages under a moving timeline.
-//   - auth.go: The journal, its reads, the findings, the journal as HAR.
-//   - auth.go: Sandboxes; main.go: Writes: sandboxes made, refused, forgotten; idempotency.
+//   - auth.go: The journal, its reads, the findings (one table of them), the journal as
+//     HAR.
+//   - auth.go: Sandboxes; main.go: Writes: sandboxes made, refused, forgotten; idempotency;
+//     the book's bounds and the one bounded list; each fault of the books, made
+//     deterministic (a deadlock, a leak, a late write, a key forgotten in progress).
 //   - auth.go: A booking, a shipment created in a sandbox: each rule both ways, the 502 and
 //     blind_retry, entries judged by the version they read, writes racing reads.
 //   - tracking.go: Normalizing raw carrier events, tracking views, the index, the two
@@ -73,8 +79,6 @@ import (
 //   - orders.go: Loading, the index, the query, pages and the two operations.
 //   - cursor.go: Cursors.
 //   - errors.go: Errors, simulated answers and the floor.
-//   - Fuzz targets, one for every parser of client or dataset input.
-//   - Benchmarks, through the whole handler chain.
 
 // ===== The harness =====
 
@@ -748,6 +752,15 @@ var operations = []struct {
 	{"get order", "/v1/orders/ord_sbx_0001", "orders:read"},
 }
 
+// mustDecode decodes the JSON b into v, and stops the test when b is not what v reads: an
+// assertion on what failed to decode would judge a zero value.
+func mustDecode(t testing.TB, b []byte, v any) {
+	t.Helper()
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("decoding %.300s: %v", b, err)
+	}
+}
+
 // orderJSON is an imported order as the API shows it.
 type orderJSON struct {
 	ID                string  `json:"id"`
@@ -1091,6 +1104,108 @@ func signalAndWait(t *testing.T, cmd *exec.Cmd, what string, bound time.Duration
 	t.Logf("exited %v after the signal, status %d", took, status)
 	if took > bound || status != 1 {
 		t.Errorf("stalled outputs, busy cores, a signal while %s: exit status %d after %v; want 1 within %v", what, status, took, bound)
+	}
+}
+
+// benchWriter copies the body into a reused buffer, as a connection's buffered writer
+// would, so that an answer's size costs what it costs; it allocates nothing itself. Its
+// header map is reused (net/http makes one per response): the bare floor and the full
+// chain are treated alike.
+type benchWriter struct {
+	h      http.Header
+	status int
+	buf    []byte
+}
+
+func (w *benchWriter) Header() http.Header { return w.h }
+
+func (w *benchWriter) WriteHeader(s int) { w.status = s }
+
+func (w *benchWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	w.buf = append(w.buf, b...)
+	return len(b), nil
+}
+
+// benchEnv is a sandbox with seed orders, the default rate limit off (as the end-to-end
+// benchmark runs it), the log and the journal on.
+func benchEnv(b *testing.B, seed int) *env { return benchEnvOf(b, defaultDataset, seed, testNow) }
+
+// benchEnvOf is benchEnv of a dataset, started at start.
+func benchEnvOf(b *testing.B, data []byte, seed int, start time.Time) *env {
+	b.Helper()
+	sb, err := loadBytes("bench", data, seed, start, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := newServer(sb, serverOptions{access: newLogBuffer(io.Discard, time.Hour), journal: defaultJournal})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &env{h: s.handler(), srv: s, sb: sb}
+}
+
+// benchServe serves r repeatedly and reports the answer's size.
+func benchServe(b *testing.B, h http.Handler, r *http.Request, want int) {
+	b.Helper()
+	r.RequestURI = r.URL.RequestURI() // as a server reads it off the request line
+	w := &benchWriter{h: http.Header{}}
+	h.ServeHTTP(w, r)
+	if w.status != want {
+		b.Fatalf("%s %s = %d, want %d", r.Method, r.URL, w.status, want)
+	}
+	b.SetBytes(int64(len(w.buf)))
+	b.ReportAllocs()
+	runtime.GC() // not the start-up's garbage: what a page costs when serving
+	b.ResetTimer()
+	for b.Loop() {
+		clear(w.h)
+		w.status, w.buf = 0, w.buf[:0]
+		h.ServeHTTP(w, r)
+	}
+}
+
+// BenchmarkBare is the floor: a handler that only writes a precomputed body, of the sizes
+// of the answers above (an order, a tracking view, a page of 100 seeded orders).
+func BenchmarkBare(b *testing.B) {
+	for _, size := range []int{len(sandboxOrderJSON), 658, 16541} {
+		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
+			body := []byte(strings.Repeat("x", size))
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.Write(body)
+			})
+			benchServe(b, h, newRequest("GET", "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all"), 200)
+		})
+	}
+}
+
+// TestEveryFileListsItsSections: each file's header lists its banners ('// ===== Title ====='),
+// all of them, in their order: a reader searches the code by them.
+func TestEveryFileListsItsSections(t *testing.T) {
+	t.Parallel()
+	files, _ := filepath.Glob("*.go")
+	for _, name := range files {
+		if name == "main_test.go" {
+			continue // its contents describe each section in a sentence of its own
+		}
+		text, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		header, _, _ := strings.Cut(string(text), "\npackage main")
+		var listed, banners []string
+		for _, m := range regexp.MustCompile(`(?m)^//   - (.*)$`).FindAllStringSubmatch(header, -1) {
+			listed = append(listed, m[1])
+		}
+		for _, m := range regexp.MustCompile(`(?m)^// ===== (.*) =====$`).FindAllStringSubmatch(string(text), -1) {
+			banners = append(banners, m[1])
+		}
+		if len(banners) == 0 || !slices.Equal(listed, banners) {
+			t.Errorf("%s's header lists\n%s\nits banners are\n%s", name, strings.Join(listed, "\n"), strings.Join(banners, "\n"))
+		}
 	}
 }
 
@@ -1996,6 +2111,84 @@ func TestUnknownKeysLeaveNoState(t *testing.T) { // not parallel: it measures th
 	}
 }
 
+func FuzzLoadDataset(f *testing.F) {
+	example, _ := os.ReadFile("testdata/example.json")
+	for _, d := range []string{string(defaultDataset), string(example), dataset(dsAccounts, dsKey, dsShipment, dsOrder), `{`,
+		`{"accounts":[{"id":"a","environments":["test"]}],"keys":[null],"orders":[{}]}`,
+		dataset(dsAccounts, strings.Replace(dsKey, `"scopes"`, `"revoked":true,"Revoked":false,"scopes"`, 1), "", ""),
+		dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"ord_1"`, `"ord_\u0000"`, 1)),
+		dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"ord_1"`, `"`+strings.Repeat("o", 256)+`"`, 1)),
+		dataset(dsAccounts, "", strings.Replace(dsShipment, `"reference":"S1"`, `"reference":"S1","order_id":""`, 1), dsOrder),
+		`{"accounts":[{"id":"a","environments":["test"],"ID":"b"}]}`,
+		movingDataset(12, 3),
+		dataset(dsAccounts, "", `{"id":"shp_1","account":"acct_a","environment":"test","reference":"S","order_id":"ord_1","created_at":"start+1m"}`,
+			strings.Replace(dsOrder, `"created_at":"2026-11-01T00:00:00Z"`, `"created_at":"start-1h","imported_at":"start","changes":[{"status":"cancelled","at":"start+2m"}]`, 1)),
+	} {
+		f.Add([]byte(d))
+	}
+	f.Add([]byte(dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"created_at"`, "\"raw_marketplace_data\":{\"a\\ud800\":[\"\xfe\",-0.5e+3]},\"created_at\"", 1))))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		sb, err := loadBytes("fuzz.json", data, 0, testNow, slog.New(slog.DiscardHandler))
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "dataset fuzz.json: $") {
+				t.Fatalf("refusal %q does not name the file and a JSON path", err)
+			}
+			// The reader judges JSON as encoding/json does, and UTF-8 besides.
+			if strings.Contains(err.Error(), ": invalid JSON at ") && json.Valid(data) {
+				t.Fatalf("refused as invalid JSON (%v), which encoding/json reads", err)
+			}
+			return
+		}
+		if !json.Valid(data) || !utf8.Valid(data) {
+			t.Fatalf("loaded a dataset that is not JSON or not UTF-8: %q", data)
+		}
+		for id, tenant := range sb.tenants.byID {
+			tn := tenant.current()
+			for _, s := range []string{id.account, id.environment} {
+				if checkID("$", "", s) != nil {
+					t.Fatalf("tenant %q loaded", id)
+				}
+			}
+			for i := range tn.orders.count() {
+				var o struct {
+					MerchantReference string `json:"merchant_reference"`
+				}
+				mustDecode(t, tn.orders.resource(i), &o)
+				if checkID("$", "", string(tn.orders.idOf(i))) != nil || checkID("$", "", o.MerchantReference) != nil {
+					t.Fatalf("order %q (reference %q) loaded", tn.orders.idOf(i), o.MerchantReference)
+				}
+			}
+			for sid, sh := range tn.shipments.byID {
+				if checkID("$", "", sid) != nil || !json.Valid(sh.full) || !json.Valid(sh.view(0)) {
+					t.Fatalf("shipment %q loaded as %s", sid, sh.full)
+				}
+			}
+			for number := range tn.shipments.byTrackingNumber {
+				if checkID("$", "", number) != nil {
+					t.Fatalf("tracking number %q loaded", number)
+				}
+			}
+			checkOrderIndex(t, &tn.orders)
+		}
+	})
+}
+
+// BenchmarkLoadAccounts: loading 20,000 accounts, each with an order and a shipment,
+// linked or not.
+func BenchmarkLoadAccounts(b *testing.B) {
+	for _, linked := range []bool{false, true} {
+		data := manyAccounts(20000, linked)
+		b.Run(fmt.Sprintf("linked=%v", linked), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := loadBytes("many.json", data, 0, testNow, slog.New(slog.DiscardHandler)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // ===== main.go: The server and its route table, every request, the checks in their order, the body, writing an answer, the access log =====
 
 // main.go, the server: routes and paths, real sockets and connection limits, the body cap,
@@ -2845,6 +3038,75 @@ func TestLogBufferSlowSink(t *testing.T) {
 	}
 }
 
+// FuzzHandlerChain sends arbitrary methods, paths, queries, Authorization values and
+// bodies through the whole chain: the answer is a 200 or a problem+json 4xx, never a 5xx.
+func FuzzHandlerChain(f *testing.F) {
+	e := newEnv(f, envOptions{seed: 20, rate: -1})
+	seeds := [][4]string{
+		{"GET", "/v1/orders", "limit=3", "Bearer sk_test_sandbox_all"},
+		{"GET", "/v1/orders/ord_sbx_0001", "", "Bearer sk_test_sandbox_all"},
+		{"HEAD", "/v1/shipments/shp_sbx_spring/tracking", "", "Bearer sk_test_sandbox_tracking"},
+		{"GET", "/v1/tracking/SBX2000000000", "", "bearer sk_test_other_all"},
+		{"POST", "/v1/orders", "status=x", "Basic x"},
+		{"GET", "//v1/./orders/..", "cursor=%%", "Bearer "},
+		{"GET", "/v1/orders", "created_from=2026-01-01T00:00:00+01:00&created_to=x", "Bearer sk_live_sandbox_all"},
+		{"DELETE", "/healthz", "", ""},
+		{"GET", "", "", ""},
+		{"CONNECT", "/v1/orders", "", "Bearer sk_test_sandbox_all"},
+		{"GET", "/v1/orders", "status=cancelled", "Bearer sk_test_sync_all"},
+		{"GET", "/v1/tracking/SYNC1000000001", "", "Bearer sk_test_sync_all"},
+	}
+	for _, s := range seeds {
+		f.Add(s[0], s[1], s[2], s[3], "")
+	}
+	f.Add("GET", "/v1/orders", "", "Bearer sk_test_sandbox_all", strings.Repeat("b", 300))
+	f.Fuzz(func(t *testing.T, method, path, query, auth, body string) {
+		u := &url.URL{Path: path, RawQuery: query}
+		r := &http.Request{Method: method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: http.Header{}, Host: "x",
+			RequestURI: u.RequestURI(), Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body))}
+		if auth != "" {
+			r.Header.Set("Authorization", auth)
+		}
+		rec := httptest.NewRecorder()
+		e.h.ServeHTTP(rec, r)
+		rep := reply{status: rec.Code, header: rec.Result().Header, body: rec.Body.Bytes()}
+		// The one 5xx a client gets without asking (Prefer) is a live key's 503.
+		live := rep.status == 503 && bytes.Contains(rep.body, []byte(`"code":"live_not_released"`))
+		if rep.status != 200 && (rep.status < 400 || rep.status > 499) && !live {
+			t.Fatalf("%q %q ? %q (Authorization %q) = %s", method, path, query, auth, rep)
+		}
+		if method == http.MethodGet || method == http.MethodHead {
+			checkResponse(t, r, rep)
+		} else if rep.status >= 400 {
+			rep.problem(t)
+		}
+	})
+}
+
+// BenchmarkRejected: the error paths are cheap too.
+func BenchmarkRejected(b *testing.B) {
+	e := benchEnv(b, 0)
+	limited := newEnv(b, envOptions{step: -1, quiet: true})
+	for i := 0; i < 25; i++ {
+		limited.get(b, "/v1/orders", "sk_test_sandbox_all")
+	}
+	cases := []struct {
+		name   string
+		h      http.Handler
+		r      *http.Request
+		status int
+	}{
+		{"401_unknown_key", e.h, newRequest("GET", "/v1/orders/ord_sbx_0001", "sk_test_nope"), 401},
+		{"403_scope", e.h, newRequest("GET", "/v1/orders/ord_sbx_0001", "sk_test_sandbox_tracking"), 403},
+		{"404_order", e.h, newRequest("GET", "/v1/orders/ord_nope", "sk_test_sandbox_all"), 404},
+		{"404_route", e.h, newRequest("GET", "/v1/nope", ""), 404},
+		{"429_rate_limited", limited.h, newRequest("GET", "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all"), 429},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) { benchServe(b, c.h, c.r, c.status) })
+	}
+}
+
 // ===== main.go: Prefer, and faults (with auth.go's Rehearsals counted) =====
 
 // main.go, Prefer: an answer the sandbox never gives on its own, a delay, and a request at
@@ -3426,6 +3688,40 @@ func TestPreferClock(t *testing.T) {
 	wg.Wait()
 }
 
+func FuzzParsePrefer(f *testing.F) {
+	for _, s := range []string{"code=503", "delay=100", "code=500, delay=10000", `code="429"; x=y`, "respond-async", "code=200", "delay=-1", `a="b,c", code=502`, ";;,=", "",
+		`clock="2026-11-01T09:30:00Z"`, "clock=2026-11-01T09:30:00+01:00, code=503", `clock="yesterday"`, `clock="start+90s"`,
+		"code=503; times=2", "code=503, times=2", "times=2", `code=503; times="2"`, "code=503; time=2", "code=503; times=2; times=3",
+		"code=500, code=502; times=0", "code=429;TIMES=100", "delay=5; times=1", `run="t-42"`, "run=bad!", `code=503; times=2, run="x", delay=0`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, header string) {
+		p, err := parsePrefer([]string{header}, withClock, testNow)
+		if err != nil {
+			if e := asAPIError(err); e == nil || e.code != codeInvalidParameter || e.param == nil || *e.param != "Prefer" {
+				t.Fatalf("parsePrefer(%q) = %+v, want invalid_parameter naming Prefer", header, err)
+			}
+			return
+		}
+		applied := p.appliedHeader(true)
+		if p.delay < 0 || p.delay > maxPreferDelay || p.clock != nil && !strings.Contains(applied, `clock="`+formatTimestamp(*p.clock)+`"`) {
+			t.Fatalf("parsePrefer(%q) accepted %+v", header, p)
+		}
+		// times is code's: 1 to 100, sent as a parameter of it, never echoed; run is checked
+		// and never echoed either.
+		if p.times < 0 || p.times > maxTimes || p.times > 0 && (p.code == nil || !strings.Contains(strings.ToLower(header), "times")) ||
+			strings.Contains(strings.ToLower(applied), "times") || p.run != "" && !validRun(p.run) || strings.Contains(applied, "run") {
+			t.Fatalf("parsePrefer(%q) accepted times %d, run %q, applied %q", header, p.times, p.run, applied)
+		}
+		if without := p.appliedHeader(false); p.code != nil && strings.Contains(without, "code=") {
+			t.Fatalf("parsePrefer(%q): without its code, Preference-Applied is %q", header, without)
+		}
+		if q, err := parsePrefer([]string{header}, codeAndDelay, testNow); err == nil && q.clock != nil || err != nil && strings.Contains(err.Error(), "clock") {
+			t.Fatalf("parsePrefer(%q) without the clock read it: %+v, %v", header, q, err)
+		}
+	})
+}
+
 // ===== main.go: What needs no key, and the landing page =====
 
 // main.go, what needs no key: the OpenAPI document, the README's examples, the landing
@@ -3646,7 +3942,7 @@ func TestOpenAPIExamplesCoverTheSchemas(t *testing.T) {
 				for name, ex := range asMap(asMap(m)["examples"]) {
 					raw, _ := json.Marshal(asMap(ex)["value"])
 					var v any
-					json.Unmarshal(raw, &v)
+					mustDecode(t, raw, &v)
 					if err := doc.validate(asMap(m)["schema"], v, "$", func(ref, prop string) { observed[ref+"#"+prop] = true }); err != nil {
 						t.Errorf("%s %s request %s example %s does not validate: %v", method, p.template, ct, name, err)
 					}
@@ -3935,6 +4231,22 @@ func docPages(t *testing.T) []docPage {
 	return pages
 }
 
+// needTools stops the test unless the tools the README's shell examples use are installed:
+// it skips, saying which is missing, on a developer's machine; it fails under CI (CI set, as
+// .ci/run and CI services set it), where an example passed unchecked would be a test that
+// cannot fail. .ci/run installs them.
+func needTools(t *testing.T, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s is not installed, and CI is set: the README's shell examples must run (.ci/run installs curl and jq)", tool)
+			}
+			t.Skipf("%s is not installed: the README's shell examples are not run (CI fails here)", tool)
+		}
+	}
+}
+
 // shellBlocks are a page's shell examples, each with the output it shows under it, if any.
 func shellBlocks(text string) [][]string {
 	return regexp.MustCompile("(?s)```sh\n(.*?)```\n(?:\n```(?:text|json)\n(.*?)\n```)?").FindAllStringSubmatch(text, -1)
@@ -3948,11 +4260,7 @@ func shellBlocks(text string) [][]string {
 // assume (podman, npx): they are not run.
 func TestReadmeExamples(t *testing.T) {
 	t.Parallel()
-	for _, tool := range []string{"bash", "curl", "jq", "go"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed: the README's shell examples are not run", tool)
-		}
-	}
+	needTools(t, "bash", "curl", "jq", "go")
 	pages := docPages(t)
 	free := func() string {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -4161,11 +4469,7 @@ func TestTwoSandboxes(t *testing.T) {
 // step with Prefer clock offsets rather than date arithmetic.
 func TestReadmeSyncReadsEveryTimestamp(t *testing.T) {
 	t.Parallel()
-	for _, tool := range []string{"bash", "curl", "jq"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed: the README's shell examples are not run", tool)
-		}
-	}
+	needTools(t, "bash", "curl", "jq")
 	e := newEnv(t, envOptions{rate: -1, start: time.Date(2026, 11, 22, 12, 0, 19, 5e8, time.UTC)})
 	ts := httptest.NewServer(e.h)
 	defer ts.Close()
@@ -4639,6 +4943,95 @@ func TestBannerSaysWhereItListens(t *testing.T) {
 	}
 }
 
+// BenchmarkLandingPage: GET / costs the same whatever the dataset.
+func BenchmarkLandingPage(b *testing.B) {
+	for _, tt := range []struct {
+		name string
+		data []byte
+	}{
+		{"default", defaultDataset},
+		{"shipments=100000", pageDataset(1, 1, 100000, 1, 12, "x")},
+		{"tenants=40000", pageDataset(40000, 1, 1, 1, 12, "x")},
+		{"sharing_one_number=500000", sharedNumberLater(500000)},
+	} {
+		b.Run(tt.name, func(b *testing.B) {
+			sb, err := loadBytes("bench", tt.data, 0, testNow, slog.New(slog.DiscardHandler))
+			if err != nil {
+				b.Fatal(err)
+			}
+			s, err := newServer(sb, serverOptions{access: newLogBuffer(io.Discard, time.Hour), loopback: true, journal: defaultJournal})
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchServe(b, s.handler(), newRequest(http.MethodGet, "/", ""), 200)
+		})
+	}
+	// The worst arrangement for its findings: 20 tenants of 5,000 orders that all change
+	// status, each journal full of limit=100 pages walked before the changes, the last
+	// after: some 5,000 findings each to judge. first-page-ms is the page right after, which
+	// starts the counts aside and waits for them at most pageCountWait; the loop, the page
+	// once they are made.
+	b.Run("full_journals", func(b *testing.B) {
+		const tenants, orders = 20, 5000
+		var as, ks, os []string
+		newest := time.Date(2026, 10, 31, 23, 0, 0, 0, time.UTC)
+		for a := range tenants {
+			as = append(as, fmt.Sprintf(`{"id":"acct_%02d","environments":["test"]}`, a))
+			ks = append(ks, fmt.Sprintf(`{"key":"sk_test_page_%02d","account":"acct_%02d","environment":"test","scopes":["orders:read"]}`, a, a))
+			for o := range orders {
+				os = append(os, fmt.Sprintf(`{"id":"ord_%02d_%05d","account":"acct_%02d","environment":"test","merchant_reference":"R","platform":"ebay","status":"unfulfilled","created_at":%q,"changes":[{"status":"fulfilled","at":%q}]}`,
+					a, o, a, formatTimestamp(newest.Add(-time.Duration(o)*time.Minute)), formatTimestamp(newest.Add(30*24*time.Hour))))
+			}
+		}
+		sb, err := loadBytes("bench", []byte(dataset(strings.Join(as, ","), strings.Join(ks, ","), "", strings.Join(os, ","))), 0, testNow, slog.New(slog.DiscardHandler))
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, err := newServer(sb, serverOptions{access: newLogBuffer(io.Discard, time.Hour), loopback: true, journal: defaultJournal})
+		if err != nil {
+			b.Fatal(err)
+		}
+		h := s.handler()
+		for a := range tenants {
+			key, cursor := fmt.Sprintf("sk_test_page_%02d", a), ""
+			for i := range defaultJournal {
+				at, target := newest.Add(time.Second), "/v1/orders?limit=100"
+				if i == defaultJournal-1 {
+					at = newest.Add(60 * 24 * time.Hour)
+				} else if cursor != "" {
+					target += "&cursor=" + cursor
+				}
+				w := &benchWriter{h: http.Header{}}
+				h.ServeHTTP(w, newRequest("GET", target, key, "Prefer", `clock="`+formatTimestamp(at)+`"`))
+				var p pageJSON
+				if err := json.Unmarshal(w.buf, &p); err != nil || w.status != 200 {
+					b.Fatalf("page %d: %d %s", i, w.status, w.buf)
+				}
+				cursor = ""
+				if p.Pagination.NextCursor != nil {
+					cursor = url.QueryEscape(*p.Pagination.NextCursor)
+				}
+			}
+		}
+		start := time.Now()
+		h.ServeHTTP(&benchWriter{h: http.Header{}}, newRequest(http.MethodGet, "/", ""))
+		first := time.Since(start)
+		for _, tk := range s.landing.tenants { // the counts made aside
+			if done := tk.t.countFindings(); done != nil {
+				<-done
+			}
+		}
+		benchServe(b, h, newRequest(http.MethodGet, "/", ""), 200)
+		b.ReportMetric(float64(first.Microseconds())/1000, "first-page-ms") // after benchServe: ResetTimer drops metrics
+	})
+}
+
+// BenchmarkHealthz is the cheapest answer the service gives (no key, a prepared 15-byte
+// body): what the fixed chain (request id, headers, router, log line) costs by itself.
+func BenchmarkHealthz(b *testing.B) {
+	benchServe(b, benchEnv(b, 0).h, newRequest("GET", "/healthz", ""), 200)
+}
+
 // ===== auth.go: Keys and scopes, and the rate limit =====
 
 // auth.go: keys on every operation, the rate limit.
@@ -5066,8 +5459,8 @@ func TestClockGovernsTracking(t *testing.T) {
 					t.Errorf("at %s, GET %s shows %d events, status %s; want %d, %s", tt.at, target, n, status, tt.wantEvents, tt.wantStatus)
 				}
 				var v, whole trackingView
-				json.Unmarshal(rep.body, &v)
-				json.Unmarshal(full, &whole)
+				mustDecode(t, rep.body, &v)
+				mustDecode(t, full, &whole)
 				if !slices.Equal(v.Events, whole.Events[:n]) {
 					t.Errorf("at %s the events shown are not the first %d of the full view", tt.at, n)
 				}
@@ -5103,7 +5496,7 @@ func TestMovingShipment(t *testing.T) {
 		})
 	}
 	var v trackingView
-	json.Unmarshal(e.get(t, "/v1/shipments/shp_sbx_moving/tracking", key).body, &v)
+	mustDecode(t, e.get(t, "/v1/shipments/shp_sbx_moving/tracking", key).body, &v)
 	if v.Events[4].Timestamp != "2026-11-22T12:02:00Z" || v.Events[0].Location != "London, GB" {
 		t.Errorf("shp_sbx_moving = %+v, want its last event at the start instant + 2 minutes", v)
 	}
@@ -5713,10 +6106,11 @@ func TestTimelineRefusals(t *testing.T) {
 	}
 }
 
-// TestShipmentCreation: before its created_at a shipment is not found by id or number, and
+// TestDatasetShipmentCreatedAt: a dataset shipment's created_at (a booking's is its
+// request's instant: TestBooking): before it the shipment is not found by id or number, and
 // the order it was created with shows no link; a number is ambiguous only while two
 // shipments found at that instant hold it.
-func TestShipmentCreation(t *testing.T) {
+func TestDatasetShipmentCreatedAt(t *testing.T) {
 	t.Parallel()
 	key := `{"key":"sk_test_a","account":"acct_a","environment":"test","scopes":["tracking:read","orders:read"]}`
 	ship := func(id, number, created, orderID string) string {
@@ -5978,7 +6372,7 @@ func TestPagesUnderAMovingTimeline(t *testing.T) {
 			}
 			if shown >= 0 {
 				var o orderJSON
-				json.Unmarshal(rep.body, &o)
+				mustDecode(t, rep.body, &o)
 				link := "-"
 				if o.ShipmentID != nil {
 					link = *o.ShipmentID
@@ -6018,6 +6412,36 @@ func TestPagesUnderAMovingTimeline(t *testing.T) {
 	}
 	if !slices.Equal(rest, want) {
 		t.Errorf("the pages after a cursor under a moved clock: %d orders, want %d", len(rest), len(want))
+	}
+}
+
+// BenchmarkClock: the same reads with the tenant's clock frozen in the middle of the data
+// (3 of shp_sbx_spring's 5 events; half of the orders), against the wall clock.
+func BenchmarkClock(b *testing.B) {
+	for _, frozen := range []bool{false, true} {
+		e := benchEnv(b, 1000000)
+		ix := &e.sb.tenants.byID[seedTenant].current().orders
+		if frozen {
+			at := ix.createdAt(ix.count() / 2)
+			e.sb.tenants.byID[seedTenant].clock.freeze(at)
+			shp := e.sb.tenants.byID[seedTenant].current().shipments.byID["shp_sbx_spring"]
+			// The tracking read is measured with the clock at the third event.
+			b.Run("frozen/tracking_by_id", func(b *testing.B) {
+				e.sb.tenants.byID[seedTenant].clock.freeze(shp.instants[2].time())
+				benchServe(b, e.h, newRequest("GET", "/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_all"), 200)
+				e.sb.tenants.byID[seedTenant].clock.freeze(at)
+			})
+			b.Run("frozen/list_orders", func(b *testing.B) {
+				benchServe(b, e.h, newRequest("GET", "/v1/orders?limit=100", "sk_test_sandbox_all"), 200)
+			})
+			continue
+		}
+		b.Run("wall/tracking_by_id", func(b *testing.B) {
+			benchServe(b, e.h, newRequest("GET", "/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_all"), 200)
+		})
+		b.Run("wall/list_orders", func(b *testing.B) {
+			benchServe(b, e.h, newRequest("GET", "/v1/orders?limit=100", "sk_test_sandbox_all"), 200)
+		})
 	}
 }
 
@@ -7113,6 +7537,163 @@ func TestJournalingCostsAtMostOneAllocation(t *testing.T) {
 			t.Errorf("%s: %.0f allocations journaled, %.0f not: the journal may cost one", target, allocs[true], allocs[false])
 		}
 	}
+}
+
+// TestFindingsAreOneTable: the findings are one table (findingKinds): the document's enum of
+// a finding's code, each code's description there, and the rows of the findings table in
+// docs/journal-and-findings.md follow from it, in its order and its words; and a judge
+// answers only its codes. A new finding is one entry, its judge and its tests.
+func TestFindingsAreOneTable(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				Finding struct {
+					Properties struct {
+						Code struct {
+							Enum         []string          `json:"enum"`
+							Descriptions map[string]string `json:"x-enumDescriptions"`
+							Description  string            `json:"description"`
+						} `json:"code"`
+					} `json:"properties"`
+				} `json:"Finding"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile("docs/journal-and-findings.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| (.*) \\| (.*) \\|$").FindAllStringSubmatch(string(page), -1)
+	code := doc.Components.Schemas.Finding.Properties.Code
+	var codes []string
+	for i, k := range findingKinds {
+		codes = append(codes, k.code)
+		if i > 0 && findingKinds[i-1].code >= k.code {
+			t.Errorf("findingKinds is not in the order of its codes at %s: findings of one seq sort by it", k.code)
+		}
+		if got := code.Descriptions[k.code]; got != k.judges {
+			t.Errorf("the document describes %s as %q, the table as %q", k.code, got, k.judges)
+		}
+		if !strings.Contains(code.Description, k.code+": "+k.judges+".") {
+			t.Errorf("the document's description of a finding's code does not say %s: %s", k.code, k.judges)
+		}
+		if i >= len(rows) || rows[i][1] != k.code || rows[i][2] != k.judges || rows[i][3] != k.advice {
+			t.Errorf("docs/journal-and-findings.md's row %d is not | `%s` | %s | %s |", i+1, k.code, k.judges, k.advice)
+		}
+	}
+	if !slices.Equal(code.Enum, codes) || len(rows) != len(findingKinds) {
+		t.Errorf("the document's codes %v and %d rows in the docs, the table's %v", code.Enum, len(rows), codes)
+	}
+}
+
+// BenchmarkFindings: judging a full journal of 1,000 limit=100 pages, each at its own
+// instant; the contract asks under 50 ms. walk: pages walked by cursor over 100,000 orders
+// of which 10% change status and 1% are imported late. rare_status: the first page of
+// status=cancelled over 1,000,000 orders, 10% changing status, where one in 10,000 is
+// cancelled: each page spans every order (a page of it takes some 0.4 ms to list).
+func BenchmarkFindings(b *testing.B) {
+	b.Run("walk", func(b *testing.B) {
+		e, mid := movingOrders(b, 100000, true)
+		benchFindings(b, e, "/v1/orders?limit=100", func(i int) time.Time { return mid.Add(time.Duration(i) * time.Minute) })
+	})
+	b.Run("rare_status", func(b *testing.B) {
+		statuses := []string{"unfulfilled", "partially_fulfilled", "fulfilled"}
+		e, mid := ordersOf(b, 1000000, 10, func(k int) string {
+			if k%10000 == 0 {
+				return "cancelled"
+			}
+			return statuses[k%len(statuses)]
+		})
+		benchFindings(b, e, "/v1/orders?limit=100&status=cancelled", func(i int) time.Time { return mid.Add(time.Duration(i) * time.Second) })
+	})
+	// The worst arrangement: every one of 100,000 orders changes status a month after the
+	// newest is created; 999 pages read them before, walked by cursor, and the last page
+	// after, so that nearly every order read is stale (99,800 findings). filtered: every
+	// other page is of one status, over a day of created_at, at an instant between.
+	for _, filtered := range []bool{false, true} {
+		b.Run(fmt.Sprintf("all_stale/filtered=%v", filtered), func(b *testing.B) {
+			e, newest := everyOrderChanges(b, 100000)
+			before, after := newest.Add(time.Second), newest.Add(60*24*time.Hour)
+			key, cursor := "sk_test_sandbox_all", ""
+			for i := range defaultJournal {
+				target, at := "/v1/orders?limit=100", before
+				switch {
+				case i == defaultJournal-1:
+					at = after
+				case filtered && i%2 == 1:
+					day := newest.Add(-time.Duration(i) * 24 * time.Hour)
+					target = "/v1/orders?limit=100&status=" + orderStatuses[i%4] + "&created_from=" + formatTimestamp(day) + "&created_to=" + formatTimestamp(day.Add(24*time.Hour))
+					at = newest.Add(time.Duration(i) * time.Hour)
+				case cursor != "":
+					target += "&cursor=" + cursor
+				}
+				w := &benchWriter{h: http.Header{}}
+				e.h.ServeHTTP(w, newRequest("GET", target, key, "Prefer", `clock="`+formatTimestamp(at)+`"`))
+				var p pageJSON
+				if err := json.Unmarshal(w.buf, &p); err != nil || w.status != 200 {
+					b.Fatalf("page %d: %d %s", i, w.status, w.buf)
+				}
+				if !strings.Contains(target, "status=") && p.Pagination.NextCursor != nil {
+					cursor = url.QueryEscape(*p.Pagination.NextCursor)
+				}
+			}
+			var f findingsOut
+			strict(b, e.get(b, "/v1/test_helpers/findings", key), &f)
+			benchServe(b, e.h, newRequest("GET", "/v1/test_helpers/findings", key), 200)
+			b.ReportMetric(float64(len(f.Data)+f.More), "findings")
+		})
+	}
+}
+
+// BenchmarkBlindRetries: the worst arrangement of blind_retry's judge, a full journal of
+// -journal's most (100,000) writes of one body, each answered 502 under its own key, all
+// arriving before any answer came: no entry is a blind retry of another, and each 502 is
+// asked whether one is (walking the later entries took about 4 s).
+func BenchmarkBlindRetries(b *testing.B) {
+	k := &apiKey{}
+	es := make([]journalEntry, maxJournal)
+	for i := range es {
+		es[i] = journalEntry{seq: uint64(i + 1), key: k, method: "POST", target: "/v1/test_helpers/shipments", status: http.StatusBadGateway,
+			duration: int64(10 * time.Second), write: &writeMark{key: strconv.Itoa(i)}}
+	}
+	for b.Loop() {
+		if fs := blindRetries(es); len(fs) != 0 {
+			b.Fatalf("%d findings", len(fs))
+		}
+	}
+}
+
+// everyOrderChanges is a dataset of n orders, every one of which changes status once, a
+// month after the newest (returned) is created.
+func everyOrderChanges(b *testing.B, n int) (*env, time.Time) {
+	return ordersOf(b, n, 1, func(k int) string { return orderStatuses[k%len(orderStatuses)] })
+}
+
+// benchFindings fills the journal with 1,000 pages of query, walked by cursor, page i at
+// instant at(i), and times reading its findings.
+func benchFindings(b *testing.B, e *env, query string, at func(i int) time.Time) {
+	key, cursor := "sk_test_sandbox_all", ""
+	for i := range defaultJournal {
+		w := &benchWriter{h: http.Header{}}
+		target := query
+		if cursor != "" {
+			target += "&cursor=" + cursor
+		}
+		e.h.ServeHTTP(w, newRequest("GET", target, key, "Prefer", `clock="`+formatTimestamp(at(i))+`"`))
+		var p pageJSON
+		if err := json.Unmarshal(w.buf, &p); err != nil || w.status != 200 {
+			b.Fatalf("page %d: %d %s", i, w.status, w.buf)
+		}
+		cursor = ""
+		if p.Pagination.NextCursor != nil {
+			cursor = url.QueryEscape(*p.Pagination.NextCursor)
+		}
+	}
+	benchServe(b, e.h, newRequest("GET", "/v1/test_helpers/findings", key), 200)
 }
 
 // ===== auth.go: Sandboxes; main.go: Writes =====
@@ -8240,6 +8821,117 @@ func answersHeld(t *tenant) int {
 // storedAnswerBytes is what every tenant's stored answers hold, as the book counts them.
 func storedAnswerBytes(e *env) int64 { return e.srv.book.answerTotal.Load() }
 
+// FuzzSandboxBody: any body of POST /v1/test_helpers/sandboxes answers 201, or 400, 409 or
+// 422 as a problem the document allows, never a 500 or a panic; a refused body makes
+// nothing, and a sandbox made answers its own reads.
+func FuzzSandboxBody(f *testing.F) {
+	e := newEnv(f, envOptions{rate: -1, quiet: true, journal: -1, step: -1}) // a frozen clock: no sandbox goes idle
+	for _, body := range []string{
+		`{}`, `{"template":"acct_sync"}`, `{"template":"acct_sandbox","keys":[{"scopes":["orders:read"],"expires_at":"2099-01-01T00:00:00Z","revoked":true}]}`,
+		`{"orders":[{"id":"ord_1","merchant_reference":"R","platform":"ebay","status":"unfulfilled","created_at":"start-1h","imported_at":"start+30s","changes":[{"status":"fulfilled","at":"start+2m"}]}],` +
+			`"shipments":[{"id":"shp_1","reference":"S","tracking_number":"T1","order_id":"ord_1","created_at":"start+60s","events":[{"after":"60s","status":"in_transit","description":"D"},{"timestamp":"x","status":"failure","description":"E"}]}]}`,
+		`{"shipments":[{"id":"a","reference":"b","order_id":"c"}]}`, `{"orders":[],"keys":[]}`, `[]`, `{"template":1}`, "{\"t\":\"\xff\"}", `{"Template":"acct_sync","template":"acct_sync"}`,
+	} {
+		f.Add(body)
+	}
+	n := 0
+	f.Fuzz(func(t *testing.T, body string) {
+		n++
+		before := e.srv.book.count(e.clock.now())
+		r := newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_sync_all", body, "Content-Type", "application/json", "Idempotency-Key", "fuzz-"+strconv.Itoa(n))
+		rep := e.do(t, r) // checks the answer against the document
+		switch rep.status {
+		case http.StatusCreated:
+			var sb sandboxOut
+			if err := json.Unmarshal(rep.body, &sb); err != nil || len(sb.Keys) == 0 {
+				t.Fatalf("201 %s: %v", rep.body, err)
+			}
+			e.do(t, newRequest(http.MethodGet, "/v1/orders", sb.Keys[0].Key))
+			e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+sb.Account, sb.Keys[0].Key))
+		case http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+			if after := e.srv.book.count(e.clock.now()); after != before {
+				t.Fatalf("a refused body (%s) made a sandbox", rep)
+			}
+		default:
+			t.Fatalf("%q = %s", body, rep)
+		}
+	})
+}
+
+// BenchmarkGetOrderBesideSandboxes: GET by id with a dataset key, with 10,000 copies of
+// acct_sync made first: what sandboxes cost the requests that use none of them.
+func BenchmarkGetOrderBesideSandboxes(b *testing.B) {
+	e := benchEnv(b, 0)
+	for i := range maxSandboxes {
+		w := &benchWriter{h: http.Header{}}
+		e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_sync_all", `{}`, "Idempotency-Key", strconv.Itoa(i)))
+		if w.status != http.StatusCreated {
+			b.Fatalf("%d %s", w.status, w.buf)
+		}
+	}
+	benchServe(b, e.h, newRequest("GET", "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all"), 200)
+}
+
+// BenchmarkMakeSandbox: POST /v1/test_helpers/sandboxes through the whole chain: a copy of
+// acct_sync and of acct_sandbox (the contract: within 5 ms), of a template of 10,000 orders
+// (within 50 ms), and of a body of records just under 256 KiB (within 100 ms); and the heap
+// that 10,000 copies of acct_sync hold (MiB/10000-copies, the contract: at most 100; run it
+// with -benchtime 1x). Each copy is built anew, as a copy made at another second than the
+// last is: copies of one second share their data (TestCopiesOfOneInstantShareTheirData).
+func BenchmarkMakeSandbox(b *testing.B) {
+	var orders, shipments []string
+	size := len(`{"orders":[],"shipments":[]}`)
+	for i := 0; ; i++ {
+		o := fmt.Sprintf(`{"id":"ord_%05d","merchant_reference":"R-%05d","platform":"ebay","status":"unfulfilled","created_at":"start-%dm","changes":[{"status":"fulfilled","at":"start+%ds"}]}`, i, i, i, i+1)
+		sh := fmt.Sprintf(`{"id":"shp_%05d","reference":"S-%05d","tracking_number":"T%05d","order_id":"ord_%05d","events":[{"after":"%ds","status":"in_transit","description":"Departed facility","location":"Leeds, GB"}]}`, i, i, i, i, i)
+		if size+len(o)+len(sh)+2 > maxBodyBytes {
+			break
+		}
+		orders, shipments, size = append(orders, o), append(shipments, sh), size+len(o)+len(sh)+2
+	}
+	large := `{"orders":[` + strings.Join(orders, ",") + `],"shipments":[` + strings.Join(shipments, ",") + `]}`
+	for _, tt := range []struct {
+		name, key, body string
+		seed            int
+	}{
+		{"copy_of_acct_sync", "sk_test_sync_all", `{}`, 0},
+		{"copy_of_acct_sandbox", "sk_test_sandbox_all", `{}`, 0},
+		{"copy_of_10000_orders", "sk_test_sandbox_all", `{}`, maxSandboxRecords - 1}, // acct_sandbox's one and 9,999 seeded (the contract: within 50 ms)
+		{fmt.Sprintf("records_%dKiB", len(large)>>10), "sk_test_sandbox_all", large, 0},
+	} {
+		b.Run(tt.name, func(b *testing.B) { // a copy built anew each time, as one made at another second is
+			e := benchEnv(b, tt.seed)
+			n := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				n++
+				clear(e.srv.book.shared)
+				w := &benchWriter{h: http.Header{}}
+				e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", tt.key, tt.body, "Idempotency-Key", strconv.Itoa(n)))
+				if w.status != http.StatusCreated {
+					b.Fatalf("%d %s", w.status, w.buf)
+				}
+			}
+		})
+	}
+	b.Run("heap_of_10000_copies_of_acct_sync", func(b *testing.B) { // each built anew: none shares another's data
+		for b.Loop() {
+			e := benchEnv(b, 0)
+			before := heapAfterGC()
+			for i := range maxSandboxes {
+				clear(e.srv.book.shared)
+				w := &benchWriter{h: http.Header{}}
+				e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_sync_all", `{}`, "Idempotency-Key", strconv.Itoa(i)))
+				if w.status != http.StatusCreated {
+					b.Fatalf("%d %s", w.status, w.buf)
+				}
+			}
+			b.ReportMetric(float64(heapAfterGC()-before)/(1<<20), "MiB/10000-copies")
+			runtime.KeepAlive(e)
+		}
+	})
+}
+
 // ===== auth.go: A booking, a shipment created in a sandbox =====
 
 // book posts body to POST /v1/test_helpers/shipments with key under the Idempotency-Key
@@ -8264,7 +8956,7 @@ func (e *env) syncCopy(t testing.TB, idem string) string {
 	return sb.Keys[0].Key
 }
 
-// shownLink is the shipment_id an order shows (its status when not 200).
+// shownLink is the shipment_id an order shows, "null" for none (its status when not 200).
 func shownLink(t testing.TB, e *env, key, id string, headerPairs ...string) string {
 	t.Helper()
 	rep := e.get(t, "/v1/orders/"+id, key, headerPairs...)
@@ -8274,7 +8966,7 @@ func shownLink(t testing.TB, e *env, key, id string, headerPairs ...string) stri
 	var o struct {
 		ShipmentID *string `json:"shipment_id"`
 	}
-	json.Unmarshal(rep.body, &o)
+	mustDecode(t, rep.body, &o)
 	if o.ShipmentID == nil {
 		return "null"
 	}
@@ -8331,7 +9023,7 @@ func TestBooking(t *testing.T) {
 		Shown  []map[string]any `json:"shown"`
 		ToCome []map[string]any `json:"to_come"`
 	}
-	json.Unmarshal(e.get(t, "/v1/test_helpers/timeline", key).body, &tl)
+	mustDecode(t, e.get(t, "/v1/test_helpers/timeline", key).body, &tl)
 	var kinds []string
 	for _, x := range append(tl.Shown, tl.ToCome...) {
 		if x["id"] == "shp_1" {
@@ -8346,7 +9038,7 @@ func TestBooking(t *testing.T) {
 	var made struct {
 		ShipmentID string `json:"shipment_id"`
 	}
-	json.Unmarshal(rep.body, &made)
+	mustDecode(t, rep.body, &made)
 	if rep.status != 201 || !regexp.MustCompile(`^shp_[a-z2-7]{20}$`).MatchString(made.ShipmentID) || rep.header.Get("Preference-Applied") != `clock="2026-11-22T12:00:30Z"` {
 		t.Fatalf("a booking without an id at start+30s: %s", rep)
 	}
@@ -8546,7 +9238,7 @@ func TestBookingIdempotency(t *testing.T) {
 			} `json:"entries"`
 		} `json:"log"`
 	}
-	json.Unmarshal(e.get(t, "/v1/test_helpers/requests?format=har&limit=1", key).body, &har)
+	mustDecode(t, e.get(t, "/v1/test_helpers/requests?format=har&limit=1", key).body, &har)
 	r := har.Log.Entries[0].Request
 	if r.BodySize != len(body) || !slices.ContainsFunc(r.Headers, func(h struct{ Name, Value string }) bool { return h.Name == "Idempotency-Key" && h.Value == "k-4" }) {
 		t.Errorf("the HAR request: %+v", r)
@@ -8773,10 +9465,15 @@ func TestBookingsRacingReads(t *testing.T) {
 	const writers, each = 4, 15
 	var wg sync.WaitGroup
 	done := make(chan struct{})
+	var reading sync.WaitGroup // the writers start once each reader has read once
+	reading.Add(2)
+	var reads [2]atomic.Int64 // each reader's reads
+	var versions sync.Map     // the versions the readers saw, by their writes
 	for w := range writers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			reading.Wait()
 			for i := range each {
 				n := w*each + i
 				rep := e.book(t, key, fmt.Sprintf(`{"id":"shp_r%d","reference":"R","order_id":"ord_seed_%07d"}`, n, 199-n), "w-"+strconv.Itoa(n)) // the newest: the first page
@@ -8787,11 +9484,14 @@ func TestBookingsRacingReads(t *testing.T) {
 		}()
 	}
 	var readers sync.WaitGroup
-	for range 2 {
+	for r := range 2 {
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
 			for {
+				if reads[r].Load() == 1 {
+					reading.Done()
+				}
 				select {
 				case <-done:
 					return
@@ -8803,7 +9503,10 @@ func TestBookingsRacingReads(t *testing.T) {
 						ShipmentID *string `json:"shipment_id"`
 					} `json:"data"`
 				}
-				json.Unmarshal(e.get(t, "/v1/orders?limit=100", key, at...).body, &page)
+				if rep := e.get(t, "/v1/orders?limit=100", key, at...); json.Unmarshal(rep.body, &page) != nil {
+					t.Errorf("a page that is not JSON: %s", rep)
+					return
+				}
 				for _, o := range page.Data {
 					if o.ShipmentID != nil && strings.HasPrefix(*o.ShipmentID, "shp_r") {
 						if rep := e.get(t, "/v1/shipments/"+*o.ShipmentID+"/tracking", key, at...); rep.status != 200 {
@@ -8817,12 +9520,22 @@ func TestBookingsRacingReads(t *testing.T) {
 						t.Errorf("a version links %s to %s, which it does not hold", l.orderID, l.shipmentID)
 					}
 				}
+				versions.Store(d.writes, true)
+				reads[r].Add(1)
 			}
 		}()
 	}
 	wg.Wait()
+	after := [2]int64{reads[0].Load(), reads[1].Load()}
+	waitFor(t, "each reader to read once more after the writes", func() bool { return reads[0].Load() > after[0] && reads[1].Load() > after[1] })
 	close(done)
 	readers.Wait()
+	seen := 0
+	versions.Range(func(any, any) bool { seen++; return true })
+	if _, first := versions.Load(uint32(0)); !first || seen < 2 {
+		t.Errorf("the readers saw %d versions (the first among them: %v): they did not read across the writes", seen, first)
+	}
+	t.Logf("the readers read %d and %d times, seeing %d versions of %d", reads[0].Load(), reads[1].Load(), seen, writers*each+1)
 	if got := listIDs(t, e.get(t, "/v1/orders?limit=100", key, at...)); got == "" {
 		t.Fatal("no orders")
 	}
@@ -8846,6 +9559,194 @@ func TestBookingsRacingReads(t *testing.T) {
 	slices.Sort(statuses)
 	if fmt.Sprint(statuses) != "[201 409 409 409 409 409 409 409]" {
 		t.Errorf("bookings of one order at once answered %v", statuses)
+	}
+}
+
+// FuzzBookingBody: any body of POST /v1/test_helpers/shipments is a 201, whose shipment
+// is then found where its Location says, or a 4xx that writes nothing; never a 5xx.
+func FuzzBookingBody(f *testing.F) {
+	e := newEnv(f, envOptions{rate: -1, quiet: true, journal: -1, step: -1}) // a frozen clock: the sandbox stays
+	for _, body := range []string{
+		`{"reference":"R"}`, `{"id":"shp_1","reference":"R","tracking_number":"T1","parcel_tracking_numbers":["T2"],"order_id":"ord_sync_0003",` +
+			`"events":[{"after":"0s","status":"pre_transit","description":"D","location":"L"},{"timestamp":"2026-11-22T12:05:00+01:00","status":"in_transit","description":"E"},{"timestamp":"x","status":"failure","description":"F"}]}`,
+		`{"reference":"R","order_id":"ord_sync_0001"}`, `{"reference":"R","order_id":"ord_sync_0002"}`, `{"id":null,"reference":"R","events":null}`,
+		`{"reference":"R","created_at":"start"}`, `[]`, `{"reference":1}`, "{\"reference\":\"\xff\"}", `{"Reference":"R","reference":"R"}`, `{"reference":"R","events":[{"after":"-72h","status":"delivered","description":"D"}]}`,
+	} {
+		f.Add(body)
+	}
+	var key string
+	n := 0
+	f.Fuzz(func(t *testing.T, body string) {
+		if n%500 == 0 { // a fresh copy now and then: each write copies what the sandbox holds
+			key = e.syncCopy(t, "fuzz-copy-"+strconv.Itoa(n))
+		}
+		n++
+		tenant := e.srv.keys.sandboxes.find(sha256.Sum256([]byte(key)), e.clock.now()).tenant
+		before := tenant.current()
+		rep := e.book(t, key, body, "fuzz-"+strconv.Itoa(n)) // checks the answer against the document
+		switch rep.status {
+		case http.StatusCreated:
+			if got := e.get(t, rep.header.Get("Location"), key); got.status != 200 || string(got.body) != string(rep.body) {
+				t.Fatalf("%q: 201 %s, but its Location answers %s", body, rep.body, got)
+			}
+		case http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+			if tenant.current() != before {
+				t.Fatalf("a refused body (%s) wrote", rep)
+			}
+		default:
+			t.Fatalf("%q = %s", body, rep)
+		}
+	})
+}
+
+// bookingDataset is a -data dataset of two accounts of 10,000 orders each (one in ten
+// changes status, one in a hundred is imported late): acct_big, a template with no
+// shipment, and acct_linked, whose first 1,000 orders are linked to shipments its records
+// create at its start, as 1,000 bookings made in a copy of acct_big link them.
+func bookingDataset() []byte {
+	var b strings.Builder
+	b.WriteString(`{"accounts":[{"id":"acct_big","environments":["test"]},{"id":"acct_linked","environments":["test"]}],`)
+	b.WriteString(`"keys":[{"key":"sk_test_big_all","account":"acct_big","environment":"test","scopes":["tracking:read","orders:read"]},{"key":"sk_test_linked_all","account":"acct_linked","environment":"test","scopes":["tracking:read","orders:read"]}],"shipments":[`)
+	for i := range 1000 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"id":"shp_%05d","account":"acct_linked","environment":"test","reference":"B-%d","tracking_number":"TB%05d","order_id":"ord_%05d","created_at":"start","events":[{"after":"0s","status":"pre_transit","description":"Label created"}]}`, i, i, i, i)
+	}
+	b.WriteString(`],"orders":[`)
+	for _, account := range []string{"acct_big", "acct_linked"} {
+		for i := range maxSandboxRecords {
+			if account != "acct_big" || i > 0 {
+				b.WriteByte(',')
+			}
+			extra := ""
+			switch {
+			case i%100 == 7:
+				extra = fmt.Sprintf(`,"imported_at":"start-%ds"`, i)
+			case i%10 == 3:
+				extra = fmt.Sprintf(`,"changes":[{"status":"fulfilled","at":"start-%ds"}]`, i)
+			}
+			fmt.Fprintf(&b, `{"id":"ord_%05d","account":"%s","environment":"test","merchant_reference":"R-%05d","platform":"%s","status":"unfulfilled","created_at":"start-%dm"%s}`, i, account, i, platforms[i%len(platforms)], i, extra)
+		}
+	}
+	b.WriteString(`]}`)
+	return []byte(b.String())
+}
+
+// bookingBenchEnv serves bookingDataset as benchEnv serves the default one, its start an
+// hour ago (its shipments are created by now).
+func bookingBenchEnv(b *testing.B) *env {
+	return benchEnvOf(b, bookingDataset(), 0, time.Now().Add(-time.Hour))
+}
+
+// benchSandbox makes a copy of the account of a dataset key and returns its key.
+func benchSandbox(b *testing.B, e *env, key string) string {
+	b.Helper()
+	w := &benchWriter{h: http.Header{}}
+	e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", key, `{}`, "Idempotency-Key", randomText(8)))
+	var made sandboxAnswer
+	if w.status != http.StatusCreated || json.Unmarshal(w.buf, &made) != nil {
+		b.Fatalf("%d %s", w.status, w.buf)
+	}
+	return made.Keys[0].Key
+}
+
+// book creates the shipment of order i in the sandbox of key.
+func book(b *testing.B, e *env, key string, i int) {
+	w := &benchWriter{h: http.Header{}}
+	body := fmt.Sprintf(`{"reference":"B-%d","tracking_number":"TB%05d","order_id":"ord_%05d","events":[{"after":"0s","status":"pre_transit","description":"Label created"}]}`, i, i, i)
+	e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/shipments", key, body, "Idempotency-Key", strconv.Itoa(i)))
+	if w.status != http.StatusCreated {
+		b.Fatalf("%d %s", w.status, w.buf)
+	}
+}
+
+// BenchmarkCreateShipment: a shipment created in a copy of a -data template of 10,000
+// orders, each linking an order of its own (the contract: a median within 10 ms), a new
+// copy every 1,000 bookings; and the worst arrangement: a template of 10,000 orders and
+// 9,000 shipments, each booking a 255 KiB body of 2,589 scheduled events (the timeline grows
+// by as many), a new copy every 100. Each reports its median and 90th percentile.
+func BenchmarkCreateShipment(b *testing.B) {
+	b.Run("linking", func(b *testing.B) {
+		e := bookingBenchEnv(b)
+		benchBookings(b, func() string { return benchSandbox(b, e, "sk_test_big_all") }, 1000, func(key string, i int) { book(b, e, key, i) })
+	})
+	b.Run("worst", func(b *testing.B) {
+		var d strings.Builder
+		d.WriteString(`{"accounts":[{"id":"acct_full","environments":["test"]}],"keys":[{"key":"sk_test_full","account":"acct_full","environment":"test","scopes":[]}],"shipments":[`)
+		for i := range 9000 {
+			fmt.Fprintf(&d, `%s{"id":"s%d","account":"acct_full","environment":"test","reference":"R","tracking_number":"T%d","events":[{"after":"%ds","status":"in_transit","description":"Departed"}]}`, map[bool]string{true: ",", false: ""}[i > 0], i, i, i)
+		}
+		d.WriteString(`],"orders":[`)
+		for i := range maxSandboxRecords {
+			change := ""
+			if i%10 == 3 {
+				change = fmt.Sprintf(`,"changes":[{"status":"fulfilled","at":"start+%ds"}]`, i)
+			}
+			fmt.Fprintf(&d, `%s{"id":"ord_%05d","account":"acct_full","environment":"test","merchant_reference":"R","platform":"ebay","status":"unfulfilled","created_at":"start-%dm"%s}`, map[bool]string{true: ",", false: ""}[i > 0], i, i, change)
+		}
+		d.WriteString(`]}`)
+		e := benchEnvOf(b, []byte(d.String()), 0, time.Now())
+		var events []string
+		for size := 100; size < maxBodyBytes-200; {
+			ev := fmt.Sprintf(`{"after":"%ds","status":"in_transit","description":"Departed facility %d","location":"Leeds, GB"}`, len(events), len(events))
+			events, size = append(events, ev), size+len(ev)+1
+		}
+		benchBookings(b, func() string { return benchSandbox(b, e, "sk_test_full") }, 100, func(key string, i int) {
+			w := &benchWriter{h: http.Header{}}
+			body := fmt.Sprintf(`{"reference":"R","order_id":"ord_%05d","events":[%s]}`, i, strings.Join(events, ","))
+			e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/shipments", key, body, "Idempotency-Key", strconv.Itoa(i)))
+			if w.status != http.StatusCreated {
+				b.Fatalf("%d %s", w.status, w.buf)
+			}
+		})
+	})
+}
+
+// benchBookings times bookings, the i-th of a sandbox made anew every each, and reports the
+// median and the 90th percentile.
+func benchBookings(b *testing.B, sandbox func() string, each int, booking func(key string, i int)) {
+	var key string
+	var took []time.Duration
+	for b.Loop() {
+		i := len(took) % each
+		if i == 0 {
+			b.StopTimer()
+			key = sandbox()
+			b.StartTimer()
+		}
+		began := time.Now()
+		booking(key, i)
+		took = append(took, time.Since(began))
+	}
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2])/1e6, "ms-median")
+	b.ReportMetric(float64(took[len(took)*9/10])/1e6, "ms-p90")
+}
+
+// BenchmarkSandboxReads: GET by id of a linked order, a limit=100 page of linked orders and
+// a tracking view by number, in a copy of acct_big before any write and after 1,000
+// bookings, against the same sandbox made from records (a copy of acct_linked, whose
+// records hold the same 1,000 links) and against acct_linked itself, a dataset's account.
+func BenchmarkSandboxReads(b *testing.B) {
+	e := bookingBenchEnv(b)
+	before, after, records := benchSandbox(b, e, "sk_test_big_all"), benchSandbox(b, e, "sk_test_big_all"), benchSandbox(b, e, "sk_test_linked_all")
+	for i := range 1000 {
+		book(b, e, after, i)
+	}
+	for _, tt := range []struct{ name, key string }{{"dataset_records", "sk_test_linked_all"}, {"sandbox_of_records", records}, {"sandbox_before_writes", before}, {"sandbox_after_1000_writes", after}} {
+		b.Run(tt.name+"/get_order", func(b *testing.B) {
+			benchServe(b, e.h, newRequest("GET", "/v1/orders/ord_00500", tt.key), 200)
+		})
+		b.Run(tt.name+"/list_orders", func(b *testing.B) {
+			benchServe(b, e.h, newRequest("GET", "/v1/orders?limit=100", tt.key), 200)
+		})
+		b.Run(tt.name+"/tracking_by_number", func(b *testing.B) {
+			if tt.key == before {
+				b.Skip("no shipment before the writes")
+			}
+			benchServe(b, e.h, newRequest("GET", "/v1/tracking/TB00500", tt.key), 200)
+		})
 	}
 }
 
@@ -9113,6 +10014,14 @@ func TestRawEventsAreDroppedNotRefused(t *testing.T) {
 	}
 }
 
+func BenchmarkTrackingByID(b *testing.B) {
+	benchServe(b, benchEnv(b, 0).h, newRequest("GET", "/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_all"), 200)
+}
+
+func BenchmarkTrackingByNumber(b *testing.B) {
+	benchServe(b, benchEnv(b, 0).h, newRequest("GET", "/v1/tracking/SBX1000000001", "sk_test_sandbox_all"), 200)
+}
+
 // ===== orders.go: Loading, the index, the query, pages and the two operations =====
 
 // orders.go: orders, the query, pages and the index behind them.
@@ -9343,84 +10252,6 @@ func TestListParamsAreOneTable(t *testing.T) {
 	}
 }
 
-// TestEveryFileListsItsSections: each file's header lists its banners ('// ===== Title ====='),
-// all of them, in their order: a reader searches the code by them.
-func TestEveryFileListsItsSections(t *testing.T) {
-	t.Parallel()
-	files, _ := filepath.Glob("*.go")
-	for _, name := range files {
-		if name == "main_test.go" {
-			continue // its contents describe each section in a sentence of its own
-		}
-		text, err := os.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		header, _, _ := strings.Cut(string(text), "\npackage main")
-		var listed, banners []string
-		for _, m := range regexp.MustCompile(`(?m)^//   - (.*)$`).FindAllStringSubmatch(header, -1) {
-			listed = append(listed, m[1])
-		}
-		for _, m := range regexp.MustCompile(`(?m)^// ===== (.*) =====$`).FindAllStringSubmatch(string(text), -1) {
-			banners = append(banners, m[1])
-		}
-		if len(banners) == 0 || !slices.Equal(listed, banners) {
-			t.Errorf("%s's header lists\n%s\nits banners are\n%s", name, strings.Join(listed, "\n"), strings.Join(banners, "\n"))
-		}
-	}
-}
-
-// TestFindingsAreOneTable: the findings are one table (findingKinds): the document's enum of
-// a finding's code, each code's description there, and the rows of the findings table in
-// docs/journal-and-findings.md follow from it, in its order and its words; and a judge
-// answers only its codes. A new finding is one entry, its judge and its tests.
-func TestFindingsAreOneTable(t *testing.T) {
-	t.Parallel()
-	var doc struct {
-		Components struct {
-			Schemas struct {
-				Finding struct {
-					Properties struct {
-						Code struct {
-							Enum         []string          `json:"enum"`
-							Descriptions map[string]string `json:"x-enumDescriptions"`
-							Description  string            `json:"description"`
-						} `json:"code"`
-					} `json:"properties"`
-				} `json:"Finding"`
-			} `json:"schemas"`
-		} `json:"components"`
-	}
-	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
-		t.Fatal(err)
-	}
-	page, err := os.ReadFile("docs/journal-and-findings.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows := regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| (.*) \\| (.*) \\|$").FindAllStringSubmatch(string(page), -1)
-	code := doc.Components.Schemas.Finding.Properties.Code
-	var codes []string
-	for i, k := range findingKinds {
-		codes = append(codes, k.code)
-		if i > 0 && findingKinds[i-1].code >= k.code {
-			t.Errorf("findingKinds is not in the order of its codes at %s: findings of one seq sort by it", k.code)
-		}
-		if got := code.Descriptions[k.code]; got != k.judges {
-			t.Errorf("the document describes %s as %q, the table as %q", k.code, got, k.judges)
-		}
-		if !strings.Contains(code.Description, k.code+": "+k.judges+".") {
-			t.Errorf("the document's description of a finding's code does not say %s: %s", k.code, k.judges)
-		}
-		if i >= len(rows) || rows[i][1] != k.code || rows[i][2] != k.judges || rows[i][3] != k.advice {
-			t.Errorf("docs/journal-and-findings.md's row %d is not | `%s` | %s | %s |", i+1, k.code, k.judges, k.advice)
-		}
-	}
-	if !slices.Equal(code.Enum, codes) || len(rows) != len(findingKinds) {
-		t.Errorf("the document's codes %v and %d rows in the docs, the table's %v", code.Enum, len(rows), codes)
-	}
-}
-
 // TestPaginationWalks walks seeded orders for every combination of filters: every order
 // that matches appears once, in list order, and none that does not.
 func TestPaginationWalks(t *testing.T) {
@@ -9567,7 +10398,7 @@ func checkOrderIndex(t testing.TB, ix *orderIndex) {
 			t.Fatalf("order %d's record does not match its JSON %s", i, ix.resource(i))
 		}
 		var fields orderJSON
-		json.Unmarshal(ix.resource(i), &fields)
+		mustDecode(t, ix.resource(i), &fields)
 		if want, _ := marshalJSON(fields); !bytes.Equal(ix.resource(i), want) {
 			t.Fatalf("order %d is written %s, encoding/json writes %s", i, ix.resource(i), want)
 		}
@@ -9650,6 +10481,155 @@ func TestResourcesAreWrittenAsSpecified(t *testing.T) {
 			t.Errorf("appendResource = %s\nencoding/json writes %s", got, b)
 		}
 	}
+}
+
+func FuzzOrderQuery(f *testing.F) {
+	for _, s := range []string{"", "limit=5", "limit=0", "limit=101&status=x", "status=fulfilled&created_from=2026-01-01T00:00:00Z&created_to=2026-12-01T00:00:00%2B01:00",
+		"cursor=abc&limit=100", "limit=1&limit=1", "=", "&&&", "%zz=1", "a=%", "created_from=2026-01-02T00:00:00Z&created_to=2026-01-01T00:00:00Z", "limit=%2B5"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, err := parseOrderQuery(raw)
+		if err != nil {
+			if e := asAPIError(err); e == nil || (e.code != codeUnknownParameter && e.code != codeInvalidParameter) || e.param == nil {
+				t.Fatalf("parseOrderQuery(%q) = %+v, want a 422 naming its parameter", raw, err)
+			}
+			return
+		}
+		if q.limit < 1 || q.limit > maxPageSize || q.filter.equal[0] < anyValue || int(q.filter.equal[0]) >= len(orderStatuses) || q.filter.from.after(q.filter.to) {
+			t.Fatalf("parseOrderQuery(%q) accepted %+v", raw, q)
+		}
+	})
+}
+
+func BenchmarkGetOrder(b *testing.B) {
+	benchServe(b, benchEnv(b, 0).h, newRequest("GET", "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all"), 200)
+}
+
+// BenchmarkListOrders: pages of 100 with 1,000 and 1,000,000 seeded orders. The cost of a
+// page must not grow with the number of orders.
+func BenchmarkListOrders(b *testing.B) {
+	for _, n := range []int{1000, 1000000} {
+		e := benchEnv(b, n)
+		ix := &e.sb.tenants.byID[seedTenant].current().orders
+		oldest := ix.createdAt(ix.count() - 1)
+		middle := ix.count() / 2
+		every := everyOrder()
+		deep := e.srv.cursors.sign(ix.tag, every.tag(), cursorPosition{ix.createdAt(middle), string(ix.idOf(middle))})
+		cases := []struct{ name, query string }{
+			{"no_filter", "limit=100"},
+			{"status", "limit=100&status=fulfilled"},
+			{"narrow_range_newest", "limit=100&created_from=2026-10-31T11:00:00Z&created_to=2026-10-31T23:00:00Z"},
+			{"narrow_range_oldest", "limit=100&created_from=" + formatTimestamp(oldest) + "&created_to=" + formatTimestamp(oldest.Add(12*time.Hour))},
+			{"deep_cursor", "limit=100&cursor=" + deep},
+		}
+		for _, c := range cases {
+			b.Run(fmt.Sprintf("orders=%d/%s", n, c.name), func(b *testing.B) {
+				benchServe(b, e.h, newRequest("GET", "/v1/orders?"+c.query, "sk_test_sandbox_all"), 200)
+			})
+		}
+	}
+}
+
+// movingOrders is a sandbox whose acct_sandbox/test holds n orders like the seeded ones,
+// of which, when moving, every tenth changes status once (at an instant spread evenly over
+// the hour after its creation) and every hundredth is imported up to an hour late, loaded
+// from a dataset as a user's would be. It returns the instant half-way through their
+// creation.
+func movingOrders(b *testing.B, n int, moving bool) (*env, time.Time) {
+	every := 0
+	if moving {
+		every = 10
+	}
+	return ordersOf(b, n, every, func(k int) string { return orderStatuses[k%len(orderStatuses)] })
+}
+
+// ordersOf is a dataset of n orders, order k's status, and the status its change goes to,
+// status(k) and status(k+1). With changeEvery 10, every tenth changes within the hour after
+// its creation and one in a hundred is imported up to an hour late; with changeEvery 1,
+// every order changes a month after the newest is created, which it returns instead of
+// the instant half-way through.
+func ordersOf(b *testing.B, n, changeEvery int, status func(k int) string) (*env, time.Time) {
+	moving := changeEvery > 0
+	var ds bytes.Buffer
+	ds.WriteString(`{"accounts":[{"id":"acct_sandbox","environments":["test"]}],` +
+		`"keys":[{"key":"sk_test_sandbox_all","account":"acct_sandbox","environment":"test","scopes":["orders:read"]}],"orders":[`)
+	newest := time.Date(2026, 10, 31, 23, 0, 0, 0, time.UTC)
+	var mid time.Time
+	for j := range n {
+		k := n - 1 - j
+		created := newest.Add(-time.Duration(j-j/4) * 7 * time.Minute)
+		if j == n/2 {
+			mid = created
+		}
+		if j > 0 {
+			ds.WriteByte(',')
+		}
+		fmt.Fprintf(&ds, `{"id":"ord_seed_%07d","account":"acct_sandbox","environment":"test","merchant_reference":"SEED-%07d","platform":%q,"status":%q,"created_at":%q`,
+			k, k, platforms[k%len(platforms)], status(k), formatTimestamp(created))
+		switch {
+		case changeEvery == 1:
+			fmt.Fprintf(&ds, `,"changes":[{"status":%q,"at":%q}]`, status(k+1), formatTimestamp(newest.Add(30*24*time.Hour)))
+		case moving && j%changeEvery == 0 && status(k+1) != status(k):
+			fmt.Fprintf(&ds, `,"changes":[{"status":%q,"at":%q}]`, status(k+1), formatTimestamp(created.Add(time.Duration(j*37%3600+1)*time.Second)))
+		}
+		if changeEvery == 10 && j%100 == 1 {
+			fmt.Fprintf(&ds, `,"imported_at":%q`, formatTimestamp(created.Add(time.Duration(j*53%3600)*time.Second)))
+		}
+		ds.WriteByte('}')
+	}
+	ds.WriteString("]}")
+	sb, err := loadBytes("moving", ds.Bytes(), 0, testNow, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := newServer(sb, serverOptions{access: newLogBuffer(io.Discard, time.Hour), journal: defaultJournal})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if changeEvery == 1 {
+		return &env{h: s.handler(), srv: s, sb: sb}, newest
+	}
+	return &env{h: s.handler(), srv: s, sb: sb}, mid
+}
+
+// BenchmarkListOrdersWithTimelines: pages of 1,000,000 orders of which 10% change status
+// once and 1% are imported late, the clock half-way through, against the same pages of the
+// same orders without timelines: each should cost at most twice as much.
+func BenchmarkListOrdersWithTimelines(b *testing.B) {
+	for _, moving := range []bool{false, true} {
+		e, mid := movingOrders(b, 1000000, moving)
+		e.sb.tenants.byID[seedTenant].clock.freeze(mid)
+		for _, query := range []string{"limit=100", "limit=100&status=unfulfilled", "limit=100&status=partially_fulfilled", "limit=100&status=fulfilled", "limit=100&status=cancelled"} {
+			name := strings.TrimPrefix(strings.TrimPrefix(query, "limit=100"), "&status=")
+			if name == "" {
+				name = "no_filter"
+			}
+			b.Run(fmt.Sprintf("timelines=%v/%s", moving, name), func(b *testing.B) {
+				benchServe(b, e.h, newRequest("GET", "/v1/orders?"+query, "sk_test_sandbox_all"), 200)
+			})
+		}
+	}
+}
+
+// BenchmarkOrderStore: what 1,000,000 orders cost to build and hold: the heap they keep
+// per order, and the time to seed and store them.
+func BenchmarkOrderStore(b *testing.B) {
+	const n = 1000000
+	var before uint64
+	var kept *sandbox
+	for b.Loop() {
+		kept = nil
+		before = heapAfterGC()
+		sb, err := loadBytes("bench", defaultDataset, n, testNow, slog.New(slog.DiscardHandler))
+		if err != nil {
+			b.Fatal(err)
+		}
+		kept = sb
+	}
+	b.ReportMetric(float64(heapAfterGC()-before)/n, "heap-bytes/order")
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/1M-orders")
+	runtime.KeepAlive(kept)
 }
 
 // ===== cursor.go: Cursors =====
@@ -9750,6 +10730,32 @@ func TestCursorBindsEnvironment(t *testing.T) {
 	}
 }
 
+func FuzzCursorVerify(f *testing.F) {
+	c := newCursorSigner([]byte("fuzz"))
+	fulfilled := everyOrder()
+	fulfilled.equal[0] = 2
+	tenant, filters := tagOf("tenant", "acct_sandbox", "test"), fulfilled.tag()
+	for _, pos := range []cursorPosition{{testNow, "ord_sbx_0001"}, {time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC), "x"}, {testNow.Add(time.Nanosecond), strings.Repeat("o", 300)}} {
+		f.Add(c.sign(tenant, filters, pos))
+	}
+	for _, s := range []string{"", "AA", "not-a-cursor", "AcFqYOrmVhfAdy3-TVZlKt8AAAAAauZkLAAAAABvcmRf", strings.Repeat("A", 2000)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		pos, bound, err := c.verify(s, tenant)
+		if err != nil {
+			if e := asAPIError(err); e == nil || e.code != codeInvalidCursor || e.param == nil || *e.param != "cursor" {
+				t.Fatalf("verify(%q) = %+v, want an invalid_cursor error", s, err)
+			}
+			return
+		}
+		// Only a cursor this signer issued verifies, and it has one spelling.
+		if again := c.sign(tenant, bound, pos); again != s || bound != filters {
+			t.Fatalf("verify(%q) passed, but the cursor for its position is %q", s, again)
+		}
+	})
+}
+
 // ===== errors.go: Errors, simulated answers and the floor =====
 
 // errors.go: codes, problems, JSON strings, timestamps.
@@ -9847,11 +10853,6 @@ func TestParseTimestamp(t *testing.T) {
 	}
 }
 
-// ===== Fuzz targets =====
-
-// Fuzz targets, one for every parser of client or dataset input. Their seed corpus runs
-// in every go test; .ci/run fuzzes each for a while.
-
 var timestampPattern = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]*[1-9])?Z$`)
 
 func FuzzParseTimestamp(f *testing.F) {
@@ -9910,972 +10911,4 @@ func FuzzParseInstant(f *testing.F) {
 			}
 		}
 	})
-}
-
-func FuzzCursorVerify(f *testing.F) {
-	c := newCursorSigner([]byte("fuzz"))
-	fulfilled := everyOrder()
-	fulfilled.equal[0] = 2
-	tenant, filters := tagOf("tenant", "acct_sandbox", "test"), fulfilled.tag()
-	for _, pos := range []cursorPosition{{testNow, "ord_sbx_0001"}, {time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC), "x"}, {testNow.Add(time.Nanosecond), strings.Repeat("o", 300)}} {
-		f.Add(c.sign(tenant, filters, pos))
-	}
-	for _, s := range []string{"", "AA", "not-a-cursor", "AcFqYOrmVhfAdy3-TVZlKt8AAAAAauZkLAAAAABvcmRf", strings.Repeat("A", 2000)} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		pos, bound, err := c.verify(s, tenant)
-		if err != nil {
-			if e := asAPIError(err); e == nil || e.code != codeInvalidCursor || e.param == nil || *e.param != "cursor" {
-				t.Fatalf("verify(%q) = %+v, want an invalid_cursor error", s, err)
-			}
-			return
-		}
-		// Only a cursor this signer issued verifies, and it has one spelling.
-		if again := c.sign(tenant, bound, pos); again != s || bound != filters {
-			t.Fatalf("verify(%q) passed, but the cursor for its position is %q", s, again)
-		}
-	})
-}
-
-func FuzzOrderQuery(f *testing.F) {
-	for _, s := range []string{"", "limit=5", "limit=0", "limit=101&status=x", "status=fulfilled&created_from=2026-01-01T00:00:00Z&created_to=2026-12-01T00:00:00%2B01:00",
-		"cursor=abc&limit=100", "limit=1&limit=1", "=", "&&&", "%zz=1", "a=%", "created_from=2026-01-02T00:00:00Z&created_to=2026-01-01T00:00:00Z", "limit=%2B5"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, raw string) {
-		q, err := parseOrderQuery(raw)
-		if err != nil {
-			if e := asAPIError(err); e == nil || (e.code != codeUnknownParameter && e.code != codeInvalidParameter) || e.param == nil {
-				t.Fatalf("parseOrderQuery(%q) = %+v, want a 422 naming its parameter", raw, err)
-			}
-			return
-		}
-		if q.limit < 1 || q.limit > maxPageSize || q.filter.equal[0] < anyValue || int(q.filter.equal[0]) >= len(orderStatuses) || q.filter.from.after(q.filter.to) {
-			t.Fatalf("parseOrderQuery(%q) accepted %+v", raw, q)
-		}
-	})
-}
-
-func FuzzParsePrefer(f *testing.F) {
-	for _, s := range []string{"code=503", "delay=100", "code=500, delay=10000", `code="429"; x=y`, "respond-async", "code=200", "delay=-1", `a="b,c", code=502`, ";;,=", "",
-		`clock="2026-11-01T09:30:00Z"`, "clock=2026-11-01T09:30:00+01:00, code=503", `clock="yesterday"`, `clock="start+90s"`,
-		"code=503; times=2", "code=503, times=2", "times=2", `code=503; times="2"`, "code=503; time=2", "code=503; times=2; times=3",
-		"code=500, code=502; times=0", "code=429;TIMES=100", "delay=5; times=1", `run="t-42"`, "run=bad!", `code=503; times=2, run="x", delay=0`} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, header string) {
-		p, err := parsePrefer([]string{header}, withClock, testNow)
-		if err != nil {
-			if e := asAPIError(err); e == nil || e.code != codeInvalidParameter || e.param == nil || *e.param != "Prefer" {
-				t.Fatalf("parsePrefer(%q) = %+v, want invalid_parameter naming Prefer", header, err)
-			}
-			return
-		}
-		applied := p.appliedHeader(true)
-		if p.delay < 0 || p.delay > maxPreferDelay || p.clock != nil && !strings.Contains(applied, `clock="`+formatTimestamp(*p.clock)+`"`) {
-			t.Fatalf("parsePrefer(%q) accepted %+v", header, p)
-		}
-		// times is code's: 1 to 100, sent as a parameter of it, never echoed; run is checked
-		// and never echoed either.
-		if p.times < 0 || p.times > maxTimes || p.times > 0 && (p.code == nil || !strings.Contains(strings.ToLower(header), "times")) ||
-			strings.Contains(strings.ToLower(applied), "times") || p.run != "" && !validRun(p.run) || strings.Contains(applied, "run") {
-			t.Fatalf("parsePrefer(%q) accepted times %d, run %q, applied %q", header, p.times, p.run, applied)
-		}
-		if without := p.appliedHeader(false); p.code != nil && strings.Contains(without, "code=") {
-			t.Fatalf("parsePrefer(%q): without its code, Preference-Applied is %q", header, without)
-		}
-		if q, err := parsePrefer([]string{header}, codeAndDelay, testNow); err == nil && q.clock != nil || err != nil && strings.Contains(err.Error(), "clock") {
-			t.Fatalf("parsePrefer(%q) without the clock read it: %+v, %v", header, q, err)
-		}
-	})
-}
-
-func FuzzLoadDataset(f *testing.F) {
-	example, _ := os.ReadFile("testdata/example.json")
-	for _, d := range []string{string(defaultDataset), string(example), dataset(dsAccounts, dsKey, dsShipment, dsOrder), `{`,
-		`{"accounts":[{"id":"a","environments":["test"]}],"keys":[null],"orders":[{}]}`,
-		dataset(dsAccounts, strings.Replace(dsKey, `"scopes"`, `"revoked":true,"Revoked":false,"scopes"`, 1), "", ""),
-		dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"ord_1"`, `"ord_\u0000"`, 1)),
-		dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"ord_1"`, `"`+strings.Repeat("o", 256)+`"`, 1)),
-		dataset(dsAccounts, "", strings.Replace(dsShipment, `"reference":"S1"`, `"reference":"S1","order_id":""`, 1), dsOrder),
-		`{"accounts":[{"id":"a","environments":["test"],"ID":"b"}]}`,
-		movingDataset(12, 3),
-		dataset(dsAccounts, "", `{"id":"shp_1","account":"acct_a","environment":"test","reference":"S","order_id":"ord_1","created_at":"start+1m"}`,
-			strings.Replace(dsOrder, `"created_at":"2026-11-01T00:00:00Z"`, `"created_at":"start-1h","imported_at":"start","changes":[{"status":"cancelled","at":"start+2m"}]`, 1)),
-	} {
-		f.Add([]byte(d))
-	}
-	f.Add([]byte(dataset(dsAccounts, "", "", strings.Replace(dsOrder, `"created_at"`, "\"raw_marketplace_data\":{\"a\\ud800\":[\"\xfe\",-0.5e+3]},\"created_at\"", 1))))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		sb, err := loadBytes("fuzz.json", data, 0, testNow, slog.New(slog.DiscardHandler))
-		if err != nil {
-			if !strings.HasPrefix(err.Error(), "dataset fuzz.json: $") {
-				t.Fatalf("refusal %q does not name the file and a JSON path", err)
-			}
-			// The reader judges JSON as encoding/json does, and UTF-8 besides.
-			if strings.Contains(err.Error(), ": invalid JSON at ") && json.Valid(data) {
-				t.Fatalf("refused as invalid JSON (%v), which encoding/json reads", err)
-			}
-			return
-		}
-		if !json.Valid(data) || !utf8.Valid(data) {
-			t.Fatalf("loaded a dataset that is not JSON or not UTF-8: %q", data)
-		}
-		for id, tenant := range sb.tenants.byID {
-			tn := tenant.current()
-			for _, s := range []string{id.account, id.environment} {
-				if checkID("$", "", s) != nil {
-					t.Fatalf("tenant %q loaded", id)
-				}
-			}
-			for i := range tn.orders.count() {
-				var o struct {
-					MerchantReference string `json:"merchant_reference"`
-				}
-				json.Unmarshal(tn.orders.resource(i), &o)
-				if checkID("$", "", string(tn.orders.idOf(i))) != nil || checkID("$", "", o.MerchantReference) != nil {
-					t.Fatalf("order %q (reference %q) loaded", tn.orders.idOf(i), o.MerchantReference)
-				}
-			}
-			for sid, sh := range tn.shipments.byID {
-				if checkID("$", "", sid) != nil || !json.Valid(sh.full) || !json.Valid(sh.view(0)) {
-					t.Fatalf("shipment %q loaded as %s", sid, sh.full)
-				}
-			}
-			for number := range tn.shipments.byTrackingNumber {
-				if checkID("$", "", number) != nil {
-					t.Fatalf("tracking number %q loaded", number)
-				}
-			}
-			checkOrderIndex(t, &tn.orders)
-		}
-	})
-}
-
-// FuzzSandboxBody: any body of POST /v1/test_helpers/sandboxes answers 201, or 400, 409 or
-// 422 as a problem the document allows, never a 500 or a panic; a refused body makes
-// nothing, and a sandbox made answers its own reads.
-func FuzzSandboxBody(f *testing.F) {
-	e := newEnv(f, envOptions{rate: -1, quiet: true, journal: -1, step: -1}) // a frozen clock: no sandbox goes idle
-	for _, body := range []string{
-		`{}`, `{"template":"acct_sync"}`, `{"template":"acct_sandbox","keys":[{"scopes":["orders:read"],"expires_at":"2099-01-01T00:00:00Z","revoked":true}]}`,
-		`{"orders":[{"id":"ord_1","merchant_reference":"R","platform":"ebay","status":"unfulfilled","created_at":"start-1h","imported_at":"start+30s","changes":[{"status":"fulfilled","at":"start+2m"}]}],` +
-			`"shipments":[{"id":"shp_1","reference":"S","tracking_number":"T1","order_id":"ord_1","created_at":"start+60s","events":[{"after":"60s","status":"in_transit","description":"D"},{"timestamp":"x","status":"failure","description":"E"}]}]}`,
-		`{"shipments":[{"id":"a","reference":"b","order_id":"c"}]}`, `{"orders":[],"keys":[]}`, `[]`, `{"template":1}`, "{\"t\":\"\xff\"}", `{"Template":"acct_sync","template":"acct_sync"}`,
-	} {
-		f.Add(body)
-	}
-	n := 0
-	f.Fuzz(func(t *testing.T, body string) {
-		n++
-		before := e.srv.book.count(e.clock.now())
-		r := newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_sync_all", body, "Content-Type", "application/json", "Idempotency-Key", "fuzz-"+strconv.Itoa(n))
-		rep := e.do(t, r) // checks the answer against the document
-		switch rep.status {
-		case http.StatusCreated:
-			var sb sandboxOut
-			if err := json.Unmarshal(rep.body, &sb); err != nil || len(sb.Keys) == 0 {
-				t.Fatalf("201 %s: %v", rep.body, err)
-			}
-			e.do(t, newRequest(http.MethodGet, "/v1/orders", sb.Keys[0].Key))
-			e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+sb.Account, sb.Keys[0].Key))
-		case http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
-			if after := e.srv.book.count(e.clock.now()); after != before {
-				t.Fatalf("a refused body (%s) made a sandbox", rep)
-			}
-		default:
-			t.Fatalf("%q = %s", body, rep)
-		}
-	})
-}
-
-// FuzzBookingBody: any body of POST /v1/test_helpers/shipments is a 201, whose shipment
-// is then found where its Location says, or a 4xx that writes nothing; never a 5xx.
-func FuzzBookingBody(f *testing.F) {
-	e := newEnv(f, envOptions{rate: -1, quiet: true, journal: -1, step: -1}) // a frozen clock: the sandbox stays
-	for _, body := range []string{
-		`{"reference":"R"}`, `{"id":"shp_1","reference":"R","tracking_number":"T1","parcel_tracking_numbers":["T2"],"order_id":"ord_sync_0003",` +
-			`"events":[{"after":"0s","status":"pre_transit","description":"D","location":"L"},{"timestamp":"2026-11-22T12:05:00+01:00","status":"in_transit","description":"E"},{"timestamp":"x","status":"failure","description":"F"}]}`,
-		`{"reference":"R","order_id":"ord_sync_0001"}`, `{"reference":"R","order_id":"ord_sync_0002"}`, `{"id":null,"reference":"R","events":null}`,
-		`{"reference":"R","created_at":"start"}`, `[]`, `{"reference":1}`, "{\"reference\":\"\xff\"}", `{"Reference":"R","reference":"R"}`, `{"reference":"R","events":[{"after":"-72h","status":"delivered","description":"D"}]}`,
-	} {
-		f.Add(body)
-	}
-	var key string
-	n := 0
-	f.Fuzz(func(t *testing.T, body string) {
-		if n%500 == 0 { // a fresh copy now and then: each write copies what the sandbox holds
-			key = e.syncCopy(t, "fuzz-copy-"+strconv.Itoa(n))
-		}
-		n++
-		tenant := e.srv.keys.sandboxes.find(sha256.Sum256([]byte(key)), e.clock.now()).tenant
-		before := tenant.current()
-		rep := e.book(t, key, body, "fuzz-"+strconv.Itoa(n)) // checks the answer against the document
-		switch rep.status {
-		case http.StatusCreated:
-			if got := e.get(t, rep.header.Get("Location"), key); got.status != 200 || string(got.body) != string(rep.body) {
-				t.Fatalf("%q: 201 %s, but its Location answers %s", body, rep.body, got)
-			}
-		case http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
-			if tenant.current() != before {
-				t.Fatalf("a refused body (%s) wrote", rep)
-			}
-		default:
-			t.Fatalf("%q = %s", body, rep)
-		}
-	})
-}
-
-// FuzzHandlerChain sends arbitrary methods, paths, queries, Authorization values and
-// bodies through the whole chain: the answer is a 200 or a problem+json 4xx, never a 5xx.
-func FuzzHandlerChain(f *testing.F) {
-	e := newEnv(f, envOptions{seed: 20, rate: -1})
-	seeds := [][4]string{
-		{"GET", "/v1/orders", "limit=3", "Bearer sk_test_sandbox_all"},
-		{"GET", "/v1/orders/ord_sbx_0001", "", "Bearer sk_test_sandbox_all"},
-		{"HEAD", "/v1/shipments/shp_sbx_spring/tracking", "", "Bearer sk_test_sandbox_tracking"},
-		{"GET", "/v1/tracking/SBX2000000000", "", "bearer sk_test_other_all"},
-		{"POST", "/v1/orders", "status=x", "Basic x"},
-		{"GET", "//v1/./orders/..", "cursor=%%", "Bearer "},
-		{"GET", "/v1/orders", "created_from=2026-01-01T00:00:00+01:00&created_to=x", "Bearer sk_live_sandbox_all"},
-		{"DELETE", "/healthz", "", ""},
-		{"GET", "", "", ""},
-		{"CONNECT", "/v1/orders", "", "Bearer sk_test_sandbox_all"},
-		{"GET", "/v1/orders", "status=cancelled", "Bearer sk_test_sync_all"},
-		{"GET", "/v1/tracking/SYNC1000000001", "", "Bearer sk_test_sync_all"},
-	}
-	for _, s := range seeds {
-		f.Add(s[0], s[1], s[2], s[3], "")
-	}
-	f.Add("GET", "/v1/orders", "", "Bearer sk_test_sandbox_all", strings.Repeat("b", 300))
-	f.Fuzz(func(t *testing.T, method, path, query, auth, body string) {
-		u := &url.URL{Path: path, RawQuery: query}
-		r := &http.Request{Method: method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: http.Header{}, Host: "x",
-			RequestURI: u.RequestURI(), Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body))}
-		if auth != "" {
-			r.Header.Set("Authorization", auth)
-		}
-		rec := httptest.NewRecorder()
-		e.h.ServeHTTP(rec, r)
-		rep := reply{status: rec.Code, header: rec.Result().Header, body: rec.Body.Bytes()}
-		// The one 5xx a client gets without asking (Prefer) is a live key's 503.
-		live := rep.status == 503 && bytes.Contains(rep.body, []byte(`"code":"live_not_released"`))
-		if rep.status != 200 && (rep.status < 400 || rep.status > 499) && !live {
-			t.Fatalf("%q %q ? %q (Authorization %q) = %s", method, path, query, auth, rep)
-		}
-		if method == http.MethodGet || method == http.MethodHead {
-			checkResponse(t, r, rep)
-		} else if rep.status >= 400 {
-			rep.problem(t)
-		}
-	})
-}
-
-// ===== Benchmarks =====
-
-// Benchmarks, all through the whole handler chain with the access log on (written to
-// io.Discard), against a bare handler in the same harness.
-
-// benchWriter copies the body into a reused buffer, as a connection's buffered writer
-// would, so that an answer's size costs what it costs; it allocates nothing itself. Its
-// header map is reused (net/http makes one per response): the bare floor and the full
-// chain are treated alike.
-type benchWriter struct {
-	h      http.Header
-	status int
-	buf    []byte
-}
-
-func (w *benchWriter) Header() http.Header { return w.h }
-
-func (w *benchWriter) WriteHeader(s int) { w.status = s }
-
-func (w *benchWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	w.buf = append(w.buf, b...)
-	return len(b), nil
-}
-
-// benchEnv is a sandbox with seed orders, the default rate limit off (as the end-to-end
-// benchmark runs it), the log and the journal on.
-func benchEnv(b *testing.B, seed int) *env { return benchEnvOf(b, defaultDataset, seed, testNow) }
-
-// benchEnvOf is benchEnv of a dataset, started at start.
-func benchEnvOf(b *testing.B, data []byte, seed int, start time.Time) *env {
-	b.Helper()
-	sb, err := loadBytes("bench", data, seed, start, slog.New(slog.DiscardHandler))
-	if err != nil {
-		b.Fatal(err)
-	}
-	s, err := newServer(sb, serverOptions{access: newLogBuffer(io.Discard, time.Hour), journal: defaultJournal})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return &env{h: s.handler(), srv: s, sb: sb}
-}
-
-// benchServe serves r repeatedly and reports the answer's size.
-func benchServe(b *testing.B, h http.Handler, r *http.Request, want int) {
-	b.Helper()
-	r.RequestURI = r.URL.RequestURI() // as a server reads it off the request line
-	w := &benchWriter{h: http.Header{}}
-	h.ServeHTTP(w, r)
-	if w.status != want {
-		b.Fatalf("%s %s = %d, want %d", r.Method, r.URL, w.status, want)
-	}
-	b.SetBytes(int64(len(w.buf)))
-	b.ReportAllocs()
-	runtime.GC() // not the start-up's garbage: what a page costs when serving
-	b.ResetTimer()
-	for b.Loop() {
-		clear(w.h)
-		w.status, w.buf = 0, w.buf[:0]
-		h.ServeHTTP(w, r)
-	}
-}
-
-func BenchmarkGetOrder(b *testing.B) {
-	benchServe(b, benchEnv(b, 0).h, newRequest("GET", "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all"), 200)
-}
-
-// BenchmarkGetOrderBesideSandboxes: GET by id with a dataset key, with 10,000 copies of
-// acct_sync made first: what sandboxes cost the requests that use none of them.
-func BenchmarkGetOrderBesideSandboxes(b *testing.B) {
-	e := benchEnv(b, 0)
-	for i := range maxSandboxes {
-		w := &benchWriter{h: http.Header{}}
-		e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_sync_all", `{}`, "Idempotency-Key", strconv.Itoa(i)))
-		if w.status != http.StatusCreated {
-			b.Fatalf("%d %s", w.status, w.buf)
-		}
-	}
-	benchServe(b, e.h, newRequest("GET", "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all"), 200)
-}
-
-func BenchmarkTrackingByID(b *testing.B) {
-	benchServe(b, benchEnv(b, 0).h, newRequest("GET", "/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_all"), 200)
-}
-
-// BenchmarkClock: the same reads with the tenant's clock frozen in the middle of the data
-// (3 of shp_sbx_spring's 5 events; half of the orders), against the wall clock.
-func BenchmarkClock(b *testing.B) {
-	for _, frozen := range []bool{false, true} {
-		e := benchEnv(b, 1000000)
-		ix := &e.sb.tenants.byID[seedTenant].current().orders
-		if frozen {
-			at := ix.createdAt(ix.count() / 2)
-			e.sb.tenants.byID[seedTenant].clock.freeze(at)
-			shp := e.sb.tenants.byID[seedTenant].current().shipments.byID["shp_sbx_spring"]
-			// The tracking read is measured with the clock at the third event.
-			b.Run("frozen/tracking_by_id", func(b *testing.B) {
-				e.sb.tenants.byID[seedTenant].clock.freeze(shp.instants[2].time())
-				benchServe(b, e.h, newRequest("GET", "/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_all"), 200)
-				e.sb.tenants.byID[seedTenant].clock.freeze(at)
-			})
-			b.Run("frozen/list_orders", func(b *testing.B) {
-				benchServe(b, e.h, newRequest("GET", "/v1/orders?limit=100", "sk_test_sandbox_all"), 200)
-			})
-			continue
-		}
-		b.Run("wall/tracking_by_id", func(b *testing.B) {
-			benchServe(b, e.h, newRequest("GET", "/v1/shipments/shp_sbx_spring/tracking", "sk_test_sandbox_all"), 200)
-		})
-		b.Run("wall/list_orders", func(b *testing.B) {
-			benchServe(b, e.h, newRequest("GET", "/v1/orders?limit=100", "sk_test_sandbox_all"), 200)
-		})
-	}
-}
-
-func BenchmarkTrackingByNumber(b *testing.B) {
-	benchServe(b, benchEnv(b, 0).h, newRequest("GET", "/v1/tracking/SBX1000000001", "sk_test_sandbox_all"), 200)
-}
-
-// BenchmarkListOrders: pages of 100 with 1,000 and 1,000,000 seeded orders. The cost of a
-// page must not grow with the number of orders.
-func BenchmarkListOrders(b *testing.B) {
-	for _, n := range []int{1000, 1000000} {
-		e := benchEnv(b, n)
-		ix := &e.sb.tenants.byID[seedTenant].current().orders
-		oldest := ix.createdAt(ix.count() - 1)
-		middle := ix.count() / 2
-		every := everyOrder()
-		deep := e.srv.cursors.sign(ix.tag, every.tag(), cursorPosition{ix.createdAt(middle), string(ix.idOf(middle))})
-		cases := []struct{ name, query string }{
-			{"no_filter", "limit=100"},
-			{"status", "limit=100&status=fulfilled"},
-			{"narrow_range_newest", "limit=100&created_from=2026-10-31T11:00:00Z&created_to=2026-10-31T23:00:00Z"},
-			{"narrow_range_oldest", "limit=100&created_from=" + formatTimestamp(oldest) + "&created_to=" + formatTimestamp(oldest.Add(12*time.Hour))},
-			{"deep_cursor", "limit=100&cursor=" + deep},
-		}
-		for _, c := range cases {
-			b.Run(fmt.Sprintf("orders=%d/%s", n, c.name), func(b *testing.B) {
-				benchServe(b, e.h, newRequest("GET", "/v1/orders?"+c.query, "sk_test_sandbox_all"), 200)
-			})
-		}
-	}
-}
-
-// BenchmarkLandingPage: GET / costs the same whatever the dataset.
-func BenchmarkLandingPage(b *testing.B) {
-	for _, tt := range []struct {
-		name string
-		data []byte
-	}{
-		{"default", defaultDataset},
-		{"shipments=100000", pageDataset(1, 1, 100000, 1, 12, "x")},
-		{"tenants=40000", pageDataset(40000, 1, 1, 1, 12, "x")},
-		{"sharing_one_number=500000", sharedNumberLater(500000)},
-	} {
-		b.Run(tt.name, func(b *testing.B) {
-			sb, err := loadBytes("bench", tt.data, 0, testNow, slog.New(slog.DiscardHandler))
-			if err != nil {
-				b.Fatal(err)
-			}
-			s, err := newServer(sb, serverOptions{access: newLogBuffer(io.Discard, time.Hour), loopback: true, journal: defaultJournal})
-			if err != nil {
-				b.Fatal(err)
-			}
-			benchServe(b, s.handler(), newRequest(http.MethodGet, "/", ""), 200)
-		})
-	}
-	// The worst arrangement for its findings: 20 tenants of 5,000 orders that all change
-	// status, each journal full of limit=100 pages walked before the changes, the last
-	// after: some 5,000 findings each to judge. first-page-ms is the page right after, which
-	// starts the counts aside and waits for them at most pageCountWait; the loop, the page
-	// once they are made.
-	b.Run("full_journals", func(b *testing.B) {
-		const tenants, orders = 20, 5000
-		var as, ks, os []string
-		newest := time.Date(2026, 10, 31, 23, 0, 0, 0, time.UTC)
-		for a := range tenants {
-			as = append(as, fmt.Sprintf(`{"id":"acct_%02d","environments":["test"]}`, a))
-			ks = append(ks, fmt.Sprintf(`{"key":"sk_test_page_%02d","account":"acct_%02d","environment":"test","scopes":["orders:read"]}`, a, a))
-			for o := range orders {
-				os = append(os, fmt.Sprintf(`{"id":"ord_%02d_%05d","account":"acct_%02d","environment":"test","merchant_reference":"R","platform":"ebay","status":"unfulfilled","created_at":%q,"changes":[{"status":"fulfilled","at":%q}]}`,
-					a, o, a, formatTimestamp(newest.Add(-time.Duration(o)*time.Minute)), formatTimestamp(newest.Add(30*24*time.Hour))))
-			}
-		}
-		sb, err := loadBytes("bench", []byte(dataset(strings.Join(as, ","), strings.Join(ks, ","), "", strings.Join(os, ","))), 0, testNow, slog.New(slog.DiscardHandler))
-		if err != nil {
-			b.Fatal(err)
-		}
-		s, err := newServer(sb, serverOptions{access: newLogBuffer(io.Discard, time.Hour), loopback: true, journal: defaultJournal})
-		if err != nil {
-			b.Fatal(err)
-		}
-		h := s.handler()
-		for a := range tenants {
-			key, cursor := fmt.Sprintf("sk_test_page_%02d", a), ""
-			for i := range defaultJournal {
-				at, target := newest.Add(time.Second), "/v1/orders?limit=100"
-				if i == defaultJournal-1 {
-					at = newest.Add(60 * 24 * time.Hour)
-				} else if cursor != "" {
-					target += "&cursor=" + cursor
-				}
-				w := &benchWriter{h: http.Header{}}
-				h.ServeHTTP(w, newRequest("GET", target, key, "Prefer", `clock="`+formatTimestamp(at)+`"`))
-				var p pageJSON
-				if err := json.Unmarshal(w.buf, &p); err != nil || w.status != 200 {
-					b.Fatalf("page %d: %d %s", i, w.status, w.buf)
-				}
-				cursor = ""
-				if p.Pagination.NextCursor != nil {
-					cursor = url.QueryEscape(*p.Pagination.NextCursor)
-				}
-			}
-		}
-		start := time.Now()
-		h.ServeHTTP(&benchWriter{h: http.Header{}}, newRequest(http.MethodGet, "/", ""))
-		first := time.Since(start)
-		for _, tk := range s.landing.tenants { // the counts made aside
-			if done := tk.t.countFindings(); done != nil {
-				<-done
-			}
-		}
-		benchServe(b, h, newRequest(http.MethodGet, "/", ""), 200)
-		b.ReportMetric(float64(first.Microseconds())/1000, "first-page-ms") // after benchServe: ResetTimer drops metrics
-	})
-}
-
-// BenchmarkLoadAccounts: loading 20,000 accounts, each with an order and a shipment,
-// linked or not.
-func BenchmarkLoadAccounts(b *testing.B) {
-	for _, linked := range []bool{false, true} {
-		data := manyAccounts(20000, linked)
-		b.Run(fmt.Sprintf("linked=%v", linked), func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := loadBytes("many.json", data, 0, testNow, slog.New(slog.DiscardHandler)); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-}
-
-// movingOrders is a sandbox whose acct_sandbox/test holds n orders like the seeded ones,
-// of which, when moving, every tenth changes status once (at an instant spread evenly over
-// the hour after its creation) and every hundredth is imported up to an hour late, loaded
-// from a dataset as a user's would be. It returns the instant half-way through their
-// creation.
-func movingOrders(b *testing.B, n int, moving bool) (*env, time.Time) {
-	every := 0
-	if moving {
-		every = 10
-	}
-	return ordersOf(b, n, every, func(k int) string { return orderStatuses[k%len(orderStatuses)] })
-}
-
-// ordersOf is a dataset of n orders, order k's status, and the status its change goes to,
-// status(k) and status(k+1). With changeEvery 10, every tenth changes within the hour after
-// its creation and one in a hundred is imported up to an hour late; with changeEvery 1,
-// every order changes a month after the newest is created, which it returns instead of
-// the instant half-way through.
-func ordersOf(b *testing.B, n, changeEvery int, status func(k int) string) (*env, time.Time) {
-	moving := changeEvery > 0
-	var ds bytes.Buffer
-	ds.WriteString(`{"accounts":[{"id":"acct_sandbox","environments":["test"]}],` +
-		`"keys":[{"key":"sk_test_sandbox_all","account":"acct_sandbox","environment":"test","scopes":["orders:read"]}],"orders":[`)
-	newest := time.Date(2026, 10, 31, 23, 0, 0, 0, time.UTC)
-	var mid time.Time
-	for j := range n {
-		k := n - 1 - j
-		created := newest.Add(-time.Duration(j-j/4) * 7 * time.Minute)
-		if j == n/2 {
-			mid = created
-		}
-		if j > 0 {
-			ds.WriteByte(',')
-		}
-		fmt.Fprintf(&ds, `{"id":"ord_seed_%07d","account":"acct_sandbox","environment":"test","merchant_reference":"SEED-%07d","platform":%q,"status":%q,"created_at":%q`,
-			k, k, platforms[k%len(platforms)], status(k), formatTimestamp(created))
-		switch {
-		case changeEvery == 1:
-			fmt.Fprintf(&ds, `,"changes":[{"status":%q,"at":%q}]`, status(k+1), formatTimestamp(newest.Add(30*24*time.Hour)))
-		case moving && j%changeEvery == 0 && status(k+1) != status(k):
-			fmt.Fprintf(&ds, `,"changes":[{"status":%q,"at":%q}]`, status(k+1), formatTimestamp(created.Add(time.Duration(j*37%3600+1)*time.Second)))
-		}
-		if changeEvery == 10 && j%100 == 1 {
-			fmt.Fprintf(&ds, `,"imported_at":%q`, formatTimestamp(created.Add(time.Duration(j*53%3600)*time.Second)))
-		}
-		ds.WriteByte('}')
-	}
-	ds.WriteString("]}")
-	sb, err := loadBytes("moving", ds.Bytes(), 0, testNow, slog.New(slog.DiscardHandler))
-	if err != nil {
-		b.Fatal(err)
-	}
-	s, err := newServer(sb, serverOptions{access: newLogBuffer(io.Discard, time.Hour), journal: defaultJournal})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if changeEvery == 1 {
-		return &env{h: s.handler(), srv: s, sb: sb}, newest
-	}
-	return &env{h: s.handler(), srv: s, sb: sb}, mid
-}
-
-// BenchmarkListOrdersWithTimelines: pages of 1,000,000 orders of which 10% change status
-// once and 1% are imported late, the clock half-way through, against the same pages of the
-// same orders without timelines: each should cost at most twice as much.
-func BenchmarkListOrdersWithTimelines(b *testing.B) {
-	for _, moving := range []bool{false, true} {
-		e, mid := movingOrders(b, 1000000, moving)
-		e.sb.tenants.byID[seedTenant].clock.freeze(mid)
-		for _, query := range []string{"limit=100", "limit=100&status=unfulfilled", "limit=100&status=partially_fulfilled", "limit=100&status=fulfilled", "limit=100&status=cancelled"} {
-			name := strings.TrimPrefix(strings.TrimPrefix(query, "limit=100"), "&status=")
-			if name == "" {
-				name = "no_filter"
-			}
-			b.Run(fmt.Sprintf("timelines=%v/%s", moving, name), func(b *testing.B) {
-				benchServe(b, e.h, newRequest("GET", "/v1/orders?"+query, "sk_test_sandbox_all"), 200)
-			})
-		}
-	}
-}
-
-// BenchmarkFindings: judging a full journal of 1,000 limit=100 pages, each at its own
-// instant; the contract asks under 50 ms. walk: pages walked by cursor over 100,000 orders
-// of which 10% change status and 1% are imported late. rare_status: the first page of
-// status=cancelled over 1,000,000 orders, 10% changing status, where one in 10,000 is
-// cancelled: each page spans every order (a page of it takes some 0.4 ms to list).
-func BenchmarkFindings(b *testing.B) {
-	b.Run("walk", func(b *testing.B) {
-		e, mid := movingOrders(b, 100000, true)
-		benchFindings(b, e, "/v1/orders?limit=100", func(i int) time.Time { return mid.Add(time.Duration(i) * time.Minute) })
-	})
-	b.Run("rare_status", func(b *testing.B) {
-		statuses := []string{"unfulfilled", "partially_fulfilled", "fulfilled"}
-		e, mid := ordersOf(b, 1000000, 10, func(k int) string {
-			if k%10000 == 0 {
-				return "cancelled"
-			}
-			return statuses[k%len(statuses)]
-		})
-		benchFindings(b, e, "/v1/orders?limit=100&status=cancelled", func(i int) time.Time { return mid.Add(time.Duration(i) * time.Second) })
-	})
-	// The worst arrangement: every one of 100,000 orders changes status a month after the
-	// newest is created; 999 pages read them before, walked by cursor, and the last page
-	// after, so that nearly every order read is stale (99,800 findings). filtered: every
-	// other page is of one status, over a day of created_at, at an instant between.
-	for _, filtered := range []bool{false, true} {
-		b.Run(fmt.Sprintf("all_stale/filtered=%v", filtered), func(b *testing.B) {
-			e, newest := everyOrderChanges(b, 100000)
-			before, after := newest.Add(time.Second), newest.Add(60*24*time.Hour)
-			key, cursor := "sk_test_sandbox_all", ""
-			for i := range defaultJournal {
-				target, at := "/v1/orders?limit=100", before
-				switch {
-				case i == defaultJournal-1:
-					at = after
-				case filtered && i%2 == 1:
-					day := newest.Add(-time.Duration(i) * 24 * time.Hour)
-					target = "/v1/orders?limit=100&status=" + orderStatuses[i%4] + "&created_from=" + formatTimestamp(day) + "&created_to=" + formatTimestamp(day.Add(24*time.Hour))
-					at = newest.Add(time.Duration(i) * time.Hour)
-				case cursor != "":
-					target += "&cursor=" + cursor
-				}
-				w := &benchWriter{h: http.Header{}}
-				e.h.ServeHTTP(w, newRequest("GET", target, key, "Prefer", `clock="`+formatTimestamp(at)+`"`))
-				var p pageJSON
-				if err := json.Unmarshal(w.buf, &p); err != nil || w.status != 200 {
-					b.Fatalf("page %d: %d %s", i, w.status, w.buf)
-				}
-				if !strings.Contains(target, "status=") && p.Pagination.NextCursor != nil {
-					cursor = url.QueryEscape(*p.Pagination.NextCursor)
-				}
-			}
-			var f findingsOut
-			strict(b, e.get(b, "/v1/test_helpers/findings", key), &f)
-			benchServe(b, e.h, newRequest("GET", "/v1/test_helpers/findings", key), 200)
-			b.ReportMetric(float64(len(f.Data)+f.More), "findings")
-		})
-	}
-}
-
-// BenchmarkBlindRetries: the worst arrangement of blind_retry's judge, a full journal of
-// -journal's most (100,000) writes of one body, each answered 502 under its own key, all
-// arriving before any answer came: no entry is a blind retry of another, and each 502 is
-// asked whether one is (walking the later entries took about 4 s).
-func BenchmarkBlindRetries(b *testing.B) {
-	k := &apiKey{}
-	es := make([]journalEntry, maxJournal)
-	for i := range es {
-		es[i] = journalEntry{seq: uint64(i + 1), key: k, method: "POST", target: "/v1/test_helpers/shipments", status: http.StatusBadGateway,
-			duration: int64(10 * time.Second), write: &writeMark{key: strconv.Itoa(i)}}
-	}
-	for b.Loop() {
-		if fs := blindRetries(es); len(fs) != 0 {
-			b.Fatalf("%d findings", len(fs))
-		}
-	}
-}
-
-// everyOrderChanges is a dataset of n orders, every one of which changes status once, a
-// month after the newest (returned) is created.
-func everyOrderChanges(b *testing.B, n int) (*env, time.Time) {
-	return ordersOf(b, n, 1, func(k int) string { return orderStatuses[k%len(orderStatuses)] })
-}
-
-// benchFindings fills the journal with 1,000 pages of query, walked by cursor, page i at
-// instant at(i), and times reading its findings.
-func benchFindings(b *testing.B, e *env, query string, at func(i int) time.Time) {
-	key, cursor := "sk_test_sandbox_all", ""
-	for i := range defaultJournal {
-		w := &benchWriter{h: http.Header{}}
-		target := query
-		if cursor != "" {
-			target += "&cursor=" + cursor
-		}
-		e.h.ServeHTTP(w, newRequest("GET", target, key, "Prefer", `clock="`+formatTimestamp(at(i))+`"`))
-		var p pageJSON
-		if err := json.Unmarshal(w.buf, &p); err != nil || w.status != 200 {
-			b.Fatalf("page %d: %d %s", i, w.status, w.buf)
-		}
-		cursor = ""
-		if p.Pagination.NextCursor != nil {
-			cursor = url.QueryEscape(*p.Pagination.NextCursor)
-		}
-	}
-	benchServe(b, e.h, newRequest("GET", "/v1/test_helpers/findings", key), 200)
-}
-
-// BenchmarkMakeSandbox: POST /v1/test_helpers/sandboxes through the whole chain: a copy of
-// acct_sync and of acct_sandbox (the contract: within 5 ms), of a template of 10,000 orders
-// (within 50 ms), and of a body of records just under 256 KiB (within 100 ms); and the heap
-// that 10,000 copies of acct_sync hold (MiB/10000-copies, the contract: at most 100; run it
-// with -benchtime 1x). Each copy is built anew, as a copy made at another second than the
-// last is: copies of one second share their data (TestCopiesOfOneInstantShareTheirData).
-func BenchmarkMakeSandbox(b *testing.B) {
-	var orders, shipments []string
-	size := len(`{"orders":[],"shipments":[]}`)
-	for i := 0; ; i++ {
-		o := fmt.Sprintf(`{"id":"ord_%05d","merchant_reference":"R-%05d","platform":"ebay","status":"unfulfilled","created_at":"start-%dm","changes":[{"status":"fulfilled","at":"start+%ds"}]}`, i, i, i, i+1)
-		sh := fmt.Sprintf(`{"id":"shp_%05d","reference":"S-%05d","tracking_number":"T%05d","order_id":"ord_%05d","events":[{"after":"%ds","status":"in_transit","description":"Departed facility","location":"Leeds, GB"}]}`, i, i, i, i, i)
-		if size+len(o)+len(sh)+2 > maxBodyBytes {
-			break
-		}
-		orders, shipments, size = append(orders, o), append(shipments, sh), size+len(o)+len(sh)+2
-	}
-	large := `{"orders":[` + strings.Join(orders, ",") + `],"shipments":[` + strings.Join(shipments, ",") + `]}`
-	for _, tt := range []struct {
-		name, key, body string
-		seed            int
-	}{
-		{"copy_of_acct_sync", "sk_test_sync_all", `{}`, 0},
-		{"copy_of_acct_sandbox", "sk_test_sandbox_all", `{}`, 0},
-		{"copy_of_10000_orders", "sk_test_sandbox_all", `{}`, maxSandboxRecords - 1}, // acct_sandbox's one and 9,999 seeded (the contract: within 50 ms)
-		{fmt.Sprintf("records_%dKiB", len(large)>>10), "sk_test_sandbox_all", large, 0},
-	} {
-		b.Run(tt.name, func(b *testing.B) { // a copy built anew each time, as one made at another second is
-			e := benchEnv(b, tt.seed)
-			n := 0
-			b.ReportAllocs()
-			for b.Loop() {
-				n++
-				clear(e.srv.book.shared)
-				w := &benchWriter{h: http.Header{}}
-				e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", tt.key, tt.body, "Idempotency-Key", strconv.Itoa(n)))
-				if w.status != http.StatusCreated {
-					b.Fatalf("%d %s", w.status, w.buf)
-				}
-			}
-		})
-	}
-	b.Run("heap_of_10000_copies_of_acct_sync", func(b *testing.B) { // each built anew: none shares another's data
-		for b.Loop() {
-			e := benchEnv(b, 0)
-			before := heapAfterGC()
-			for i := range maxSandboxes {
-				clear(e.srv.book.shared)
-				w := &benchWriter{h: http.Header{}}
-				e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_sync_all", `{}`, "Idempotency-Key", strconv.Itoa(i)))
-				if w.status != http.StatusCreated {
-					b.Fatalf("%d %s", w.status, w.buf)
-				}
-			}
-			b.ReportMetric(float64(heapAfterGC()-before)/(1<<20), "MiB/10000-copies")
-			runtime.KeepAlive(e)
-		}
-	})
-}
-
-// BenchmarkOrderStore: what 1,000,000 orders cost to build and hold: the heap they keep
-// per order, and the time to seed and store them.
-func BenchmarkOrderStore(b *testing.B) {
-	const n = 1000000
-	var before uint64
-	var kept *sandbox
-	for b.Loop() {
-		kept = nil
-		before = heapAfterGC()
-		sb, err := loadBytes("bench", defaultDataset, n, testNow, slog.New(slog.DiscardHandler))
-		if err != nil {
-			b.Fatal(err)
-		}
-		kept = sb
-	}
-	b.ReportMetric(float64(heapAfterGC()-before)/n, "heap-bytes/order")
-	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/1M-orders")
-	runtime.KeepAlive(kept)
-}
-
-// BenchmarkHealthz is the cheapest answer the service gives (no key, a prepared 15-byte
-// body): what the fixed chain (request id, headers, router, log line) costs by itself.
-func BenchmarkHealthz(b *testing.B) {
-	benchServe(b, benchEnv(b, 0).h, newRequest("GET", "/healthz", ""), 200)
-}
-
-// BenchmarkBare is the floor: a handler that only writes a precomputed body, of the sizes
-// of the answers above (an order, a tracking view, a page of 100 seeded orders).
-func BenchmarkBare(b *testing.B) {
-	for _, size := range []int{len(sandboxOrderJSON), 658, 16541} {
-		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
-			body := []byte(strings.Repeat("x", size))
-			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("Content-Type", "application/json")
-				w.Write(body)
-			})
-			benchServe(b, h, newRequest("GET", "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all"), 200)
-		})
-	}
-}
-
-// BenchmarkRejected: the error paths are cheap too.
-func BenchmarkRejected(b *testing.B) {
-	e := benchEnv(b, 0)
-	limited := newEnv(b, envOptions{step: -1, quiet: true})
-	for i := 0; i < 25; i++ {
-		limited.get(b, "/v1/orders", "sk_test_sandbox_all")
-	}
-	cases := []struct {
-		name   string
-		h      http.Handler
-		r      *http.Request
-		status int
-	}{
-		{"401_unknown_key", e.h, newRequest("GET", "/v1/orders/ord_sbx_0001", "sk_test_nope"), 401},
-		{"403_scope", e.h, newRequest("GET", "/v1/orders/ord_sbx_0001", "sk_test_sandbox_tracking"), 403},
-		{"404_order", e.h, newRequest("GET", "/v1/orders/ord_nope", "sk_test_sandbox_all"), 404},
-		{"404_route", e.h, newRequest("GET", "/v1/nope", ""), 404},
-		{"429_rate_limited", limited.h, newRequest("GET", "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all"), 429},
-	}
-	for _, c := range cases {
-		b.Run(c.name, func(b *testing.B) { benchServe(b, c.h, c.r, c.status) })
-	}
-}
-
-// bookingDataset is a -data dataset of two accounts of 10,000 orders each (one in ten
-// changes status, one in a hundred is imported late): acct_big, a template with no
-// shipment, and acct_linked, whose first 1,000 orders are linked to shipments its records
-// create at its start, as 1,000 bookings made in a copy of acct_big link them.
-func bookingDataset() []byte {
-	var b strings.Builder
-	b.WriteString(`{"accounts":[{"id":"acct_big","environments":["test"]},{"id":"acct_linked","environments":["test"]}],`)
-	b.WriteString(`"keys":[{"key":"sk_test_big_all","account":"acct_big","environment":"test","scopes":["tracking:read","orders:read"]},{"key":"sk_test_linked_all","account":"acct_linked","environment":"test","scopes":["tracking:read","orders:read"]}],"shipments":[`)
-	for i := range 1000 {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, `{"id":"shp_%05d","account":"acct_linked","environment":"test","reference":"B-%d","tracking_number":"TB%05d","order_id":"ord_%05d","created_at":"start","events":[{"after":"0s","status":"pre_transit","description":"Label created"}]}`, i, i, i, i)
-	}
-	b.WriteString(`],"orders":[`)
-	for _, account := range []string{"acct_big", "acct_linked"} {
-		for i := range maxSandboxRecords {
-			if account != "acct_big" || i > 0 {
-				b.WriteByte(',')
-			}
-			extra := ""
-			switch {
-			case i%100 == 7:
-				extra = fmt.Sprintf(`,"imported_at":"start-%ds"`, i)
-			case i%10 == 3:
-				extra = fmt.Sprintf(`,"changes":[{"status":"fulfilled","at":"start-%ds"}]`, i)
-			}
-			fmt.Fprintf(&b, `{"id":"ord_%05d","account":"%s","environment":"test","merchant_reference":"R-%05d","platform":"%s","status":"unfulfilled","created_at":"start-%dm"%s}`, i, account, i, platforms[i%len(platforms)], i, extra)
-		}
-	}
-	b.WriteString(`]}`)
-	return []byte(b.String())
-}
-
-// bookingBenchEnv serves bookingDataset as benchEnv serves the default one, its start an
-// hour ago (its shipments are created by now).
-func bookingBenchEnv(b *testing.B) *env {
-	return benchEnvOf(b, bookingDataset(), 0, time.Now().Add(-time.Hour))
-}
-
-// benchSandbox makes a copy of the account of a dataset key and returns its key.
-func benchSandbox(b *testing.B, e *env, key string) string {
-	b.Helper()
-	w := &benchWriter{h: http.Header{}}
-	e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", key, `{}`, "Idempotency-Key", randomText(8)))
-	var made sandboxAnswer
-	if w.status != http.StatusCreated || json.Unmarshal(w.buf, &made) != nil {
-		b.Fatalf("%d %s", w.status, w.buf)
-	}
-	return made.Keys[0].Key
-}
-
-// book creates the shipment of order i in the sandbox of key.
-func book(b *testing.B, e *env, key string, i int) {
-	w := &benchWriter{h: http.Header{}}
-	body := fmt.Sprintf(`{"reference":"B-%d","tracking_number":"TB%05d","order_id":"ord_%05d","events":[{"after":"0s","status":"pre_transit","description":"Label created"}]}`, i, i, i)
-	e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/shipments", key, body, "Idempotency-Key", strconv.Itoa(i)))
-	if w.status != http.StatusCreated {
-		b.Fatalf("%d %s", w.status, w.buf)
-	}
-}
-
-// BenchmarkCreateShipment: a shipment created in a copy of a -data template of 10,000
-// orders, each linking an order of its own (the contract: a median within 10 ms), a new
-// copy every 1,000 bookings; and the worst arrangement: a template of 10,000 orders and
-// 9,000 shipments, each booking a 255 KiB body of 2,589 scheduled events (the timeline grows
-// by as many), a new copy every 100. Each reports its median and 90th percentile.
-func BenchmarkCreateShipment(b *testing.B) {
-	b.Run("linking", func(b *testing.B) {
-		e := bookingBenchEnv(b)
-		benchBookings(b, func() string { return benchSandbox(b, e, "sk_test_big_all") }, 1000, func(key string, i int) { book(b, e, key, i) })
-	})
-	b.Run("worst", func(b *testing.B) {
-		var d strings.Builder
-		d.WriteString(`{"accounts":[{"id":"acct_full","environments":["test"]}],"keys":[{"key":"sk_test_full","account":"acct_full","environment":"test","scopes":[]}],"shipments":[`)
-		for i := range 9000 {
-			fmt.Fprintf(&d, `%s{"id":"s%d","account":"acct_full","environment":"test","reference":"R","tracking_number":"T%d","events":[{"after":"%ds","status":"in_transit","description":"Departed"}]}`, map[bool]string{true: ",", false: ""}[i > 0], i, i, i)
-		}
-		d.WriteString(`],"orders":[`)
-		for i := range maxSandboxRecords {
-			change := ""
-			if i%10 == 3 {
-				change = fmt.Sprintf(`,"changes":[{"status":"fulfilled","at":"start+%ds"}]`, i)
-			}
-			fmt.Fprintf(&d, `%s{"id":"ord_%05d","account":"acct_full","environment":"test","merchant_reference":"R","platform":"ebay","status":"unfulfilled","created_at":"start-%dm"%s}`, map[bool]string{true: ",", false: ""}[i > 0], i, i, change)
-		}
-		d.WriteString(`]}`)
-		e := benchEnvOf(b, []byte(d.String()), 0, time.Now())
-		var events []string
-		for size := 100; size < maxBodyBytes-200; {
-			ev := fmt.Sprintf(`{"after":"%ds","status":"in_transit","description":"Departed facility %d","location":"Leeds, GB"}`, len(events), len(events))
-			events, size = append(events, ev), size+len(ev)+1
-		}
-		benchBookings(b, func() string { return benchSandbox(b, e, "sk_test_full") }, 100, func(key string, i int) {
-			w := &benchWriter{h: http.Header{}}
-			body := fmt.Sprintf(`{"reference":"R","order_id":"ord_%05d","events":[%s]}`, i, strings.Join(events, ","))
-			e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/shipments", key, body, "Idempotency-Key", strconv.Itoa(i)))
-			if w.status != http.StatusCreated {
-				b.Fatalf("%d %s", w.status, w.buf)
-			}
-		})
-	})
-}
-
-// benchBookings times bookings, the i-th of a sandbox made anew every each, and reports the
-// median and the 90th percentile.
-func benchBookings(b *testing.B, sandbox func() string, each int, booking func(key string, i int)) {
-	var key string
-	var took []time.Duration
-	for b.Loop() {
-		i := len(took) % each
-		if i == 0 {
-			b.StopTimer()
-			key = sandbox()
-			b.StartTimer()
-		}
-		began := time.Now()
-		booking(key, i)
-		took = append(took, time.Since(began))
-	}
-	slices.Sort(took)
-	b.ReportMetric(float64(took[len(took)/2])/1e6, "ms-median")
-	b.ReportMetric(float64(took[len(took)*9/10])/1e6, "ms-p90")
-}
-
-// BenchmarkSandboxReads: GET by id of a linked order, a limit=100 page of linked orders and
-// a tracking view by number, in a copy of acct_big before any write and after 1,000
-// bookings, against the same sandbox made from records (a copy of acct_linked, whose
-// records hold the same 1,000 links) and against acct_linked itself, a dataset's account.
-func BenchmarkSandboxReads(b *testing.B) {
-	e := bookingBenchEnv(b)
-	before, after, records := benchSandbox(b, e, "sk_test_big_all"), benchSandbox(b, e, "sk_test_big_all"), benchSandbox(b, e, "sk_test_linked_all")
-	for i := range 1000 {
-		book(b, e, after, i)
-	}
-	for _, tt := range []struct{ name, key string }{{"dataset_records", "sk_test_linked_all"}, {"sandbox_of_records", records}, {"sandbox_before_writes", before}, {"sandbox_after_1000_writes", after}} {
-		b.Run(tt.name+"/get_order", func(b *testing.B) {
-			benchServe(b, e.h, newRequest("GET", "/v1/orders/ord_00500", tt.key), 200)
-		})
-		b.Run(tt.name+"/list_orders", func(b *testing.B) {
-			benchServe(b, e.h, newRequest("GET", "/v1/orders?limit=100", tt.key), 200)
-		})
-		b.Run(tt.name+"/tracking_by_number", func(b *testing.B) {
-			if tt.key == before {
-				b.Skip("no shipment before the writes")
-			}
-			benchServe(b, e.h, newRequest("GET", "/v1/tracking/TB00500", tt.key), 200)
-		})
-	}
 }
