@@ -402,11 +402,26 @@ func listenError(cfg config, err error) error {
 	if !errors.Is(err, syscall.EADDRINUSE) {
 		return fmt.Errorf("%s %s: %w", cfg.addrName, cfg.addr, err)
 	}
-	other := "pass another -addr, such as -addr 127.0.0.1:8081"
+	next := nextAddress(cfg.addr)
+	other := "pass another -addr, such as -addr " + next
 	if cfg.addrName == "SANDBOX_ADDR" {
-		other = "set SANDBOX_ADDR to another address, such as 127.0.0.1:8081"
+		other = "set SANDBOX_ADDR to another address, such as " + next
 	}
 	return fmt.Errorf("%s %s: %w: another process listens there (another sandbox, perhaps): stop it, or %s", cfg.addrName, cfg.addr, err, other)
+}
+
+// nextAddress is the address of the port after addr's on its host (the one before, for
+// 65535): what an address in use suggests instead.
+func nextAddress(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	n, perr := strconv.Atoi(port)
+	if err != nil || perr != nil || n < 1 || n > 65535 {
+		return "127.0.0.1:8081"
+	}
+	if n == 65535 {
+		return net.JoinHostPort(host, "65534")
+	}
+	return net.JoinHostPort(host, strconv.Itoa(n+1))
 }
 
 // loadConfigured loads the dataset the configuration names: the embedded default, or the
@@ -2852,6 +2867,11 @@ type (
 		CountedTo     int // the seq up to which Findings counts: Journaled, unless a count runs aside
 		Findings      int
 		FirstFindings []landingFinding
+		Runs          []landingRun // the runs of the requests shown, each judged apart
+	}
+	landingRun struct {
+		Name template.HTML
+		Link string // its findings, read with a key of the account
 	}
 	landingFinding struct {
 		Code, Requests string
@@ -2905,7 +2925,7 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 			}
 			if s.book.journaling() && !tk.t.live {
 				lt.Journal = true
-				lt.Requests, lt.Journaled, lt.CountedTo, lt.Findings, lt.FirstFindings = landingJournal(tk.t)
+				lt.Requests, lt.Journaled, lt.CountedTo, lt.Findings, lt.FirstFindings, lt.Runs = landingJournal(tk.t, d.BaseURL)
 			}
 		}
 		td := tk.t.current()
@@ -2961,13 +2981,20 @@ func (s *server) awaitCounts(deadline time.Time) {
 }
 
 // landingJournal is what the page shows of a tenant's journal: its last pageRequests
-// entries, how many were journaled, and its findings when the count was last made (up to
-// which request): how many, and the first pageFindings (see tenant.countFindings).
-func landingJournal(t *tenant) ([]landingRequest, int, int, int, []landingFinding) {
+// entries, how many were journaled, its findings when the count was last made (up to
+// which request): how many, and the first pageFindings (see tenant.countFindings); and the
+// runs of the entries shown, whose findings are judged apart, each with its link under
+// baseURL.
+func landingJournal(t *tenant, baseURL string) ([]landingRequest, int, int, int, []landingFinding, []landingRun) {
 	last := t.recentEntries(pageRequests)
 	rows := make([]landingRequest, len(last))
+	var runs []landingRun
 	for i, e := range last {
 		rows[i] = landingRequest{e.seq, time.Unix(0, e.arrived).UTC().Format("15:04:05.000"), cut(e.method), cut(e.target), int(e.status)}
+		link := baseURL + "/test_helpers/findings?run=" + url.QueryEscape(e.runTag)
+		if e.runTag != "" && !slices.ContainsFunc(runs, func(r landingRun) bool { return r.Link == link }) {
+			runs = append(runs, landingRun{cut(e.runTag), link})
+		}
 	}
 	newest, c := t.findingsCounted()
 	var found []landingFinding
@@ -2982,7 +3009,7 @@ func landingJournal(t *tenant) ([]landingRequest, int, int, int, []landingFindin
 		}
 		found = append(found, lf)
 	}
-	return rows, int(newest), int(c.seq), c.n, found
+	return rows, int(newest), int(c.seq), c.n, found, runs
 }
 
 // cut is a shown value as the page writes it, HTML-escaped and bounded by what is written:

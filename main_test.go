@@ -1421,6 +1421,19 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
+// TestNextAddress: an address in use suggests the port after the one asked for, on its host.
+func TestNextAddress(t *testing.T) {
+	t.Parallel()
+	for addr, want := range map[string]string{
+		"127.0.0.1:8080": "127.0.0.1:8081", ":9000": ":9001", "localhost:80": "localhost:81",
+		"[::1]:8080": "[::1]:8081", "0.0.0.0:65535": "0.0.0.0:65534", "nonsense": "127.0.0.1:8081",
+	} {
+		if got := nextAddress(addr); got != want {
+			t.Errorf("nextAddress(%q) = %q, want %q", addr, got, want)
+		}
+	}
+}
+
 func TestRunRefusesABadStart(t *testing.T) {
 	t.Parallel()
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
@@ -1428,13 +1441,18 @@ func TestRunRefusesABadStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
+	port := taken.Addr().(*net.TCPAddr).Port
+	next := "127.0.0.1:" + strconv.Itoa(port+1) // the port after the one asked for
+	if port == 65535 {
+		next = "127.0.0.1:65534"
+	}
 	tests := []struct {
 		args []string
 		env  map[string]string
 		want string
 	}{
-		{[]string{"-addr", taken.Addr().String()}, nil, "-addr " + taken.Addr().String() + ": listen tcp " + taken.Addr().String() + ": bind: address already in use: another process listens there (another sandbox, perhaps): stop it, or pass another -addr, such as -addr 127.0.0.1:8081"},
-		{nil, map[string]string{"SANDBOX_ADDR": taken.Addr().String()}, "SANDBOX_ADDR " + taken.Addr().String() + ": listen tcp " + taken.Addr().String() + ": bind: address already in use: another process listens there (another sandbox, perhaps): stop it, or set SANDBOX_ADDR to another address, such as 127.0.0.1:8081"},
+		{[]string{"-addr", taken.Addr().String()}, nil, "-addr " + taken.Addr().String() + ": listen tcp " + taken.Addr().String() + ": bind: address already in use: another process listens there (another sandbox, perhaps): stop it, or pass another -addr, such as -addr " + next},
+		{nil, map[string]string{"SANDBOX_ADDR": taken.Addr().String()}, "SANDBOX_ADDR " + taken.Addr().String() + ": listen tcp " + taken.Addr().String() + ": bind: address already in use: another process listens there (another sandbox, perhaps): stop it, or set SANDBOX_ADDR to another address, such as " + next},
 		{[]string{"-addr", "nonsense"}, nil, "-addr nonsense: listen tcp: address nonsense: missing port in address"},
 		{[]string{"-data", "testdata/no-such-file.json"}, nil, "-data: open testdata/no-such-file.json: no such file or directory"},
 		{nil, map[string]string{"SANDBOX_DATA": "missing.json"}, "SANDBOX_DATA: open missing.json: no such file or directory"},
@@ -3873,6 +3891,158 @@ func withoutVarying(v any) any {
 	return v
 }
 
+// TestTheDocumentServesGeneratedSuites: what tools that build suites from the document
+// (Portman with Newman, Schemathesis, a Prism proxy) read of it works as they read it: no
+// example asks for a failure (a suite sends them as they are); each write's example has an
+// Idempotency-Key of its own (a second write under one key would be 409); the key's pattern
+// is the server's grammar (a generator keeps to it); the operations that need a sandbox's
+// key are flagged, so that a suite of one credential can leave them out; and every link
+// names an operation, its parameters, and a member its response holds.
+func TestTheDocumentServesGeneratedSuites(t *testing.T) {
+	t.Parallel()
+	doc := theOpenAPI(t)
+	type operation struct {
+		path, method string
+		op           map[string]any
+	}
+	var ops []operation
+	byID := map[string]operation{}
+	for path, item := range asMap(doc.root["paths"]) {
+		for method, op := range asMap(item) {
+			if o := asMap(op); o["operationId"] != nil {
+				ops = append(ops, operation{path, method, o})
+				byID[o["operationId"].(string)] = operation{path, method, o}
+			}
+		}
+	}
+	parameter := func(op map[string]any, name string) map[string]any {
+		params, _ := op["parameters"].([]any)
+		for _, p := range params {
+			if q := doc.resolve(p); q["name"] == name {
+				return q
+			}
+		}
+		return nil
+	}
+	examplesOf := func(node map[string]any) []any {
+		var values []any
+		if v, ok := node["example"]; ok {
+			values = append(values, v)
+		}
+		for _, ex := range asMap(node["examples"]) {
+			values = append(values, doc.resolve(ex)["value"])
+		}
+		return values
+	}
+	t.Run("no example asks for a failure", func(t *testing.T) {
+		seen := 0
+		for _, o := range ops {
+			if p := parameter(o.op, "Prefer"); p != nil {
+				for _, v := range examplesOf(p) {
+					seen++
+					if prefs := fmt.Sprint(v); regexp.MustCompile(`(?i)(^|[,\s])(code|delay|times)\s*=`).MatchString(prefs) {
+						t.Errorf("%s %s: a Prefer example asks for a failure or a wait: %s", o.method, o.path, prefs)
+					}
+				}
+			}
+		}
+		if seen == 0 {
+			t.Error("no Prefer example found: the check checks nothing")
+		}
+	})
+	t.Run("each write its own key", func(t *testing.T) {
+		keys := map[string]string{}
+		for _, o := range ops {
+			p := parameter(o.op, "Idempotency-Key")
+			if p == nil {
+				continue
+			}
+			for _, v := range examplesOf(p) {
+				if other, ok := keys[fmt.Sprint(v)]; ok {
+					t.Errorf("%s %s and %s share the Idempotency-Key example %v", o.method, o.path, other, v)
+				}
+				keys[fmt.Sprint(v)] = o.method + " " + o.path
+				if _, err := parseIdempotencyKey([]string{fmt.Sprint(v)}); err != nil {
+					t.Errorf("%s %s: the example %v is not a key", o.method, o.path, v)
+				}
+			}
+		}
+		if len(keys) != 2 {
+			t.Errorf("Idempotency-Key examples: %v, want one for each of the two writes", keys)
+		}
+	})
+	t.Run("the key's pattern is the grammar", func(t *testing.T) {
+		schema := doc.resolve(asMap(doc.root["components"])["schemas"].(map[string]any)["IdempotencyKey"])
+		pattern, _ := schema["pattern"].(string)
+		if pattern == "" {
+			t.Fatal("the Idempotency-Key has no pattern")
+		}
+		re := regexp.MustCompile(pattern)
+		long := strings.Repeat("k", maxIdempotencyKey)
+		for _, key := range []string{"a", "a1b2c3", `"a1b2c3"`, long, `"` + long + `"`, long + "k", "", `""`, `"`, `"a`, `a"`, `a"b`, `a\b`, "a b", "a\tb", "a\x00", "é", "~!#[]", "\x7f", "{}|^`"} {
+			_, err := parseIdempotencyKey([]string{key})
+			if re.MatchString(key) != (err == nil) {
+				t.Errorf("%q: the pattern matches %v, the server takes it %v", key, re.MatchString(key), err == nil)
+			}
+		}
+	})
+	t.Run("the operations a sandbox's key needs are flagged", func(t *testing.T) {
+		var flagged []string
+		for _, o := range ops {
+			if o.op["x-needs-sandbox-key"] == true {
+				flagged = append(flagged, o.op["operationId"].(string))
+			}
+		}
+		slices.Sort(flagged)
+		if strings.Join(flagged, " ") != "createShipment deleteSandbox" {
+			t.Errorf("flagged: %v, want createShipment and deleteSandbox", flagged)
+		}
+	})
+	t.Run("the links resolve", func(t *testing.T) {
+		links := 0
+		for _, o := range ops {
+			for code, r := range asMap(o.op["responses"]) {
+				response := doc.resolve(r)
+				for name, l := range asMap(response["links"]) {
+					links++
+					link := asMap(l)
+					target, ok := byID[fmt.Sprint(link["operationId"])]
+					if !ok {
+						t.Errorf("%s %s %s, link %s: no operation %v", o.method, o.path, code, name, link["operationId"])
+						continue
+					}
+					schema := doc.resolve(asMap(asMap(response["content"])["application/json"])["schema"])
+					for param, expr := range asMap(link["parameters"]) {
+						if parameter(target.op, param) == nil {
+							t.Errorf("link %s: %s takes no parameter %s", name, link["operationId"], param)
+						}
+						pointer, ok := strings.CutPrefix(fmt.Sprint(expr), "$response.body#/")
+						if !ok {
+							t.Errorf("link %s: %v is not a pointer into the response body", name, expr)
+							continue
+						}
+						node := schema
+						for _, part := range strings.Split(pointer, "/") {
+							if _, err := strconv.Atoi(part); err == nil {
+								node = doc.resolve(node["items"])
+							} else {
+								node = doc.resolve(asMap(node["properties"])[part])
+							}
+							if node == nil {
+								t.Errorf("link %s: the %s %s answer holds no %s", name, o.method, o.path, pointer)
+								break
+							}
+						}
+					}
+				}
+			}
+		}
+		if links == 0 {
+			t.Error("no link found: the check checks nothing")
+		}
+	})
+}
+
 // TestOpenAPIExamplesMatchTheServer: every documented example is, after JSON
 // normalization, exactly what the server answers to the request it names, in a sandbox of
 // its own whose wall clock stands at its start (an example may move the clock).
@@ -4414,8 +4584,10 @@ func TestDocsSendJSONBodiesAsJSON(t *testing.T) {
 	}
 }
 
-// TestDocsGoSetup: the Go test setup of docs/sandboxes.md, compiled as written in a module of
-// its own and run against a sandbox: each test gets a copy of acct_sync, forgotten after it.
+// TestDocsGoSetup: the Go test setup of docs/sandboxes.md, a whole file compiled as written
+// in a module of its own (a test beside it) and run against a sandbox named by SANDBOX_URL:
+// each test gets a copy of acct_sync, forgotten after it. Unset, it names the base URL go run
+// . serves.
 func TestDocsGoSetup(t *testing.T) {
 	t.Parallel()
 	page, err := os.ReadFile("docs/sandboxes.md")
@@ -4430,7 +4602,10 @@ func TestDocsGoSetup(t *testing.T) {
 	ts := httptest.NewServer(e.h)
 	defer ts.Close()
 	dir := t.TempDir()
-	src := "package setup\n\nimport (\n\t\"encoding/json\"\n\t\"fmt\"\n\t\"net/http\"\n\t\"os\"\n\t\"strings\"\n\t\"testing\"\n\t\"time\"\n)\n\n" + string(m[1]) + `
+	if !bytes.HasPrefix(m[1], []byte("package yourpackage\n")) || !bytes.Contains(m[1], []byte(`return "`+defaultBaseURL+`"`)) {
+		t.Fatalf("the setup is not a whole file, or does not default to %s:\n%s", defaultBaseURL, m[1])
+	}
+	src := string(m[1]) + `
 func TestTwoSandboxes(t *testing.T) {
 	for range 2 {
 		base, key := newSandbox(t)
@@ -4444,7 +4619,7 @@ func TestTwoSandboxes(t *testing.T) {
 	}
 }
 `
-	for name, text := range map[string]string{"go.mod": "module setup\n\ngo 1.24\n", "setup_test.go": src} {
+	for name, text := range map[string]string{"go.mod": "module setup\n\ngo 1.24\n", "sandbox_test.go": src} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -4513,7 +4688,8 @@ func TestReadmeDatasetExample(t *testing.T) {
 	}
 }
 
-// TestContainerImage: the Containerfile is FROM scratch and holds the binary its comment
+// TestContainerImage: the Containerfile is FROM scratch, runs as nobody (65534:65534), and
+// holds the binary its comment
 // says to build (CGO_ENABLED=0 go build -trimpath -o sandbox .), which is static (a scratch
 // image has no loader or libraries), and runs as the image runs it: its ENTRYPOINT with
 // the image's ENV alone, in an empty folder, listening on every interface and saying so;
@@ -4536,14 +4712,23 @@ func TestContainerImage(t *testing.T) {
 			env = append(env, v)
 		}
 	}
-	if want := []string{"FROM scratch", "COPY sandbox /sandbox", "ENV SANDBOX_ADDR=0.0.0.0:8080", "EXPOSE 8080", `ENTRYPOINT ["/sandbox"]`}; !slices.Equal(instructions, want) {
+	if want := []string{"FROM scratch", "COPY sandbox /sandbox", "ENV SANDBOX_ADDR=0.0.0.0:8080", "EXPOSE 8080", "USER 65534:65534", `ENTRYPOINT ["/sandbox"]`}; !slices.Equal(instructions, want) {
 		t.Fatalf("the Containerfile's instructions:\n%s\nwant\n%s", strings.Join(instructions, "\n"), strings.Join(want, "\n"))
 	}
 	build := regexp.MustCompile(`(?m)^#\s+(CGO_ENABLED=0 go build .*)$`).FindStringSubmatch(string(text))
 	if build == nil {
 		t.Fatal("the Containerfile does not say how to build the binary it holds")
 	}
-	dir := t.TempDir()
+	// The binary runs as the image runs it: as nobody, when the test may change its user
+	// (as root), else as the test's own user, who is not root either.
+	dir, err := os.MkdirTemp("", "image-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil { // nobody reaches the binary in it
+		t.Fatal(err)
+	}
 	cmd := exec.Command("bash", "-c", strings.Replace(build[1], "-o sandbox", "-o "+dir+"/sandbox", 1))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", build[1], err, out)
@@ -4566,9 +4751,15 @@ func TestContainerImage(t *testing.T) {
 		defer ln.Close()
 		return ln.Addr().String()
 	}()), ":")
-	empty := t.TempDir()
+	empty := dir + "/empty" // its working directory: nothing in it
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	image := exec.Command(dir + "/sandbox")
 	image.Dir = empty
+	if os.Getuid() == 0 {
+		image.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	}
 	image.Env = []string{strings.Replace(env[0], ":8080", ":"+port, 1)} // the image's ENV, on a free port
 	stdout, stderr := &lockedBuffer{}, &lockedBuffer{}
 	image.Stdout, image.Stderr = stdout, stderr
@@ -4577,6 +4768,9 @@ func TestContainerImage(t *testing.T) {
 	}
 	defer image.Process.Kill()
 	waitFor(t, "the image's sandbox to print its keys", func() bool { return strings.Contains(stdout.String(), "sk_test_sandbox_all") })
+	if proc, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", image.Process.Pid)); err == nil && regexp.MustCompile(`(?m)^Uid:\s+0\s`).Match(proc) {
+		t.Errorf("the image's sandbox runs as root:\n%s", proc)
+	}
 	for _, want := range []string{"Listening on every network interface (SANDBOX_ADDR 0.0.0.0:" + port + ")", "http://127.0.0.1:" + port + "/v1"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("the image's banner lacks %q:\n%s", want, stdout.String())
@@ -7425,6 +7619,32 @@ func countedSection(t *testing.T, e *env, name string) string {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the page never counts %s's findings:\n%s", name, section)
+		}
+	}
+}
+
+// TestPageSaysRunsAreJudgedApart: the README's watermark sync, tagged run="watermark", has
+// two findings in its run, while every request judged together (a full read after it makes
+// good what it missed) has none: the page says that runs are judged apart, and links the
+// runs of the requests it shows.
+func TestPageSaysRunsAreJudgedApart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{step: -1, rate: -1})
+	wm := "2000-01-01T00:00:00Z"
+	for _, s := range []int{0, 30, 60, 90, 120} {
+		rep := e.get(t, "/v1/orders?limit=100&created_from="+wm, "sk_test_sync_all", "Prefer", fmt.Sprintf(`clock="start+%ds", run="watermark"`, s))
+		for _, o := range decodePage(t, rep).Data {
+			wm = max(wm, o.CreatedAt)
+		}
+	}
+	e.get(t, "/v1/orders?limit=100", "sk_test_sync_all", "Prefer", `clock="start+120s"`) // every order as it ends
+	if got := e.findingsOf(t, "sk_test_sync_all", "run=watermark"); len(got.Data) != 2 {
+		t.Fatalf("the run's findings: %s", got.summary())
+	}
+	section := countedSection(t, e, "acct_sync/test")
+	for _, want := range []string{"6 requests journaled; findings: 0 (", "is judged apart, on its own requests alone", `the runs above: <a href="http://127.0.0.1:8080/v1/test_helpers/findings?run=watermark">watermark</a>.`} {
+		if !strings.Contains(section, want) {
+			t.Errorf("the page's acct_sync/test does not say %q:\n%s", want, section)
 		}
 	}
 }
