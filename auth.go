@@ -102,6 +102,7 @@ type tenantData struct {
 	writes    uint32       // the writes it holds: a journal entry keeps it, and the findings judge the entry against the data as it stood then
 	links     []dataLink   // a sandbox's links, in the order they were made: a write builds its orders again with them
 	filed     *filedOrders // a sandbox's orders as filed, which a write builds again with its links; nil for a dataset's tenant, which takes no write
+	adapter   bool         // it answers as the spec says the unreleased domain adapter will, where the two differ (a sandbox's profile domain_adapter)
 }
 
 // dataLink is a link a sandbox's data holds: the order, the shipment created with it, when
@@ -2522,7 +2523,7 @@ type sandboxAccount struct {
 // The body of POST /v1/test_helpers/sandboxes, read as a dataset's records are.
 
 // sandboxMembers are the members of the body, each at most once.
-var sandboxMembers = []string{"template", "shipments", "orders", "keys"}
+var sandboxMembers = []string{"template", "shipments", "orders", "keys", "profile"}
 
 // A shipment and a key as a request body sends them: their owner is the sandbox that holds
 // them, and a key's text is made for it.
@@ -2540,12 +2541,18 @@ type sandboxRequest struct {
 	orders    *orderRecords
 	keys      []keyRecord
 	keysSent  bool
+	profile   string // sandboxProfiles[0] unless sent
 }
+
+// sandboxProfiles are the profiles a sandbox may answer by: the sandbox's (the default), or
+// the unreleased domain adapter's, where the spec says they differ.
+var sandboxProfiles = []string{"sandbox", "domain_adapter"}
 
 var (
 	errSandboxBody = &apiError{code: codeMalformedJSON, detail: `The body must be one JSON object, such as {} or {"template":"acct_sync"}.`}
 	errCopyOrSend  = "A sandbox is a copy of a template or holds the records sent, not both: send template, or shipments and orders."
 	errSandboxKeys = paramError(codeInvalidParameter, "keys", fmt.Sprintf("keys is a list of 1 to %d keys, each {\"scopes\":[...],\"expires_at\":...,\"revoked\":...}.", maxSandboxKeys))
+	errProfile     = paramError(codeInvalidParameter, "profile", `profile is "sandbox" (the default: the sandbox's answers) or "domain_adapter" (where the spec says the unreleased domain adapter answers otherwise, as it will).`)
 )
 
 // readSandboxRequest reads the body: its JSON syntax first (400), then its members in the
@@ -2556,10 +2563,10 @@ func readSandboxRequest(b []byte, templates map[string]*sandboxTemplate) (*sandb
 	if !oneJSONObject(b) {
 		return nil, errSandboxBody
 	}
-	req := &sandboxRequest{orders: newOrderRecords()}
+	req := &sandboxRequest{orders: newOrderRecords(), profile: sandboxProfiles[0]}
 	d := newJSONReader(bytes.NewReader(b), maxBodyBytes)
 	err := d.document(sandboxMembers, func(name string) error {
-		if name == "template" && req.records || name != "template" && name != "keys" && req.template != nil {
+		if name == "template" && req.records || (name == "shipments" || name == "orders") && req.template != nil {
 			return paramError(codeInvalidParameter, name, errCopyOrSend)
 		}
 		switch name {
@@ -2584,6 +2591,15 @@ func readSandboxRequest(b []byte, templates map[string]*sandboxTemplate) (*sandb
 			if len(req.keys) == 0 || len(req.keys) > maxSandboxKeys {
 				return errSandboxKeys
 			}
+		case "profile":
+			v, err := d.optStr("$", name)
+			if err == nil && (v == nil || !slices.Contains(sandboxProfiles, *v)) {
+				return errProfile
+			}
+			if err == nil {
+				req.profile = *v
+			}
+			return err
 		}
 		return nil
 	})
@@ -2598,6 +2614,7 @@ type sandboxAnswer struct {
 	Account     string          `json:"account"`
 	Environment string          `json:"environment"`
 	Template    *string         `json:"template"`
+	Profile     string          `json:"profile"`
 	StartedAt   string          `json:"started_at"`
 	Keys        []sandboxKeyOut `json:"keys"`
 	IdleSeconds int             `json:"idle_seconds"`
@@ -2646,7 +2663,7 @@ func (b *tenantBook) makeSandbox(body []byte, caller *apiKey, templates map[stri
 	id := tenantID{"acct_" + randomText(20), "test"}
 	ld := newLoader(start)
 	t := ld.addTenant(id)
-	answer := sandboxAnswer{Account: id.account, Environment: id.environment, Template: name, StartedAt: formatTimestamp(start), IdleSeconds: int(b.idle / time.Second)}
+	answer := sandboxAnswer{Account: id.account, Environment: id.environment, Template: name, Profile: req.profile, StartedAt: formatTimestamp(start), IdleSeconds: int(b.idle / time.Second)}
 	made := map[[sha256.Size]byte]*apiKey{}
 	for i, rec := range keys {
 		k, out, err := sandboxKey(fmt.Sprintf("$.keys[%d]", i), rec, t)
@@ -2667,14 +2684,16 @@ func (b *tenantBook) makeSandbox(body []byte, caller *apiKey, templates map[stri
 			}
 			sh = &sharedData{template: tpl, start: start, data: t.current(), bytes: t.current().bytes()}
 		}
-		d := *sh.data // only what names the tenant is its own: the cursors' tag and the names messages use
+		d := *sh.data // only what names the tenant is its own: the cursors' tag, the names messages use, and its profile
 		d.shipments.tenantName, d.orders.tenantName, d.orders.tag = t.id.String(), t.id.String(), tagOf("tenant", t.id.account, t.id.environment)
+		d.adapter = req.profile == "domain_adapter"
 		t.data.Store(&d)
 		t.sandbox.shared, weight = sh, weight+int64(unsafe.Sizeof(d))
 	default:
 		if err := fileSandbox(ld, t, req.orders, req.shipments, 0, true); err != nil {
 			return nil, bodyFault(err)
 		}
+		t.current().adapter = req.profile == "domain_adapter" // not served yet: built in place
 		weight += t.current().bytes()
 	}
 	if err := b.add(t, caller.tenant, made, weight, now); err != nil {

@@ -70,6 +70,7 @@ const (
 	codeIdempotencyKeyInUse   code = "idempotency_key_in_use"
 	codeIdempotencyKeyReused  code = "idempotency_key_reused"
 	codeCapabilityUnavailable code = "capability_unavailable"
+	codeAmbiguousNumber       code = "ambiguous_tracking_number"
 )
 
 // codeStatus is the one table from an error code to its HTTP status.
@@ -97,6 +98,7 @@ var codeStatus = map[code]int{
 	codeIdempotencyKeyInUse:   http.StatusConflict,
 	codeIdempotencyKeyReused:  http.StatusConflict,
 	codeCapabilityUnavailable: http.StatusUnprocessableEntity,
+	codeAmbiguousNumber:       http.StatusConflict,
 }
 
 // apiError is an error a client is told about: its code decides the status, detail says

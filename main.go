@@ -2233,11 +2233,20 @@ func trackingByID(w http.ResponseWriter, r *http.Request, c *call) error {
 }
 
 func trackingByNumber(w http.ResponseWriter, r *http.Request, c *call) error {
-	v, s, err := c.data.shipments.viewByNumber(r.PathValue("tracking_number"), c.at)
-	if err == errTrackingAmbiguous {
+	number := r.PathValue("tracking_number")
+	v, s, err := c.data.shipments.viewByNumber(number, c.at)
+	switch {
+	case err == errTrackingAmbiguous && c.data.adapter: // the domain adapter's 409
+		return ambiguousNumber(c.data.shipments.holdersAt(number, c.at))
+	case err == errTrackingAmbiguous:
 		c.shown = showing{kind: showsSharedNumber, ship: s}
 	}
 	return writeView(w, c, v, s, err)
+}
+
+// ambiguousNumber is the domain adapter's answer to a number n shipments hold: 409.
+func ambiguousNumber(n int) *apiError {
+	return &apiError{code: codeAmbiguousNumber, detail: fmt.Sprintf("This tracking number is held by %d shipments in this account and environment: read each by its shipment ID (GET /v1/shipments/{id}/tracking). The domain adapter answers 409 here; the sandbox's profile answers 404.", n)}
 }
 
 // writeView answers with a tracking view of s, or returns the error found instead.

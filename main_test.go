@@ -7924,6 +7924,7 @@ type sandboxOut struct {
 	Account     string  `json:"account"`
 	Environment string  `json:"environment"`
 	Template    *string `json:"template"`
+	Profile     string  `json:"profile"`
 	StartedAt   string  `json:"started_at"`
 	Keys        []struct {
 		Key       string   `json:"key"`
@@ -7981,7 +7982,7 @@ func TestSandboxes(t *testing.T) {
 		strings.Join(sb.Keys[0].Scopes, " ") != "tracking:read orders:read" || sb.Keys[0].ExpiresAt != nil || sb.Keys[0].Revoked {
 		t.Fatalf("a copy of the caller's account: %s", rep)
 	}
-	if want := `{"account":"` + sb.Account + `","environment":"test","template":"acct_sync","started_at":"2026-11-22T12:00:00Z","keys":[{"key":"` + sb.Keys[0].Key + `","scopes":["tracking:read","orders:read"],"expires_at":null,"revoked":false}],"idle_seconds":3600}`; string(rep.body) != want {
+	if want := `{"account":"` + sb.Account + `","environment":"test","template":"acct_sync","profile":"sandbox","started_at":"2026-11-22T12:00:00Z","keys":[{"key":"` + sb.Keys[0].Key + `","scopes":["tracking:read","orders:read"],"expires_at":null,"revoked":false}],"idle_seconds":3600}`; string(rep.body) != want {
 		t.Errorf("the answer's members:\n%s\nwant\n%s", rep.body, want)
 	}
 	key := sb.Keys[0].Key
@@ -9670,6 +9671,73 @@ func TestSandboxesWithinTheirBytes(t *testing.T) {
 	if got, h := shownLink(t, e, c.Keys[0].Key, "ord_2"), sandboxHoldings(e); got != "null" || h.data > book.maxBytes {
 		t.Errorf("a refused booking linked ord_2 to %s; the book holds %d of %d bytes", got, h.data, book.maxBytes)
 	}
+}
+
+// TestDomainAdapterProfile: a sandbox made with profile domain_adapter answers as the spec
+// says the unreleased domain adapter will, where the two differ, and nowhere else: a number
+// two or more shipments hold is 409 ambiguous_tracking_number (saying how many hold it), not
+// 404, and is no ambiguous_number finding; a booking from an order is 422
+// capability_unavailable, before any other state check; without one it is 201. A profile
+// is judged at its place in the body.
+func TestDomainAdapterProfile(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	for _, tt := range []struct{ body, code, param string }{
+		{`{"profile":"live"}`, "invalid_parameter", "profile"},
+		{`{"profile":null}`, "invalid_parameter", "profile"},
+		{`{"profile":"domain_adapter","profile":"sandbox"}`, "invalid_parameter", "profile"},
+		{`{"profile":"bogus","foo":1}`, "invalid_parameter", "profile"},
+		{`{"foo":1,"profile":"bogus"}`, "unknown_parameter", "foo"},
+	} {
+		rep, _ := e.makeSandbox(t, "sk_test_sandbox_all", tt.body, fmt.Sprintf("refused-%x", sha256.Sum256([]byte(tt.body))))
+		wantProblem(t, rep, 422, tt.code, tt.param)
+	}
+	if _, plain := e.makeSandbox(t, "sk_test_sandbox_all", `{}`, "plain"); plain.Profile != "sandbox" {
+		t.Errorf("a sandbox made without a profile answers profile %q, want sandbox", plain.Profile)
+	}
+	rep, sb := e.makeSandbox(t, "sk_test_sandbox_all", `{"template":"acct_sandbox","profile":"domain_adapter"}`, "adapter")
+	if rep.status != 201 || sb.Profile != "domain_adapter" {
+		t.Fatalf("a domain adapter's copy of acct_sandbox: %s", rep)
+	}
+	key := sb.Keys[0].Key
+	p := wantProblem(t, e.get(t, "/v1/tracking/SBX2000000000", key), 409, "ambiguous_tracking_number", "")
+	if !strings.Contains(p.Detail, "held by 2 shipments") || !strings.Contains(p.Detail, "GET /v1/shipments/{id}/tracking") {
+		t.Errorf("the 409's detail: %s", p.Detail)
+	}
+	if rep := e.do(t, newRequest(http.MethodHead, "/v1/tracking/SBX2000000000", key)); rep.status != 409 { // net/http sends no body of a HEAD answer
+		t.Errorf("HEAD of an ambiguous number: %s", rep)
+	}
+	for target, want := range map[string]int{"/v1/shipments/shp_sbx_twin_a/tracking": 200, "/v1/tracking/SBX1000000001": 200, "/v1/tracking/SBX3000000002": 404, "/v1/tracking/NOPE": 404} {
+		if rep := e.get(t, target, key); rep.status != want {
+			t.Errorf("GET %s in the domain adapter's copy: %d, want %d", target, rep.status, want)
+		}
+	}
+	if got := e.findingsOf(t, key, ""); len(got.Data) != 0 {
+		t.Errorf("a 409 of an ambiguous number is a finding: %s", got.summary())
+	}
+	// The default profile answers the same number 404, and finds it.
+	wantProblem(t, e.get(t, "/v1/tracking/SBX2000000000", plainKey(t, e)), 404, "not_found", "")
+	// Bookings: from an order, refused first; without one, written, and a third holder counted.
+	_, sync := e.makeSandbox(t, "sk_test_sync_all", `{"profile":"domain_adapter"}`, "adapter-sync")
+	for _, order := range []string{"ord_sync_0003", "ord_nope"} {
+		wantProblem(t, e.book(t, sync.Keys[0].Key, `{"reference":"R","order_id":"`+order+`"}`, "link-"+order), 422, "capability_unavailable", "")
+	}
+	if rep := e.book(t, key, `{"reference":"R","tracking_number":"SBX2000000000"}`, "third"); rep.status != 201 {
+		t.Fatalf("a booking without an order: %s", rep)
+	}
+	if p := wantProblem(t, e.get(t, "/v1/tracking/SBX2000000000", key), 409, "ambiguous_tracking_number", ""); !strings.Contains(p.Detail, "held by 3 shipments") {
+		t.Errorf("with a third holder: %s", p.Detail)
+	}
+	if got := shownLink(t, e, sync.Keys[0].Key, "ord_sync_0003"); got != "null" {
+		t.Errorf("a refused booking linked the order to %s", got)
+	}
+}
+
+// plainKey is the key of a copy of acct_sandbox of the default profile.
+func plainKey(t *testing.T, e *env) string {
+	t.Helper()
+	_, sb := e.makeSandbox(t, "sk_test_sandbox_all", `{"template":"acct_sandbox"}`, "plain-copy")
+	return sb.Keys[0].Key
 }
 
 // TestBookingsRacingReads: writes racing reads of their sandbox (run with -race): a reader

@@ -513,24 +513,44 @@ func (ix *shipmentIndex) firstShown(at time.Time, n int) ([]shownShipment, int) 
 
 // numberHolders are the shipments of a tenant that hold one primary tracking number, as
 // far as a lookup needs them: at any instant the number is held by none, by one (the
-// first created), or by several (from the second's creation on), however many hold it.
+// first created), or by several (from the second's creation on), and then by as many as
+// have been created by that instant.
 type numberHolders struct {
-	first  *shipment // the first created (of two created at once, either)
-	second instant   // the creation of the second, never when there is none
+	first   *shipment // the first created (of two created at once, either)
+	second  instant   // the creation of the second, never when there is none
+	created []instant // every holder's creation, sorted, once two hold it; nil for one
 }
 
 // with is h once s holds the number too: h itself when that changes nothing, else new
 // holders (h may be read by a version of the data a request holds).
 func (h *numberHolders) with(s *shipment) *numberHolders {
-	switch {
-	case h == nil:
+	if h == nil {
 		return &numberHolders{first: s, second: never}
-	case h.first.createdAt.after(s.createdAt):
-		return &numberHolders{first: s, second: h.first.createdAt}
-	case h.second.after(s.createdAt):
-		return &numberHolders{first: h.first, second: s.createdAt}
 	}
-	return h
+	next := &numberHolders{first: h.first, second: h.second, created: slices.Clone(h.created)}
+	if next.created == nil {
+		next.created = []instant{h.first.createdAt}
+	}
+	next.created = append(next.created, s.createdAt)
+	slices.SortFunc(next.created, instant.compare)
+	switch {
+	case h.first.createdAt.after(s.createdAt):
+		next.first, next.second = s, h.first.createdAt
+	case h.second.after(s.createdAt):
+		next.second = s.createdAt
+	}
+	return next
+}
+
+// countAt is how many shipments found at at hold the number.
+func (h *numberHolders) countAt(at instant) int {
+	if h.created == nil {
+		if h.first.createdAt.after(at) {
+			return 0
+		}
+		return 1
+	}
+	return sort.Search(len(h.created), func(k int) bool { return h.created[k].after(at) })
 }
 
 // holder is the one shipment found at at with this primary tracking number; when several
@@ -551,6 +571,14 @@ func (ix *shipmentIndex) holder(number string, at time.Time) (*shipment, error) 
 func (ix *shipmentIndex) sharedAt(number string, at time.Time) bool {
 	_, err := ix.holder(number, at)
 	return err == errTrackingAmbiguous
+}
+
+// holdersAt is how many shipments found at at hold this primary tracking number.
+func (ix *shipmentIndex) holdersAt(number string, at time.Time) int {
+	if h := ix.byTrackingNumber[number]; h != nil {
+		return h.countAt(instantOf(at))
+	}
+	return 0
 }
 
 // createdTree finds, in the dataset's order, the next shipment found at an instant, without
@@ -669,7 +697,8 @@ var bookingDecides = map[string]string{
 const maxSandboxShipments = 10000
 
 var (
-	errDatasetFixed = &apiError{code: codeCapabilityUnavailable, detail: "A dataset's account is fixed: make a sandbox (POST /v1/test_helpers/sandboxes) and create shipments in it with its keys."}
+	errAdapterBooking = &apiError{code: codeCapabilityUnavailable, detail: "This sandbox answers as the domain adapter will (profile domain_adapter): booking from an imported order is refused until fulfilment and linkage authority is certified. Create the shipment without order_id, or rehearse the link in a sandbox of the default profile."}
+	errDatasetFixed   = &apiError{code: codeCapabilityUnavailable, detail: "A dataset's account is fixed: make a sandbox (POST /v1/test_helpers/sandboxes) and create shipments in it with its keys."}
 	errSandboxFull  = &apiError{code: codeCapabilityUnavailable, detail: fmt.Sprintf("This sandbox holds %d shipments, the most a sandbox holds: make another sandbox for more.", maxSandboxShipments)}
 )
 
@@ -677,9 +706,9 @@ var (
 // version of a sandbox's data (its shipments with one more, its orders built again with one
 // more link, its timeline with the shipment's creation), and the shipment; or why there is
 // none. The checks come in the dataset's load order: the shipment's ids and numbers, an id
-// d holds (422), its events (their after read from at); then the order it links (404,
-// 409: the orders' rules); then whether d takes a write (422: a dataset's tenant, or a
-// sandbox of maxSandboxShipments).
+// d holds (422), its events (their after read from at); then the state: a link refused by
+// the domain adapter's profile (422), the order it links (404, 409: the orders' rules),
+// whether d takes a write (422: a dataset's tenant, or a sandbox of maxSandboxShipments).
 func (d *tenantData) withShipment(rec *bookingRecord, at time.Time) (*tenantData, *shipment, error) {
 	if rec.id != nil {
 		rec.ID = *rec.id
@@ -699,6 +728,9 @@ func (d *tenantData) withShipment(rec *bookingRecord, at time.Time) (*tenantData
 	if err != nil {
 		return nil, nil, bodyFault(err)
 	}
+	if rec.OrderID != nil && d.adapter {
+		return nil, nil, errAdapterBooking
+	}
 	if rec.OrderID != nil {
 		if err := d.orders.linkable(*rec.OrderID, at); err != nil {
 			return nil, nil, err
@@ -710,7 +742,7 @@ func (d *tenantData) withShipment(rec *bookingRecord, at time.Time) (*tenantData
 	case d.shipments.count() >= maxSandboxShipments:
 		return nil, nil, errSandboxFull
 	}
-	next := &tenantData{writes: d.writes + 1, links: d.links, filed: d.filed}
+	next := &tenantData{writes: d.writes + 1, links: d.links, filed: d.filed, adapter: d.adapter}
 	if rec.OrderID != nil {
 		next.links = append(slices.Clip(d.links), dataLink{*rec.OrderID, rec.ID, s.createdAt, next.writes})
 	}
