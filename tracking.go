@@ -699,7 +699,7 @@ const maxSandboxShipments = 10000
 var (
 	errAdapterBooking = &apiError{code: codeCapabilityUnavailable, detail: "This sandbox answers as the domain adapter will (profile domain_adapter): booking from an imported order is refused until fulfilment and linkage authority is certified. Create the shipment without order_id, or rehearse the link in a sandbox of the default profile."}
 	errDatasetFixed   = &apiError{code: codeCapabilityUnavailable, detail: "A dataset's account is fixed: make a sandbox (POST /v1/test_helpers/sandboxes) and create shipments in it with its keys."}
-	errSandboxFull  = &apiError{code: codeCapabilityUnavailable, detail: fmt.Sprintf("This sandbox holds %d shipments, the most a sandbox holds: make another sandbox for more.", maxSandboxShipments)}
+	errSandboxFull    = &apiError{code: codeCapabilityUnavailable, detail: fmt.Sprintf("This sandbox holds %d shipments, the most a sandbox holds: make another sandbox for more.", maxSandboxShipments)}
 )
 
 // withShipment is d with the shipment rec sends, created at the instant at: the next
