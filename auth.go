@@ -5,7 +5,9 @@
 // and timeline; its rate limit (a key's); its rehearsals counted (Prefer times); its journal
 // of requests and the findings judged from it; its stored answers (main.go's writes keep
 // them); and the book that bounds what all tenants remember together and keeps the
-// sandboxes. Its sections, each under a banner (grep '^// =====' *.go):
+// sandboxes. Then the conformance kit's rules of who may call (keys, scopes, accounts, the
+// rate limit) and the world it judges against, made as sandboxes of its own where a server
+// makes them. Its sections, each under a banner (grep '^// =====' *.go):
 //
 //   - Tenants: accounts and environments, one owner of what each holds
 //   - The book: the bounds every tenant shares, and the sandboxes it keeps
@@ -22,19 +24,24 @@
 //   - The reads' queries
 //   - What the page shows of a journal
 //   - Sandboxes: accounts made at run time
+//   - Conformance: the kit's world, made or discovered
+//   - Conformance: keys, scopes and the rate limit
 package main
 
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
 	"iter"
+	"maps"
 	"math"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -2778,4 +2785,376 @@ func fileSandbox(ld *loader, t *tenant, orders *orderRecords, shipments []shipme
 	}
 	_, _, err := ld.build()
 	return err
+}
+
+// ===== Conformance: the kit's world, made or discovered =====
+
+// The kit judges data it chose where the server makes sandboxes: two sandboxes of records
+// it sends, holding evidence for every rule and keys of every kind, deleted at the end. On
+// any other server it reads what its keys can read, and a rule without the data it needs is
+// skipped, saying why.
+
+// worldKeys are the keys of the kit's main sandbox, in the order its body asks for them.
+var worldKeys = []struct {
+	role keyRole
+	body string
+}{
+	{roleMain, `{"scopes":["tracking:read","orders:read"]}`},
+	{roleTracking, `{"scopes":["tracking:read"]}`},
+	{roleOrders, `{"scopes":["orders:read"]}`},
+	{roleExpired, `{"scopes":["tracking:read","orders:read"],"expires_at":"2000-01-01T00:00:00Z"}`},
+	{roleRevoked, `{"scopes":["tracking:read","orders:read"],"revoked":true}`},
+	{roleBurst, `{"scopes":["tracking:read","orders:read"]}`},
+}
+
+// worldOrderCount is how many orders the main sandbox holds: more than two pages of 100, 65
+// of each status.
+const worldOrderCount = 260
+
+// ownOrders are the orders the kit sends: every status and platform (4 and 5 are coprime:
+// all 20 pairs), seven minutes apart, newest first, but that every sixth shares its
+// created_at with the one before it (the id breaks the tie).
+func ownOrders() []worldOrder {
+	base := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	orders := make([]worldOrder, worldOrderCount)
+	for i := range orders {
+		m := i
+		if i%6 == 1 {
+			m = i - 1
+		}
+		orders[i] = worldOrder{ID: fmt.Sprintf("ord_ck_%04d", i), Reference: fmt.Sprintf("CK-ORDER-%04d", i), Platform: platforms[i%len(platforms)],
+			Status: orderStatuses[i%len(orderStatuses)], CreatedAt: formatTimestamp(base.Add(-time.Duration(m) * 7 * time.Minute))}
+	}
+	// In list order: created_at descending, then id descending (the pairs swap).
+	slices.SortStableFunc(orders, func(a, b worldOrder) int {
+		return cmp.Or(strings.Compare(b.CreatedAt, a.CreatedAt), strings.Compare(b.ID, a.ID))
+	})
+	return orders
+}
+
+// ownShipments are the shipments the kit sends: events across the UK's spring change in two
+// offsets, out of order (dstEvents); a duplicate of one instant and description (another
+// description at that instant stays); an event without an offset; a further parcel; a
+// number two hold; one created with an order; one without a number.
+func ownShipments() []string {
+	ev := func(at, status, description, location string) string {
+		return fmt.Sprintf(`{"timestamp":%q,"status":%q,"description":%q,"location":%q}`, at, status, description, location)
+	}
+	ship := func(id, number string, extra string, events ...string) string {
+		return fmt.Sprintf(`{"id":%q,"reference":"CK-REF-%s","tracking_number":%q%s,"events":[%s]}`, id, strings.TrimPrefix(id, "shp_ck_"), number, extra, strings.Join(events, ","))
+	}
+	return []string{
+		ship("shp_ck_dst", "CK1000000001", "",
+			ev("2025-03-30T02:30:00+01:00", "in_transit", "Arrived at hub", "Birmingham, GB"),
+			ev("2025-03-30T00:30:00+00:00", "in_transit", "Departed facility", "Heathrow, GB"),
+			ev("2025-03-29T23:15:00Z", "pre_transit", "Label created", "London, GB"),
+			ev("2025-03-30T09:15:00+01:00", "delivered", "Delivered", "Manchester, GB")),
+		ship("shp_ck_dup", "CK1000000002", "",
+			ev("2025-04-01T10:00:00Z", "in_transit", "Departed facility", "Leeds, GB"),
+			ev("2025-04-01T11:00:00+01:00", "in_transit", "Departed facility", "York, GB"),
+			ev("2025-04-01T10:00:00Z", "in_transit", "Scanned", "Leeds, GB"),
+			ev("2025-04-01T15:00:00Z", "delivered", "Delivered", "York, GB")),
+		ship("shp_ck_naive", "CK1000000003", "",
+			ev("2025-04-02T09:00:00", "in_transit", "Collected", "Bristol, GB"),
+			ev("2025-04-02T10:00:00Z", "in_transit", "Departed facility", "Bristol, GB")),
+		ship("shp_ck_parcels", "CK1000000004", `,"parcel_tracking_numbers":["CK1000000005"]`,
+			`{"timestamp":"2025-04-03T08:00:00Z","status":"in_transit","description":"In transit"}`),
+		ship("shp_ck_twin_a", "CK2000000000", "", ev("2025-04-04T08:00:00Z", "in_transit", "In transit", "Leicester, GB")),
+		ship("shp_ck_twin_b", "CK2000000000", "", ev("2025-04-04T09:00:00Z", "in_transit", "In transit", "Leicester, GB")),
+		ship("shp_ck_linked", "CK1000000006", `,"order_id":"ord_ck_0002"`, ev("2025-06-01T13:00:00Z", "pre_transit", "Label created", "Leeds, GB")),
+		`{"id":"shp_ck_unlabelled","reference":"CK-REF-UNLABELLED","tracking_number":null,"events":[]}`,
+	}
+}
+
+// makeWorld makes the kit's world: its own, when the server makes a sandbox of the records
+// the kit sends (201), else what its keys read.
+func (k *kit) makeWorld() *world {
+	orders := ownOrders()
+	var body []string
+	for _, o := range orders {
+		b, _ := json.Marshal(o) // the six fields, shipment_id null: linked by a shipment's order_id
+		body = append(body, strings.Replace(string(b), `,"shipment_id":null`, "", 1))
+	}
+	shipments := ownShipments()
+	var keys []string
+	for _, wk := range worldKeys {
+		keys = append(keys, wk.body)
+	}
+	profile := ""
+	if k.cfg.profile != "sandbox" { // the member is sent only when it is not the default
+		profile = `,"profile":` + strconv.Quote(k.cfg.profile)
+	}
+	main := `{"orders":[` + strings.Join(body, ",") + `],"shipments":[` + strings.Join(shipments, ",") + `],"keys":[` + strings.Join(keys, ",") + `]` + profile + `}`
+	made, ok := k.makeSandbox(main, len(worldKeys))
+	if !ok {
+		return k.discover()
+	}
+	w := &world{own: true, made: []madeSandbox{made[0]}, orders: orders, numbers: map[string]string{},
+		further: "CK1000000005", twin: "CK2000000000", linked: [2]string{"ord_ck_0002", "shp_ck_linked"}}
+	for i, wk := range worldKeys {
+		k.keys[wk.role] = made[i].key
+		k.secrets = append(k.secrets, made[i].key)
+	}
+	for _, id := range []string{"shp_ck_dst", "shp_ck_dup", "shp_ck_naive", "shp_ck_parcels", "shp_ck_twin_a", "shp_ck_twin_b", "shp_ck_linked", "shp_ck_unlabelled"} {
+		w.shipments = append(w.shipments, id)
+	}
+	for number, id := range map[string]string{"CK1000000001": "shp_ck_dst", "CK1000000002": "shp_ck_dup", "CK1000000003": "shp_ck_naive", "CK1000000004": "shp_ck_parcels", "CK1000000006": "shp_ck_linked"} {
+		w.numbers[number] = id
+	}
+	for i, o := range w.orders {
+		if o.ID == "ord_ck_0002" {
+			w.orders[i].ShipmentID = &w.linked[1]
+		}
+	}
+	w.to, w.from = formatTimestamp(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC).Add(-54*7*time.Minute)), formatTimestamp(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC).Add(-198*7*time.Minute))
+	// The other account: an order and a shipment of its own, ids and number unlike the first's.
+	other := `{"orders":[{"id":"ord_alt_0001","merchant_reference":"ALT-ORDER-1","platform":"etsy","status":"fulfilled","created_at":"2025-05-01T09:00:00Z"}],` +
+		`"shipments":[{"id":"shp_alt_0001","reference":"ALT-REF-1","tracking_number":"ALT1000000001","order_id":"ord_alt_0001","events":[{"timestamp":"2025-05-02T09:00:00Z","status":"delivered","description":"Delivered","location":"Cardiff, GB"}]}]` + profile + `}`
+	if alt, ok := k.makeSandbox(other, 1); ok {
+		w.made = append(w.made, alt[0])
+		k.keys[roleAlt] = alt[0].key
+		k.secrets = append(k.secrets, alt[0].key)
+		w.foreign = [3]string{"ord_alt_0001", "shp_alt_0001", "ALT1000000001"}
+	}
+	return w
+}
+
+// makeSandbox asks the server for a sandbox of body, with -key and an Idempotency-Key of
+// its own, and returns its account with each of its first n keys; false for any answer but
+// 201 with them.
+func (k *kit) makeSandbox(body string, n int) ([]madeSandbox, bool) {
+	idem := make([]byte, 12)
+	rand.Read(idem)
+	r := request{method: http.MethodPost, target: "/test_helpers/sandboxes", role: roleMain, body: []byte(body), expect: expectation{status: http.StatusCreated}}
+	r.header = []string{"Idempotency-Key", fmt.Sprintf("conformance-%x", idem)}
+	ex := k.send(r)
+	var made struct {
+		Account string `json:"account"`
+		Keys    []struct {
+			Key string `json:"key"`
+		} `json:"keys"`
+	}
+	if ex.err != nil || ex.status != http.StatusCreated || json.Unmarshal(ex.body, &made) != nil || made.Account == "" || len(made.Keys) < n {
+		return nil, false
+	}
+	var out []madeSandbox
+	for _, key := range made.Keys[:n] {
+		out = append(out, madeSandbox{made.Account, key.Key})
+	}
+	return out, true
+}
+
+// deleteSandboxes deletes the kit's sandboxes, each with its own key, within 4 s together
+// whatever the run's context and -timeout say (an interrupt deletes them, then exits; a
+// -timeout of 300 ms judges the server, not the cleanup).
+func (k *kit) deleteSandboxes() {
+	if k.world == nil || len(k.world.made) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	client := &http.Client{CheckRedirect: k.client.CheckRedirect, Transport: k.client.Transport} // bounded by ctx
+	for _, m := range k.world.made {
+		req, err := http.NewRequestWithContext(ctx, http.MethodDelete, k.base.String()+"/test_helpers/sandboxes/"+url.PathEscape(m.account), nil)
+		if err != nil {
+			continue
+		}
+		req.Header.Set("Authorization", "Bearer "+m.key)
+		k.requests++
+		if res, err := client.Do(req); err == nil {
+			io.Copy(io.Discard, io.LimitReader(res.Body, maxCheckAnswer))
+			res.Body.Close()
+		}
+	}
+	k.world.made = nil
+}
+
+// discover reads what the main key can read: the orders, at most 10 pages of 100, the
+// shipments they are linked to (at most 20), and those shipments' tracking numbers.
+func (k *kit) discover() *world {
+	w := &world{numbers: map[string]string{}}
+	target := "/orders?limit=100"
+	for range 10 {
+		var page struct {
+			Data       []worldOrder `json:"data"`
+			Pagination struct {
+				NextCursor *string `json:"next_cursor"`
+				HasMore    bool    `json:"has_more"`
+			} `json:"pagination"`
+		}
+		ex := k.get(roleMain, target, http.StatusOK, "")
+		if ex.status != http.StatusOK || json.Unmarshal(ex.body, &page) != nil {
+			break
+		}
+		w.orders = append(w.orders, page.Data...)
+		if !page.Pagination.HasMore || page.Pagination.NextCursor == nil {
+			break
+		}
+		target = "/orders?limit=100&cursor=" + url.QueryEscape(*page.Pagination.NextCursor)
+	}
+	for _, o := range w.orders {
+		if o.ShipmentID == nil || slices.Contains(w.shipments, *o.ShipmentID) || len(w.shipments) == 20 {
+			continue
+		}
+		var view struct {
+			TrackingNumber *string `json:"tracking_number"`
+		}
+		ex := k.get(roleMain, "/shipments/"+url.PathEscape(*o.ShipmentID)+"/tracking", http.StatusOK, "")
+		if ex.status != http.StatusOK || json.Unmarshal(ex.body, &view) != nil {
+			continue
+		}
+		w.shipments = append(w.shipments, *o.ShipmentID)
+		if w.linked[0] == "" {
+			w.linked = [2]string{o.ID, *o.ShipmentID}
+		}
+		if view.TrackingNumber != nil {
+			w.numbers[*view.TrackingNumber] = *o.ShipmentID
+		}
+	}
+	if n := len(w.orders); n >= 2 { // two listed orders' instants: the filter holds both
+		w.to, w.from = w.orders[n/4].CreatedAt, w.orders[n-1-n/4].CreatedAt
+	}
+	return w
+}
+
+// ===== Conformance: keys, scopes and the rate limit =====
+
+// The rules of the conformance kit on who may call: keys, scopes, accounts, and the rate
+// limit.
+
+// operationTargets are a request of each of the four operations, naming what the world
+// holds where it holds it (else ids no server holds): the shipment's tracking, a number,
+// the list, an order.
+func (k *kit) operationTargets() []string {
+	shipment, number, order := "shp_conformance_unknown", "CONFORMANCE0UNKNOWN", "ord_conformance_unknown"
+	if w := k.world; w.own {
+		shipment, number, order = w.shipments[0], "CK1000000001", w.orders[0].ID
+	}
+	return []string{"/shipments/" + url.PathEscape(shipment) + "/tracking", "/tracking/" + url.PathEscape(number), "/orders", "/orders/" + url.PathEscape(order)}
+}
+
+func judgeMissingKey(k *kit) ruleVerdict {
+	var v ruleVerdict
+	for _, target := range k.operationTargets() {
+		v.wantStatus(k, k.get(roleNone, target, http.StatusUnauthorized, codeMissingAPIKey), http.StatusUnauthorized, "no Authorization")
+	}
+	return v
+}
+
+func judgeInvalidKey(k *kit) ruleVerdict {
+	var v ruleVerdict
+	ex := k.send(request{method: http.MethodGet, target: "/orders", unknownKey: "sk_test_conformance0unknown0key", expect: expectation{http.StatusUnauthorized, codeInvalidAPIKey}})
+	v.wantStatus(k, ex, http.StatusUnauthorized, "a key no account holds")
+	return v
+}
+
+// judgeKeyRole is a rule that GET /v1/orders with the key of role answers 401 code.
+func judgeKeyRole(role keyRole, flag string, c code) func(k *kit) ruleVerdict {
+	return func(k *kit) ruleVerdict {
+		if k.keys[role] == "" {
+			return skip("needs " + flag)
+		}
+		var v ruleVerdict
+		v.wantStatus(k, k.get(role, "/orders", http.StatusUnauthorized, c), http.StatusUnauthorized, "a key that is "+strings.TrimSuffix(string(c), "_api_key"))
+		return v
+	}
+}
+
+// judgeScope is a rule that a key without a scope (the key of role, holding only the
+// other) is 403 on the operations of targets.
+func judgeScope(role keyRole, flag string, targets func(k *kit) []string) func(k *kit) ruleVerdict {
+	return func(k *kit) ruleVerdict {
+		if k.keys[role] == "" {
+			return skip("needs " + flag)
+		}
+		var v ruleVerdict
+		for _, target := range targets(k) {
+			v.wantStatus(k, k.get(role, target, http.StatusForbidden, codeInsufficientScope), http.StatusForbidden, "a key without the operation's scope")
+		}
+		return v
+	}
+}
+
+func judgeOtherAccount(k *kit) ruleVerdict {
+	if k.keys[roleAlt] == "" {
+		return skip("needs -alt-key (a key of another account)")
+	}
+	w := k.world
+	var targets []string
+	if len(w.orders) > 0 {
+		targets = append(targets, "/orders/"+url.PathEscape(w.orders[0].ID))
+	}
+	if len(w.shipments) > 0 {
+		targets = append(targets, "/shipments/"+url.PathEscape(w.shipments[0])+"/tracking")
+	}
+	for _, number := range slices.Sorted(maps.Keys(w.numbers)) {
+		targets = append(targets, "/tracking/"+url.PathEscape(number))
+		break
+	}
+	if len(targets) == 0 {
+		return skip("the key reads nothing of its account for the other account's key to read")
+	}
+	var v ruleVerdict
+	for _, target := range targets {
+		v.wantStatus(k, k.get(roleAlt, target, http.StatusNotFound, codeNotFound), http.StatusNotFound, "another account's resource")
+	}
+	return v
+}
+
+// maxBurst is the most requests the rate limit's rule sends before it gives up.
+const maxBurst = 1000
+
+// burst sends GET /v1/orders?limit=1 as fast as the kit can, with a key of its own (the
+// main key where the world has none), until one answers 429, at most maxBurst: the rate
+// limit's rules judge its answers. It is sent once a run.
+func (k *kit) burst() []*exchange {
+	if k.bursted != nil {
+		return k.bursted
+	}
+	role := roleBurst
+	if k.keys[role] == "" {
+		role = roleMain
+	}
+	k.pace = false
+	defer func() { k.pace = true }()
+	k.bursted = []*exchange{}
+	for range maxBurst {
+		ex := k.sendOnce(request{method: http.MethodGet, target: "/orders?limit=1", role: role, expect: expectation{http.StatusOK, ""}})
+		k.bursted = append(k.bursted, ex)
+		if ex.status == http.StatusTooManyRequests || ex.err != nil || k.ctx.Err() != nil {
+			break
+		}
+	}
+	return k.bursted
+}
+
+func judgeRateLimit(k *kit) ruleVerdict {
+	exs := k.burst()
+	k.used[k.rule] = append(k.used[k.rule], exs...)
+	last := exs[len(exs)-1]
+	var v ruleVerdict
+	if last.status != http.StatusTooManyRequests {
+		v.fail(k, last, fmt.Sprintf("429 past the limit, within %d requests sent as fast as the kit can", maxBurst), fmt.Sprintf("%d requests, the last answered %d", len(exs), last.status))
+	}
+	return v
+}
+
+func judgeRateLimitHeaders(k *kit) ruleVerdict {
+	exs := k.burst()
+	k.used[k.rule] = append(k.used[k.rule], exs...)
+	last := exs[len(exs)-1]
+	if last.status != http.StatusTooManyRequests {
+		return skip("the burst met no 429 (see limits.rate_limit)")
+	}
+	var v ruleVerdict
+	for _, ex := range exs {
+		if ex.header.Get("RateLimit-Policy") == "" || ex.header.Get("RateLimit") == "" {
+			v.fail(k, ex, "RateLimit-Policy and RateLimit on every answer under the limit", fmt.Sprintf("RateLimit-Policy %q, RateLimit %q", ex.header.Get("RateLimit-Policy"), ex.header.Get("RateLimit")))
+			break
+		}
+	}
+	if s, err := strconv.Atoi(last.header.Get("Retry-After")); err != nil || s < 0 {
+		v.fail(k, last, "Retry-After in whole seconds on the 429", fmt.Sprintf("Retry-After %q", last.header.Get("Retry-After")))
+	}
+	return v
 }

@@ -3,8 +3,11 @@
 // main.go is the process and the path of a request through the server, in the order a
 // request meets it: the route table, then the clean-path check, the route, the checks in
 // the contract's order, the body, the handlers, writing the answer and the log line; then
-// what needs no key. What one operation needs lives with it. Its sections, each under a
-// banner (grep '^// =====' *.go lists the sections of every file):
+// what needs no key. What one operation needs lives with it. Last, the conformance kit (go
+// run . check): its command, the catalogue of its rules and their run, its rules of HTTP
+// itself, and its reports; each other rule lives beside what it checks, on the kit's floor
+// in errors.go. Its sections, each under a banner (grep '^// =====' *.go lists the sections
+// of every file):
 //
 //   - The process: flags and environment
 //   - The process: hosts and origins
@@ -23,6 +26,10 @@
 //   - The access log
 //   - What needs no key: health, the document, and what no route serves
 //   - The landing page
+//   - Conformance: the command, its flags and its run
+//   - Conformance: the catalogue and the run
+//   - Conformance: every answer, the methods and the body
+//   - Conformance: the reports
 package main
 
 import (
@@ -41,6 +48,7 @@ import (
 	"html/template"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"math/bits"
 	mrand "math/rand/v2"
@@ -76,6 +84,11 @@ const defaultBaseURL = "http://127.0.0.1:8080/v1"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if len(os.Args) > 1 && os.Args[1] == "check" { // the conformance kit
+		status := runCheck(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(status)
+	}
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, boundHeapGrowth)
 	stop()
 	if err != nil {
@@ -194,15 +207,15 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	if !given["data"] && getenv("SANDBOX_DATA") != "" {
 		cfg.dataName = "SANDBOX_DATA"
 	}
-	return cfg, fallBack(fs, given, getenv)
+	return cfg, fallBack(fs, given, getenv, "SANDBOX_")
 }
 
-// fallBack sets each flag not given from its variable, SANDBOX_<NAME>; a bad value names
-// the variable.
-func fallBack(fs *flag.FlagSet, given map[string]bool, getenv func(string) string) error {
+// fallBack sets each flag not given from its variable, prefix and its NAME (SANDBOX_NAME,
+// SANDBOX_CHECK_NAME); a bad value names the variable.
+func fallBack(fs *flag.FlagSet, given map[string]bool, getenv func(string) string, prefix string) error {
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		name := "SANDBOX_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		name := prefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		v := getenv(name)
 		if err != nil || given[f.Name] || v == "" {
 			return
@@ -3065,4 +3078,675 @@ func groupDigits(n int) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
+}
+
+// ===== Conformance: the command, its flags and its run =====
+
+// The conformance kit (go run . check): the spec's rules, each a named check made over HTTP
+// as any client would make it, against any server that claims the API: the live API on the
+// day it opens, a partner's implementation, another build of this sandbox, or, without
+// -base-url, this one, started in this process. It judges data it makes where the server
+// makes sandboxes (its own world), else what its keys can read (a discovered world). It
+// carries keys to a server it does not trust: it follows no redirect, sends keys only to
+// the base URL's host, reads at most 1 MiB of an answer, and bounds each request by
+// -timeout; no report or message ever holds a key.
+
+// Exit statuses of the kit.
+const (
+	checkPassed      = 0   // no MUST rule failed (but as expected)
+	checkFailed      = 1   // a MUST rule failed (with -strict, any rule)
+	checkCannotJudge = 2   // a usage error, or a server it could not judge
+	checkInterrupted = 130 // SIGINT or SIGTERM: its sandboxes deleted
+)
+
+// checkFlagRoles are the key flags, in the order -h lists them, and the role of each.
+var checkFlagRoles = []struct {
+	flag string
+	role keyRole
+	what string
+}{
+	{"key", roleMain, "a test `key` with both scopes (required with -base-url)"},
+	{"alt-key", roleAlt, "a test `key` of another account, both scopes"},
+	{"tracking-key", roleTracking, "a test `key` with tracking:read only"},
+	{"orders-key", roleOrders, "a test `key` with orders:read only"},
+	{"expired-key", roleExpired, "an expired test `key`"},
+	{"revoked-key", roleRevoked, "a revoked test `key`"},
+}
+
+// parseCheckConfig reads check's flags, then SANDBOX_CHECK_<NAME> for each not given. A
+// fault names the flag or the variable.
+func parseCheckConfig(args []string, getenv func(string) string, usage io.Writer) (checkConfig, error) {
+	cfg := checkConfig{keys: map[keyRole]string{}, profile: "sandbox", format: "text", timeout: 10 * time.Second}
+	var mode, rules, expectFile string
+	fs := flag.NewFlagSet("sandbox check", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&cfg.baseURL, "base-url", "", "the server under check: an absolute http or https `URL` whose path ends in /v1 (default: this sandbox, started in this process)")
+	for _, k := range checkFlagRoles {
+		fs.Func(k.flag, k.what, func(v string) error { cfg.keys[k.role] = v; return nil })
+	}
+	fs.StringVar(&cfg.profile, "profile", cfg.profile, "the spec's stated difference to expect: `sandbox` or domain_adapter")
+	fs.StringVar(&rules, "rules", "", "comma-separated rule `ids`, or prefixes ending in * such as tracking.* (default: every rule)")
+	fs.StringVar(&mode, "mode", "", "`safe`, or full to add the rules that load the server (default safe; full for the self-check)")
+	fs.StringVar(&expectFile, "expect", "", "a JSON `file` of known differences, rule id to reason: such a rule that fails is expected")
+	fs.StringVar(&cfg.format, "format", cfg.format, "the report's `format`: text, json or junit")
+	fs.StringVar(&cfg.out, "out", "", "write the report to this `file` (default: standard output)")
+	fs.DurationVar(&cfg.timeout, "timeout", cfg.timeout, "the longest one request may take, answer read, as a Go `duration`")
+	fs.BoolVar(&cfg.strict, "strict", false, "a failed SHOULD rule fails the run too")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(usage, "Usage: sandbox check [flags]: the spec's rules, checked over HTTP against a server (without -base-url, this sandbox). Each flag falls back to SANDBOX_CHECK_<NAME> (e.g. SANDBOX_CHECK_KEY). Exit status: 0 no MUST rule failed, 1 one did, 2 the kit could not judge, 130 interrupted.")
+			fs.SetOutput(usage)
+			fs.PrintDefaults()
+			return cfg, err
+		}
+		if strings.HasPrefix(err.Error(), "flag provided but not defined") {
+			return cfg, fmt.Errorf("%w (see check -h for the flags)", err)
+		}
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q: check takes flags only (see check -h)", fs.Arg(0))
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if err := fallBack(fs, given, getenv, "SANDBOX_CHECK_"); err != nil {
+		return cfg, err
+	}
+	name := func(flag string) string { // what the user set a value with
+		if given[flag] {
+			return "-" + flag
+		}
+		return "SANDBOX_CHECK_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+	}
+	if cfg.baseURL != "" {
+		u, err := url.Parse(cfg.baseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/v1") || u.RawQuery != "" || u.Fragment != "" {
+			return cfg, fmt.Errorf("%s %q: want an absolute http or https URL whose path ends in /v1, such as http://127.0.0.1:8080/v1", name("base-url"), cfg.baseURL)
+		}
+		if cfg.keys[roleMain] == "" {
+			return cfg, errors.New("-key: a test key with both scopes is required with -base-url (or SANDBOX_CHECK_KEY)")
+		}
+	}
+	if cfg.baseURL == "" && cfg.keys[roleMain] == "" {
+		cfg.keys[roleMain] = "sk_test_sandbox_all"
+	}
+	for role, key := range cfg.keys {
+		if !isBearerToken(key) {
+			for _, k := range checkFlagRoles {
+				if k.role == role {
+					return cfg, fmt.Errorf("%s: not sendable as a Bearer credential: letters, digits and - . _ ~ + / (then = padding only)", name(k.flag))
+				}
+			}
+		}
+	}
+	if cfg.profile != "sandbox" && cfg.profile != "domain_adapter" {
+		return cfg, fmt.Errorf("%s %q: want sandbox or domain_adapter", name("profile"), cfg.profile)
+	}
+	switch mode {
+	case "":
+		cfg.full = cfg.baseURL == ""
+	case "safe", "full":
+		cfg.full = mode == "full"
+	default:
+		return cfg, fmt.Errorf("%s %q: want safe or full", name("mode"), mode)
+	}
+	if cfg.format != "text" && cfg.format != "json" && cfg.format != "junit" {
+		return cfg, fmt.Errorf("%s %q: want text, json or junit", name("format"), cfg.format)
+	}
+	if cfg.timeout <= 0 {
+		return cfg, fmt.Errorf("%s %v: want a positive duration such as 10s", name("timeout"), cfg.timeout)
+	}
+	if rules != "" {
+		cfg.rules = strings.Split(rules, ",")
+		for _, r := range cfg.rules {
+			if len(rulesNamed(r)) == 0 {
+				return cfg, fmt.Errorf("%s: %q names no rule (check -h; the rules are listed in docs/conformance.md)", name("rules"), r)
+			}
+		}
+	}
+	if expectFile != "" {
+		b, err := os.ReadFile(expectFile)
+		if err == nil {
+			err = json.Unmarshal(b, &cfg.expect)
+		}
+		if err != nil {
+			return cfg, fmt.Errorf("%s %s: want a JSON object of rule id to reason: %v", name("expect"), expectFile, err)
+		}
+		for id := range cfg.expect {
+			if len(rulesNamed(id)) == 0 {
+				return cfg, fmt.Errorf("%s %s: %q names no rule", name("expect"), expectFile, id)
+			}
+		}
+	}
+	return cfg, nil
+}
+
+// runCheck is the kit's whole program: its flags, the server (this sandbox, started here,
+// without -base-url), the run, the report, and its exit status. A signal stops the run,
+// deletes the kit's sandboxes and exits 130 within 5 s.
+func runCheck(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cfg, err := parseCheckConfig(args, getenv, stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return checkPassed
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "sandbox check: "+err.Error())
+		return checkCannotJudge
+	}
+	if cfg.baseURL == "" {
+		base, stop, err := startSelfCheck()
+		if err != nil {
+			fmt.Fprintln(stderr, "sandbox check: starting this sandbox: "+err.Error())
+			return checkCannotJudge
+		}
+		defer stop()
+		cfg.baseURL = base
+	}
+	k := newKit(ctx, cfg)
+	rep, err := k.run()
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "sandbox check: interrupted: the kit's sandboxes are deleted")
+		return checkInterrupted
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "sandbox check: "+k.redact(err.Error()))
+		return checkCannotJudge
+	}
+	out := stdout
+	if cfg.out != "" {
+		f, err := os.Create(cfg.out)
+		if err != nil {
+			fmt.Fprintln(stderr, "sandbox check: -out: "+err.Error())
+			return checkCannotJudge
+		}
+		defer f.Close()
+		out = f
+	}
+	if err := rep.write(out, cfg.format); err != nil {
+		fmt.Fprintln(stderr, "sandbox check: writing the report: "+err.Error())
+		return checkCannotJudge
+	}
+	switch {
+	case rep.Summary.FailedMust > 0, cfg.strict && rep.Summary.Failed > 0:
+		return checkFailed
+	}
+	return checkPassed
+}
+
+// startSelfCheck starts this sandbox in this process, as go run . serves it (the default
+// dataset, the default flags) but on a free loopback port, and returns its base URL.
+func startSelfCheck() (string, func(), error) {
+	cfg := defaultConfig()
+	quiet := slog.New(slog.DiscardHandler)
+	sb, err := loadDataset(defaultDatasetName, bytes.NewReader(defaultDataset), 0, time.Now().UTC().Truncate(time.Second), quiet)
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	base := baseURL(ln.Addr())
+	srv, err := newServer(sb, serverOptions{rate: cfg.rate, baseURL: base, log: quiet, loopback: true, journal: cfg.journal})
+	if err != nil {
+		ln.Close()
+		return "", nil, err
+	}
+	hs := newHTTPServer(cfg, srv.handler(), quiet)
+	go hs.Serve(ln)
+	return base, func() { hs.Close() }, nil
+}
+
+// ===== Conformance: the catalogue and the run =====
+
+// ruleLevel is how binding a rule is: MUST, a sentence of the spec; SHOULD, a decision of
+// the sandbox's contract where the spec says "not shown".
+type ruleLevel string
+
+const (
+	levelMust   ruleLevel = "MUST"
+	levelShould ruleLevel = "SHOULD"
+)
+
+// conformanceRule is one rule of the catalogue: its stable id (users name it in -rules, in
+// -expect files and on dashboards), its level, its title, the words it rests on, and its
+// check, which lives beside what it checks.
+type conformanceRule struct {
+	id, title string
+	level     ruleLevel
+	adapter   ruleLevel // its level with -profile domain_adapter, when another
+	spec      string    // the spec's words (MUST), or the contract's sentence (SHOULD)
+	judge     func(k *kit) ruleVerdict
+	every     bool // it judges the answers of the rules run, not requests of its own
+	load      bool // it loads the server: -mode full only
+}
+
+// levelFor is the rule's level under the profile.
+func (r *conformanceRule) levelFor(profile string) ruleLevel {
+	if profile == "domain_adapter" && r.adapter != "" {
+		return r.adapter
+	}
+	return r.level
+}
+
+// rulesNamed are the rules an id, or a prefix ending in *, names.
+func rulesNamed(name string) []*conformanceRule {
+	var named []*conformanceRule
+	for i := range conformanceRules {
+		r := &conformanceRules[i]
+		if prefix, ok := strings.CutSuffix(name, "*"); ok && strings.HasPrefix(r.id, prefix) || r.id == name {
+			named = append(named, r)
+		}
+	}
+	return named
+}
+
+// conformanceRules is the catalogue, in the order reports list it: the rules the spec's
+// sentences make (MUST), then those the sandbox's contract decides where the spec says "not
+// shown" (SHOULD). The ids are stable: users name them in -rules, -expect files and
+// dashboards. docs/conformance.md lists them (TestTheCatalogueIsOneTable).
+var conformanceRules = []conformanceRule{
+	{id: "auth.missing_key", level: levelMust, title: "no key: 401 on each of the four operations", judge: judgeMissingKey,
+		spec: "Every request carries the header Authorization with an API key as a bearer credential. A missing, invalid, expired or revoked key returns 401."},
+	{id: "auth.invalid_key", level: levelMust, title: "an unknown key: 401", judge: judgeInvalidKey,
+		spec: "A missing, invalid, expired or revoked key returns 401."},
+	{id: "auth.expired_key", level: levelMust, title: "an expired key: 401", judge: judgeKeyRole(roleExpired, "-expired-key", codeExpiredAPIKey),
+		spec: "A missing, invalid, expired or revoked key returns 401."},
+	{id: "auth.revoked_key", level: levelMust, title: "a revoked key: 401", judge: judgeKeyRole(roleRevoked, "-revoked-key", codeRevokedAPIKey),
+		spec: "A missing, invalid, expired or revoked key returns 401."},
+	{id: "auth.scope_tracking", level: levelMust, title: "a key without tracking:read: 403 on both tracking operations", judge: judgeScope(roleOrders, "-orders-key (a key without tracking:read)", func(k *kit) []string { return k.operationTargets()[:2] }),
+		spec: "A key lacking the required scope returns 403. Scopes used: tracking:read (both tracking endpoints), orders:read (both order endpoints)."},
+	{id: "auth.scope_orders", level: levelMust, title: "a key without orders:read: 403 on both order operations", judge: judgeScope(roleTracking, "-tracking-key (a key without orders:read)", func(k *kit) []string { return k.operationTargets()[2:] }),
+		spec: "A key lacking the required scope returns 403. Scopes used: tracking:read (both tracking endpoints), orders:read (both order endpoints)."},
+	{id: "auth.other_account", level: levelMust, title: "another account's key reading this account's order, shipment and tracking number: 404 each", judge: judgeOtherAccount,
+		spec: "Keys and scopes are tied to an account and an environment; resources of another account or environment are reported as 404."},
+	{id: "tracking.view_fields", level: levelMust, title: "the view's five fields and each event's four, with their types", judge: judgeViewFields,
+		spec: "shipment_id, reference, tracking_number (string or null), status, events: required; each event's status, description, timestamp, and location: \"Display location; empty string when none\"."},
+	{id: "tracking.utc", level: levelMust, title: "every timestamp ISO 8601 in UTC with the suffix Z", judge: judgeUTC,
+		spec: "All timestamps are ISO 8601 with timezone. Responses use UTC with the suffix Z."},
+	{id: "tracking.by_number", level: levelMust, title: "a number one shipment holds finds the same view as its id", judge: judgeByNumber,
+		spec: "Lookup is account-scoped and matches the primary tracking number only. Response 200: the tracking view of a shipment (same shape as above)."},
+	{id: "tracking.primary_number_only", level: levelMust, title: "a further parcel's number: 404", judge: judgePrimaryNumberOnly,
+		spec: "Lookup is account-scoped and matches the primary tracking number only."},
+	{id: "tracking.unknown", level: levelMust, title: "an unknown shipment id and an unknown number: 404", judge: judgeTrackingUnknown,
+		spec: "Unknown shipment in this account and environment: 404. Unknown number: 404 in both the sandbox and the unreleased domain adapter."},
+	{id: "tracking.ambiguous_number", level: levelMust, title: "a number two shipments hold: 404 (409 with -profile domain_adapter)", judge: judgeAmbiguousNumber,
+		spec: "Ambiguous number: the local sandbox returns 404; the unreleased domain adapter returns 409."},
+	{id: "tracking.dedup", level: levelMust, title: "no two events of one instant and description", judge: judgeDedup,
+		spec: "Events with equivalent instants and descriptions are deduplicated; duplicates are suppressed."},
+	{id: "tracking.no_offset", level: levelMust, title: "an event without an offset is not shown", judge: judgeNoOffset,
+		spec: "Input timestamps without timezone are not interpreted (not assumed to be UTC); such events are excluded."},
+	{id: "tracking.utc_across_dst", level: levelMust, title: "events across a UK daylight-saving change shown at their instants in UTC, in order", judge: judgeUTCAcrossDST,
+		spec: "UTC instants are preserved across UK daylight-saving changes."},
+	{id: "orders.fields", level: levelMust, title: "the six fields with their types, created_at in UTC, a platform of the five, no marketplace data", judge: judgeOrderFields,
+		spec: "id, merchant_reference, platform (one of five marketplace platform identifiers), status, shipment_id (string or null), created_at (ISO 8601, UTC Z). Marketplace tokens and raw marketplace data are never part of the resource."},
+	{id: "orders.retrieve", level: levelMust, title: "an order read by id equals the listed one", judge: judgeRetrieve,
+		spec: "Response 200: one imported order."},
+	{id: "orders.unknown", level: levelMust, title: "an unknown order: 404", judge: judgeOrderUnknown,
+		spec: "Unknown order in this account and environment: 404."},
+	{id: "orders.default_limit", level: levelMust, title: "limit 20 when none is sent: at most 20 orders, 20 when more exist", judge: judgeDefaultLimit,
+		spec: "limit: Page size; default 20; maximum 100."},
+	{id: "orders.max_limit", level: levelMust, title: "limit=100: at most 100 orders", judge: judgeMaxLimit,
+		spec: "limit: Page size; default 20; maximum 100."},
+	{id: "orders.pagination", level: levelMust, title: "limit at least 1; has_more false exactly when next_cursor is null", judge: judgePagination,
+		spec: "limit: integer (minimum 1). next_cursor: Opaque signed cursor for the next page; null when none. has_more: Whether more results follow."},
+	{id: "orders.cursor_walk", level: levelMust, title: "following next_cursor shows each order once", judge: judgeCursorWalk,
+		spec: "cursor: Opaque signed next_cursor from a previous page; the same filters must be kept between pages."},
+	{id: "orders.malformed_cursor", level: levelMust, title: "a malformed cursor: 400", judge: judgeMalformedCursor,
+		spec: "Malformed cursor: 400."},
+	{id: "orders.filter_status", level: levelMust, title: "status: only orders of that status", judge: judgeFilterStatus,
+		spec: "status: Exact match on normalized status."},
+	{id: "orders.filter_created", level: levelMust, title: "created_from and created_to inclusive: the orders at exactly those instants included, none outside", judge: judgeFilterCreated,
+		spec: "created_from: Inclusive lower bound on creation time. created_to: Inclusive upper bound on creation time."},
+	{id: "orders.linked_shipment", level: levelMust, title: "an order's shipment_id finds a tracking view", judge: judgeLinkedShipment,
+		spec: "shipment_id: Linked shipment ID; null when no shipment is linked."},
+	{id: "http.method_not_allowed", level: levelMust, title: "POST, PUT, PATCH and DELETE on each operation: 405", judge: judgeMethodNotAllowed,
+		spec: "Every operation below is a GET without a request body. 405: Method not supported."},
+	{id: "http.body_too_large", level: levelMust, title: "a body of 256 KiB + 1 byte: 413", judge: judgeBodyTooLarge,
+		spec: "Request body size: 256 KiB; larger returns 413."},
+	{id: "limits.rate_limit", level: levelMust, adapter: levelShould, title: "past the rate limit: 429", judge: judgeRateLimit, load: true,
+		spec: "Rate limit: enforced in the sandbox; exceeding returns 429."},
+	{id: "tracking.exact_fields", level: levelShould, title: "no member of a view or an event beyond the spec's", judge: judgeTrackingExactFields,
+		spec: "No member beyond the spec's: a tracking view is shipment_id, reference, tracking_number, status and events; an event, status, description, timestamp and location."},
+	{id: "orders.exact_fields", level: levelShould, title: "no member of an order or a page beyond the spec's", judge: judgeOrderExactFields,
+		spec: "The stored orders carry a marketplace token and a raw marketplace payload, as imported orders do; the resource never shows either (exactly the six spec fields)."},
+	{id: "errors.problem_json", level: levelShould, title: "every error application/problem+json with type, title, status, detail, code and request_id", judge: judgeProblemJSON, every: true,
+		spec: "Every error body is RFC 9457 problem details, Content-Type: application/problem+json, with the code and the request id."},
+	{id: "errors.codes", level: levelShould, title: "each error the kit made has the contract's code", judge: judgeCodes, every: true,
+		spec: "401 missing_api_key, invalid_api_key, expired_api_key, revoked_api_key; 403 insufficient_scope; 404 not_found; 405 method_not_allowed; 413 body_too_large; 400 invalid_cursor; 422 invalid_parameter; 409 ambiguous_tracking_number (the domain adapter)."},
+	{id: "orders.order", level: levelShould, title: "newest first: created_at, then id, descending", judge: judgeOrderOrder,
+		spec: "Order: newest first, created_at descending, then id descending."},
+	{id: "orders.limit_range", level: levelShould, title: "limit 0 and 101: 422 invalid_parameter limit", judge: judgeLimitRange,
+		spec: "limit: integer 1..100; a bad value (limit 0, 101): 422 invalid_parameter, naming the parameter in param."},
+	{id: "orders.cursor_filters", level: levelShould, title: "a cursor sent with other filters: 400 invalid_cursor", judge: judgeCursorFilters,
+		spec: "A cursor that does not decode, is not signed by this server, belongs to another account/environment or is used with other filters: 400 invalid_cursor."},
+	{id: "http.request_id", level: levelShould, title: "a Request-Id on every answer", judge: judgeRequestID, every: true,
+		spec: "Every response: Request-Id header (req_ + random)."},
+	{id: "http.no_store", level: levelShould, title: "Cache-Control: no-store on every answer", judge: judgeNoStore, every: true,
+		spec: "Every response: Cache-Control: no-store on /v1 responses."},
+	{id: "limits.rate_limit_headers", level: levelShould, title: "RateLimit-Policy and RateLimit on answers, Retry-After on the 429", judge: judgeRateLimitHeaders, load: true,
+		spec: "While a rate limit is set, answers that passed the rate limiter (and 429s) carry its state in the IETF draft's structured fields; 429 rate_limited with Retry-After in whole seconds."},
+	{id: "tracking.vocabulary", level: levelShould, title: "every status of the tracking vocabulary", judge: judgeTrackingVocabulary,
+		spec: "Tracking status (shipment status, events[].status): pre_transit, in_transit, out_for_delivery, available_for_pickup, delivered, return_to_sender, failure, cancelled, unknown."},
+	{id: "tracking.events_oldest_first", level: levelShould, title: "events oldest first", judge: judgeEventsOldestFirst,
+		spec: "Events are ordered oldest first (stable for equal instants)."},
+	{id: "orders.vocabulary", level: levelShould, title: "every order status of the vocabulary", judge: judgeOrderVocabulary,
+		spec: "Order status: unfulfilled, partially_fulfilled, fulfilled, cancelled."},
+}
+
+// run judges the selected rules: the first read, the world, each rule's check in the
+// catalogue's order (those that load the server last), then the rules that judge every
+// answer; it deletes the kit's sandboxes before it returns, whatever happened.
+func (k *kit) run() (*checkReport, error) {
+	defer k.deleteSandboxes()
+	if err := k.firstRead(); err != nil {
+		return nil, err
+	}
+	k.rule = "(world)"
+	k.world = k.makeWorld()
+	selected := map[string]bool{}
+	for _, name := range k.cfg.rules {
+		for _, r := range rulesNamed(name) {
+			selected[r.id] = true
+		}
+	}
+	onlyEvery := len(selected) > 0
+	for id := range selected {
+		onlyEvery = onlyEvery && slices.ContainsFunc(conformanceRules, func(r conformanceRule) bool { return r.id == id && r.every })
+	}
+	chosen := func(r *conformanceRule) bool { return len(selected) == 0 || selected[r.id] }
+	verdicts := map[string]ruleVerdict{}
+	for _, pass := range []bool{false, true} { // the rules that load the server last
+		for i := range conformanceRules {
+			r := &conformanceRules[i]
+			if r.every || r.load != pass || !chosen(r) && !onlyEvery {
+				continue
+			}
+			if k.ctx.Err() != nil {
+				return nil, k.ctx.Err()
+			}
+			if r.load && !k.cfg.full {
+				verdicts[r.id] = skip("it loads the server: run with -mode full")
+				continue
+			}
+			k.rule = r.id
+			verdicts[r.id] = r.judge(k).settled()
+		}
+	}
+	for i := range conformanceRules {
+		if r := &conformanceRules[i]; r.every && chosen(r) {
+			k.judged = k.judged[:0]
+			for _, other := range conformanceRules {
+				if !other.every && (onlyEvery || chosen(&other)) {
+					k.judged = append(k.judged, k.used[other.id]...)
+				}
+			}
+			k.rule = r.id
+			verdicts[r.id] = r.judge(k).settled()
+		}
+	}
+	if k.ctx.Err() != nil {
+		return nil, k.ctx.Err()
+	}
+	return k.report(verdicts, chosen), nil
+}
+
+// firstRead makes the kit's first request, GET {base}/orders?limit=1 with -key: a server it
+// cannot reach, or whose answer says the key is refused or this is not the API, cannot be
+// judged (exit status 2). A 429 is waited out.
+func (k *kit) firstRead() error {
+	k.rule = "(first read)"
+	ex := k.get(roleMain, "/orders?limit=1", http.StatusOK, "")
+	target := k.base.String() + "/orders?limit=1"
+	switch {
+	case k.ctx.Err() != nil:
+		return k.ctx.Err()
+	case ex.err != nil && ex.status == 0:
+		return fmt.Errorf("the base URL %s cannot be reached, or does not answer HTTP within -timeout %v: %v", k.base, k.cfg.timeout, ex.err)
+	case ex.status == http.StatusUnauthorized:
+		return fmt.Errorf("the first read, GET %s with -key, answered 401: the key is refused (unknown, expired or revoked; a test key of this server is needed)", target)
+	case ex.status == http.StatusForbidden:
+		return fmt.Errorf("the first read, GET %s with -key, answered 403: the key lacks a scope (-key needs tracking:read and orders:read)", target)
+	case ex.status == http.StatusNotFound:
+		return fmt.Errorf("the first read, GET %s, answered 404: this is not the API (the base URL is the API's, ending in /v1)", target)
+	case !json.Valid(ex.body) || !bytes.HasPrefix(bytes.TrimSpace(ex.body), []byte("{")):
+		return fmt.Errorf("the first read, GET %s, answered %d with a body that is not JSON: this is not the API", target, ex.status)
+	}
+	return nil
+}
+
+// ===== Conformance: every answer, the methods and the body =====
+
+// The kit's rules of HTTP itself: the methods and the body of every operation, and what
+// every answer carries.
+
+func judgeMethodNotAllowed(k *kit) ruleVerdict {
+	var v ruleVerdict
+	for _, target := range k.operationTargets() {
+		for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} { // no body: a write is never meant
+			ex := k.send(request{method: method, target: target, role: roleMain, expect: expectation{http.StatusMethodNotAllowed, codeMethodNotAllowed}})
+			v.wantStatus(k, ex, http.StatusMethodNotAllowed, method+" on an operation that answers GET")
+		}
+	}
+	return v
+}
+
+func judgeBodyTooLarge(k *kit) ruleVerdict {
+	var v ruleVerdict
+	ex := k.send(request{method: http.MethodGet, target: "/orders", role: roleMain, body: bytes.Repeat([]byte("x"), maxBodyBytes+1), expect: expectation{http.StatusRequestEntityTooLarge, codeBodyTooLarge}})
+	v.wantStatus(k, ex, http.StatusRequestEntityTooLarge, "a body of 256 KiB + 1 byte")
+	return v
+}
+
+func judgeRequestID(k *kit) ruleVerdict {
+	var v ruleVerdict
+	for _, ex := range k.judged {
+		if ex.status != 0 && ex.header.Get("Request-Id") == "" {
+			v.fail(k, ex, "a Request-Id on every answer", "none")
+			break
+		}
+	}
+	return v
+}
+
+func judgeNoStore(k *kit) ruleVerdict {
+	var v ruleVerdict
+	for _, ex := range k.judged {
+		if ex.status != 0 && !strings.Contains(ex.header.Get("Cache-Control"), "no-store") {
+			v.fail(k, ex, "Cache-Control: no-store on every answer", fmt.Sprintf("Cache-Control %q", ex.header.Get("Cache-Control")))
+			break
+		}
+	}
+	return v
+}
+
+// ===== Conformance: the reports =====
+
+// checkReport is a run's report, as its JSON writes it: members in this order.
+type checkReport struct {
+	BaseURL  string        `json:"base_url"`
+	Profile  string        `json:"profile"`
+	Mode     string        `json:"mode"`
+	World    string        `json:"world"`
+	Warnings []string      `json:"warnings"`
+	Rules    []ruleReport  `json:"rules"`
+	Summary  reportSummary `json:"summary"`
+}
+
+type ruleReport struct {
+	ID       string          `json:"id"`
+	Level    ruleLevel       `json:"level"`
+	Title    string          `json:"title"`
+	Spec     string          `json:"spec"`
+	Result   string          `json:"result"`
+	Reason   *string         `json:"reason"`
+	Evidence []checkEvidence `json:"evidence"`
+}
+
+type reportSummary struct {
+	Total      int `json:"total"`
+	Passed     int `json:"passed"`
+	Failed     int `json:"failed"`
+	FailedMust int `json:"failed_must"`
+	Skipped    int `json:"skipped"`
+	Expected   int `json:"expected"`
+	Evaluated  int `json:"evaluated"`
+	Requests   int `json:"requests"`
+	Retried    int `json:"retried"`
+}
+
+// report is the run's report of the chosen rules, in the catalogue's order, with -expect
+// applied: a failure it names is expected; a pass it names says the expectation can go.
+func (k *kit) report(verdicts map[string]ruleVerdict, chosen func(*conformanceRule) bool) *checkReport {
+	rep := &checkReport{BaseURL: k.base.String(), Profile: k.cfg.profile, Mode: "safe", World: "discovered", Warnings: k.warnings(), Rules: []ruleReport{}}
+	if k.cfg.full {
+		rep.Mode = "full"
+	}
+	if k.world != nil && k.world.own {
+		rep.World = "own"
+	}
+	for i := range conformanceRules {
+		r := &conformanceRules[i]
+		if !chosen(r) {
+			continue
+		}
+		v := verdicts[r.id]
+		expected, named := "", false
+		for name, reason := range k.cfg.expect {
+			if slices.Contains(rulesNamed(name), r) {
+				expected, named = reason, true
+			}
+		}
+		switch {
+		case named && v.failed():
+			v.result, v.reason = "expected", expected
+		case named && v.result == "pass":
+			v.reason = "expected to fail (" + expected + "), but passes: the expectation can go"
+		}
+		rr := ruleReport{ID: r.id, Level: r.levelFor(k.cfg.profile), Title: r.title, Spec: r.spec, Result: v.result, Evidence: v.evidence}
+		if rr.Evidence == nil {
+			rr.Evidence = []checkEvidence{}
+		}
+		if v.reason != "" {
+			reason := k.redact(v.reason)
+			rr.Reason = &reason
+		}
+		rep.Rules = append(rep.Rules, rr)
+		s := &rep.Summary
+		s.Total++
+		switch v.result {
+		case "pass":
+			s.Passed++
+		case "fail":
+			s.Failed++
+			if rr.Level == levelMust {
+				s.FailedMust++
+			}
+		case "skip":
+			s.Skipped++
+		case "expected":
+			s.Expected++
+		}
+	}
+	rep.Summary.Evaluated = rep.Summary.Total - rep.Summary.Skipped
+	rep.Summary.Requests, rep.Summary.Retried = k.requests, k.retried
+	return rep
+}
+
+// warnings are what would make a pass meaningless: most of the reads the kit expected to
+// succeed were refused (401, 403, 429) or failed (5xx).
+func (k *kit) warnings() []string {
+	warnings := []string{}
+	reads, refused := 0, map[int]int{}
+	for _, exs := range k.used {
+		for _, ex := range exs {
+			if ex.req.expect.status == http.StatusOK {
+				reads++
+				if ex.status == http.StatusUnauthorized || ex.status == http.StatusForbidden || ex.status == http.StatusTooManyRequests || ex.status >= 500 {
+					refused[ex.status]++
+				}
+			}
+		}
+	}
+	n := 0
+	var counts []string
+	for _, status := range slices.Sorted(maps.Keys(refused)) {
+		n += refused[status]
+		counts = append(counts, fmt.Sprintf("%d: %d", status, refused[status]))
+	}
+	if reads > 0 && 2*n > reads {
+		warnings = append(warnings, fmt.Sprintf("%d of the %d reads the kit expected to succeed were refused or failed (%s): a rule that passed on them judged little; check the keys (-key and the others), the rate limit and the environment (a live key answers 503 while live is not released)", n, reads, strings.Join(counts, ", ")))
+	}
+	return warnings
+}
+
+// write writes the report in format: text, json or junit.
+func (rep *checkReport) write(w io.Writer, format string) error {
+	switch format {
+	case "json":
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(append(b, '\n'))
+		return err
+	case "junit":
+		return rep.writeJUnit(w)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Conformance of %s (profile %s, mode %s, world %s)\n", rep.BaseURL, rep.Profile, rep.Mode, rep.World)
+	for _, warning := range rep.Warnings {
+		fmt.Fprintf(&b, "WARNING %s\n", warning)
+	}
+	marks := map[string]string{"pass": "PASS", "fail": "FAIL", "skip": "SKIP", "expected": "XFAIL"}
+	for _, r := range rep.Rules {
+		fmt.Fprintf(&b, "%-5s %s  %s", marks[r.Result], r.ID, r.Title)
+		if r.Reason != nil {
+			fmt.Fprintf(&b, " (%s)", *r.Reason)
+		}
+		b.WriteString("\n")
+		if r.Result != "fail" {
+			continue
+		}
+		for _, e := range r.Evidence {
+			fmt.Fprintf(&b, "      expected: %s\n      seen: %s\n      %s\n", e.Expected, e.Seen, e.Curl)
+			if e.RequestID != "" {
+				fmt.Fprintf(&b, "      request id: %s\n", e.RequestID)
+			}
+		}
+	}
+	s := rep.Summary
+	fmt.Fprintf(&b, "%d rules: %d passed, %d failed (%d MUST), %d skipped, %d expected; evaluated %d of %d\n", s.Total, s.Passed, s.Failed, s.FailedMust, s.Skipped, s.Expected, s.Evaluated, s.Total)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeJUnit writes the report as one JUnit test suite: a test case a rule (its class the
+// id's part before the dot), a failure with its evidence, a skip, and an expected failure
+// as a skip that says so.
+func (rep *checkReport) writeJUnit(w io.Writer) error {
+	var b strings.Builder
+	s := rep.Summary
+	fmt.Fprintf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"conformance\" tests=\"%d\" failures=\"%d\" skipped=\"%d\">\n", s.Total, s.Failed, s.Skipped+s.Expected)
+	attr := func(v string) string { return html.EscapeString(strings.ToValidUTF8(v, "?")) }
+	for _, r := range rep.Rules {
+		class, _, _ := strings.Cut(r.ID, ".")
+		fmt.Fprintf(&b, "  <testcase classname=\"%s\" name=\"%s\">", attr(class), attr(r.ID))
+		switch r.Result {
+		case "fail":
+			var text strings.Builder
+			for _, e := range r.Evidence {
+				fmt.Fprintf(&text, "expected: %s\nseen: %s\n%s\nrequest id: %s\n", e.Expected, e.Seen, e.Curl, e.RequestID)
+			}
+			fmt.Fprintf(&b, "\n    <failure message=\"%s: %s\">%s</failure>\n  ", attr(string(r.Level)), attr(r.Title), attr(text.String()))
+		case "skip":
+			fmt.Fprintf(&b, "\n    <skipped message=\"%s\"/>\n  ", attr(*r.Reason))
+		case "expected":
+			fmt.Fprintf(&b, "\n    <skipped message=\"expected failure: %s\"/>\n  ", attr(*r.Reason))
+		}
+		b.WriteString("</testcase>\n")
+	}
+	b.WriteString("</testsuite>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
 }

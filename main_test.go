@@ -9,6 +9,7 @@ import (
 	"debug/elf"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
 	"flag"
 	"fmt"
@@ -11199,4 +11200,816 @@ func FuzzParseInstant(f *testing.F) {
 			}
 		}
 	})
+}
+
+// ===== Conformance: the kit against servers right and broken =====
+
+// kitReport is a report of the kit as its JSON writes it: the tests' own copy, decoded
+// strictly.
+type kitReport struct {
+	BaseURL  string   `json:"base_url"`
+	Profile  string   `json:"profile"`
+	Mode     string   `json:"mode"`
+	World    string   `json:"world"`
+	Warnings []string `json:"warnings"`
+	Rules    []struct {
+		ID       string  `json:"id"`
+		Level    string  `json:"level"`
+		Title    string  `json:"title"`
+		Spec     string  `json:"spec"`
+		Result   string  `json:"result"`
+		Reason   *string `json:"reason"`
+		Evidence []struct {
+			Expected  string `json:"expected"`
+			Seen      string `json:"seen"`
+			Status    int    `json:"status"`
+			Curl      string `json:"curl"`
+			RequestID string `json:"request_id"`
+		} `json:"evidence"`
+	} `json:"rules"`
+	Summary struct {
+		Total, Passed, Failed, Skipped, Expected, Evaluated, Requests, Retried int
+		FailedMust                                                             int `json:"failed_must"`
+	} `json:"summary"`
+}
+
+// results is each rule's result, as "id result" in the report's order.
+func (r kitReport) results(result string) []string {
+	var ids []string
+	for _, rule := range r.Rules {
+		if rule.Result == result {
+			ids = append(ids, rule.ID)
+		}
+	}
+	return ids
+}
+
+// kitRun runs the kit with args as go run . check runs it, env its environment, and returns
+// its exit status, its report (decoded when it wrote JSON), and what it wrote.
+func kitRun(t *testing.T, ctx context.Context, env map[string]string, args ...string) (int, kitReport, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	status := runCheck(ctx, args, func(name string) string { return env[name] }, &stdout, &stderr)
+	var rep kitReport
+	if slices.Contains(args, "json") && status < 2 {
+		dec := json.NewDecoder(bytes.NewReader(stdout.Bytes()))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&rep); err != nil {
+			t.Fatalf("the kit's JSON report: %v\n%s", err, stdout.String())
+		}
+	}
+	return status, rep, stdout.String(), stderr.String()
+}
+
+// brokenServer is the real handler chain with one thing broken: the request rewritten
+// before the server reads it, the answer after it writes it, or both.
+type brokenServer struct {
+	request func(r *http.Request)
+	answer  func(r *http.Request, a *brokenAnswer)
+}
+
+// brokenAnswer is an answer the broken server may rewrite before it is sent.
+type brokenAnswer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (b brokenServer) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b.request != nil {
+			b.request(r)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		a := &brokenAnswer{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
+		if b.answer != nil {
+			b.answer(r, a)
+		}
+		for name, values := range a.header {
+			w.Header()[name] = values
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(a.body)))
+		w.WriteHeader(a.status)
+		w.Write(a.body)
+	})
+}
+
+// kitServer serves e's handler chain, broken as b says, and returns its base URL.
+func kitServer(t *testing.T, e *env, b brokenServer) string {
+	t.Helper()
+	ts := httptest.NewServer(b.wrap(e.h))
+	t.Cleanup(ts.Close)
+	return ts.URL + "/v1"
+}
+
+// rewriteBody replaces the request's body with what edit makes of it.
+func rewriteBody(r *http.Request, edit func(string) string) {
+	b, _ := io.ReadAll(r.Body)
+	nb := edit(string(b))
+	r.Body, r.ContentLength = io.NopCloser(strings.NewReader(nb)), int64(len(nb))
+}
+
+// rewriteJSON replaces an answer's JSON body with what edit makes of it.
+func rewriteJSON(a *brokenAnswer, edit func(v any) any) {
+	var v any
+	if json.Unmarshal(a.body, &v) != nil {
+		return
+	}
+	a.body, _ = json.Marshal(edit(v))
+}
+
+// isOrders reports whether r asks for a page of orders.
+func isOrders(r *http.Request) bool { return r.Method == http.MethodGet && r.URL.Path == "/v1/orders" }
+
+// isView reports whether r asks for a tracking view.
+func isView(r *http.Request) bool {
+	return r.Method == http.MethodGet && (strings.HasPrefix(r.URL.Path, "/v1/tracking/") || strings.HasSuffix(r.URL.Path, "/tracking"))
+}
+
+// TestConformanceCatchesBrokenServers: the kit against the sandbox, then against the
+// sandbox broken in one way at a time: each break is caught by its rule, and only by the
+// rules that depend on it (a kit that passes everything proves nothing).
+func TestConformanceCatchesBrokenServers(t *testing.T) {
+	t.Parallel()
+	issued := sync.Map{}     // the cursors the server issued (a break tells them from malformed ones)
+	var sandboxKeys sync.Map // the keys of the sandboxes made (a break reads with them)
+	var lastOfPage sync.Map
+	leak := &struct{ h http.Handler }{} // the server of the break that shows another account's order
+	for _, tt := range []struct {
+		name   string
+		broken brokenServer
+		caught []string
+	}{
+		{"nothing broken", brokenServer{}, nil},
+		{"a request without a key let through", brokenServer{request: func(r *http.Request) {
+			if r.Header.Get("Authorization") == "" {
+				r.Header.Set("Authorization", "Bearer sk_test_sandbox_all")
+			}
+		}}, []string{"auth.missing_key"}},
+		{"403 answered 404", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if a.status == 403 {
+				a.status = 404
+				a.header.Del("WWW-Authenticate")
+				rewriteJSON(a, func(v any) any {
+					p := v.(map[string]any)
+					p["status"], p["title"], p["code"] = 404, "Not Found", "not_found"
+					return p
+				})
+			}
+		}}, []string{"auth.scope_orders", "auth.scope_tracking"}},
+		{"UTC written +00:00", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			a.body = regexp.MustCompile(`(T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?)Z"`).ReplaceAll(a.body, []byte(`$1+00:00"`))
+		}}, []string{"orders.fields", "tracking.utc"}},
+		{"an event shown twice", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if isView(r) && a.status == 200 {
+				rewriteJSON(a, func(v any) any {
+					view := v.(map[string]any)
+					if events := view["events"].([]any); len(events) > 0 {
+						view["events"] = append([]any{events[0]}, events...)
+					}
+					return view
+				})
+			}
+		}}, []string{"tracking.dedup"}},
+		{"a duplicate kept", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if isView(r) && a.status == 200 && bytes.Contains(a.body, []byte(`"shp_ck_dup"`)) {
+				rewriteJSON(a, func(v any) any {
+					view := v.(map[string]any)
+					events := view["events"].([]any)
+					dup := map[string]any{"status": "in_transit", "description": "Departed facility", "timestamp": "2025-04-01T10:00:00Z", "location": "York, GB"}
+					view["events"] = append([]any{events[0], dup}, events[1:]...)
+					return view
+				})
+			}
+		}}, []string{"tracking.dedup"}},
+		{"a timestamp without an offset read as UTC", brokenServer{request: func(r *http.Request) {
+			if r.URL.Path == "/v1/test_helpers/sandboxes" {
+				rewriteBody(r, func(b string) string { return strings.ReplaceAll(b, `"2025-04-02T09:00:00"`, `"2025-04-02T09:00:00Z"`) })
+			}
+		}}, []string{"tracking.no_offset"}},
+		{"offsets ignored", brokenServer{request: func(r *http.Request) {
+			if r.URL.Path == "/v1/test_helpers/sandboxes" {
+				rewriteBody(r, func(b string) string {
+					return regexp.MustCompile(`(T[0-9]{2}:[0-9]{2}:[0-9]{2})[+-][0-9]{2}:[0-9]{2}"`).ReplaceAllString(b, `${1}Z"`)
+				})
+			}
+		}}, []string{"tracking.utc_across_dst"}},
+		{"a parcel number found", brokenServer{request: func(r *http.Request) {
+			if r.URL.Path == "/v1/tracking/CK1000000005" {
+				r.URL.Path = "/v1/tracking/CK1000000004"
+			}
+		}}, []string{"tracking.primary_number_only"}},
+		{"an order repeated across pages", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if !isOrders(r) || a.status != 200 {
+				return
+			}
+			q := r.URL.Query()
+			cursor := q.Get("cursor")
+			q.Del("cursor")
+			rewriteJSON(a, func(v any) any {
+				page := v.(map[string]any)
+				data := page["data"].([]any)
+				if prev, ok := lastOfPage.Load(q.Encode()); ok && cursor != "" {
+					data = append([]any{prev}, data...) // the previous page's last, again
+				}
+				if len(data) > 0 {
+					lastOfPage.Store(q.Encode(), data[len(data)-1])
+				}
+				page["data"] = data
+				return page
+			})
+		}}, []string{"orders.cursor_walk"}},
+		{"a filter ignored", brokenServer{request: func(r *http.Request) {
+			if q := r.URL.Query(); isOrders(r) && !q.Has("cursor") && q.Has("status") {
+				q.Del("status")
+				r.URL.RawQuery = q.Encode()
+			}
+		}}, []string{"orders.filter_status"}},
+		{"created_from exclusive", brokenServer{request: func(r *http.Request) {
+			if q := r.URL.Query(); isOrders(r) && q.Has("created_from") {
+				at, _ := parseTimestamp(q.Get("created_from"))
+				q.Set("created_from", at.Add(time.Nanosecond).Format(time.RFC3339Nano))
+				r.URL.RawQuery = q.Encode()
+			}
+		}}, []string{"orders.filter_created"}},
+		{"a default page of 25", brokenServer{request: func(r *http.Request) {
+			if q := r.URL.Query(); isOrders(r) && !q.Has("limit") && !q.Has("cursor") {
+				q.Set("limit", "25")
+				r.URL.RawQuery = q.Encode()
+			}
+		}}, []string{"orders.default_limit"}},
+		{"a cursor on the last page", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if isOrders(r) && a.status == 200 {
+				rewriteJSON(a, func(v any) any {
+					page := v.(map[string]any)
+					if p := page["pagination"].(map[string]any); p["has_more"] == false {
+						p["next_cursor"] = "the-end"
+					}
+					return page
+				})
+			}
+		}}, []string{"orders.pagination"}},
+		{"a malformed cursor answered 200", brokenServer{
+			request: func(r *http.Request) {
+				if q := r.URL.Query(); isOrders(r) && q.Has("cursor") {
+					if _, ok := issued.Load(q.Get("cursor")); !ok {
+						q.Del("cursor")
+						r.URL.RawQuery = q.Encode()
+					}
+				}
+			},
+			answer: func(r *http.Request, a *brokenAnswer) {
+				var page struct {
+					Pagination struct {
+						NextCursor *string `json:"next_cursor"`
+					}
+				}
+				if isOrders(r) && json.Unmarshal(a.body, &page) == nil && page.Pagination.NextCursor != nil {
+					issued.Store(*page.Pagination.NextCursor, true)
+				}
+			},
+		}, []string{"orders.malformed_cursor"}},
+		{"an extra member on orders", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if a.status != 200 || !strings.HasPrefix(r.URL.Path, "/v1/orders") {
+				return
+			}
+			rewriteJSON(a, func(v any) any {
+				note := func(o any) { o.(map[string]any)["note"] = "gift" }
+				if page, ok := v.(map[string]any)["data"].([]any); ok {
+					for _, o := range page {
+						note(o)
+					}
+				} else {
+					note(v)
+				}
+				return v
+			})
+		}}, []string{"orders.exact_fields"}},
+		{"a null location", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if isView(r) {
+				a.body = bytes.ReplaceAll(a.body, []byte(`"location":""`), []byte(`"location":null`))
+			}
+		}}, []string{"tracking.view_fields"}},
+		{"another account's order shown", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if r.Method == http.MethodPost && r.URL.Path == "/v1/test_helpers/sandboxes" && a.status == 201 {
+				var made struct{ Keys []struct{ Key string } }
+				json.Unmarshal(a.body, &made)
+				for _, k := range made.Keys {
+					sandboxKeys.Store(k.Key, true)
+				}
+			}
+			if r.Method != http.MethodGet || !strings.HasPrefix(r.URL.Path, "/v1/orders/") || a.status != 404 {
+				return
+			}
+			sandboxKeys.Range(func(key, _ any) bool { // a key of any account: the first that shows it
+				again := httptest.NewRecorder()
+				leak.h.ServeHTTP(again, newRequest(http.MethodGet, r.URL.Path, key.(string)))
+				if again.Code == 200 {
+					a.status, a.header, a.body = 200, again.Header(), again.Body.Bytes()
+					return false
+				}
+				return true
+			})
+		}}, []string{"auth.other_account"}},
+		{"a wrong method answered 404", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if a.status == 405 {
+				a.status = 404
+				a.header.Del("Allow")
+				rewriteJSON(a, func(v any) any {
+					p := v.(map[string]any)
+					p["status"], p["title"], p["code"] = 404, "Not Found", "route_not_found"
+					return p
+				})
+			}
+		}}, []string{"http.method_not_allowed"}},
+		{"a body past 256 KiB read", brokenServer{request: func(r *http.Request) {
+			if r.ContentLength > maxBodyBytes {
+				io.Copy(io.Discard, r.Body)
+				r.Body, r.ContentLength = http.NoBody, 0
+			}
+		}}, []string{"http.body_too_large"}},
+		{"errors in plain text", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if a.status >= 400 {
+				a.header.Set("Content-Type", "text/plain; charset=utf-8")
+				a.body = []byte(http.StatusText(a.status) + "\n")
+			}
+		}}, []string{"errors.codes", "errors.problem_json", "orders.limit_range"}},
+		{"orders oldest first", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if isOrders(r) && a.status == 200 {
+				rewriteJSON(a, func(v any) any {
+					page := v.(map[string]any)
+					data := page["data"].([]any)
+					slices.Reverse(data)
+					return page
+				})
+			}
+		}}, []string{"orders.order"}},
+		{"no Request-Id", brokenServer{answer: func(r *http.Request, a *brokenAnswer) { a.header.Del("Request-Id") }}, []string{"http.request_id"}},
+		{"no Cache-Control", brokenServer{answer: func(r *http.Request, a *brokenAnswer) { a.header.Del("Cache-Control") }}, []string{"http.no_store"}},
+		{"a status outside the vocabulary", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if isView(r) {
+				a.body = bytes.ReplaceAll(a.body, []byte(`"status":"delivered"`), []byte(`"status":"DELIVERED"`))
+			}
+		}}, []string{"tracking.vocabulary"}},
+	} {
+		t.Run(caseName(tt.name), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOptions{rate: -1, quiet: true})
+			if tt.name == "another account's order shown" {
+				leak.h = e.h
+			}
+			base := kitServer(t, e, tt.broken)
+			status, rep, out, _ := kitRun(t, t.Context(), nil, "-base-url", base, "-key", "sk_test_sandbox_all", "-format", "json")
+			if rep.World != "own" || rep.Mode != "safe" {
+				t.Fatalf("world %s, mode %s: %s", rep.World, rep.Mode, out)
+			}
+			failed := rep.results("fail")
+			slices.Sort(failed)
+			if !slices.Equal(failed, tt.caught) {
+				t.Errorf("failed %v, want %v\n%s", failed, tt.caught, out)
+			}
+			if skipped := rep.results("skip"); !slices.Equal(skipped, []string{"limits.rate_limit", "limits.rate_limit_headers"}) {
+				t.Errorf("skipped %v: in safe mode, the two rules that load the server", skipped)
+			}
+			wantStatus := 0
+			for _, r := range rep.Rules {
+				if r.Result == "fail" && r.Level == "MUST" {
+					wantStatus = 1
+				}
+			}
+			if status != wantStatus {
+				t.Errorf("exit status %d, want %d", status, wantStatus)
+			}
+		})
+	}
+}
+
+// TestConformanceDiscoversWhereNoSandboxIsMade: against a server that makes no sandbox (any
+// answer but 201), the kit reads what its keys read, judges what that holds, skips each rule
+// without its data, saying why, and writes nothing but the one sandbox it asked for: its
+// 405 requests carry no body and name ids no server holds.
+func TestConformanceDiscoversWhereNoSandboxIsMade(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, quiet: true, seed: 150})
+	var mu sync.Mutex
+	var writes []string
+	base := kitServer(t, e, brokenServer{request: func(r *http.Request) {
+		if r.Method != http.MethodGet {
+			mu.Lock()
+			writes = append(writes, fmt.Sprintf("%s %s %d", r.Method, r.URL.Path, r.ContentLength))
+			mu.Unlock()
+		}
+		if r.URL.Path == "/v1/test_helpers/sandboxes" {
+			r.URL.Path = "/v1/nowhere" // no test helper here: 404
+		}
+	}})
+	status, rep, out, _ := kitRun(t, t.Context(), nil, "-base-url", base, "-format", "json", "-key", "sk_test_sandbox_all", "-alt-key", "sk_test_other_all",
+		"-tracking-key", "sk_test_sandbox_tracking", "-orders-key", "sk_test_sandbox_orders", "-expired-key", "sk_test_sandbox_expired", "-revoked-key", "sk_test_sandbox_revoked")
+	if status != 0 || rep.World != "discovered" || len(rep.results("fail")) != 0 {
+		t.Fatalf("status %d, world %s, failed %v\n%s", status, rep.World, rep.results("fail"), out)
+	}
+	reasons := map[string]string{}
+	for _, r := range rep.Rules {
+		if r.Reason != nil {
+			reasons[r.ID] = *r.Reason
+		}
+	}
+	for id, want := range map[string]string{
+		"tracking.no_offset": "needs the kit's own world", "tracking.utc_across_dst": "needs the kit's own world", "tracking.primary_number_only": "needs the kit's own world",
+		"tracking.ambiguous_number": "needs the kit's own world", "tracking.view_fields": "no shipment known", "orders.linked_shipment": "no order read is linked",
+		"limits.rate_limit": "run with -mode full",
+	} {
+		if !strings.Contains(reasons[id], want) {
+			t.Errorf("%s: reason %q, want it to say %q", id, reasons[id], want)
+		}
+	}
+	for _, id := range []string{"orders.cursor_walk", "orders.filter_status", "orders.filter_created", "orders.default_limit", "auth.other_account", "auth.expired_key", "auth.scope_orders", "http.method_not_allowed"} {
+		if !slices.Contains(rep.results("pass"), id) {
+			t.Errorf("%s not judged on the discovered orders: %v", id, reasons[id])
+		}
+	}
+	for _, w := range writes {
+		if w != "POST /v1/test_helpers/sandboxes "+strconv.Itoa(len(w)) && !strings.HasSuffix(w, " 0") && !strings.HasSuffix(w, " -1") && !strings.HasPrefix(w, "POST /v1/test_helpers/sandboxes ") {
+			t.Errorf("the kit wrote %s", w)
+		}
+		if strings.Contains(w, "ord_sbx") || strings.Contains(w, "ord_seed") || strings.Contains(w, "shp_sbx") {
+			t.Errorf("a 405 request named an id the server holds: %s", w)
+		}
+	}
+}
+
+// TestConformanceSelfCheck: go run . check without -base-url starts this sandbox in its own
+// process, makes its world, judges every rule in full mode, passes every one, and deletes
+// its sandboxes; the reports in their three formats say so.
+func TestConformanceSelfCheck(t *testing.T) {
+	t.Parallel()
+	status, rep, out, errs := kitRun(t, t.Context(), nil, "-format", "json")
+	if status != 0 || rep.Summary.Passed != len(conformanceRules) || rep.Mode != "full" || rep.World != "own" || rep.Profile != "sandbox" || len(rep.Warnings) != 0 {
+		t.Fatalf("the self-check: status %d, %+v, stderr %s\n%s", status, rep.Summary, errs, out)
+	}
+	burst := 0
+	for _, r := range rep.Rules {
+		if r.Result != "pass" || r.Reason != nil || len(r.Evidence) != 0 || r.Spec == "" || r.Title == "" {
+			t.Errorf("%s: %+v", r.ID, r)
+		}
+	}
+	if n := rep.Summary.Requests - burst; n > 300+maxBurst {
+		t.Errorf("%d requests", n)
+	}
+	// The text report: a first line, a line a rule, the summary.
+	status, _, text, _ := kitRun(t, t.Context(), nil, "-rules", "orders.*")
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	if status != 0 || !regexp.MustCompile(`^Conformance of http://127\.0\.0\.1:[0-9]+/v1 \(profile sandbox, mode full, world own\)$`).MatchString(lines[0]) ||
+		lines[len(lines)-1] != "16 rules: 16 passed, 0 failed (0 MUST), 0 skipped, 0 expected; evaluated 16 of 16" || !strings.HasPrefix(lines[1], "PASS  orders.fields  ") {
+		t.Errorf("the text report of orders.*:\n%s", text)
+	}
+}
+
+// TestConformanceSelectsRulesAndExpectations: -rules judges and reports the rules it names
+// (the rules that judge every answer judge those rules' answers, or, named alone, every
+// rule's); -expect makes a failure it names expected (exit 0), and says of a pass it names
+// that the expectation can go; -strict fails a SHOULD rule's failure.
+func TestConformanceSelectsRulesAndExpectations(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, quiet: true})
+	base := kitServer(t, e, brokenServer{
+		request: func(r *http.Request) { // a default page of 25
+			if q := r.URL.Query(); isOrders(r) && !q.Has("limit") && !q.Has("cursor") {
+				q.Set("limit", "25")
+				r.URL.RawQuery = q.Encode()
+			}
+		},
+		answer: func(r *http.Request, a *brokenAnswer) { // and no Cache-Control on the tracking views
+			if isView(r) {
+				a.header.Del("Cache-Control")
+			}
+		},
+	})
+	kit := func(args ...string) (int, kitReport, string) {
+		status, rep, out, errs := kitRun(t, t.Context(), nil, append([]string{"-base-url", base, "-key", "sk_test_sandbox_all", "-format", "json"}, args...)...)
+		return status, rep, out + errs
+	}
+	status, rep, out := kit("-rules", "orders.default_limit,http.*")
+	if status != 1 || strings.Join(rep.results("fail"), " ") != "orders.default_limit" || rep.Summary.Total != 5 {
+		t.Errorf("-rules orders.default_limit,http.*: %d %v\n%s", status, rep.results("fail"), out)
+	}
+	status, rep, out = kit("-rules", "http.no_store") // alone: it judges every rule's answers
+	if status != 0 || strings.Join(rep.results("fail"), " ") != "http.no_store" || rep.Summary.Total != 1 {
+		t.Errorf("-rules http.no_store: %d %v\n%s", status, rep.results("fail"), out)
+	}
+	if status, _, _ = kit("-rules", "http.no_store", "-strict"); status != 1 {
+		t.Errorf("-strict with a SHOULD rule failed: exit status %d", status)
+	}
+	expect := filepath.Join(t.TempDir(), "expect.json")
+	os.WriteFile(expect, []byte(`{"orders.default_limit":"live pages 25","orders.max_limit":"thought to differ"}`), 0o644)
+	status, rep, out = kit("-rules", "orders.default_limit,orders.max_limit", "-expect", expect)
+	got := map[string]string{}
+	for _, r := range rep.Rules {
+		got[r.ID] = r.Result + ": " + *r.Reason
+	}
+	if status != 0 || got["orders.default_limit"] != "expected: live pages 25" || got["orders.max_limit"] != "pass: expected to fail (thought to differ), but passes: the expectation can go" || rep.Summary.Expected != 1 {
+		t.Errorf("-expect: %d %v\n%s", status, got, out)
+	}
+	var junit bytes.Buffer
+	runCheck(t.Context(), []string{"-base-url", base, "-key", "sk_test_sandbox_all", "-format", "junit", "-rules", "orders.default_limit,orders.max_limit,tracking.no_offset", "-expect", expect}, func(string) string { return "" }, &junit, io.Discard)
+	var suite struct {
+		Name  string `xml:"name,attr"`
+		Cases []struct {
+			Class   string `xml:"classname,attr"`
+			Name    string `xml:"name,attr"`
+			Failure *struct {
+				Message string `xml:"message,attr"`
+			} `xml:"failure"`
+			Skipped *struct {
+				Message string `xml:"message,attr"`
+			} `xml:"skipped"`
+		} `xml:"testcase"`
+	}
+	if err := xml.Unmarshal(junit.Bytes(), &suite); err != nil || suite.Name != "conformance" || len(suite.Cases) != 3 {
+		t.Fatalf("junit: %v\n%s", err, junit.String())
+	}
+	if c := suite.Cases[0]; c.Class != "tracking" || c.Name != "tracking.no_offset" || c.Failure != nil || c.Skipped != nil { // the catalogue's order
+		t.Errorf("a pass in JUnit: %+v", c)
+	}
+	if c := suite.Cases[1]; c.Class != "orders" || c.Name != "orders.default_limit" || c.Skipped == nil || c.Skipped.Message != "expected failure: live pages 25" {
+		t.Errorf("an expected failure in JUnit: %+v", c)
+	}
+}
+
+// TestConformanceExitStatuses: a usage error names its flag or variable (2); a server the
+// kit cannot judge says why (2): unreachable, a key refused or lacking a scope, not the API.
+func TestConformanceExitStatuses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, quiet: true})
+	base := kitServer(t, e, brokenServer{})
+	closed := func() string { // an address nothing listens on
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return "http://" + ln.Addr().String() + "/v1"
+	}()
+	notAPI := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "<html>hello</html>") }))
+	t.Cleanup(notAPI.Close)
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"an unknown flag", nil, []string{"-nope"}, "flag provided but not defined: -nope (see check -h for the flags)"},
+		{"a base URL not ending in /v1", nil, []string{"-base-url", "http://127.0.0.1:8080/api", "-key", "k"}, `-base-url "http://127.0.0.1:8080/api": want an absolute http or https URL whose path ends in /v1`},
+		{"a base URL from the environment", map[string]string{"SANDBOX_CHECK_BASE_URL": "ftp://x/v1", "SANDBOX_CHECK_KEY": "k"}, nil, `SANDBOX_CHECK_BASE_URL "ftp://x/v1": want an absolute http or https URL`},
+		{"no key", nil, []string{"-base-url", base}, "-key: a test key with both scopes is required with -base-url (or SANDBOX_CHECK_KEY)"},
+		{"a key not sendable", nil, []string{"-base-url", base, "-key", "two words"}, "-key: not sendable as a Bearer credential"},
+		{"a profile", nil, []string{"-profile", "live"}, `-profile "live": want sandbox or domain_adapter`},
+		{"a mode", map[string]string{"SANDBOX_CHECK_MODE": "fast"}, nil, `SANDBOX_CHECK_MODE "fast": want safe or full`},
+		{"a format", nil, []string{"-format", "xml"}, `-format "xml": want text, json or junit`},
+		{"a rule", nil, []string{"-rules", "tracking.nope"}, `-rules: "tracking.nope" names no rule`},
+		{"a prefix", nil, []string{"-rules", "nope.*"}, `-rules: "nope.*" names no rule`},
+		{"an expectation of no rule", nil, []string{"-expect", writeTemp(t, `{"auth.nope":"x"}`)}, `"auth.nope" names no rule`},
+		{"unreachable", nil, []string{"-base-url", closed, "-key", "k", "-timeout", "2s"}, "the base URL " + closed + " cannot be reached, or does not answer HTTP"},
+		{"a refused key", nil, []string{"-base-url", base, "-key", "sk_test_nobody"}, "answered 401: the key is refused"},
+		{"a key without a scope", nil, []string{"-base-url", base, "-key", "sk_test_sandbox_tracking"}, "answered 403: the key lacks a scope"},
+		{"not the API", nil, []string{"-base-url", notAPI.URL + "/v1", "-key", "k"}, "with a body that is not JSON: this is not the API"},
+		{"a path of no API", nil, []string{"-base-url", strings.TrimSuffix(base, "/v1") + "/elsewhere/v1", "-key", "sk_test_sandbox_all"}, "answered 404: this is not the API"},
+	} {
+		t.Run(caseName(tt.name), func(t *testing.T) {
+			t.Parallel()
+			status, _, out, errs := kitRun(t, t.Context(), tt.env, tt.args...)
+			if status != 2 || !strings.Contains(errs, tt.want) || out != "" {
+				t.Errorf("exit status %d, stderr %q; want 2 and %q", status, errs, tt.want)
+			}
+		})
+	}
+	// A live key: every read 503, which the kit judges, saying first that its passes mean
+	// little.
+	if status, rep, out, _ := kitRun(t, t.Context(), nil, "-base-url", base, "-key", "sk_live_sandbox_all", "-format", "json"); status != 1 || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "503:") {
+		t.Errorf("a live key: %d, warnings %v\n%s", status, rep.Warnings, out)
+	}
+	var usage bytes.Buffer
+	if status := runCheck(t.Context(), []string{"-h"}, func(string) string { return "" }, &usage, io.Discard); status != 0 || !strings.Contains(usage.String(), "-alt-key") || !strings.Contains(usage.String(), "SANDBOX_CHECK_<NAME>") {
+		t.Errorf("check -h: %d\n%s", status, usage.String())
+	}
+}
+
+// TestConformanceAgainstAHostileServer: the kit carries keys to a server it does not trust:
+// it follows no redirect (the other host hears nothing), reads at most 1 MiB of an answer,
+// and gives each request -timeout, failing the rules those answers belong to and ending.
+func TestConformanceAgainstAHostileServer(t *testing.T) {
+	t.Parallel()
+	var heard atomic.Int64
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { heard.Add(1) }))
+	t.Cleanup(elsewhere.Close)
+	for _, tt := range []struct {
+		name   string
+		broken brokenServer
+		args   []string
+		seen   string // what the evidence of the orders.retrieve or tracking rules says
+	}{
+		{"a redirect elsewhere", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if strings.HasPrefix(r.URL.Path, "/v1/orders/") {
+				a.status, a.body = http.StatusFound, nil
+				a.header = http.Header{"Location": {elsewhere.URL + "/steal"}}
+			}
+		}}, nil, "status 302"},
+		{"a huge answer", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if isView(r) {
+				a.body = append(a.body, bytes.Repeat([]byte(" "), 2<<20)...)
+			}
+		}}, nil, "the answer is over 1048576 bytes (1 MiB), the most the kit reads"},
+		{"a stalled answer", brokenServer{request: func(r *http.Request) {
+			if strings.HasPrefix(r.URL.Path, "/v1/tracking/") {
+				<-r.Context().Done() // until the kit gives up
+			}
+		}}, []string{"-timeout", "300ms"}, "no answer: "},
+	} {
+		t.Run(caseName(tt.name), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOptions{rate: -1, quiet: true})
+			base := kitServer(t, e, tt.broken)
+			status, rep, out, _ := kitRun(t, t.Context(), nil, append([]string{"-base-url", base, "-key", "sk_test_sandbox_all", "-format", "json"}, tt.args...)...)
+			if status != 1 || len(rep.results("fail")) == 0 {
+				t.Fatalf("exit status %d, failed %v\n%s", status, rep.results("fail"), out)
+			}
+			found := false
+			for _, r := range rep.Rules {
+				for _, ev := range r.Evidence {
+					found = found || strings.Contains(ev.Seen, tt.seen)
+				}
+			}
+			if !found {
+				t.Errorf("no evidence says %q\n%s", tt.seen, out)
+			}
+			if len(out) > 4<<20 {
+				t.Errorf("a report of %d bytes", len(out))
+			}
+			if n := e.srv.book.count(e.clock.now()); n != 0 {
+				t.Errorf("%d of the kit's sandboxes left", n)
+			}
+			if heard.Load() != 0 {
+				t.Errorf("the host a redirect named heard %d requests", heard.Load())
+			}
+		})
+	}
+	// A first read that stalls: the kit cannot judge the server.
+	e := newEnv(t, envOptions{rate: -1, quiet: true})
+	base := kitServer(t, e, brokenServer{request: func(r *http.Request) { <-r.Context().Done() }})
+	if status, _, _, errs := kitRun(t, t.Context(), nil, "-base-url", base, "-key", "k", "-timeout", "200ms"); status != 2 || !strings.Contains(errs, "does not answer HTTP within -timeout 200ms") {
+		t.Errorf("a stalled first read: %d %s", status, errs)
+	}
+}
+
+// TestConformanceNeverShowsAKey: a server that echoes the credential it is sent into every
+// answer: no report, in any format, and no message holds a key, the ones given or the ones
+// its sandboxes made; the curl of the evidence names each by its role.
+func TestConformanceNeverShowsAKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, quiet: true})
+	var mu sync.Mutex
+	keys := []string{"sk_test_sandbox_all", "sk_test_other_all"}
+	base := kitServer(t, e, brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+		if a.status == 201 {
+			var made struct{ Keys []struct{ Key string } }
+			json.Unmarshal(a.body, &made)
+			mu.Lock()
+			for _, k := range made.Keys {
+				keys = append(keys, k.Key)
+			}
+			mu.Unlock()
+		}
+		if a.status >= 400 { // the credential echoed, and every error in plain text
+			a.header.Set("Content-Type", "text/plain")
+			a.body = []byte("you sent " + r.Header.Get("Authorization"))
+		}
+	}})
+	var outputs []string
+	for _, format := range []string{"text", "json", "junit"} {
+		status, _, out, errs := kitRun(t, t.Context(), nil, "-base-url", base, "-key", "sk_test_sandbox_all", "-alt-key", "sk_test_other_all", "-format", format)
+		if status != 0 || !strings.Contains(out, `"Authorization: Bearer $`) && format != "junit" {
+			t.Errorf("%s: exit status %d, no curl naming a key by its role:\n%s", format, status, out)
+		}
+		outputs = append(outputs, out, errs)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, out := range outputs {
+		for _, key := range keys {
+			if strings.Contains(out, key) {
+				t.Errorf("a report holds the key %s...", key[:10])
+			}
+		}
+	}
+}
+
+// TestConformanceProfiles: -profile domain_adapter makes the kit's sandboxes of that profile
+// and expects the domain adapter's 409 for an ambiguous number; a server whose sandboxes
+// take no profile is caught there, and only there. Its rate limit is then a SHOULD.
+func TestConformanceProfiles(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, quiet: true})
+	status, rep, out, _ := kitRun(t, t.Context(), nil, "-base-url", kitServer(t, e, brokenServer{}), "-key", "sk_test_sandbox_all", "-profile", "domain_adapter", "-format", "json")
+	if status != 0 || rep.Profile != "domain_adapter" || len(rep.results("fail")) != 0 {
+		t.Fatalf("the domain adapter's profile: %d %v\n%s", status, rep.results("fail"), out)
+	}
+	for _, r := range rep.Rules {
+		if r.ID == "limits.rate_limit" && r.Level != "SHOULD" {
+			t.Errorf("limits.rate_limit with -profile domain_adapter is %s", r.Level)
+		}
+	}
+	ignored := kitServer(t, newEnv(t, envOptions{rate: -1, quiet: true}), brokenServer{request: func(r *http.Request) {
+		if r.URL.Path == "/v1/test_helpers/sandboxes" {
+			rewriteBody(r, func(b string) string { return strings.Replace(b, `,"profile":"domain_adapter"`, "", 1) })
+		}
+	}})
+	status, rep, out, _ = kitRun(t, t.Context(), nil, "-base-url", ignored, "-key", "sk_test_sandbox_all", "-profile", "domain_adapter", "-format", "json")
+	if status != 1 || strings.Join(rep.results("fail"), " ") != "tracking.ambiguous_number" {
+		t.Errorf("a server that answers 404 where the domain adapter answers 409: %d %v\n%s", status, rep.results("fail"), out)
+	}
+}
+
+// TestConformanceRateLimit: in full mode the kit's burst meets the sandbox's 429, with its
+// RateLimit fields and Retry-After; a server with no limit (-rate 0) fails the MUST rule,
+// and the headers' rule, without a 429 to judge, is skipped. A 429 met elsewhere is waited
+// out and counted.
+func TestConformanceRateLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, quiet: true})
+	status, rep, out, _ := kitRun(t, t.Context(), nil, "-base-url", kitServer(t, e, brokenServer{}), "-key", "sk_test_sandbox_all", "-mode", "full", "-rules", "limits.*", "-format", "json")
+	if status != 1 || strings.Join(rep.results("fail"), " ") != "limits.rate_limit" || strings.Join(rep.results("skip"), " ") != "limits.rate_limit_headers" {
+		t.Errorf("-rate 0: %d, failed %v, skipped %v\n%s", status, rep.results("fail"), rep.results("skip"), out)
+	}
+	// One 429 on the first page of orders, then the page: waited out, sent again.
+	var once sync.Once
+	base := kitServer(t, newEnv(t, envOptions{rate: -1, quiet: true}), brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+		if isOrders(r) && r.URL.RawQuery == "" {
+			once.Do(func() {
+				a.status, a.body = 429, []byte(`{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"slow down","code":"rate_limited","request_id":"req_0"}`)
+				a.header.Set("Retry-After", "0")
+			})
+		}
+	}})
+	status, rep, out, _ = kitRun(t, t.Context(), nil, "-base-url", base, "-key", "sk_test_sandbox_all", "-rules", "orders.default_limit", "-format", "json")
+	if status != 0 || rep.Summary.Retried != 1 || rep.Summary.Passed != 1 {
+		t.Errorf("a 429 waited out: %d, %+v\n%s", status, rep.Summary, out)
+	}
+}
+
+// TestConformanceInterrupted: SIGINT while the kit runs (a real process) deletes its
+// sandboxes and exits 130 within 5 s.
+func TestConformanceInterrupted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, quiet: true})
+	stalled := make(chan struct{}, 1)
+	base := kitServer(t, e, brokenServer{request: func(r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/tracking/") { // its sandboxes are made: stall it there
+			select {
+			case stalled <- struct{}{}:
+			default:
+			}
+			<-r.Context().Done()
+		}
+	}})
+	bin, err := sandboxBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "check", "-base-url", base, "-key", "sk_test_sandbox_all", "-timeout", "1m")
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-stalled:
+	case <-time.After(time.Minute):
+		cmd.Process.Kill()
+		t.Fatal("the kit never reached the stalled request")
+	}
+	if n := e.srv.book.count(e.clock.now()); n != 2 {
+		t.Fatalf("the kit's sandboxes: %d, want 2", n)
+	}
+	signalled := time.Now()
+	cmd.Process.Signal(os.Interrupt)
+	took, status := waitExit(t, cmd, signalled, 5*time.Second)
+	if status != 130 || took > 5*time.Second || !strings.Contains(stderr.String(), "interrupted: the kit's sandboxes are deleted") {
+		t.Errorf("SIGINT: exit status %d after %v; stderr %q", status, took, stderr.String())
+	}
+	if n := e.srv.book.count(e.clock.now()); n != 0 {
+		t.Errorf("%d of the kit's sandboxes left after SIGINT", n)
+	}
+}
+
+// TestConformanceKeysFromTheEnvironment: each flag falls back to SANDBOX_CHECK_<NAME>, so
+// that a key need not be on a command line.
+func TestConformanceKeysFromTheEnvironment(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, quiet: true})
+	env := map[string]string{"SANDBOX_CHECK_BASE_URL": kitServer(t, e, brokenServer{}), "SANDBOX_CHECK_KEY": "sk_test_sandbox_all", "SANDBOX_CHECK_RULES": "auth.*", "SANDBOX_CHECK_FORMAT": "json"}
+	status, rep, out, _ := kitRun(t, t.Context(), env, "-format", "json")
+	if status != 0 || rep.Summary.Passed != 7 {
+		t.Errorf("from the environment: %d %+v\n%s", status, rep.Summary, out)
+	}
 }

@@ -12,6 +12,7 @@
 //   - The two operations: GET /v1/orders/{id} and GET /v1/orders
 //   - What a page showed, as the findings judge it
 //   - Which pages held an order's place
+//   - Conformance: orders and their pages
 package main
 
 import (
@@ -22,6 +23,8 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -1606,4 +1609,393 @@ func (t *maxTree) highest(lo, hi int) int32 {
 		}
 	}
 	return m
+}
+
+// ===== Conformance: orders and their pages =====
+
+// The orders rules of the conformance kit, judged on the pages and orders the main key
+// reads: the kit's own 260 orders, or those of a discovered world.
+
+// seenPage is a page of GET /v1/orders as the kit reads it.
+type seenPage struct {
+	Data       []worldOrder `json:"data"`
+	Pagination struct {
+		Limit      int     `json:"limit"`
+		NextCursor *string `json:"next_cursor"`
+		HasMore    bool    `json:"has_more"`
+	} `json:"pagination"`
+}
+
+// orderMembers is an imported order's six members and their types.
+var orderMembers = []memberKind{{"id", kindString}, {"merchant_reference", kindString}, {"platform", kindString}, {"status", kindString}, {"shipment_id", kindStringOrNull}, {"created_at", kindString}}
+
+// page reads the page of query with the main key.
+func (k *kit) page(query string) (*exchange, *seenPage) {
+	ex := k.get(roleMain, "/orders"+query, http.StatusOK, "")
+	p := &seenPage{}
+	if ex.err != nil || ex.status != http.StatusOK || json.Unmarshal(ex.body, p) != nil {
+		return ex, nil
+	}
+	return ex, p
+}
+
+// walk reads the pages of query (which names limit), following next_cursor, at most ten
+// pages: each page's answer, and the orders they listed, in order.
+func (k *kit) walk(query string) ([]*exchange, []*seenPage, []worldOrder) {
+	var exs []*exchange
+	var pages []*seenPage
+	var orders []worldOrder
+	for target := query; len(pages) < 10; {
+		ex, p := k.page(target)
+		exs = append(exs, ex)
+		if p == nil {
+			break
+		}
+		pages, orders = append(pages, p), append(orders, p.Data...)
+		if p.Pagination.NextCursor == nil || !p.Pagination.HasMore {
+			break
+		}
+		target = query + "&cursor=" + url.QueryEscape(*p.Pagination.NextCursor)
+	}
+	return exs, pages, orders
+}
+
+// noOrders is why an orders rule cannot be judged without an order.
+const noOrders = "the key reads no order"
+
+// everyOrder is the walk of the whole list, 100 a page.
+func (k *kit) everyOrder() ([]*exchange, []*seenPage, []worldOrder) { return k.walk("?limit=100") }
+
+func judgeOrderFields(k *kit) ruleVerdict {
+	exs, _, orders := k.everyOrder()
+	if len(orders) == 0 {
+		return skip(noOrders)
+	}
+	var v ruleVerdict
+	for _, ex := range exs {
+		if ex.status != http.StatusOK {
+			continue
+		}
+		if fault := shapeFault(ex.body, []memberKind{{"data", kindArray}, {"pagination", kindObject}}, func(page map[string]any) string {
+			for i, o := range page["data"].([]any) {
+				if fault := orderFault(o, fmt.Sprintf("data[%d].", i)); fault != "" {
+					return fault
+				}
+			}
+			return ""
+		}); fault != "" {
+			v.fail(k, ex, "each order's id, merchant_reference, platform (one of "+strings.Join(platforms, ", ")+"), status and created_at (UTC, suffix Z) strings, shipment_id a string or null; no marketplace token or raw data", fault)
+		}
+	}
+	return v
+}
+
+// orderFault is what is wrong with an order: a member missing or of another type, a
+// created_at not in UTC, a platform not one of the five, or a marketplace token or raw data.
+func orderFault(o any, prefix string) string {
+	order, ok := o.(map[string]any)
+	if !ok {
+		return prefix + " is not an object"
+	}
+	if fault := membersFault(order, orderMembers, prefix); fault != "" {
+		return fault
+	}
+	if at := order["created_at"].(string); !utcTimestamp.MatchString(at) {
+		return fmt.Sprintf("%screated_at %q: not UTC with the suffix Z", prefix, at)
+	}
+	if p := order["platform"].(string); !slices.Contains(platforms, p) {
+		return fmt.Sprintf("%splatform %q", prefix, p)
+	}
+	for name := range order {
+		if l := strings.ToLower(name); strings.Contains(l, "token") || strings.Contains(l, "raw") || strings.Contains(l, "payload") {
+			return fmt.Sprintf("%s%s: marketplace data", prefix, name)
+		}
+	}
+	return ""
+}
+
+func judgeRetrieve(k *kit) ruleVerdict {
+	exs, _, orders := k.everyOrder()
+	if len(orders) == 0 {
+		return skip(noOrders)
+	}
+	listed := map[string]json.RawMessage{} // each order as the list wrote it, every member
+	for _, ex := range exs {
+		var page struct{ Data []json.RawMessage }
+		json.Unmarshal(ex.body, &page)
+		for _, raw := range page.Data {
+			var o struct{ ID string }
+			if json.Unmarshal(raw, &o) == nil {
+				listed[o.ID] = raw
+			}
+		}
+	}
+	var v ruleVerdict
+	picks := []worldOrder{orders[0], orders[len(orders)-1]}
+	for _, o := range orders {
+		if o.ShipmentID != nil {
+			picks = append(picks, o)
+			break
+		}
+	}
+	for _, o := range picks {
+		ex := k.get(roleMain, "/orders/"+url.PathEscape(o.ID), http.StatusOK, "")
+		if v.wantStatus(k, ex, http.StatusOK, "the order "+o.ID+", which the list shows") && !sameJSON(listed[o.ID], ex.body) {
+			v.fail(k, ex, "the order as the list shows it: "+string(listed[o.ID]), "another order")
+		}
+	}
+	return v
+}
+
+func judgeOrderUnknown(k *kit) ruleVerdict {
+	var v ruleVerdict
+	v.wantStatus(k, k.get(roleMain, "/orders/ord_conformance_unknown", http.StatusNotFound, codeNotFound), http.StatusNotFound, "an unknown order")
+	return v
+}
+
+func judgeDefaultLimit(k *kit) ruleVerdict {
+	var v ruleVerdict
+	ex, p := k.page("")
+	switch {
+	case !v.wantStatus(k, ex, http.StatusOK, "the first page"):
+	case p == nil:
+		v.fail(k, ex, "a page", "not a page")
+	case p.Pagination.Limit != defaultPageSize || len(p.Data) > defaultPageSize || p.Pagination.HasMore && len(p.Data) != defaultPageSize || k.world.own && len(p.Data) != defaultPageSize:
+		v.fail(k, ex, "limit 20 when none is sent: at most 20 orders, 20 when more follow", fmt.Sprintf("limit %d, %d orders, has_more %v", p.Pagination.Limit, len(p.Data), p.Pagination.HasMore))
+	}
+	return v
+}
+
+func judgeMaxLimit(k *kit) ruleVerdict {
+	var v ruleVerdict
+	ex, p := k.page("?limit=100")
+	switch {
+	case !v.wantStatus(k, ex, http.StatusOK, "a page of limit=100"):
+	case p == nil:
+		v.fail(k, ex, "a page", "not a page")
+	case len(p.Data) > maxPageSize || k.world.own && len(p.Data) != maxPageSize:
+		v.fail(k, ex, "at most 100 orders (100 when more exist)", fmt.Sprintf("%d orders", len(p.Data)))
+	}
+	return v
+}
+
+func judgePagination(k *kit) ruleVerdict {
+	exs, pages, _ := k.everyOrder()
+	if len(pages) == 0 {
+		return skip(noOrders)
+	}
+	var v ruleVerdict
+	for i, p := range pages {
+		if p.Pagination.Limit < 1 || p.Pagination.HasMore != (p.Pagination.NextCursor != nil) {
+			v.fail(k, exs[i], "limit at least 1; has_more false exactly when next_cursor is null", fmt.Sprintf("limit %d, has_more %v, next_cursor %v", p.Pagination.Limit, p.Pagination.HasMore, p.Pagination.NextCursor != nil))
+		}
+	}
+	return v
+}
+
+func judgeCursorWalk(k *kit) ruleVerdict {
+	exs, pages, orders := k.everyOrder()
+	if len(pages) == 0 {
+		return skip(noOrders)
+	}
+	var v ruleVerdict
+	seen := map[string]bool{}
+	for _, o := range orders {
+		if seen[o.ID] {
+			v.fail(k, exs[len(exs)-1], "each order once along the pages", "order "+o.ID+" shown twice")
+			return v
+		}
+		seen[o.ID] = true
+	}
+	if k.world.own {
+		for _, o := range k.world.orders {
+			if !seen[o.ID] {
+				v.fail(k, exs[len(exs)-1], fmt.Sprintf("all %d orders of the account along the pages", len(k.world.orders)), fmt.Sprintf("%d orders; %s not among them", len(seen), o.ID))
+				break
+			}
+		}
+	}
+	return v
+}
+
+func judgeFilterStatus(k *kit) ruleVerdict {
+	if len(k.world.orders) == 0 {
+		return skip(noOrders)
+	}
+	var v ruleVerdict
+	for _, status := range orderStatuses {
+		exs, _, orders := k.walk("?limit=100&status=" + status)
+		got := map[string]bool{}
+		for _, o := range orders {
+			got[o.ID] = true
+			if o.Status != status {
+				v.fail(k, exs[0], "only orders of status "+status, "order "+o.ID+" of status "+o.Status)
+				break
+			}
+		}
+		if !k.world.own {
+			continue
+		}
+		for _, o := range k.world.orders {
+			if o.Status == status && !got[o.ID] {
+				v.fail(k, exs[0], "every order of status "+status, o.ID+" not listed")
+				break
+			}
+		}
+	}
+	return v
+}
+
+func judgeFilterCreated(k *kit) ruleVerdict {
+	if k.world.from == "" {
+		return skip("needs two orders to filter between: the key reads fewer")
+	}
+	var v ruleVerdict
+	query := "?limit=100&created_from=" + url.QueryEscape(k.world.from) + "&created_to=" + url.QueryEscape(k.world.to)
+	exs, _, orders := k.walk(query)
+	from, _ := parseTimestamp(k.world.from)
+	to, _ := parseTimestamp(k.world.to)
+	got := map[string]bool{}
+	for _, o := range orders {
+		got[o.ID] = true
+		if at, err := parseTimestamp(o.CreatedAt); err != nil || at.Before(from) || at.After(to) {
+			v.fail(k, exs[0], "only orders created from "+k.world.from+" to "+k.world.to+", both included", "order "+o.ID+" created at "+o.CreatedAt)
+			return v
+		}
+	}
+	for _, o := range k.world.orders {
+		at, err := parseTimestamp(o.CreatedAt)
+		if err == nil && !at.Before(from) && !at.After(to) && !got[o.ID] && (k.world.own || o.CreatedAt == k.world.from || o.CreatedAt == k.world.to) {
+			v.fail(k, exs[0], "the orders created at exactly "+k.world.from+" and "+k.world.to+" included, and all between", o.ID+" (created at "+o.CreatedAt+") not listed")
+			break
+		}
+	}
+	return v
+}
+
+func judgeLinkedShipment(k *kit) ruleVerdict {
+	order, shipment := k.world.linked[0], k.world.linked[1]
+	if order == "" {
+		return skip("no order read is linked to a shipment")
+	}
+	var v ruleVerdict
+	ex := k.get(roleMain, "/orders/"+url.PathEscape(order), http.StatusOK, "")
+	var o worldOrder
+	if !v.wantStatus(k, ex, http.StatusOK, "the linked order "+order) {
+		return v
+	}
+	if json.Unmarshal(ex.body, &o) != nil || o.ShipmentID == nil || *o.ShipmentID != shipment {
+		v.fail(k, ex, "shipment_id "+shipment, "another shipment_id")
+		return v
+	}
+	view := k.get(roleMain, "/shipments/"+url.PathEscape(shipment)+"/tracking", http.StatusOK, "")
+	var sv seenView
+	if v.wantStatus(k, view, http.StatusOK, "the tracking view of the order's shipment_id") && (json.Unmarshal(view.body, &sv) != nil || sv.ShipmentID != shipment) {
+		v.fail(k, view, "the view of "+shipment, "another view")
+	}
+	return v
+}
+
+func judgeOrderExactFields(k *kit) ruleVerdict {
+	exs, _, orders := k.everyOrder()
+	if len(orders) == 0 {
+		return skip(noOrders)
+	}
+	var v ruleVerdict
+	for _, ex := range exs {
+		if ex.status != http.StatusOK {
+			continue
+		}
+		page, ok := jsonObject(ex.body)
+		if !ok {
+			continue
+		}
+		fault := memberBeyond(page, []memberKind{{"data", kindArray}, {"pagination", kindObject}}, "")
+		if p, ok := page["pagination"].(map[string]any); ok && fault == "" {
+			fault = memberBeyond(p, []memberKind{{"limit", kindInteger}, {"next_cursor", kindStringOrNull}, {"has_more", kindBool}}, "pagination.")
+		}
+		orders, _ := page["data"].([]any)
+		for i, o := range orders {
+			if order, ok := o.(map[string]any); ok && fault == "" {
+				fault = memberBeyond(order, orderMembers, fmt.Sprintf("data[%d].", i))
+			}
+		}
+		if fault != "" {
+			v.fail(k, ex, "the six members of an order, and the page's data and pagination (limit, next_cursor, has_more), none beyond", fault)
+		}
+	}
+	return v
+}
+
+func judgeOrderOrder(k *kit) ruleVerdict {
+	exs, _, orders := k.everyOrder()
+	if len(orders) == 0 {
+		return skip(noOrders)
+	}
+	var v ruleVerdict
+	for i := 1; i < len(orders); i++ {
+		a, b := orders[i-1], orders[i]
+		at, errA := parseTimestamp(a.CreatedAt)
+		bt, errB := parseTimestamp(b.CreatedAt)
+		if errA == nil && errB == nil && (at.Before(bt) || at.Equal(bt) && a.ID < b.ID) {
+			v.fail(k, exs[0], "newest first: created_at descending, then id descending", fmt.Sprintf("%s (%s) before %s (%s)", a.ID, a.CreatedAt, b.ID, b.CreatedAt))
+			break
+		}
+	}
+	return v
+}
+
+func judgeLimitRange(k *kit) ruleVerdict {
+	var v ruleVerdict
+	for _, limit := range []string{"0", "101"} {
+		ex := k.get(roleMain, "/orders?limit="+limit, http.StatusUnprocessableEntity, codeInvalidParameter)
+		if v.wantStatus(k, ex, http.StatusUnprocessableEntity, "limit="+limit) {
+			var p struct{ Param string }
+			if json.Unmarshal(ex.body, &p) != nil || p.Param != "limit" {
+				v.fail(k, ex, "422 invalid_parameter naming limit in param", "param "+strconv.Quote(p.Param))
+			}
+		}
+	}
+	return v
+}
+
+func judgeOrderVocabulary(k *kit) ruleVerdict {
+	exs, _, orders := k.everyOrder()
+	if len(orders) == 0 {
+		return skip(noOrders)
+	}
+	var v ruleVerdict
+	for _, o := range orders {
+		if !slices.Contains(orderStatuses, o.Status) {
+			v.fail(k, exs[0], "a status of "+strings.Join(orderStatuses, ", "), fmt.Sprintf("order %s of status %q", o.ID, o.Status))
+			break
+		}
+	}
+	return v
+}
+
+// The cursor rules: a cursor that is not one, and one sent with other filters.
+
+func judgeMalformedCursor(k *kit) ruleVerdict {
+	var v ruleVerdict
+	cursors := []string{"not-a-cursor", "AAAA"}
+	if _, pages, _ := k.everyOrder(); len(pages) > 0 && pages[0].Pagination.NextCursor != nil { // a real one, cut short
+		c := *pages[0].Pagination.NextCursor
+		cursors = append(cursors, c[:len(c)/2])
+	}
+	for _, c := range cursors {
+		v.wantStatus(k, k.get(roleMain, "/orders?limit=100&cursor="+url.QueryEscape(c), http.StatusBadRequest, codeInvalidCursor), http.StatusBadRequest, "a malformed cursor")
+	}
+	return v
+}
+
+func judgeCursorFilters(k *kit) ruleVerdict {
+	_, p := k.page("?limit=2&status=" + orderStatuses[0])
+	if p == nil || p.Pagination.NextCursor == nil {
+		return skip("no page of status " + orderStatuses[0] + " has a next_cursor")
+	}
+	var v ruleVerdict
+	ex := k.get(roleMain, "/orders?limit=2&status="+orderStatuses[2]+"&cursor="+url.QueryEscape(*p.Pagination.NextCursor), http.StatusBadRequest, codeInvalidCursor)
+	v.wantStatus(k, ex, http.StatusBadRequest, "a cursor of status="+orderStatuses[0]+" sent with status="+orderStatuses[2])
+	return v
 }

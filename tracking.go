@@ -10,16 +10,23 @@
 //   - The index: a tenant's shipments
 //   - A shipment created in a sandbox
 //   - The two operations: GET /v1/shipments/{id}/tracking and GET /v1/tracking/{tracking_number}
+//   - Conformance: tracking
 package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
+	"net/url"
+	"reflect"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 )
@@ -800,4 +807,373 @@ func (ix *shipmentIndex) viewByNumber(number string, at time.Time) (view, *shipm
 		return view{}, s, err
 	}
 	return s.viewAt(at), s, nil
+}
+
+// ===== Conformance: tracking =====
+
+// The tracking rules of the conformance kit, judged on the tracking views of the shipments
+// the kit knows: its own, or those the orders it read are linked to.
+
+// seenView is a tracking view as the kit reads it.
+type seenView struct {
+	ShipmentID     string      `json:"shipment_id"`
+	Reference      string      `json:"reference"`
+	TrackingNumber *string     `json:"tracking_number"`
+	Status         string      `json:"status"`
+	Events         []seenEvent `json:"events"`
+}
+
+type seenEvent struct {
+	Status      string  `json:"status"`
+	Description string  `json:"description"`
+	Timestamp   string  `json:"timestamp"`
+	Location    *string `json:"location"`
+}
+
+// viewMembers and eventMembers are the members of a view and of an event, with their types.
+var (
+	viewMembers  = []memberKind{{"shipment_id", kindString}, {"reference", kindString}, {"tracking_number", kindStringOrNull}, {"status", kindString}, {"events", kindArray}}
+	eventMembers = []memberKind{{"status", kindString}, {"description", kindString}, {"timestamp", kindString}, {"location", kindString}}
+)
+
+// knownViews are the tracking views of the world's shipments, read with the main key, each
+// with the answer it came in (a view that did not answer 200 is nil).
+func (k *kit) knownViews() ([]*exchange, []*seenView) {
+	var exs []*exchange
+	var views []*seenView
+	for _, id := range k.world.shipments {
+		ex := k.get(roleMain, "/shipments/"+url.PathEscape(id)+"/tracking", http.StatusOK, "")
+		var v *seenView
+		if ex.err == nil && ex.status == http.StatusOK {
+			v = &seenView{}
+			if json.Unmarshal(ex.body, v) != nil {
+				v = nil
+			}
+		}
+		exs, views = append(exs, ex), append(views, v)
+	}
+	return exs, views
+}
+
+// noShipments is why a tracking rule cannot be judged without a shipment.
+const noShipments = "no shipment known: the orders the key reads are linked to none (a server that makes sandboxes gets the kit's own)"
+
+func judgeViewFields(k *kit) ruleVerdict {
+	if len(k.world.shipments) == 0 {
+		return skip(noShipments)
+	}
+	var v ruleVerdict
+	exs, _ := k.knownViews()
+	for _, ex := range exs {
+		if !v.wantStatus(k, ex, http.StatusOK, "the tracking view of a known shipment") {
+			continue
+		}
+		if fault := shapeFault(ex.body, viewMembers, func(view map[string]any) string {
+			for i, e := range view["events"].([]any) {
+				event, ok := e.(map[string]any)
+				if !ok {
+					return fmt.Sprintf("events[%d] is not an object", i)
+				}
+				if fault := membersFault(event, eventMembers, fmt.Sprintf("events[%d].", i)); fault != "" {
+					return fault
+				}
+			}
+			return ""
+		}); fault != "" {
+			v.fail(k, ex, "shipment_id, reference and status strings, tracking_number a string or null, events an array; each event's status, description, timestamp and location strings (\"\" when none)", fault)
+		}
+	}
+	return v
+}
+
+// utcTimestamp is a timestamp written in UTC with the suffix Z.
+var utcTimestamp = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z$`)
+
+func judgeUTC(k *kit) ruleVerdict {
+	if len(k.world.shipments) == 0 {
+		return skip(noShipments)
+	}
+	var v ruleVerdict
+	exs, views := k.knownViews()
+	for i, view := range views {
+		for j, e := range viewEvents(view) {
+			if !utcTimestamp.MatchString(e.Timestamp) {
+				v.fail(k, exs[i], "every timestamp ISO 8601 in UTC, with the suffix Z", fmt.Sprintf("events[%d].timestamp %q", j, e.Timestamp))
+				break
+			}
+		}
+	}
+	return v
+}
+
+func viewEvents(v *seenView) []seenEvent {
+	if v == nil {
+		return nil
+	}
+	return v.Events
+}
+
+func judgeByNumber(k *kit) ruleVerdict {
+	if len(k.world.numbers) == 0 {
+		return skip("no tracking number known that one shipment holds")
+	}
+	var v ruleVerdict
+	found := 0
+	for _, number := range slices.Sorted(maps.Keys(k.world.numbers)) {
+		id := k.world.numbers[number]
+		byID := k.get(roleMain, "/shipments/"+url.PathEscape(id)+"/tracking", http.StatusOK, "")
+		byNumber := k.get(roleMain, "/tracking/"+url.PathEscape(number), http.StatusOK, "")
+		if !k.world.own && (byNumber.status == http.StatusNotFound || byNumber.status == http.StatusConflict) {
+			continue // another shipment, not read, may hold it
+		}
+		found++
+		if !v.wantStatus(k, byNumber, http.StatusOK, "the view of the one shipment that holds the number") {
+			continue
+		}
+		if !sameJSON(byID.body, byNumber.body) {
+			v.fail(k, byNumber, "the same view as GET /shipments/"+id+"/tracking", "another view")
+		}
+	}
+	if found == 0 {
+		return skip("every number known answered 404 or 409: another shipment may hold it")
+	}
+	return v
+}
+
+// sameJSON reports whether two bodies are the same JSON value.
+func sameJSON(a, b []byte) bool {
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
+}
+
+// ownWorldOnly is why a rule that needs the kit's own evidence cannot be judged.
+const ownWorldOnly = "needs the kit's own world (records it sends to a server that makes sandboxes): the evidence cannot be discovered"
+
+func judgePrimaryNumberOnly(k *kit) ruleVerdict {
+	if !k.world.own {
+		return skip(ownWorldOnly)
+	}
+	var v ruleVerdict
+	ex := k.get(roleMain, "/tracking/"+k.world.further, http.StatusNotFound, codeNotFound)
+	v.wantStatus(k, ex, http.StatusNotFound, "a further parcel's number (not the primary) found by no lookup")
+	return v
+}
+
+func judgeTrackingUnknown(k *kit) ruleVerdict {
+	var v ruleVerdict
+	v.wantStatus(k, k.get(roleMain, "/shipments/shp_conformance_unknown/tracking", http.StatusNotFound, codeNotFound), http.StatusNotFound, "an unknown shipment id")
+	v.wantStatus(k, k.get(roleMain, "/tracking/CONFORMANCE0UNKNOWN", http.StatusNotFound, codeNotFound), http.StatusNotFound, "an unknown tracking number")
+	return v
+}
+
+func judgeAmbiguousNumber(k *kit) ruleVerdict {
+	if !k.world.own {
+		return skip(ownWorldOnly)
+	}
+	status, c, who := http.StatusNotFound, codeNotFound, "a number two shipments hold, from a sandbox"
+	if k.cfg.profile == "domain_adapter" {
+		status, c, who = http.StatusConflict, codeAmbiguousNumber, "a number two shipments hold, from the domain adapter"
+	}
+	var v ruleVerdict
+	v.wantStatus(k, k.get(roleMain, "/tracking/"+k.world.twin, status, c), status, who)
+	return v
+}
+
+func judgeDedup(k *kit) ruleVerdict {
+	if len(k.world.shipments) == 0 {
+		return skip(noShipments)
+	}
+	var v ruleVerdict
+	exs, views := k.knownViews()
+	for i, view := range views {
+		seen := map[[2]string]bool{}
+		for j, e := range viewEvents(view) {
+			at, err := parseTimestamp(e.Timestamp)
+			id := [2]string{formatTimestamp(at), e.Description}
+			if err == nil && seen[id] {
+				v.fail(k, exs[i], "no two events of one instant and description", fmt.Sprintf("events[%d] repeats %s %q", j, e.Timestamp, e.Description))
+				break
+			}
+			seen[id] = true
+		}
+	}
+	if k.world.own { // the kit sent "Departed facility" at 10:00Z twice, from Leeds then York
+		if ex, events, ok := k.ownEvents(&v, "shp_ck_dup"); ok {
+			first := k.wantOnce(&v, ex, events, "2025-04-01T10:00:00Z", "Departed facility", "the event sent twice (one instant, one description) shown once, the first sent")
+			if len(first) == 1 && (first[0].Location == nil || *first[0].Location != "Leeds, GB") {
+				v.fail(k, ex, "the first of the two kept: located Leeds, GB", "another kept")
+			}
+			k.wantOnce(&v, ex, events, "2025-04-01T10:00:00Z", "Scanned", "another description at that instant kept")
+		}
+	}
+	return v
+}
+
+// ownEvents are the events the view of the kit's shipment id shows, read with the main key;
+// false when it shows none readable (v notes why).
+func (k *kit) ownEvents(v *ruleVerdict, id string) (*exchange, []seenEvent, bool) {
+	ex := k.get(roleMain, "/shipments/"+id+"/tracking", http.StatusOK, "")
+	var view seenView
+	if !v.wantStatus(k, ex, http.StatusOK, "the tracking view of "+id) {
+		return ex, nil, false
+	}
+	if json.Unmarshal(ex.body, &view) != nil {
+		v.fail(k, ex, "the tracking view of "+id, "a body that is not one")
+		return ex, nil, false
+	}
+	return ex, view.Events, true
+}
+
+// eventsAt are the events of description at the instant at, whatever offset they are
+// written in: the own world's tracking rules judge instants, and leave how an instant is
+// written to tracking.utc.
+func eventsAt(events []seenEvent, at, description string) []seenEvent {
+	want, _ := parseTimestamp(at)
+	var found []seenEvent
+	for _, e := range events {
+		if got, err := parseTimestamp(e.Timestamp); err == nil && got.Equal(want) && e.Description == description {
+			found = append(found, e)
+		}
+	}
+	return found
+}
+
+// wantOnce fails v unless events show exactly one event of description at at, and returns
+// those they show.
+func (k *kit) wantOnce(v *ruleVerdict, ex *exchange, events []seenEvent, at, description, what string) []seenEvent {
+	found := eventsAt(events, at, description)
+	if len(found) != 1 {
+		v.fail(k, ex, fmt.Sprintf("%s: %q at %s, once", what, description, at), fmt.Sprintf("%d such events", len(found)))
+	}
+	return found
+}
+
+// wantShown fails v unless events show an event of description at at, and returns those
+// they show.
+func (k *kit) wantShown(v *ruleVerdict, ex *exchange, events []seenEvent, at, description, what string) []seenEvent {
+	found := eventsAt(events, at, description)
+	if len(found) == 0 {
+		v.fail(k, ex, fmt.Sprintf("%s: %q at %s", what, description, at), "no such event")
+	}
+	return found
+}
+
+func judgeNoOffset(k *kit) ruleVerdict {
+	if !k.world.own {
+		return skip(ownWorldOnly)
+	}
+	var v ruleVerdict
+	if ex, events, ok := k.ownEvents(&v, "shp_ck_naive"); ok {
+		for _, e := range events {
+			if e.Description == "Collected" {
+				v.fail(k, ex, "the event sent at 2025-04-02T09:00:00, without an offset, not shown", "shown at "+e.Timestamp)
+			}
+		}
+		k.wantShown(&v, ex, events, "2025-04-02T10:00:00Z", "Departed facility", "the event with an offset shown")
+	}
+	return v
+}
+
+// dstEvents are the kit's events across the UK's change to summer time on 2025-03-30 as the
+// view must show them: sent in +00:00 and +01:00 and out of order, at their instants in UTC,
+// oldest first.
+var dstEvents = [][2]string{
+	{"2025-03-29T23:15:00Z", "Label created"},     // sent 23:15:00Z
+	{"2025-03-30T00:30:00Z", "Departed facility"}, // sent 00:30:00+00:00
+	{"2025-03-30T01:30:00Z", "Arrived at hub"},    // sent 02:30:00+01:00
+	{"2025-03-30T08:15:00Z", "Delivered"},         // sent 09:15:00+01:00
+}
+
+func judgeUTCAcrossDST(k *kit) ruleVerdict {
+	if !k.world.own {
+		return skip(ownWorldOnly)
+	}
+	var v ruleVerdict
+	ex, events, ok := k.ownEvents(&v, "shp_ck_dst")
+	if !ok {
+		return v
+	}
+	last := -1
+	for _, want := range dstEvents {
+		if len(k.wantShown(&v, ex, events, want[0], want[1], "sent across the change to summer time, shown at its instant in UTC")) > 0 {
+			i := slices.IndexFunc(events, func(e seenEvent) bool { return e.Description == want[1] })
+			if i < last {
+				v.fail(k, ex, "the events in the order of their instants", fmt.Sprintf("%q shown before the event it follows", want[1]))
+			}
+			last = i
+		}
+	}
+	return v
+}
+
+func judgeTrackingExactFields(k *kit) ruleVerdict {
+	if len(k.world.shipments) == 0 {
+		return skip(noShipments)
+	}
+	var v ruleVerdict
+	exs, _ := k.knownViews()
+	for _, ex := range exs {
+		if ex.status != http.StatusOK {
+			continue
+		}
+		view, ok := jsonObject(ex.body)
+		if !ok {
+			continue
+		}
+		fault := memberBeyond(view, viewMembers, "")
+		events, _ := view["events"].([]any)
+		for i, e := range events {
+			if event, ok := e.(map[string]any); ok && fault == "" {
+				fault = memberBeyond(event, eventMembers, fmt.Sprintf("events[%d].", i))
+			}
+		}
+		if fault != "" {
+			v.fail(k, ex, "the view's five members and each event's four, none beyond", fault)
+		}
+	}
+	return v
+}
+
+func judgeTrackingVocabulary(k *kit) ruleVerdict {
+	if len(k.world.shipments) == 0 {
+		return skip(noShipments)
+	}
+	var v ruleVerdict
+	exs, views := k.knownViews()
+	for i, view := range views {
+		if view == nil {
+			continue
+		}
+		statuses := []string{view.Status}
+		for _, e := range view.Events {
+			statuses = append(statuses, e.Status)
+		}
+		for _, s := range statuses {
+			if !slices.Contains(trackingStatuses, s) {
+				v.fail(k, exs[i], "a status of "+strings.Join(trackingStatuses, ", "), fmt.Sprintf("status %q", s))
+				break
+			}
+		}
+	}
+	return v
+}
+
+func judgeEventsOldestFirst(k *kit) ruleVerdict {
+	if len(k.world.shipments) == 0 {
+		return skip(noShipments)
+	}
+	var v ruleVerdict
+	exs, views := k.knownViews()
+	for i, view := range views {
+		var last time.Time
+		for j, e := range viewEvents(view) {
+			at, err := parseTimestamp(e.Timestamp)
+			if err == nil && at.Before(last) {
+				v.fail(k, exs[i], "events oldest first", fmt.Sprintf("events[%d] at %s, before the one above it", j, e.Timestamp))
+				break
+			}
+			last = at
+		}
+	}
+	return v
 }
