@@ -525,21 +525,23 @@ func (ix *shipmentIndex) firstShown(at time.Time, n int) ([]shownShipment, int) 
 type numberHolders struct {
 	first   *shipment // the first created (of two created at once, either)
 	second  instant   // the creation of the second, never when there is none
-	created []instant // every holder's creation, sorted, once two hold it; nil for one
+	created []instant // every holder's creation, as filed, once two hold it; nil for one
 }
 
 // with is h once s holds the number too: h itself when that changes nothing, else new
-// holders (h may be read by a version of the data a request holds).
+// holders (h may be read by a version of the data a request holds). Their creations are
+// appended to h's: a version reads only as many as it has, and the next version is built
+// from the newest (a tenant's writes are built one at a time), so none sees another's;
+// loading stays linear in the holders of a number.
 func (h *numberHolders) with(s *shipment) *numberHolders {
 	if h == nil {
 		return &numberHolders{first: s, second: never}
 	}
-	next := &numberHolders{first: h.first, second: h.second, created: slices.Clone(h.created)}
+	next := &numberHolders{first: h.first, second: h.second, created: h.created}
 	if next.created == nil {
 		next.created = []instant{h.first.createdAt}
 	}
 	next.created = append(next.created, s.createdAt)
-	slices.SortFunc(next.created, instant.compare)
 	switch {
 	case h.first.createdAt.after(s.createdAt):
 		next.first, next.second = s, h.first.createdAt
@@ -549,7 +551,8 @@ func (h *numberHolders) with(s *shipment) *numberHolders {
 	return next
 }
 
-// countAt is how many shipments found at at hold the number.
+// countAt is how many shipments found at at hold the number: a walk of their creations,
+// made only for the domain adapter's 409 (in a sandbox: at most maxSandboxShipments).
 func (h *numberHolders) countAt(at instant) int {
 	if h.created == nil {
 		if h.first.createdAt.after(at) {
@@ -557,7 +560,13 @@ func (h *numberHolders) countAt(at instant) int {
 		}
 		return 1
 	}
-	return sort.Search(len(h.created), func(k int) bool { return h.created[k].after(at) })
+	n := 0
+	for _, c := range h.created {
+		if !c.after(at) {
+			n++
+		}
+	}
+	return n
 }
 
 // holder is the one shipment found at at with this primary tracking number; when several
