@@ -4427,8 +4427,8 @@ func shellBlocks(text string) [][]string {
 // as written in the repository, in reading order: the quick start's go run . serves them
 // (on a free port, named by SANDBOX_ADDR, in place of 127.0.0.1:8080); each block must exit
 // 0, leave nothing listening on the ports it used, and print what the page shows under it,
-// if it shows anything. Blocks without curl start a sandbox or need what go test does not
-// assume (podman, npx): they are not run.
+// if it shows anything. Blocks without curl or the kit (go run . check) start a sandbox or
+// need what go test does not assume (podman, npx): they are not run.
 func TestReadmeExamples(t *testing.T) {
 	t.Parallel()
 	needTools(t, "bash", "curl", "jq", "go")
@@ -4464,7 +4464,7 @@ func TestReadmeExamples(t *testing.T) {
 	ran := 0
 	for _, page := range pages {
 		for i, b := range shellBlocks(page.text) {
-			if strings.Contains(b[1], "curl") {
+			if strings.Contains(b[1], "curl") || strings.Contains(b[1], "go run . check") {
 				ran++
 				runShellBlock(t, page.name, i, b[1], b[2], host, free, listening)
 			}
@@ -11648,14 +11648,16 @@ func TestConformanceSelfCheck(t *testing.T) {
 	if status != 0 || rep.Summary.Passed != len(conformanceRules) || rep.Mode != "full" || rep.World != "own" || rep.Profile != "sandbox" || len(rep.Warnings) != 0 {
 		t.Fatalf("the self-check: status %d, %+v, stderr %s\n%s", status, rep.Summary, errs, out)
 	}
-	burst := 0
 	for _, r := range rep.Rules {
 		if r.Result != "pass" || r.Reason != nil || len(r.Evidence) != 0 || r.Spec == "" || r.Title == "" {
 			t.Errorf("%s: %+v", r.ID, r)
 		}
 	}
-	if n := rep.Summary.Requests - burst; n > 300+maxBurst {
-		t.Errorf("%d requests", n)
+	if rep.Summary.Requests >= 100 { // docs/conformance.md says so
+		t.Errorf("the self-check sent %d requests, the burst included, want under 100", rep.Summary.Requests)
+	}
+	if _, safe, _, _ := kitRun(t, t.Context(), nil, "-format", "json", "-mode", "safe"); safe.Summary.Requests > 300 || safe.Summary.Evaluated != len(conformanceRules)-2 {
+		t.Errorf("the catalogue but the burst: %+v, want at most 300 requests", safe.Summary)
 	}
 	// The text report: a first line, a line a rule, the summary.
 	status, _, text, _ := kitRun(t, t.Context(), nil, "-rules", "orders.*")
@@ -11663,6 +11665,38 @@ func TestConformanceSelfCheck(t *testing.T) {
 	if status != 0 || !regexp.MustCompile(`^Conformance of http://127\.0\.0\.1:[0-9]+/v1 \(profile sandbox, mode full, world own\)$`).MatchString(lines[0]) ||
 		lines[len(lines)-1] != "16 rules: 16 passed, 0 failed (0 MUST), 0 skipped, 0 expected; evaluated 16 of 16" || !strings.HasPrefix(lines[1], "PASS  orders.fields  ") {
 		t.Errorf("the text report of orders.*:\n%s", text)
+	}
+}
+
+// TestTheCatalogueIsOneTable: docs/conformance.md lists the catalogue's rules, in its order,
+// each with its level (its level with -profile domain_adapter, when another) and title.
+func TestTheCatalogueIsOneTable(t *testing.T) {
+	t.Parallel()
+	page, err := os.ReadFile("docs/conformance.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := regexp.MustCompile("(?m)^\\| `([a-z_]+\\.[a-z_]+)` \\| ([A-Z]+(?: \\(SHOULD with domain_adapter\\))?) \\| (.*) \\|$").FindAllStringSubmatch(string(page), -1)
+	var want, got []string
+	for _, r := range conformanceRules {
+		level := string(r.level)
+		if r.adapter != "" {
+			level += " (" + string(r.adapter) + " with domain_adapter)"
+		}
+		want = append(want, r.id+" | "+level+" | "+r.title)
+	}
+	for _, row := range rows {
+		got = append(got, row[1]+" | "+row[2]+" | "+row[3])
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("docs/conformance.md's rules:\n%s\nthe catalogue:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	ids := map[string]bool{}
+	for _, r := range conformanceRules {
+		if ids[r.id] || !regexp.MustCompile(`^[a-z]+\.[a-z_]+$`).MatchString(r.id) || r.judge == nil || r.spec == "" {
+			t.Errorf("rule %q: a duplicate, a malformed id, or no check or spec", r.id)
+		}
+		ids[r.id] = true
 	}
 }
 
@@ -12012,4 +12046,32 @@ func TestConformanceKeysFromTheEnvironment(t *testing.T) {
 	if status != 0 || rep.Summary.Passed != 7 {
 		t.Errorf("from the environment: %d %+v\n%s", status, rep.Summary, out)
 	}
+}
+
+// BenchmarkConformance: a whole run of the kit (its world made and deleted), against a
+// sandbox started with -rate 0 (the contract: within 1 s) and as the self-check at the
+// default rate, in full mode (within 10 s); the requests each sends.
+func BenchmarkConformance(b *testing.B) {
+	b.Run("rate_0", func(b *testing.B) {
+		ts := httptest.NewServer(benchEnv(b, 0).h)
+		b.Cleanup(ts.Close)
+		benchKit(b, "-base-url", ts.URL+"/v1", "-key", "sk_test_sandbox_all")
+	})
+	b.Run("self_check", func(b *testing.B) { benchKit(b) })
+}
+
+// benchKit times runs of the kit with args, each of which must pass, and reports the
+// requests one sends.
+func benchKit(b *testing.B, args ...string) {
+	requests := 0
+	for b.Loop() {
+		var out bytes.Buffer
+		if status := runCheck(b.Context(), append(args, "-format", "json"), func(string) string { return "" }, &out, io.Discard); status != 0 {
+			b.Fatalf("exit status %d\n%s", status, out.String())
+		}
+		var rep struct{ Summary struct{ Requests int } }
+		json.Unmarshal(out.Bytes(), &rep)
+		requests = rep.Summary.Requests
+	}
+	b.ReportMetric(float64(requests), "requests/run")
 }
