@@ -2960,7 +2960,7 @@ func (k *kit) deleteSandboxes() {
 			continue
 		}
 		req.Header.Set("Authorization", "Bearer "+m.key)
-		k.requests++
+		k.requests.Add(1)
 		if res, err := client.Do(req); err == nil {
 			io.Copy(io.Discard, io.LimitReader(res.Body, maxCheckAnswer))
 			res.Body.Close()
@@ -3101,12 +3101,16 @@ func judgeOtherAccount(k *kit) ruleVerdict {
 	return v
 }
 
-// maxBurst is the most requests the rate limit's rule sends before it gives up.
-const maxBurst = 1000
+// maxBurst is the most requests the rate limit's rule sends before it gives up, and
+// burstWorkers how many it has in flight at once.
+const (
+	maxBurst     = 1000
+	burstWorkers = 4
+)
 
-// burst sends GET /v1/orders?limit=1 as fast as the kit can, with a key of its own (the
-// main key where the world has none), until one answers 429, at most maxBurst: the rate
-// limit's rules judge its answers. It is sent once a run.
+// burst sends GET /v1/orders?limit=1 as fast as the kit can (burstWorkers at once), with a
+// key of its own (the main key where the world has none), until one answers 429, at most
+// maxBurst: the rate limit's rules judge its answers, the 429 last. It is sent once a run.
 func (k *kit) burst() []*exchange {
 	if k.bursted != nil {
 		return k.bursted
@@ -3117,14 +3121,41 @@ func (k *kit) burst() []*exchange {
 	}
 	k.pace = false
 	defer func() { k.pace = true }()
-	k.bursted = []*exchange{}
-	for range maxBurst {
-		ex := k.sendOnce(request{method: http.MethodGet, target: "/orders?limit=1", role: role, expect: expectation{http.StatusOK, ""}})
-		k.bursted = append(k.bursted, ex)
-		if ex.status == http.StatusTooManyRequests || ex.err != nil || k.ctx.Err() != nil {
-			break
-		}
+	var (
+		mu       sync.Mutex
+		started  int         // never more than maxBurst
+		answered []*exchange // in the order they came
+		limited  *exchange   // the first 429, or the first request without an answer: it ends the burst
+		wg       sync.WaitGroup
+	)
+	r := request{method: http.MethodGet, target: "/orders?limit=1", role: role, expect: expectation{http.StatusOK, ""}}
+	for range burstWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				if limited != nil || started == maxBurst || k.ctx.Err() != nil {
+					mu.Unlock()
+					return
+				}
+				started++
+				mu.Unlock()
+				ex := k.sendOnce(r)
+				mu.Lock()
+				answered = append(answered, ex)
+				if limited == nil && (ex.status == http.StatusTooManyRequests || ex.err != nil) {
+					limited = ex
+				}
+				mu.Unlock()
+			}
+		}()
 	}
+	wg.Wait()
+	if limited != nil { // the answer that ended it, last
+		answered = append(slices.DeleteFunc(answered, func(ex *exchange) bool { return ex == limited }), limited)
+	}
+	k.bursted = answered
 	return k.bursted
 }
 

@@ -44,6 +44,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -1587,7 +1588,7 @@ type kit struct {
 	used     map[string][]*exchange // each rule's answers, cached ones included
 	cache    map[string]*exchange   // the GETs answered, by key role and target
 	next     map[string]time.Time   // by key: when it may send again, by the server's RateLimit
-	requests int                    // sent, retries included
+	requests atomic.Int64           // sent, retries included (the burst sends from several goroutines)
 	retried  int                    // 429s waited out
 	pace     bool                   // read RateLimit and Retry-After (not during the burst)
 	secrets  []string               // every key the run was given or made, which reports never show
@@ -1711,7 +1712,7 @@ func (k *kit) sendOnce(r request) *exchange {
 	for i := 0; i+1 < len(r.header); i += 2 {
 		req.Header.Set(r.header[i], r.header[i+1])
 	}
-	k.requests++
+	k.requests.Add(1)
 	res, err := k.client.Do(req)
 	if err != nil {
 		ex.err = err

@@ -183,23 +183,10 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 		cfg.corsOrigin = s
 		return nil
 	})
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(usage, "Usage: sandbox [flags]; each flag falls back to SANDBOX_<NAME> (e.g. SANDBOX_SEED_ORDERS).")
-			fs.SetOutput(usage)
-			fs.PrintDefaults()
-			return cfg, err
-		}
-		if strings.HasPrefix(err.Error(), "flag provided but not defined") {
-			return cfg, fmt.Errorf("%w (see -h for the flags)", err)
-		}
+	given, err := parseFlags(fs, args, usage, "Usage: sandbox [flags]; each flag falls back to SANDBOX_<NAME> (e.g. SANDBOX_SEED_ORDERS).", "the sandbox", "-h")
+	if err != nil {
 		return cfg, err
 	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected argument %q: the sandbox takes flags only (see -h)", fs.Arg(0))
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	cfg.addrName, cfg.dataName = "-addr", "-data"
 	if !given["addr"] && getenv("SANDBOX_ADDR") != "" {
 		cfg.addrName = "SANDBOX_ADDR"
@@ -208,6 +195,30 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 		cfg.dataName = "SANDBOX_DATA"
 	}
 	return cfg, fallBack(fs, given, getenv, "SANDBOX_")
+}
+
+// parseFlags parses args into fs, a command's flags, and returns the flags given: -h prints
+// intro and the flags to usage (flag.ErrHelp); an unknown flag or an argument says where
+// the flags are listed (help), naming the command (who).
+func parseFlags(fs *flag.FlagSet, args []string, usage io.Writer, intro, who, help string) (map[string]bool, error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(usage, intro)
+			fs.SetOutput(usage)
+			fs.PrintDefaults()
+			return nil, err
+		}
+		if strings.HasPrefix(err.Error(), "flag provided but not defined") {
+			return nil, fmt.Errorf("%w (see %s for the flags)", err, help)
+		}
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q: %s takes flags only (see %s)", fs.Arg(0), who, help)
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	return given, nil
 }
 
 // fallBack sets each flag not given from its variable, prefix and its NAME (SANDBOX_NAME,
@@ -3132,23 +3143,10 @@ func parseCheckConfig(args []string, getenv func(string) string, usage io.Writer
 	fs.StringVar(&cfg.out, "out", "", "write the report to this `file` (default: standard output)")
 	fs.DurationVar(&cfg.timeout, "timeout", cfg.timeout, "the longest one request may take, answer read, as a Go `duration`")
 	fs.BoolVar(&cfg.strict, "strict", false, "a failed SHOULD rule fails the run too")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(usage, "Usage: sandbox check [flags]: the spec's rules, checked over HTTP against a server (without -base-url, this sandbox). Each flag falls back to SANDBOX_CHECK_<NAME> (e.g. SANDBOX_CHECK_KEY). Exit status: 0 no MUST rule failed, 1 one did, 2 the kit could not judge, 130 interrupted.")
-			fs.SetOutput(usage)
-			fs.PrintDefaults()
-			return cfg, err
-		}
-		if strings.HasPrefix(err.Error(), "flag provided but not defined") {
-			return cfg, fmt.Errorf("%w (see check -h for the flags)", err)
-		}
+	given, err := parseFlags(fs, args, usage, "Usage: sandbox check [flags]: the spec's rules, checked over HTTP against a server (without -base-url, this sandbox). Each flag falls back to SANDBOX_CHECK_<NAME> (e.g. SANDBOX_CHECK_KEY). Exit status: 0 no MUST rule failed, 1 one did, 2 the kit could not judge, 130 interrupted.", "check", "check -h")
+	if err != nil {
 		return cfg, err
 	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected argument %q: check takes flags only (see check -h)", fs.Arg(0))
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	if err := fallBack(fs, given, getenv, "SANDBOX_CHECK_"); err != nil {
 		return cfg, err
 	}
@@ -3384,9 +3382,9 @@ var conformanceRules = []conformanceRule{
 		spec: "Response 200: one imported order."},
 	{id: "orders.unknown", level: levelMust, title: "an unknown order: 404", judge: judgeOrderUnknown,
 		spec: "Unknown order in this account and environment: 404."},
-	{id: "orders.default_limit", level: levelMust, title: "limit 20 when none is sent: at most 20 orders, 20 when more exist", judge: judgeDefaultLimit,
+	{id: "orders.default_limit", level: levelMust, title: "limit 20 when none is sent: at most 20 orders, 20 when more exist", judge: judgePageSize("", defaultPageSize, "limit 20 when none is sent: at most 20 orders, 20 when more follow"),
 		spec: "limit: Page size; default 20; maximum 100."},
-	{id: "orders.max_limit", level: levelMust, title: "limit=100: at most 100 orders", judge: judgeMaxLimit,
+	{id: "orders.max_limit", level: levelMust, title: "limit=100: at most 100 orders", judge: judgePageSize("?limit=100", maxPageSize, "limit=100 applied: at most 100 orders, 100 when more follow"),
 		spec: "limit: Page size; default 20; maximum 100."},
 	{id: "orders.pagination", level: levelMust, title: "limit at least 1; has_more false exactly when next_cursor is null", judge: judgePagination,
 		spec: "limit: integer (minimum 1). next_cursor: Opaque signed cursor for the next page; null when none. has_more: Whether more results follow."},
@@ -3649,7 +3647,7 @@ func (k *kit) report(verdicts map[string]ruleVerdict, chosen func(*conformanceRu
 		}
 	}
 	rep.Summary.Evaluated = rep.Summary.Total - rep.Summary.Skipped
-	rep.Summary.Requests, rep.Summary.Retried = k.requests, k.retried
+	rep.Summary.Requests, rep.Summary.Retried = int(k.requests.Load()), k.retried
 	return rep
 }
 

@@ -8334,26 +8334,6 @@ func TestCopiesOfOneInstantShareTheirData(t *testing.T) {
 	}
 }
 
-// TestTenThousandSandboxes: the book holds 10,000; the next forgets the least recently used.
-func TestTenThousandSandboxes(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, envOptions{rate: -1, quiet: true, step: time.Microsecond})
-	first := ""
-	for i := range maxSandboxes + 1 {
-		rep, s := e.makeSandbox(t, "sk_test_sync_all", `{"orders":[]}`, fmt.Sprint("n-", i))
-		if rep.status != 201 {
-			t.Fatalf("sandbox %d: %s", i, rep)
-		}
-		if i == 0 {
-			first = s.Keys[0].Key
-		}
-	}
-	if n := e.srv.book.count(e.clock.now()); n != maxSandboxes {
-		t.Errorf("%d sandboxes kept, want %d", n, maxSandboxes)
-	}
-	wantProblem(t, e.get(t, "/v1/orders", first), 401, "invalid_api_key", "")
-}
-
 // TestSandboxReplaysTheSyncFindings: a copy of acct_sync is the whole order-sync rehearsal for
 // one test: the README's watermark sync gets exactly the findings it gets on the dataset's.
 func TestSandboxReplaysTheSyncFindings(t *testing.T) {
@@ -8660,7 +8640,8 @@ func TestForgettingRacesAFirstWrite(t *testing.T) {
 // TestAKeyInProgressOutlivesTheList: an Idempotency-Key whose write is in progress is never
 // what the tenant's list of 10,000 keys forgets: its repeat after 10,000 other writes is 409
 // idempotency_key_in_use, not a second write under one key. Once every entry is in progress,
-// the list takes them past its bound, and comes back to it as they end.
+// the list takes them past its bound, and comes back to it as they end. The writes make
+// sandboxes: the book holds 10,000, and the 10,001st forgets the least recently used.
 func TestAKeyInProgressOutlivesTheList(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
@@ -8679,9 +8660,14 @@ func TestAKeyInProgressOutlivesTheList(t *testing.T) {
 	first := send("slow")
 	paused.Wait()
 	tenant := e.sb.tenants.byID[tenantID{"acct_other", "test"}]
+	oldest := "" // the key of the sandbox made first, then used least recently
 	for i := range maxStoredAnswers {
-		if rep, _ := e.makeSandbox(t, "sk_test_other_all", `{"orders":[]}`, fmt.Sprint("other-", i)); rep.status != 201 {
+		rep, made := e.makeSandbox(t, "sk_test_other_all", `{"orders":[]}`, fmt.Sprint("other-", i))
+		if rep.status != 201 {
 			t.Fatalf("write %d: %s", i, rep)
+		}
+		if i == 0 {
+			oldest = made.Keys[0].Key
 		}
 	}
 	if n := answersHeld(tenant); n != maxStoredAnswers {
@@ -8695,6 +8681,10 @@ func TestAKeyInProgressOutlivesTheList(t *testing.T) {
 	if rep := within(t, "the repeat", send("slow")); rep.status != 201 || rep.header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("its repeat once done: %s", rep)
 	}
+	if n := e.srv.book.count(e.clock.now()); n != maxSandboxes || maxSandboxes != maxStoredAnswers {
+		t.Errorf("%d sandboxes kept of %d made, want %d", n, maxStoredAnswers+1, maxSandboxes)
+	}
+	wantProblem(t, e.get(t, "/v1/orders", oldest), 401, "invalid_api_key", "") // the least recently used
 	// Every entry in progress: a list of 2 holds 3, then comes back to 2 as they end.
 	tenant.mu.Lock()
 	tenant.answers.max = 2
@@ -11855,10 +11845,10 @@ func TestConformanceAgainstAHostileServer(t *testing.T) {
 			}
 		}}, nil, "the answer is over 1048576 bytes (1 MiB), the most the kit reads"},
 		{"a stalled answer", brokenServer{request: func(r *http.Request) {
-			if strings.HasPrefix(r.URL.Path, "/v1/tracking/") {
+			if r.URL.Path == "/v1/tracking/CK1000000006" { // one lookup (tracking.by_number's); the rest answer, on a busy machine too
 				<-r.Context().Done() // until the kit gives up
 			}
-		}}, []string{"-timeout", "300ms"}, "no answer: "},
+		}}, []string{"-timeout", "3s"}, "no answer: "},
 	} {
 		t.Run(caseName(tt.name), func(t *testing.T) {
 			t.Parallel()
@@ -11974,6 +11964,9 @@ func TestConformanceRateLimit(t *testing.T) {
 	status, rep, out, _ := kitRun(t, t.Context(), nil, "-base-url", kitServer(t, e, brokenServer{}), "-key", "sk_test_sandbox_all", "-mode", "full", "-rules", "limits.*", "-format", "json")
 	if status != 1 || strings.Join(rep.results("fail"), " ") != "limits.rate_limit" || strings.Join(rep.results("skip"), " ") != "limits.rate_limit_headers" {
 		t.Errorf("-rate 0: %d, failed %v, skipped %v\n%s", status, rep.results("fail"), rep.results("skip"), out)
+	}
+	if ev := rep.Rules[0].Evidence; len(ev) != 1 || !strings.HasPrefix(ev[0].Seen, fmt.Sprintf("%d requests, the last answered 200", maxBurst)) {
+		t.Errorf("the burst against no limit: %+v, want exactly %d requests", ev, maxBurst)
 	}
 	// One 429 on the first page of orders, then the page: waited out, sent again.
 	var once sync.Once

@@ -1753,30 +1753,21 @@ func judgeOrderUnknown(k *kit) ruleVerdict {
 	return v
 }
 
-func judgeDefaultLimit(k *kit) ruleVerdict {
-	var v ruleVerdict
-	ex, p := k.page("")
-	switch {
-	case !v.wantStatus(k, ex, http.StatusOK, "the first page"):
-	case p == nil:
-		v.fail(k, ex, "a page", "not a page")
-	case p.Pagination.Limit != defaultPageSize || len(p.Data) > defaultPageSize || p.Pagination.HasMore && len(p.Data) != defaultPageSize || k.world.own && len(p.Data) != defaultPageSize:
-		v.fail(k, ex, "limit 20 when none is sent: at most 20 orders, 20 when more follow", fmt.Sprintf("limit %d, %d orders, has_more %v", p.Pagination.Limit, len(p.Data), p.Pagination.HasMore))
+// judgePageSize is a rule that the first page of query applies limit: it says so, and holds
+// at most limit orders, limit when more follow (in the kit's own world more always do).
+func judgePageSize(query string, limit int, what string) func(k *kit) ruleVerdict {
+	return func(k *kit) ruleVerdict {
+		var v ruleVerdict
+		ex, p := k.page(query)
+		switch {
+		case !v.wantStatus(k, ex, http.StatusOK, "a page"):
+		case p == nil:
+			v.fail(k, ex, "a page", "not a page")
+		case p.Pagination.Limit != limit || len(p.Data) > limit || (p.Pagination.HasMore || k.world.own) && len(p.Data) != limit:
+			v.fail(k, ex, what, fmt.Sprintf("limit %d, %d orders, has_more %v", p.Pagination.Limit, len(p.Data), p.Pagination.HasMore))
+		}
+		return v
 	}
-	return v
-}
-
-func judgeMaxLimit(k *kit) ruleVerdict {
-	var v ruleVerdict
-	ex, p := k.page("?limit=100")
-	switch {
-	case !v.wantStatus(k, ex, http.StatusOK, "a page of limit=100"):
-	case p == nil:
-		v.fail(k, ex, "a page", "not a page")
-	case len(p.Data) > maxPageSize || k.world.own && len(p.Data) != maxPageSize:
-		v.fail(k, ex, "at most 100 orders (100 when more exist)", fmt.Sprintf("%d orders", len(p.Data)))
-	}
-	return v
 }
 
 func judgePagination(k *kit) ruleVerdict {

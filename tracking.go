@@ -867,53 +867,96 @@ func (k *kit) knownViews() ([]*exchange, []*seenView) {
 // noShipments is why a tracking rule cannot be judged without a shipment.
 const noShipments = "no shipment known: the orders the key reads are linked to none (a server that makes sandboxes gets the kit's own)"
 
-func judgeViewFields(k *kit) ruleVerdict {
-	if len(k.world.shipments) == 0 {
-		return skip(noShipments)
-	}
-	var v ruleVerdict
-	exs, _ := k.knownViews()
-	for _, ex := range exs {
-		if !v.wantStatus(k, ex, http.StatusOK, "the tracking view of a known shipment") {
-			continue
+// judgeViews is a rule judged on each tracking view the kit knows: fault says what is wrong
+// with one ("" when nothing is), which the rule expected not to be.
+func judgeViews(expected string, fault func(ex *exchange, view *seenView) string) func(k *kit) ruleVerdict {
+	return func(k *kit) ruleVerdict {
+		if len(k.world.shipments) == 0 {
+			return skip(noShipments)
 		}
-		if fault := shapeFault(ex.body, viewMembers, func(view map[string]any) string {
-			for i, e := range view["events"].([]any) {
-				event, ok := e.(map[string]any)
-				if !ok {
-					return fmt.Sprintf("events[%d] is not an object", i)
-				}
-				if fault := membersFault(event, eventMembers, fmt.Sprintf("events[%d].", i)); fault != "" {
-					return fault
-				}
+		var v ruleVerdict
+		exs, views := k.knownViews()
+		for i, ex := range exs {
+			if f := fault(ex, views[i]); f != "" {
+				v.fail(k, ex, expected, f)
 			}
-			return ""
-		}); fault != "" {
-			v.fail(k, ex, "shipment_id, reference and status strings, tracking_number a string or null, events an array; each event's status, description, timestamp and location strings (\"\" when none)", fault)
 		}
+		return v
 	}
-	return v
 }
+
+// The rules judged view by view: their checks, each a fault of one view.
+var (
+	judgeViewFields = judgeViews("shipment_id, reference and status strings, tracking_number a string or null, events an array; each event's status, description, timestamp and location strings (\"\" when none)",
+		func(ex *exchange, _ *seenView) string {
+			if ex.err != nil || ex.status != http.StatusOK {
+				return fmt.Sprintf("status %d", ex.status)
+			}
+			return shapeFault(ex.body, viewMembers, func(view map[string]any) string {
+				for i, e := range view["events"].([]any) {
+					event, ok := e.(map[string]any)
+					if !ok {
+						return fmt.Sprintf("events[%d] is not an object", i)
+					}
+					if fault := membersFault(event, eventMembers, fmt.Sprintf("events[%d].", i)); fault != "" {
+						return fault
+					}
+				}
+				return ""
+			})
+		})
+	judgeUTC = judgeViews("every timestamp ISO 8601 in UTC, with the suffix Z", func(_ *exchange, view *seenView) string {
+		for j, e := range viewEvents(view) {
+			if !utcTimestamp.MatchString(e.Timestamp) {
+				return fmt.Sprintf("events[%d].timestamp %q", j, e.Timestamp)
+			}
+		}
+		return ""
+	})
+	judgeTrackingExactFields = judgeViews("the view's five members and each event's four, none beyond", func(ex *exchange, _ *seenView) string {
+		view, ok := jsonObject(ex.body)
+		if ex.status != http.StatusOK || !ok {
+			return ""
+		}
+		fault := memberBeyond(view, viewMembers, "")
+		events, _ := view["events"].([]any)
+		for i, e := range events {
+			if event, ok := e.(map[string]any); ok && fault == "" {
+				fault = memberBeyond(event, eventMembers, fmt.Sprintf("events[%d].", i))
+			}
+		}
+		return fault
+	})
+	judgeTrackingVocabulary = judgeViews("a status of "+strings.Join(trackingStatuses, ", "), func(_ *exchange, view *seenView) string {
+		if view == nil {
+			return ""
+		}
+		statuses := []string{view.Status}
+		for _, e := range view.Events {
+			statuses = append(statuses, e.Status)
+		}
+		for _, s := range statuses {
+			if !slices.Contains(trackingStatuses, s) {
+				return fmt.Sprintf("status %q", s)
+			}
+		}
+		return ""
+	})
+	judgeEventsOldestFirst = judgeViews("events oldest first", func(_ *exchange, view *seenView) string {
+		var last time.Time
+		for j, e := range viewEvents(view) {
+			at, err := parseTimestamp(e.Timestamp)
+			if err == nil && at.Before(last) {
+				return fmt.Sprintf("events[%d] at %s, before the one above it", j, e.Timestamp)
+			}
+			last = at
+		}
+		return ""
+	})
+)
 
 // utcTimestamp is a timestamp written in UTC with the suffix Z.
 var utcTimestamp = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z$`)
-
-func judgeUTC(k *kit) ruleVerdict {
-	if len(k.world.shipments) == 0 {
-		return skip(noShipments)
-	}
-	var v ruleVerdict
-	exs, views := k.knownViews()
-	for i, view := range views {
-		for j, e := range viewEvents(view) {
-			if !utcTimestamp.MatchString(e.Timestamp) {
-				v.fail(k, exs[i], "every timestamp ISO 8601 in UTC, with the suffix Z", fmt.Sprintf("events[%d].timestamp %q", j, e.Timestamp))
-				break
-			}
-		}
-	}
-	return v
-}
 
 func viewEvents(v *seenView) []seenEvent {
 	if v == nil {
@@ -989,23 +1032,18 @@ func judgeAmbiguousNumber(k *kit) ruleVerdict {
 }
 
 func judgeDedup(k *kit) ruleVerdict {
-	if len(k.world.shipments) == 0 {
-		return skip(noShipments)
-	}
-	var v ruleVerdict
-	exs, views := k.knownViews()
-	for i, view := range views {
+	v := judgeViews("no two events of one instant and description", func(_ *exchange, view *seenView) string {
 		seen := map[[2]string]bool{}
 		for j, e := range viewEvents(view) {
 			at, err := parseTimestamp(e.Timestamp)
 			id := [2]string{formatTimestamp(at), e.Description}
 			if err == nil && seen[id] {
-				v.fail(k, exs[i], "no two events of one instant and description", fmt.Sprintf("events[%d] repeats %s %q", j, e.Timestamp, e.Description))
-				break
+				return fmt.Sprintf("events[%d] repeats %s %q", j, e.Timestamp, e.Description)
 			}
 			seen[id] = true
 		}
-	}
+		return ""
+	})(k)
 	if k.world.own { // the kit sent "Departed facility" at 10:00Z twice, from Leeds then York
 		if ex, events, ok := k.ownEvents(&v, "shp_ck_dup"); ok {
 			first := k.wantOnce(&v, ex, events, "2025-04-01T10:00:00Z", "Departed facility", "the event sent twice (one instant, one description) shown once, the first sent")
@@ -1110,78 +1148,6 @@ func judgeUTCAcrossDST(k *kit) ruleVerdict {
 				v.fail(k, ex, "the events in the order of their instants", fmt.Sprintf("%q shown before the event it follows", want[1]))
 			}
 			last = i
-		}
-	}
-	return v
-}
-
-func judgeTrackingExactFields(k *kit) ruleVerdict {
-	if len(k.world.shipments) == 0 {
-		return skip(noShipments)
-	}
-	var v ruleVerdict
-	exs, _ := k.knownViews()
-	for _, ex := range exs {
-		if ex.status != http.StatusOK {
-			continue
-		}
-		view, ok := jsonObject(ex.body)
-		if !ok {
-			continue
-		}
-		fault := memberBeyond(view, viewMembers, "")
-		events, _ := view["events"].([]any)
-		for i, e := range events {
-			if event, ok := e.(map[string]any); ok && fault == "" {
-				fault = memberBeyond(event, eventMembers, fmt.Sprintf("events[%d].", i))
-			}
-		}
-		if fault != "" {
-			v.fail(k, ex, "the view's five members and each event's four, none beyond", fault)
-		}
-	}
-	return v
-}
-
-func judgeTrackingVocabulary(k *kit) ruleVerdict {
-	if len(k.world.shipments) == 0 {
-		return skip(noShipments)
-	}
-	var v ruleVerdict
-	exs, views := k.knownViews()
-	for i, view := range views {
-		if view == nil {
-			continue
-		}
-		statuses := []string{view.Status}
-		for _, e := range view.Events {
-			statuses = append(statuses, e.Status)
-		}
-		for _, s := range statuses {
-			if !slices.Contains(trackingStatuses, s) {
-				v.fail(k, exs[i], "a status of "+strings.Join(trackingStatuses, ", "), fmt.Sprintf("status %q", s))
-				break
-			}
-		}
-	}
-	return v
-}
-
-func judgeEventsOldestFirst(k *kit) ruleVerdict {
-	if len(k.world.shipments) == 0 {
-		return skip(noShipments)
-	}
-	var v ruleVerdict
-	exs, views := k.knownViews()
-	for i, view := range views {
-		var last time.Time
-		for j, e := range viewEvents(view) {
-			at, err := parseTimestamp(e.Timestamp)
-			if err == nil && at.Before(last) {
-				v.fail(k, exs[i], "events oldest first", fmt.Sprintf("events[%d] at %s, before the one above it", j, e.Timestamp))
-				break
-			}
-			last = at
 		}
 	}
 	return v
