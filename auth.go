@@ -108,7 +108,8 @@ type tenantData struct {
 	timeline  []happening  // what is scheduled for its shipments and orders, in order
 	writes    uint32       // the writes it holds: a journal entry keeps it, and the findings judge the entry against the data as it stood then
 	links     []dataLink   // a sandbox's links, in the order they were made: a write builds its orders again with them
-	filed     *filedOrders // a sandbox's orders as filed, which a write builds again with its links; nil for a dataset's tenant, which takes no write
+	source    *orderSource // where a sandbox's orders come from; nil for a dataset's tenant, which takes no write
+	filed     *filedOrders // a sandbox's orders as its first write filed them, which every write builds again; nil before it
 	adapter   bool         // it answers as the spec says the unreleased domain adapter will, where the two differ (a sandbox's profile domain_adapter)
 }
 
@@ -128,6 +129,9 @@ func (t *tenant) current() *tenantData { return t.data.Load() }
 func (d *tenantData) bytes() int64 {
 	n := d.orders.bytes() + d.shipments.bytes() + int64(len(d.timeline))*int64(unsafe.Sizeof(happening{})) +
 		int64(len(d.links))*int64(unsafe.Sizeof(dataLink{})) + int64(unsafe.Sizeof(tenantData{}))
+	if d.source != nil {
+		n += d.source.bytes()
+	}
 	if d.filed != nil {
 		n += d.filed.bytes()
 	}
@@ -572,7 +576,7 @@ func (b *tenantBook) largest(weight func(t *tenant) int64) *tenant {
 // tenant's rehearsals counted are kept in one.
 type lru[K comparable, V any] struct {
 	byKey  map[K]*lruEntry[K, V]
-	root   lruEntry[K, V] // root.next is the most recently used, root.prev the least
+	root   *lruEntry[K, V] // root.next is the most recently used, root.prev the least; nil until the first entry
 	max    int
 	weight int64 // its entries' weights together
 }
@@ -588,8 +592,8 @@ type lruEntry[K comparable, V any] struct {
 // add keeps value under key, which it does not hold, as the most recently used.
 func (l *lru[K, V]) add(key K, value V, weight int64, pinned bool) {
 	if l.byKey == nil {
-		l.byKey = map[K]*lruEntry[K, V]{}
-		l.root.next, l.root.prev = &l.root, &l.root
+		l.byKey, l.root = map[K]*lruEntry[K, V]{}, &lruEntry[K, V]{}
+		l.root.next, l.root.prev = l.root, l.root
 	}
 	e := &lruEntry[K, V]{key: key, value: value, weight: weight, pinned: pinned}
 	l.byKey[key] = e
@@ -648,7 +652,7 @@ func (l *lru[K, V]) remove(key K) (V, int64, bool) {
 // oldest is the least recently used entry that is not pinned.
 func (l *lru[K, V]) oldest() (K, V, bool) {
 	if l.byKey != nil {
-		for e := l.root.prev; e != &l.root; e = e.prev {
+		for e := l.root.prev; e != l.root; e = e.prev {
 			if !e.pinned {
 				return e.key, e.value, true
 			}
@@ -697,7 +701,7 @@ func (l *lru[K, V]) olderFirst() iter.Seq2[K, V] {
 		if l.byKey == nil {
 			return
 		}
-		for e := l.root.prev; e != &l.root; e = e.prev {
+		for e := l.root.prev; e != l.root; e = e.prev {
 			if !yield(e.key, e.value) {
 				return
 			}
@@ -706,7 +710,7 @@ func (l *lru[K, V]) olderFirst() iter.Seq2[K, V] {
 }
 
 func (l *lru[K, V]) linkFront(e *lruEntry[K, V]) {
-	e.prev, e.next = &l.root, l.root.next
+	e.prev, e.next = l.root, l.root.next
 	l.root.next.prev = e
 	l.root.next = e
 }
@@ -2685,17 +2689,20 @@ func (b *tenantBook) makeSandbox(body []byte, caller *apiKey, templates map[stri
 	switch {
 	case tpl != nil:
 		sh := b.sharedCopy(tpl, start)
-		if sh == nil { // loaded at the dataset's start, not at this one
+		if sh == nil { // loaded at the dataset's start, not at this one; its data is this copy's as built
 			if err := fileSandbox(ld, t, tpl.orders, tpl.shipments, tpl.seeds, false); err != nil {
 				return nil, paramError(codeInvalidParameter, "template", "The template's records cannot be read at this sandbox's start instant: "+err.Error())
 			}
 			sh = &sharedData{template: tpl, start: start, data: t.current(), bytes: t.current().bytes()}
+			t.current().adapter = req.profile == "domain_adapter" // not served yet: built in place
+		} else {
+			d := *sh.data // only what names the tenant is its own: the cursors' tag, the names messages use, and its profile
+			d.shipments.tenantName, d.orders.tenantName, d.orders.tag = t.id.String(), t.id.String(), tagOf("tenant", t.id.account, t.id.environment)
+			d.adapter = req.profile == "domain_adapter"
+			t.data.Store(&d)
+			weight += int64(unsafe.Sizeof(d))
 		}
-		d := *sh.data // only what names the tenant is its own: the cursors' tag, the names messages use, and its profile
-		d.shipments.tenantName, d.orders.tenantName, d.orders.tag = t.id.String(), t.id.String(), tagOf("tenant", t.id.account, t.id.environment)
-		d.adapter = req.profile == "domain_adapter"
-		t.data.Store(&d)
-		t.sandbox.shared, weight = sh, weight+int64(unsafe.Sizeof(d))
+		t.sandbox.shared = sh
 	default:
 		if err := fileSandbox(ld, t, req.orders, req.shipments, 0, true); err != nil {
 			return nil, bodyFault(err)
@@ -2767,8 +2774,8 @@ func sandboxKey(path string, rec keyRecord, t *tenant) (*apiKey, sandboxKeyOut, 
 }
 
 // fileSandbox files a sandbox's records under its tenant t, as a dataset's are loaded, keeps
-// its orders as filed for the writes that build them again (own: the records are the
-// sandbox's, not a template's), and builds its indexes.
+// where its orders come from for the writes that build them again (own: the records are
+// the sandbox's, not a template's), and builds its indexes.
 func fileSandbox(ld *loader, t *tenant, orders *orderRecords, shipments []shipmentRecord, seeds int, own bool) error {
 	if err := ld.loadOrders(orders, t); err != nil {
 		return err
@@ -2779,7 +2786,7 @@ func fileSandbox(ld *loader, t *tenant, orders *orderRecords, shipments []shipme
 			return err
 		}
 	}
-	d.filed = fileOrders(&d.orders, orders, own)
+	d.source = &orderSource{recs: orders, seeds: seeds, own: own}
 	if _, err := ld.loadShipments(shipments, t); err != nil {
 		return err
 	}

@@ -8709,6 +8709,26 @@ func TestAKeyInProgressOutlivesTheList(t *testing.T) {
 	}
 }
 
+// TestCopiesWithinTheirHeap: 10,000 copies of acct_sync hold at most 100 MiB (the contract),
+// each built anew (made at another second, none shares another's data): what a copy holds
+// is linear in copies, so 2,000 hold at most 20 MiB. Not parallel: it measures the heap.
+// (Each copy's orders filed at its creation made 10,000 hold 104 MiB.)
+func TestCopiesWithinTheirHeap(t *testing.T) {
+	const copies = 2000
+	e := newEnv(t, envOptions{rate: -1, quiet: true, journal: -1, step: time.Microsecond})
+	held := heapGrowth(t, e.h, copies, http.StatusCreated, func(i int) *http.Request {
+		clear(e.srv.book.shared) // as if made at another second: built anew
+		return newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_sync_all", `{}`, "Idempotency-Key", fmt.Sprint("copy-", i))
+	})
+	t.Logf("%d copies of acct_sync hold %d bytes of heap, %d each", copies, held, held/copies)
+	if n := e.srv.book.count(e.clock.now()); n != copies || len(e.srv.book.shared) != 1 {
+		t.Fatalf("%d sandboxes kept, %d shared data: the arrangement is not %d copies each built anew", n, len(e.srv.book.shared), copies)
+	}
+	if held > copies*(100<<20)/maxSandboxes {
+		t.Errorf("%d copies of acct_sync hold %d bytes of heap, over %d (10,000 within 100 MiB)", copies, held, copies*(100<<20)/maxSandboxes)
+	}
+}
+
 // TestSharedCopiesAreCountedWhileHeld: copies of one template made in one second share their
 // data, which the book counts once while any copy holds it, whichever copies are forgotten
 // first (once only the first copy counted it, and forgetting it let the others count nothing).
@@ -8835,8 +8855,8 @@ func TestLRU(t *testing.T) {
 	}
 	t.Run("recency and the bound", func(t *testing.T) {
 		l := lru[string, int]{max: 3}
-		if l.len() != 0 || order(&l) != "" || l.trim() != 0 {
-			t.Fatal("an empty list is not empty")
+		if l.len() != 0 || order(&l) != "" || l.trim() != 0 || l.byKey != nil || l.root != nil {
+			t.Fatal("an empty list is not empty, or takes memory before its first entry")
 		}
 		for i, k := range []string{"a", "b", "c", "d"} {
 			l.add(k, i, int64(10*(i+1)), false)
@@ -8886,8 +8906,8 @@ func TestLRU(t *testing.T) {
 			t.Errorf("shed all it can: %q left weighing %d, want the pinned c", order(&l), l.weight)
 		}
 		l.clear()
-		if l.len() != 0 || l.weight != 0 || l.max != 2 || l.byKey != nil {
-			t.Errorf("cleared: %d held, weight %d, max %d", l.len(), l.weight, l.max)
+		if l.len() != 0 || l.weight != 0 || l.max != 2 || l.byKey != nil || l.root != nil {
+			t.Errorf("cleared: %d held, weight %d, max %d, or memory kept", l.len(), l.weight, l.max)
 		}
 	})
 }
@@ -9638,8 +9658,8 @@ func TestSandboxesWithinTheirBytes(t *testing.T) {
 	setMax := func(n int64) { book.mu.Lock(); book.maxBytes = n; book.mu.Unlock() }
 	_, a := e.makeSandbox(t, "sk_test_sandbox_all", body, "a")
 	one := sandboxHoldings(e).data
-	if d := sandboxTenant(e, a.Account).current(); !d.filed.own || one < d.orders.bytes()+d.filed.ix.recs.bytes() {
-		t.Fatalf("a sandbox of records counts %d bytes, its orders and their records %d and %d: its records are not counted", one, d.orders.bytes(), d.filed.ix.recs.bytes())
+	if d := sandboxTenant(e, a.Account).current(); !d.source.own || one < d.orders.bytes()+d.source.recs.bytes() {
+		t.Fatalf("a sandbox of records counts %d bytes, its orders and their records %d and %d: its records are not counted", one, d.orders.bytes(), d.source.recs.bytes())
 	}
 	setMax(2*one + one/2)
 	_, b := e.makeSandbox(t, "sk_test_sandbox_all", body, "b")

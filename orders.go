@@ -650,43 +650,66 @@ func (ix *orderIndex) store(o *loadingOrder) error {
 
 // ===== A sandbox's orders: filed once, built again with each write's link =====
 
-// A sandbox's orders as its creation filed them (each checked, its instants read, in no
-// order yet), kept so that a write builds them again with one more link and checks none of
-// them again. A booking in a sandbox of 10,000 orders (BenchmarkCreateShipment/linking, the
-// median of three runs) took 16 ms with each order checked again, 5.2 to 5.9 ms filed.
+// A sandbox's orders come from records (a template's, or those sent): its first write files
+// them (each checked, its instants read against the sandbox's start, in no order yet), and
+// every write builds them again from that filing with one more link, checking none again.
+// A booking in a sandbox of 10,000 orders (BenchmarkCreateShipment/linking, the median of
+// three runs) took 16 ms with each order checked again, 5.8 to 6.1 ms filed. Filing waits
+// for the first write: most sandboxes are never written (10,000 copies of acct_sync held
+// 104 MiB of heap with each copy's orders filed at its creation, under the contract's 100
+// with none).
+
+// orderSource is where a sandbox's orders come from: its records (a template's, which the
+// dataset holds, or those sent, which the sandbox holds: own), and how many seeded orders
+// join them.
+type orderSource struct {
+	recs  *orderRecords
+	seeds int
+	own   bool
+}
+
+// bytes is about what the source holds that the sandbox alone holds: its records, when
+// they are its own.
+func (src *orderSource) bytes() int64 {
+	if !src.own {
+		return int64(unsafe.Sizeof(*src))
+	}
+	return src.recs.bytes() + int64(unsafe.Sizeof(*src))
+}
 
 // filedOrders are a sandbox's orders as filed: an index of them before any link or build,
-// never built itself, and whether its records are the sandbox's own (sent in the body) or
-// a template's, which the dataset holds.
+// never built itself.
 type filedOrders struct {
-	ix  orderIndex
-	own bool
+	ix orderIndex
 }
 
-// fileOrders keeps ix, its orders filed from the records rs but neither linked nor built,
-// for a sandbox's writes. What ix keeps while loading is never written again but for the
-// pending orders' links, so only those are copied.
-func fileOrders(ix *orderIndex, rs *orderRecords, own bool) *filedOrders {
-	f := &filedOrders{ix: *ix, own: own}
-	f.ix.recs, f.ix.pending, f.ix.links, f.ix.happenings = rs, slices.Clone(ix.pending), nil, nil
-	return f
-}
-
-// bytes is about what the filed orders hold on the heap: the index, and the records when
-// they are the sandbox's own.
-func (f *filedOrders) bytes() int64 {
-	n := f.ix.bytes() + int64(unsafe.Sizeof(*f))
-	if f.own {
-		n += f.ix.recs.bytes()
+// file files the source's orders, their instants read against start, for the writes that
+// build them again.
+func (src *orderSource) file(start time.Time) (*filedOrders, error) {
+	ix := newOrderIndex("", "", start) // named by each build: ordersWith
+	ix.recs = src.recs
+	for i := range src.recs.list {
+		if err := ix.addOrder("$.orders["+strconv.Itoa(i)+"]", src.recs, i); err != nil {
+			return nil, err
+		}
 	}
-	return n
+	if src.seeds > 0 {
+		if err := ix.seedOrders(src.seeds); err != nil {
+			return nil, err
+		}
+	}
+	ix.happenings = nil // the timeline holds them already
+	return &filedOrders{ix: ix}, nil
 }
 
-// ordersWith is d's orders built again from its filed ones with these links, its records'
-// and its writes', in the order they were made; named as d's are (copies of one template
-// share their filed orders, and each names its own tenant).
-func (d *tenantData) ordersWith(links []dataLink) (orderIndex, error) {
-	ix := d.filed.ix
+// bytes is about what the filed orders hold on the heap (the records are the source's).
+func (f *filedOrders) bytes() int64 { return f.ix.bytes() + int64(unsafe.Sizeof(*f)) }
+
+// ordersWith is d's orders built again, from its orders as filed (filed at its first write),
+// with these links, its records' and its writes', in the order they were made; named as d's
+// are (copies of one template share their source, and each names its own tenant).
+func (d *tenantData) ordersWith(filed *filedOrders, links []dataLink) (orderIndex, error) {
+	ix := filed.ix
 	ix.tenantName, ix.tag = d.orders.tenantName, d.orders.tag
 	ix.pending = slices.Clone(ix.pending)
 	for _, l := range links {

@@ -725,6 +725,7 @@ var (
 // d holds (422), its events (their after read from at); then the state: a link refused by
 // the domain adapter's profile (422), the order it links (404, 409: the orders' rules),
 // whether d takes a write (422: a dataset's tenant, or a sandbox of maxSandboxShipments).
+// The first write of a sandbox files its orders, which later writes build again.
 func (d *tenantData) withShipment(rec *bookingRecord, at time.Time) (*tenantData, *shipment, error) {
 	if rec.id != nil {
 		rec.ID = *rec.id
@@ -753,16 +754,21 @@ func (d *tenantData) withShipment(rec *bookingRecord, at time.Time) (*tenantData
 		}
 	}
 	switch {
-	case d.filed == nil:
+	case d.source == nil:
 		return nil, nil, errDatasetFixed
 	case d.shipments.count() >= maxSandboxShipments:
 		return nil, nil, errSandboxFull
 	}
-	next := &tenantData{writes: d.writes + 1, links: d.links, filed: d.filed, adapter: d.adapter}
+	next := &tenantData{writes: d.writes + 1, links: d.links, source: d.source, filed: d.filed, adapter: d.adapter}
+	if next.filed == nil { // the first write files the orders
+		if next.filed, err = d.source.file(d.orders.start); err != nil {
+			return nil, nil, err
+		}
+	}
 	if rec.OrderID != nil {
 		next.links = append(slices.Clip(d.links), dataLink{*rec.OrderID, rec.ID, s.createdAt, next.writes})
 	}
-	if next.orders, err = d.ordersWith(next.links); err != nil {
+	if next.orders, err = d.ordersWith(next.filed, next.links); err != nil {
 		return nil, nil, err
 	}
 	var happenings []happening
