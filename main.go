@@ -3410,7 +3410,7 @@ var conformanceRules = []conformanceRule{
 		spec: "The stored orders carry a marketplace token and a raw marketplace payload, as imported orders do; the resource never shows either (exactly the six spec fields)."},
 	{id: "errors.problem_json", level: levelShould, title: "every error application/problem+json with type, title, status, detail, code and request_id", judge: judgeProblemJSON, every: true,
 		spec: "Every error body is RFC 9457 problem details, Content-Type: application/problem+json, with the code and the request id."},
-	{id: "errors.codes", level: levelShould, title: "each error the kit made has the contract's code", judge: judgeCodes, every: true,
+	{id: "errors.codes", level: levelShould, title: "each error the kit made has its documented code", judge: judgeCodes, every: true,
 		spec: "401 missing_api_key, invalid_api_key, expired_api_key, revoked_api_key; 403 insufficient_scope; 404 not_found; 405 method_not_allowed; 413 body_too_large; 400 invalid_cursor; 422 invalid_parameter; 409 ambiguous_tracking_number (the domain adapter)."},
 	{id: "orders.order", level: levelShould, title: "newest first: created_at, then id, descending", judge: judgeOrderOrder,
 		spec: "Order: newest first, created_at descending, then id descending."},
