@@ -1689,29 +1689,94 @@ const noOrders = "the key reads no order"
 // everyOrder is the walk of the whole list, 100 a page.
 func (k *kit) everyOrder() ([]*exchange, []*seenPage, []worldOrder) { return k.walk("?limit=100") }
 
-func judgeOrderFields(k *kit) ruleVerdict {
-	exs, _, orders := k.everyOrder()
-	if len(orders) == 0 {
-		return skip(noOrders)
-	}
-	var v ruleVerdict
-	for _, ex := range exs {
-		if ex.status != http.StatusOK {
-			continue
+// judgeOrderPages is a rule judged on each page of the whole list that answered 200: fault
+// says what is wrong with one ("" when nothing is), which the rule expected not to be.
+func judgeOrderPages(expected string, fault func(ex *exchange) string) func(k *kit) ruleVerdict {
+	return func(k *kit) ruleVerdict {
+		exs, _, orders := k.everyOrder()
+		if len(orders) == 0 {
+			return skip(noOrders)
 		}
-		if fault := shapeFault(ex.body, []memberKind{{"data", kindArray}, {"pagination", kindObject}}, func(page map[string]any) string {
-			for i, o := range page["data"].([]any) {
-				if fault := orderFault(o, fmt.Sprintf("data[%d].", i)); fault != "" {
-					return fault
+		var v ruleVerdict
+		for _, ex := range exs {
+			if ex.status != http.StatusOK {
+				continue
+			}
+			if f := fault(ex); f != "" {
+				v.fail(k, ex, expected, f)
+			}
+		}
+		return v
+	}
+}
+
+// judgeOrderList is a rule judged on the orders of the whole list, in the order listed: fault
+// says the first thing wrong ("" when nothing is), shown with the first page.
+func judgeOrderList(expected string, fault func(orders []worldOrder) string) func(k *kit) ruleVerdict {
+	return func(k *kit) ruleVerdict {
+		exs, _, orders := k.everyOrder()
+		if len(orders) == 0 {
+			return skip(noOrders)
+		}
+		var v ruleVerdict
+		if f := fault(orders); f != "" {
+			v.fail(k, exs[0], expected, f)
+		}
+		return v
+	}
+}
+
+// The rules judged page by page, or on the list's orders: their checks.
+var (
+	judgeOrderFields = judgeOrderPages("each order's id, merchant_reference, platform (one of "+strings.Join(platforms, ", ")+"), status and created_at (UTC, suffix Z) strings, shipment_id a string or null; no marketplace token or raw data",
+		func(ex *exchange) string {
+			return shapeFault(ex.body, []memberKind{{"data", kindArray}, {"pagination", kindObject}}, func(page map[string]any) string {
+				for i, o := range page["data"].([]any) {
+					if fault := orderFault(o, fmt.Sprintf("data[%d].", i)); fault != "" {
+						return fault
+					}
+				}
+				return ""
+			})
+		})
+	judgeOrderExactFields = judgeOrderPages("the six members of an order, and the page's data and pagination (limit, next_cursor, has_more), none beyond",
+		func(ex *exchange) string {
+			page, ok := jsonObject(ex.body)
+			if !ok {
+				return ""
+			}
+			fault := memberBeyond(page, []memberKind{{"data", kindArray}, {"pagination", kindObject}}, "")
+			if p, ok := page["pagination"].(map[string]any); ok && fault == "" {
+				fault = memberBeyond(p, []memberKind{{"limit", kindInteger}, {"next_cursor", kindStringOrNull}, {"has_more", kindBool}}, "pagination.")
+			}
+			orders, _ := page["data"].([]any)
+			for i, o := range orders {
+				if order, ok := o.(map[string]any); ok && fault == "" {
+					fault = memberBeyond(order, orderMembers, fmt.Sprintf("data[%d].", i))
 				}
 			}
-			return ""
-		}); fault != "" {
-			v.fail(k, ex, "each order's id, merchant_reference, platform (one of "+strings.Join(platforms, ", ")+"), status and created_at (UTC, suffix Z) strings, shipment_id a string or null; no marketplace token or raw data", fault)
+			return fault
+		})
+	judgeOrderOrder = judgeOrderList("newest first: created_at descending, then id descending", func(orders []worldOrder) string {
+		for i := 1; i < len(orders); i++ {
+			a, b := orders[i-1], orders[i]
+			at, errA := parseTimestamp(a.CreatedAt)
+			bt, errB := parseTimestamp(b.CreatedAt)
+			if errA == nil && errB == nil && (at.Before(bt) || at.Equal(bt) && a.ID < b.ID) {
+				return fmt.Sprintf("%s (%s) before %s (%s)", a.ID, a.CreatedAt, b.ID, b.CreatedAt)
+			}
 		}
-	}
-	return v
-}
+		return ""
+	})
+	judgeOrderVocabulary = judgeOrderList("a status of "+strings.Join(orderStatuses, ", "), func(orders []worldOrder) string {
+		for _, o := range orders {
+			if !slices.Contains(orderStatuses, o.Status) {
+				return fmt.Sprintf("order %s of status %q", o.ID, o.Status)
+			}
+		}
+		return ""
+	})
+)
 
 // orderFault is what is wrong with an order: a member missing or of another type, a
 // created_at not in UTC, a platform not one of the five, or a marketplace token or raw data.
@@ -1903,58 +1968,9 @@ func judgeLinkedShipment(k *kit) ruleVerdict {
 		return v
 	}
 	view := k.get(roleMain, "/shipments/"+url.PathEscape(shipment)+"/tracking", http.StatusOK, "")
-	var sv seenView
+	var sv trackingView
 	if v.wantStatus(k, view, http.StatusOK, "the tracking view of the order's shipment_id") && (json.Unmarshal(view.body, &sv) != nil || sv.ShipmentID != shipment) {
 		v.fail(k, view, "the view of "+shipment, "another view")
-	}
-	return v
-}
-
-func judgeOrderExactFields(k *kit) ruleVerdict {
-	exs, _, orders := k.everyOrder()
-	if len(orders) == 0 {
-		return skip(noOrders)
-	}
-	var v ruleVerdict
-	for _, ex := range exs {
-		if ex.status != http.StatusOK {
-			continue
-		}
-		page, ok := jsonObject(ex.body)
-		if !ok {
-			continue
-		}
-		fault := memberBeyond(page, []memberKind{{"data", kindArray}, {"pagination", kindObject}}, "")
-		if p, ok := page["pagination"].(map[string]any); ok && fault == "" {
-			fault = memberBeyond(p, []memberKind{{"limit", kindInteger}, {"next_cursor", kindStringOrNull}, {"has_more", kindBool}}, "pagination.")
-		}
-		orders, _ := page["data"].([]any)
-		for i, o := range orders {
-			if order, ok := o.(map[string]any); ok && fault == "" {
-				fault = memberBeyond(order, orderMembers, fmt.Sprintf("data[%d].", i))
-			}
-		}
-		if fault != "" {
-			v.fail(k, ex, "the six members of an order, and the page's data and pagination (limit, next_cursor, has_more), none beyond", fault)
-		}
-	}
-	return v
-}
-
-func judgeOrderOrder(k *kit) ruleVerdict {
-	exs, _, orders := k.everyOrder()
-	if len(orders) == 0 {
-		return skip(noOrders)
-	}
-	var v ruleVerdict
-	for i := 1; i < len(orders); i++ {
-		a, b := orders[i-1], orders[i]
-		at, errA := parseTimestamp(a.CreatedAt)
-		bt, errB := parseTimestamp(b.CreatedAt)
-		if errA == nil && errB == nil && (at.Before(bt) || at.Equal(bt) && a.ID < b.ID) {
-			v.fail(k, exs[0], "newest first: created_at descending, then id descending", fmt.Sprintf("%s (%s) before %s (%s)", a.ID, a.CreatedAt, b.ID, b.CreatedAt))
-			break
-		}
 	}
 	return v
 }
@@ -1968,21 +1984,6 @@ func judgeLimitRange(k *kit) ruleVerdict {
 			if json.Unmarshal(ex.body, &p) != nil || p.Param != "limit" {
 				v.fail(k, ex, "422 invalid_parameter naming limit in param", "param "+strconv.Quote(p.Param))
 			}
-		}
-	}
-	return v
-}
-
-func judgeOrderVocabulary(k *kit) ruleVerdict {
-	exs, _, orders := k.everyOrder()
-	if len(orders) == 0 {
-		return skip(noOrders)
-	}
-	var v ruleVerdict
-	for _, o := range orders {
-		if !slices.Contains(orderStatuses, o.Status) {
-			v.fail(k, exs[0], "a status of "+strings.Join(orderStatuses, ", "), fmt.Sprintf("order %s of status %q", o.ID, o.Status))
-			break
 		}
 	}
 	return v
