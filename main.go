@@ -2229,6 +2229,13 @@ func (s *server) serveWrite(h writeHandler) callHandler {
 		if err == nil {
 			written, err = h(c)
 		}
+		if err != nil && c.key.tenant.gone.Load() {
+			// Its sandbox was forgotten while it ran (its key checked before the DELETE):
+			// whatever its checks found in the data it still held, nothing was written, and
+			// its key is unknown from now on. Say so rather than answer a 409 or a 404 of data
+			// that no longer exists.
+			err = errForgotten
+		}
 		if err != nil {
 			s.writeError(w, c, err)
 			return

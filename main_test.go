@@ -8606,6 +8606,68 @@ func TestLateRequestsOfAForgottenSandbox(t *testing.T) {
 	}
 }
 
+// TestAWriteInFlightAcrossItsDelete: a write whose key was checked, and whose
+// Idempotency-Key was claimed, before its sandbox's DELETE answers 401 invalid_api_key
+// whatever its own checks would have found in the data it still held (a second link, an
+// unknown order, a fault of its body, a template it may not copy): nothing was written, and
+// the answer says why. (It once answered 409 order_already_linked or 404: 202 of them in a
+// 7-minute churn.) A write whose sandbox is gone before its claim never begins its work.
+func TestAWriteInFlightAcrossItsDelete(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, target, body string
+		without            int // what it answers with its sandbox kept
+	}{
+		{"a second link", "/v1/test_helpers/shipments", `{"reference":"R","order_id":"ord_sync_0001"}`, 409},
+		{"an unknown order", "/v1/test_helpers/shipments", `{"reference":"R","order_id":"ord_nowhere"}`, 404},
+		{"a fault of its body", "/v1/test_helpers/shipments", `{"reference":""}`, 422},
+		{"a booking that would pass", "/v1/test_helpers/shipments", `{"reference":"R"}`, 201},
+		{"a sandbox of a template it may not copy", "/v1/test_helpers/sandboxes", `{"template":"acct_nowhere"}`, 422},
+	} {
+		t.Run(caseName(tt.name), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
+			_, kept := e.makeSandbox(t, "sk_test_sync_all", `{}`, "kept")
+			if rep := e.do(t, newBodyRequest(http.MethodPost, tt.target, kept.Keys[0].Key, tt.body, "Idempotency-Key", "w")); rep.status != tt.without {
+				t.Fatalf("with its sandbox kept: %s, want %d", rep, tt.without)
+			}
+			_, sb := e.makeSandbox(t, "sk_test_sync_all", `{}`, "gone")
+			key := sb.Keys[0].Key
+			e.srv.book.hooks.claimed = func(tn *tenant, _ string) {
+				if tn.id.account == sb.Account {
+					if rep := e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+sb.Account, key)); rep.status != 204 {
+						t.Errorf("the DELETE: %s", rep)
+					}
+				}
+			}
+			rep := e.do(t, newBodyRequest(http.MethodPost, tt.target, key, tt.body, "Idempotency-Key", "w"))
+			p := wantProblem(t, rep, 401, "invalid_api_key", "")
+			if !strings.Contains(p.Detail, "deleted or forgotten while this request ran, and nothing was written") {
+				t.Errorf("the detail does not say why: %q", p.Detail)
+			}
+			if h := sandboxHoldings(e); h.sandboxes != 1 {
+				t.Errorf("the books hold %d sandboxes, want the kept one", h.sandboxes)
+			}
+		})
+	}
+	// Its sandbox gone before it claims its key: the write's work never begins.
+	e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
+	_, sb := e.makeSandbox(t, "sk_test_sync_all", `{}`, "make")
+	var begun atomic.Int32
+	e.srv.book.hooks.claimed = func(*tenant, string) { begun.Add(1) }
+	late := newPipedRequest(http.MethodPost, "/v1/test_helpers/shipments", sb.Keys[0].Key, "Idempotency-Key", "late", "Content-Type", "application/json")
+	answer := e.serveAsync(t, late.Request)
+	<-late.ready
+	if rep := e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+sb.Account, sb.Keys[0].Key)); rep.status != 204 {
+		t.Fatalf("DELETE: %s", rep)
+	}
+	go func() { io.WriteString(late.body, `{"reference":"R"}`); late.body.Close() }()
+	wantProblem(t, within(t, "the late write", answer), 401, "invalid_api_key", "")
+	if n := begun.Load(); n != 0 {
+		t.Errorf("the write of a forgotten sandbox claimed its key and began its work (%d)", n)
+	}
+}
+
 // TestForgettingRacesAFirstWrite: a sandbox's first write, paused while it holds its
 // tenant's lock to claim its Idempotency-Key, and the sandbox's DELETE, paused holding the
 // book's: both end, the DELETE 204 and the write 401 invalid_api_key, having written
@@ -8743,6 +8805,19 @@ func TestSharedCopiesAreCountedWhileHeld(t *testing.T) {
 		if i == 0 {
 			first = sandboxHoldings(e).data
 		}
+	}
+	// They share: the book holds one data of the template, held by the three, and counts it
+	// once (three copies built apart would count three times the first).
+	if len(e.srv.book.shared) != 1 {
+		t.Fatalf("the book shares %d data, want the template's one", len(e.srv.book.shared))
+	}
+	for _, sh := range e.srv.book.shared {
+		if sh.holders != 3 {
+			t.Errorf("the shared data has %d holders, want the 3 copies", sh.holders)
+		}
+	}
+	if held := sandboxHoldings(e).data; held > first+first/2 {
+		t.Errorf("three copies count %d bytes of data, the first alone %d: they do not share it", held, first)
 	}
 	for i, sb := range copies {
 		if rep := e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+sb.Account, sb.Keys[0].Key)); rep.status != 204 {
