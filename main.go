@@ -408,7 +408,7 @@ func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, t
 	if cfg.faults != nil {
 		exposed += "Faults are on: " + cfg.faults.describe() + "\n"
 	}
-	out.say(banner(base, sb.keyLines, exposed))
+	out.say(banner(base, sb.keyLines, exposed, isLoopback(ln.Addr())))
 	logger.Info("serving", "base_url", base, "orders", sb.orderCount, "shipments", sb.shipmentCount)
 	err = serve(ctx, newHTTPServer(cfg, srv.handler(), logger), ln, func() {
 		out.say(fmt.Sprintf("Shutting down: requests in flight may take up to %v to finish.\n", cfg.drainTimeout))
@@ -640,12 +640,18 @@ func addSeedOrders(ts *tenants, n int) error {
 }
 
 // banner is the start-up banner, written in one write so that a reader of stdout sees it
-// whole or not at all; notes are lines of its own (where it listens, a frozen clock).
-func banner(base string, keys []keyLine, notes string) string {
+// whole or not at all; notes are lines of its own (where it listens, a frozen clock). The
+// page at / shows the keys only while the sandbox listens on loopback, and the banner says
+// only what the page shows.
+func banner(base string, keys []keyLine, notes string, pageShowsKeys bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Shipping API sandbox (v1, developer preview): local sandbox, no carrier or marketplace is called.\n")
 	origin := strings.TrimSuffix(base, "/v1")
-	fmt.Fprintf(&b, "In a browser: %s/ shows the keys, the fixtures and what moves on the sandbox clock.\n", origin)
+	shows := "the keys, the fixtures"
+	if !pageShowsKeys { // listening beyond loopback: the page shows no key (the list below does)
+		shows = "the fixtures"
+	}
+	fmt.Fprintf(&b, "In a browser: %s/ shows %s and what moves on the sandbox clock.\n", origin, shows)
 	fmt.Fprintf(&b, "Base URL: %s for API clients; every operation is described in %s/openapi.json\n", base, base)
 	b.WriteString(notes)
 	fmt.Fprintf(&b, "API keys (send as Authorization: Bearer <key>):\n")

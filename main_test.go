@@ -181,6 +181,7 @@ type envOptions struct {
 	faults       string    // -faults; "" for none
 	journal      int       // -journal; 0 here means the default 1,000, -1 means off
 	journalBytes int64     // what all journals may hold; 0: the default 256 MiB
+	wall         bool      // the server reads the machine's clock (a rate limit refills as time passes), not the fake one
 }
 
 // env is one sandbox under test. Its methods take the caller's own t, so that a failure
@@ -244,7 +245,11 @@ func newEnv(t testing.TB, o envOptions) *env {
 	case -1:
 		journal = 0
 	}
-	s, err := newServer(sb, serverOptions{rate: rate, cursorSecret: o.secret, log: log, access: access, now: clock.now, stopping: stopping,
+	now := clock.now
+	if o.wall {
+		now = time.Now
+	}
+	s, err := newServer(sb, serverOptions{rate: rate, cursorSecret: o.secret, log: log, access: access, now: now, stopping: stopping,
 		corsOrigin: o.cors, loopback: !o.remote, faults: faults, journal: journal, journalBytes: o.journalBytes})
 	if err != nil {
 		t.Fatal(err)
@@ -4563,6 +4568,107 @@ func TestDocsLinksResolve(t *testing.T) {
 	}
 }
 
+// TestDocsShellBlocksAsAReaderRunsThem: in every shell block of the README and docs/, each npx
+// says --yes (npm set yes=false otherwise stops to ask, and a script waits for ever), and a
+// block that shows the answers of two curls or more on the terminal ends each with a newline
+// (-w '\n'), so that each answer is a line of its own.
+func TestDocsShellBlocksAsAReaderRunsThem(t *testing.T) {
+	t.Parallel()
+	npx, shown := 0, 0
+	for _, p := range docPages(t) {
+		for i, b := range shellBlocks(p.text) {
+			var bare []string // curls whose answer reaches the terminal without a newline of their own
+			for _, line := range strings.Split(b[1], "\n") {
+				cmd, _, _ := strings.Cut(line, " #")
+				for _, m := range regexp.MustCompile(`npx(\s+\S+)?`).FindAllStringSubmatch(cmd, -1) {
+					npx++
+					if strings.TrimSpace(m[1]) != "--yes" {
+						t.Errorf("%s shell block %d runs npx without --yes:\n%s", p.name, i, line)
+					}
+				}
+				if c := strings.TrimSpace(cmd); strings.HasPrefix(c, "curl ") && !strings.Contains(c, "|") && !strings.Contains(c, " -o ") && !strings.Contains(c, " -w ") && !strings.Contains(c, " > ") {
+					bare = append(bare, line)
+				}
+			}
+			shown += len(bare)
+			if len(bare) > 1 {
+				t.Errorf("%s shell block %d shows %d answers without a newline after each (add -w '\\n'):\n%s", p.name, i, len(bare), strings.Join(bare, "\n"))
+			}
+		}
+	}
+	if npx == 0 || shown == 0 {
+		t.Errorf("%d npx commands and %d curls shown found: the check checks nothing", npx, shown)
+	}
+}
+
+// TestClientsPageRunsInOneShell: the shell blocks of docs/clients-and-test-suites.md, run in
+// the order the page gives them, in one shell, where a reader runs them (a folder holding the
+// repository's openapi.json), against a sandbox (the block that starts one is the sandbox
+// the test serves). The tools the page fetches from the network (npx, Schemathesis, go run of
+// oapi-codegen) are stand-ins that check what a real one needs and fail as it would: npx
+// without --yes, a file it reads missing from the folder it runs in, an address that does
+// not answer. A block that left the shell in another folder, or an npx that would stop to
+// ask, fails here. The page's tools themselves are run against the sandbox by hand (the
+// development notes say how).
+func TestClientsPageRunsInOneShell(t *testing.T) {
+	t.Parallel()
+	needTools(t, "bash", "curl", "go")
+	page, err := os.ReadFile("docs/clients-and-test-suites.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOptions{rate: -1, quiet: true})
+	ts := httptest.NewServer(e.h)
+	defer ts.Close()
+	realGo, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, bin := t.TempDir(), t.TempDir()
+	doc, err := os.ReadFile("openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "openapi.json"), doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Each stand-in: every argument that names a local file must name one in the folder it
+	// runs in, every URL must answer, and npx must say --yes.
+	check := `for a in "$@"; do
+  case "$a" in
+    http://*) curl -s -o /dev/null "$a" || { echo "$0: $a does not answer" >&2; exit 1; } ;;
+    *.json) [ -f "$a" ] || [ -f "${a#*=}" ] || { echo "$0: no $a in $PWD" >&2; exit 1; } ;;
+  esac
+done
+`
+	stubs := map[string]string{
+		"npx":          "#!/usr/bin/env bash\n[ \"$1\" = --yes ] || { echo 'npx: Need to install the following packages. Ok to proceed? (y) (npm yes=false: no)' >&2; exit 1; }\n" + check,
+		"schemathesis": "#!/usr/bin/env bash\n" + check,
+		"go":           "#!/usr/bin/env bash\nif [ \"$1\" = run ] && [[ \"$2\" == github.com/* ]]; then\n" + check + "  echo 'package sandbox'; exit 0\nfi\nexec " + shellQuote(realGo) + ` "$@"` + "\n",
+	}
+	for name, text := range stubs {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(text), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var script strings.Builder
+	script.WriteString("set -euo pipefail\n")
+	blocks := 0
+	for _, b := range shellBlocks(string(page)) {
+		if strings.TrimSpace(b[1]) == "go run . -rate 0" { // the sandbox: the one this test serves
+			continue
+		}
+		blocks++
+		script.WriteString(strings.ReplaceAll(b[1], "http://127.0.0.1:8080", ts.URL) + "\n")
+	}
+	sh := exec.Command("bash", "-c", script.String())
+	sh.Dir = dir
+	sh.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "GOFLAGS=", "GOTOOLCHAIN=local", "TMPDIR="+t.TempDir())
+	if out, err := sh.CombinedOutput(); err != nil || blocks < 5 {
+		t.Errorf("the page's %d blocks, in order in one shell: %v\n%s", blocks, err, out)
+	}
+}
+
 // TestDocsSendJSONBodiesAsJSON: every curl in the README and docs/ that sends a body says
 // Content-Type: application/json, as the document requires (curl -d alone sends a form,
 // which a validating proxy refuses).
@@ -4585,58 +4691,103 @@ func TestDocsSendJSONBodiesAsJSON(t *testing.T) {
 	}
 }
 
-// TestDocsGoSetup: the Go test setup of docs/sandboxes.md, a whole file compiled as written
-// in a module of its own (a test beside it) and run against a sandbox named by SANDBOX_URL:
-// each test gets a copy of acct_sync, forgotten after it. Unset, it names the base URL go run
-// . serves.
+// TestDocsGoSetup: the two Go blocks of docs/sandboxes.md, each a whole file compiled as
+// written in a module of its own with a test beside it. The setup: 12 tests at once, each
+// making a copy of acct_sync with one key against a sandbox whose limit is 2 a second, meet
+// the limit, wait its 429s out and pass, and each sandbox is forgotten after its test;
+// unset, SANDBOX_URL names the base URL go run . serves. The TestMain: it builds this
+// repository (SANDBOX_SRC), serves it on a free loopback port, gives each test a sandbox of
+// its own there, and stops it.
 func TestDocsGoSetup(t *testing.T) {
 	t.Parallel()
 	page, err := os.ReadFile("docs/sandboxes.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile("(?s)```go\n(.*?)```").FindSubmatch(page)
-	if m == nil {
-		t.Fatal("no Go block in docs/sandboxes.md")
+	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllSubmatch(page, -1)
+	if len(blocks) != 2 {
+		t.Fatalf("%d Go blocks in docs/sandboxes.md, want the setup and the TestMain", len(blocks))
 	}
-	e := newEnv(t, envOptions{rate: -1})
-	ts := httptest.NewServer(e.h)
-	defer ts.Close()
-	dir := t.TempDir()
-	if !bytes.HasPrefix(m[1], []byte("package yourpackage\n")) || !bytes.Contains(m[1], []byte(`return "`+defaultBaseURL+`"`)) {
-		t.Fatalf("the setup is not a whole file, or does not default to %s:\n%s", defaultBaseURL, m[1])
+	setup, testMain := string(blocks[0][1]), string(blocks[1][1])
+	if !strings.HasPrefix(setup, "package yourpackage\n") || !strings.Contains(setup, `return "`+defaultBaseURL+`"`) || !strings.HasPrefix(testMain, "package yourpackage\n") {
+		t.Fatalf("the blocks are not whole files, or the setup does not default to %s:\n%s", defaultBaseURL, setup)
 	}
-	src := string(m[1]) + `
-func TestTwoSandboxes(t *testing.T) {
-	for range 2 {
-		base, key := newSandbox(t)
-		req, _ := http.NewRequest(http.MethodGet, base+"/orders/ord_sync_0001", nil)
-		req.Header.Set("Authorization", "Bearer "+key)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil || res.StatusCode != http.StatusOK {
-			t.Fatalf("GET with the sandbox's key: %v %v", res, err)
-		}
-		res.Body.Close()
+	const tests = 12
+	var parallel strings.Builder
+	for i := range tests {
+		fmt.Fprintf(&parallel, "func TestSandbox%d(t *testing.T) { t.Parallel(); base, key := newSandbox(t); readAnOrder(t, base, key) }\n", i)
 	}
+	readAnOrder := `
+func readAnOrder(t *testing.T, base, key string) {
+	req, _ := http.NewRequest(http.MethodGet, base+"/orders/ord_sync_0001", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("GET with the sandbox's key: %v %v", res, err)
+	}
+	res.Body.Close()
 }
 `
-	for name, text := range map[string]string{"go.mod": "module setup\n\ngo 1.24\n", "sandbox_test.go": src} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+	goTest := func(t *testing.T, files map[string]string, env ...string) string {
+		dir := t.TempDir()
+		files["go.mod"] = "module setup\n\ngo 1.24\n"
+		for name, text := range files {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cmd := exec.Command("go", "test", "-count=1", "-v", ".")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), append(env, "GOFLAGS=")...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go test of the page's block: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	t.Run("the setup waits out the rate limit", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, envOptions{rate: 2, wall: true})
+		ts := httptest.NewServer(e.h)
+		defer ts.Close()
+		goTest(t, map[string]string{"setup_test.go": setup, "sandbox_test.go": "package yourpackage\n\nimport (\n\t\"net/http\"\n\t\"testing\"\n)\n" + readAnOrder + parallel.String()},
+			"SANDBOX_URL="+ts.URL+"/v1")
+		if n := e.srv.book.count(time.Now()); n != 0 {
+			t.Errorf("%d sandboxes left after the tests: the setup's cleanup did not forget them", n)
+		}
+		read := e.get(t, "/v1/test_helpers/requests", "sk_test_sync_all")
+		for read.status == 429 { // the tests drained the key's bucket: wait it out, as they did
+			time.Sleep(time.Second)
+			read = e.get(t, "/v1/test_helpers/requests", "sk_test_sync_all")
+		}
+		var j requestsOut
+		strict(t, read, &j)
+		made, limited := 0, 0
+		for _, entry := range j.Data {
+			switch entry.Status {
+			case 201:
+				made++
+			case 429:
+				limited++
+			}
+		}
+		if made != tests || limited == 0 {
+			t.Errorf("acct_sync's journal holds %d sandboxes made and %d 429s, want %d made after some 429s", made, limited, tests)
+		}
+	})
+	t.Run("the TestMain serves a sandbox of its own", func(t *testing.T) {
+		t.Parallel()
+		repo, err := os.Getwd()
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	cmd := exec.Command("go", "test", "-count=1", ".")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "SANDBOX_URL="+ts.URL+"/v1", "GOFLAGS=")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("the setup of docs/sandboxes.md: %v\n%s", err, out)
-	}
-	if n := e.srv.book.count(e.clock.now()); n != 0 {
-		t.Errorf("%d sandboxes left after the tests: the setup's cleanup did not forget them", n)
-	}
-	if j := e.journalOf(t, "sk_test_sync_all", ""); len(j.Data) != 2 {
-		t.Errorf("acct_sync's journal holds %d makings, want 2", len(j.Data))
-	}
+		out := goTest(t, map[string]string{"setup_test.go": setup, "main_test.go": testMain,
+			"sandbox_test.go": "package yourpackage\n\nimport (\n\t\"net/http\"\n\t\"testing\"\n)\n" + readAnOrder + parallel.String()[:strings.Index(parallel.String(), "func TestSandbox2")]},
+			"SANDBOX_SRC="+repo, "SANDBOX_URL=")
+		if strings.Count(out, "--- PASS: TestSandbox") != 2 {
+			t.Errorf("the tests under the TestMain:\n%s", out)
+		}
+	})
 }
 
 // TestReadmeSyncReadsEveryTimestamp: the README's two order syncs print what it shows also
@@ -4772,10 +4923,14 @@ func TestContainerImage(t *testing.T) {
 	if proc, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", image.Process.Pid)); err == nil && regexp.MustCompile(`(?m)^Uid:\s+0\s`).Match(proc) {
 		t.Errorf("the image's sandbox runs as root:\n%s", proc)
 	}
-	for _, want := range []string{"Listening on every network interface (SANDBOX_ADDR 0.0.0.0:" + port + ")", "http://127.0.0.1:" + port + "/v1"} {
+	for _, want := range []string{"Listening on every network interface (SANDBOX_ADDR 0.0.0.0:" + port + ")", "http://127.0.0.1:" + port + "/v1",
+		"In a browser: http://127.0.0.1:" + port + "/ shows the fixtures and what moves", "The landing page does not show the keys."} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("the image's banner lacks %q:\n%s", want, stdout.String())
 		}
+	}
+	if strings.Contains(stdout.String(), "shows the keys") { // the page shows none: the banner says so, and only so
+		t.Errorf("the image's banner says the page shows the keys, which it does not:\n%s", stdout.String())
 	}
 	if status, body := httpGet(t, "http://127.0.0.1:"+port+"/v1/healthz", ""); status != 200 || body != `{"status":"ok"}` {
 		t.Errorf("GET /v1/healthz of the image's sandbox = %d %s", status, body)
