@@ -4,13 +4,11 @@
 // tenant: the versions of its data and the one seam that writes the next; its sandbox clock
 // and timeline; its rate limit (a key's); its rehearsals counted (Prefer times); its journal
 // of requests and the findings judged from it; its stored answers (main.go's writes keep
-// them); and the book that bounds what all tenants remember together and keeps the
-// sandboxes. Then the conformance kit's rules of who may call (keys, scopes, accounts, the
-// rate limit) and the world it judges against, made as sandboxes of its own where a server
-// makes them. Its sections, each under a banner (grep '^// =====' *.go):
+// them); and the registry that bounds what all tenants remember together and keeps the
+// sandboxes. Its sections, each under a banner (grep '^// =====' *.go):
 //
 //   - Tenants: accounts and environments, one owner of what each holds
-//   - The book: the bounds every tenant shares, and the sandboxes it keeps
+//   - The registry: the bounds every tenant shares, and the sandboxes it keeps
 //   - A bounded least-recently-used list
 //   - Loading: records filed under their tenants
 //   - Keys and scopes
@@ -24,24 +22,19 @@
 //   - The reads' queries
 //   - What the page shows of a journal
 //   - Sandboxes: accounts made at run time
-//   - Conformance: the kit's world, made or discovered
-//   - Conformance: keys, scopes and the rate limit
 package main
 
 import (
 	"bytes"
 	"cmp"
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
 	"iter"
-	"maps"
 	"math"
 	"net/http"
-	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -62,11 +55,11 @@ func (id tenantID) String() string { return id.account + "/" + id.environment }
 // tenant is one account's environment, and the one owner of all that lives and dies with
 // it: the versions of its data, its sandbox clock, and what the sandbox remembers of its
 // callers (its journal, its stored answers, its rehearsals counted, and the bytes these
-// hold, which the book's bounds count). Forgetting a sandbox's tenant drops it whole: once
+// hold, which the registry's bounds count). Forgetting a sandbox's tenant drops it whole: once
 // gone, nothing is written to it, and nothing can revive it.
 //
-// Lock order, everywhere: t.writing, then the book's mu, then t.mu. Under t.mu nothing
-// else is locked and nothing is waited for; the book's mu is never taken under a t.mu.
+// Lock order, everywhere: t.writing, then the registry's mu, then t.mu. Under t.mu nothing
+// else is locked and nothing is waited for; the registry's mu is never taken under a t.mu.
 type tenant struct {
 	id      tenantID
 	live    bool
@@ -80,12 +73,12 @@ type tenant struct {
 	// What the sandbox remembers of the tenant's callers, under mu, the last lock. Each
 	// takes memory only as it fills.
 	mu        sync.Mutex
-	gone      atomic.Bool                      // forgotten: set under the book's mu and mu, so either finds it
+	gone      atomic.Bool                      // forgotten: set under the registry's mu and mu, so either finds it
 	journal   *journal                         // nil until a request is journaled
 	answers   lru[string, idempotencyEntry]    // the answers stored under Idempotency-Keys
 	sequences lru[[sha256.Size]byte, sequence] // Prefer: code=503; times=2, counted
-	// What its journal and its stored answers hold, as the book counts them: written under
-	// mu, read without it when the book looks for the largest.
+	// What its journal and its stored answers hold, as the registry counts them: written under
+	// mu, read without it when the registry looks for the largest.
 	journalBytes, answerBytes atomic.Int64
 }
 
@@ -125,7 +118,7 @@ type dataLink struct {
 func (t *tenant) current() *tenantData { return t.data.Load() }
 
 // bytes is about what the data holds on the heap, each part counted beside its fields: what
-// the book's bound of the sandboxes' bytes counts.
+// the registry's bound of the sandboxes' bytes counts.
 func (d *tenantData) bytes() int64 {
 	n := d.orders.bytes() + d.shipments.bytes() + int64(len(d.timeline))*int64(unsafe.Sizeof(happening{})) +
 		int64(len(d.links))*int64(unsafe.Sizeof(dataLink{})) + int64(unsafe.Sizeof(tenantData{}))
@@ -140,10 +133,10 @@ func (d *tenantData) bytes() int64 {
 
 // write builds the tenant's next version of its data from the one it holds with build, a
 // pure function of that data, and swaps it in whole: one write of a tenant at a time, while
-// reads take no lock and see the version before or the one after. The book charges the
+// reads take no lock and see the version before or the one after. The registry charges the
 // version's bytes as it swaps it in; a sandbox forgotten meanwhile is not written
 // (errForgotten), nor one that would hold more than every sandbox together may.
-func (t *tenant) write(b *tenantBook, build func(d *tenantData) (*tenantData, error)) (*tenantData, error) {
+func (t *tenant) write(b *tenantRegistry, build func(d *tenantData) (*tenantData, error)) (*tenantData, error) {
 	t.writing.Lock()
 	defer t.writing.Unlock()
 	next, err := build(t.current())
@@ -303,20 +296,20 @@ func (rec *accountRecord) decode(d *jsonReader, path string) error {
 	return accountShape.read(d, path, rec)
 }
 
-// ===== The book: the bounds every tenant shares, and the sandboxes it keeps =====
+// ===== The registry: the bounds every tenant shares, and the sandboxes it keeps =====
 
-// tenantBook is what the tenants' bookkeeping shares: the bounds that hold for all of them
+// tenantRegistry is what the tenants' bookkeeping shares: the bounds that hold for all of them
 // together (the entries one journal keeps and the bytes all journals hold; the bytes of all
 // stored answers; how many sandboxes are kept and the bytes of their data) and the
 // sandboxes, tenants made at run time: by account, the most recently used first, and their
-// keys by digest. A dataset's key is found before the book is asked, so the book costs a
+// keys by digest. A dataset's key is found before the registry is asked, so the registry costs a
 // dataset's request nothing but its journal's entry.
 //
 // Its mu is the second lock of the order (t.writing, b.mu, t.mu). It is held to make,
 // find, resize and forget a sandbox, and to make room under a bound, which takes the
 // largest tenant's mu in turn; it is never taken under a tenant's mu. The byte counts are
 // atomics, added to under a tenant's mu and read under b.mu.
-type tenantBook struct {
+type tenantRegistry struct {
 	mu          sync.Mutex
 	dataset     []*tenant            // the dataset's tenants: fixed
 	sandboxes   lru[string, *tenant] // weights: what each sandbox's data holds of its own
@@ -332,13 +325,13 @@ type tenantBook struct {
 	maxAnswerBytes int64 // what every tenant's stored answers may hold together
 	answerTotal    atomic.Int64
 
-	hooks bookHooks
+	hooks registryHooks
 }
 
-// bookHooks let a test pause a step: where two steps, arranged so, once deadlocked (a claim
-// of an Idempotency-Key holding its tenant's mu, a forget holding the book's), and a write
+// registryHooks let a test pause a step: where two steps, arranged so, once deadlocked (a claim
+// of an Idempotency-Key holding its tenant's mu, a forget holding the registry's), and a write
 // that holds its key in progress. Nil in the service.
-type bookHooks struct {
+type registryHooks struct {
 	claiming   func(t *tenant)             // in claim, under t.mu
 	claimed    func(t *tenant, key string) // once a write holds key in progress, under no lock
 	forgetting func(t *tenant)             // in forget, under b.mu, before t.mu
@@ -347,24 +340,24 @@ type bookHooks struct {
 // sharedData is the data of the copies of one template made at one start instant: read
 // against the same instant, the same records make the same data, and data is never edited
 // in place, so it is built once and held by each such copy (a test suite makes its copies
-// in bursts: sandbox_cost.sh). The book counts its bytes once while any copy holds it.
+// in bursts: sandbox_cost.sh). The registry counts its bytes once while any copy holds it.
 type sharedData struct {
 	template *sandboxTemplate
 	start    time.Time
 	data     *tenantData
 	bytes    int64
-	holders  int // under the book's mu
+	holders  int // under the registry's mu
 }
 
-func newTenantBook(dataset []*tenant, journalLimit int, journalBytes int64) *tenantBook {
-	b := &tenantBook{dataset: dataset, shared: map[*sandboxTemplate]*sharedData{}, maxBytes: maxSandboxBytes, idle: sandboxIdle,
+func newTenantRegistry(dataset []*tenant, journalLimit int, journalBytes int64) *tenantRegistry {
+	b := &tenantRegistry{dataset: dataset, shared: map[*sandboxTemplate]*sharedData{}, maxBytes: maxSandboxBytes, idle: sandboxIdle,
 		journalLimit: journalLimit, maxJournal: journalBytes, maxAnswerBytes: maxStoredAnswerBytes}
 	b.sandboxes.max = maxSandboxes
 	return b
 }
 
 // journaling reports whether requests are journaled: -journal is not 0.
-func (b *tenantBook) journaling() bool { return b.journalLimit > 0 }
+func (b *tenantRegistry) journaling() bool { return b.journalLimit > 0 }
 
 // errSandboxBytes refuses a write that would take one sandbox's data past what every
 // sandbox together may hold.
@@ -376,7 +369,7 @@ var errForgotten = &apiError{code: codeInvalidAPIKey, detail: "The API key is no
 
 // find is the sandbox key of this digest at the wall clock's now, or nil: a key of a sandbox
 // idle for its time is forgotten with it. Finding a key counts as a use of its sandbox.
-func (b *tenantBook) find(digest [sha256.Size]byte, now time.Time) *apiKey {
+func (b *tenantRegistry) find(digest [sha256.Size]byte, now time.Time) *apiKey {
 	v, ok := b.keys.Load(digest)
 	if !ok {
 		return nil
@@ -401,7 +394,7 @@ func (b *tenantBook) find(digest [sha256.Size]byte, now time.Time) *apiKey {
 // past the bounds of count and bytes, the least recently used. Its own bytes are weight;
 // what it shares, t.sandbox.shared counts. A sandbox whose caller's sandbox was forgotten
 // while it was made is not kept (errForgotten).
-func (b *tenantBook) add(t, caller *tenant, keys map[[sha256.Size]byte]*apiKey, weight int64, now time.Time) error {
+func (b *tenantRegistry) add(t, caller *tenant, keys map[[sha256.Size]byte]*apiKey, weight int64, now time.Time) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if caller.gone.Load() {
@@ -428,7 +421,7 @@ func (b *tenantBook) add(t, caller *tenant, keys map[[sha256.Size]byte]*apiKey, 
 
 // makeRoomLocked forgets the least recently used sandboxes, but those pinned, while the
 // count or the bytes are past their bounds; b.mu is held.
-func (b *tenantBook) makeRoomLocked() {
+func (b *tenantRegistry) makeRoomLocked() {
 	for b.sandboxes.len() > b.sandboxes.max || b.sandboxes.weight+b.sharedBytes > b.maxBytes {
 		_, oldest, ok := b.sandboxes.oldest()
 		if !ok {
@@ -440,7 +433,7 @@ func (b *tenantBook) makeRoomLocked() {
 
 // sharedCopy is the data of the copy of tpl made last, when that copy started at start;
 // else nil. add holds it for the new copy.
-func (b *tenantBook) sharedCopy(tpl *sandboxTemplate, start time.Time) *sharedData {
+func (b *tenantRegistry) sharedCopy(tpl *sandboxTemplate, start time.Time) *sharedData {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if sh := b.shared[tpl]; sh != nil && sh.start.Equal(start) {
@@ -452,7 +445,7 @@ func (b *tenantBook) sharedCopy(tpl *sandboxTemplate, start time.Time) *sharedDa
 // hold counts one more holder of sh (nil: nothing shared), and its bytes once it has one,
 // when it becomes the data that the next copies of its template at its start share. b.mu
 // is held.
-func (b *tenantBook) hold(sh *sharedData) {
+func (b *tenantRegistry) hold(sh *sharedData) {
 	if sh == nil {
 		return
 	}
@@ -465,7 +458,7 @@ func (b *tenantBook) hold(sh *sharedData) {
 
 // release counts one holder of sh fewer: with none left, its bytes are no longer counted,
 // and the next copy of its template builds its data anew. b.mu is held.
-func (b *tenantBook) release(sh *sharedData) {
+func (b *tenantRegistry) release(sh *sharedData) {
 	if sh == nil {
 		return
 	}
@@ -480,7 +473,7 @@ func (b *tenantBook) release(sh *sharedData) {
 // swap swaps next in as the sandbox t's data, counting its bytes, unless t was forgotten
 // (errForgotten) or next alone would pass what every sandbox together may hold; past that
 // bound, the least recently used others are forgotten.
-func (b *tenantBook) swap(t *tenant, next *tenantData) error {
+func (b *tenantRegistry) swap(t *tenant, next *tenantData) error {
 	bytes := next.bytes()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -498,7 +491,7 @@ func (b *tenantBook) swap(t *tenant, next *tenantData) error {
 }
 
 // forget forgets the sandbox of this account, and reports whether there was one.
-func (b *tenantBook) forget(account string) bool {
+func (b *tenantRegistry) forget(account string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	t, ok := b.sandboxes.peek(account)
@@ -508,10 +501,10 @@ func (b *tenantBook) forget(account string) bool {
 	return ok
 }
 
-// forgetLocked forgets the sandbox t whole: its keys are unknown from now on, the book
+// forgetLocked forgets the sandbox t whole: its keys are unknown from now on, the registry
 // neither finds nor counts it, and the tenant lets go of all it remembers, so that what is
 // still in flight with it writes and keeps nothing. b.mu is held.
-func (b *tenantBook) forgetLocked(t *tenant) {
+func (b *tenantRegistry) forgetLocked(t *tenant) {
 	if _, _, ok := b.sandboxes.remove(t.id.account); !ok {
 		return // forgotten already
 	}
@@ -533,7 +526,7 @@ func (b *tenantBook) forgetLocked(t *tenant) {
 }
 
 // count is how many sandboxes are kept and not idle at now: what the page says.
-func (b *tenantBook) count(now time.Time) int {
+func (b *tenantRegistry) count(now time.Time) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	idle := 0
@@ -548,7 +541,7 @@ func (b *tenantBook) count(now time.Time) int {
 
 // largest is the tenant, of the dataset's and the sandboxes, of which weight counts the
 // most, or nil when none counts anything. b.mu is held.
-func (b *tenantBook) largest(weight func(t *tenant) int64) *tenant {
+func (b *tenantRegistry) largest(weight func(t *tenant) int64) *tenant {
 	var most *tenant
 	var held int64
 	consider := func(t *tenant) {
@@ -1090,10 +1083,10 @@ func bearerToken(h http.Header) (string, *apiError) {
 }
 
 // keyFinder finds the key a request carries: a dataset's, by its digest in the dataset's
-// keyring, else a sandbox's, in the book.
+// keyring, else a sandbox's, in the registry.
 type keyFinder struct {
 	dataset   keyring
-	sandboxes *tenantBook
+	sandboxes *tenantRegistry
 	wall      func() time.Time
 }
 
@@ -1404,7 +1397,7 @@ type writeMark struct {
 }
 
 // entrySlot is what one entry takes in a ring, and journalHeader what a journal takes
-// before its first entry: the book counts both.
+// before its first entry: the registry counts both.
 const (
 	entrySlot     = int64(unsafe.Sizeof(journalEntry{}))
 	journalHeader = int64(unsafe.Sizeof(journal{})) + 8 // and the tenant's pointer to it
@@ -1453,7 +1446,7 @@ func (e *journalEntry) read() bool {
 }
 
 // journal is a tenant's journal, under the tenant's mu: its last entries in a ring that
-// grows as they come (never allocated ahead of them) up to the book's limit, then wraps,
+// grows as they come (never allocated ahead of them) up to the registry's limit, then wraps,
 // the oldest going first. Its entries' seqs are consecutive: those before the oldest held
 // were dropped.
 type journal struct {
@@ -1473,10 +1466,10 @@ type findingsCount struct {
 	first []finding
 }
 
-// keepEntry journals e in t's journal, numbering it, within the book's bounds: past the
+// keepEntry journals e in t's journal, numbering it, within the registry's bounds: past the
 // entries a journal keeps, its oldest goes; past the bytes of all journals, the oldest
 // entries of the largest. A tenant forgotten meanwhile keeps nothing.
-func (b *tenantBook) keepEntry(t *tenant, e *journalEntry) {
+func (b *tenantRegistry) keepEntry(t *tenant, e *journalEntry) {
 	cost := e.cost()
 	for {
 		t.mu.Lock()
@@ -1519,7 +1512,7 @@ func (b *tenantBook) keepEntry(t *tenant, e *journalEntry) {
 // makeJournalRoom drops the oldest entries of the largest journals until need more bytes
 // fit under the bound of all journals. It reports false when no journal holds an entry to
 // drop.
-func (b *tenantBook) makeJournalRoom(need int64) bool {
+func (b *tenantRegistry) makeJournalRoom(need int64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for b.journalTotal.Load()+need > b.maxJournal {
@@ -2463,7 +2456,7 @@ func (t *tenant) findingsCounted() (last uint64, c findingsCount) {
 // /v1/test_helpers/sandboxes) as a copy of a dataset account or from records a test sends,
 // with keys made for it: its tenant behaves as a dataset tenant does and sees nothing of any
 // other account. Its data is built once, when it is made, from its records read against its
-// own start instant. The book holds at most maxSandboxes; each is forgotten sandboxIdle after
+// own start instant. The registry holds at most maxSandboxes; each is forgotten sandboxIdle after
 // the last request that named one of its keys and, past the bounds, the least recently used
 // goes first, its journal and stored answers with it.
 
@@ -2522,9 +2515,9 @@ func (ld *loader) keepTemplates(ds *datasetFile, seed int) map[string]*sandboxTe
 	return templates
 }
 
-// sandboxAccount is what the book keeps of a sandbox's tenant besides its data: its keys'
+// sandboxAccount is what the registry keeps of a sandbox's tenant besides its data: its keys'
 // digests, the data it shares with other copies of its template (nil when none), and its
-// last use, under the book's mu.
+// last use, under the registry's mu.
 type sandboxAccount struct {
 	digests  [][sha256.Size]byte
 	shared   *sharedData
@@ -2543,8 +2536,10 @@ var (
 	bodyKeyShape      = keyShape.without("key", "account", "environment")
 )
 
-// sandboxRequest is the body as read: a template's account, or records, and keys.
+// sandboxRequest is the body as read: a template's account, or records, and keys; and the
+// dataset's templates it may name.
 type sandboxRequest struct {
+	templates map[string]*sandboxTemplate
 	template  *string          // the template named, nil when none is
 	copied    *sandboxTemplate // the template named, found
 	records   bool             // shipments or orders were sent
@@ -2566,55 +2561,65 @@ var (
 	errProfile     = paramError(codeInvalidParameter, "profile", `profile is "sandbox" (the default: the sandbox's answers) or "domain_adapter" (where the spec says the unreleased domain adapter answers otherwise, as it will).`)
 )
 
+// sandboxRequestShape is the members of the body, one row a member, each read as it comes:
+// a template among the dataset's templates, records (never beside a template: the later of
+// the two is the fault), a list of keys by its length, a profile of sandboxProfiles. What the
+// records hold is judged as they are filed, after the whole body, as a dataset's are.
+var sandboxRequestShape = shapeOf(
+	member[sandboxRequest]{"template", func(d *jsonReader, path, name string, req *sandboxRequest) (err error) {
+		if req.records {
+			return paramError(codeInvalidParameter, name, errCopyOrSend)
+		}
+		if req.template, err = d.optStr(path, name); err == nil && req.template != nil {
+			req.copied, err = templateNamed(*req.template, req.templates)
+		}
+		return err
+	}},
+	member[sandboxRequest]{"shipments", func(d *jsonReader, path, name string, req *sandboxRequest) error {
+		if req.template != nil {
+			return paramError(codeInvalidParameter, name, errCopyOrSend)
+		}
+		req.records = true
+		return readShaped(d, path+"."+name, &bodyShipmentShape, &req.shipments)
+	}},
+	member[sandboxRequest]{"orders", func(d *jsonReader, path, name string, req *sandboxRequest) error {
+		if req.template != nil {
+			return paramError(codeInvalidParameter, name, errCopyOrSend)
+		}
+		req.records = true
+		return req.orders.readOrders(d, path+"."+name, &bodyOrderShape)
+	}},
+	member[sandboxRequest]{"keys", func(d *jsonReader, path, name string, req *sandboxRequest) error {
+		req.keysSent = true
+		if err := readShaped(d, path+"."+name, &bodyKeyShape, &req.keys); err != nil {
+			return err
+		}
+		if len(req.keys) == 0 || len(req.keys) > maxSandboxKeys {
+			return errSandboxKeys
+		}
+		return nil
+	}},
+	member[sandboxRequest]{"profile", func(d *jsonReader, path, name string, req *sandboxRequest) error {
+		v, err := d.optStr(path, name)
+		if err == nil && (v == nil || !slices.Contains(sandboxProfiles, *v)) {
+			return errProfile
+		}
+		if err == nil {
+			req.profile = *v
+		}
+		return err
+	}},
+)
+
 // readSandboxRequest reads the body: its JSON syntax first (400), then its members in the
-// order sent, each by its name, then given again, then its value (422), a template's
-// among the dataset's templates and a list of keys by its length; what the records hold is
-// judged as they are filed, after the whole body, as a dataset's are.
+// order sent, each by its name, then given again, then its value (422).
 func readSandboxRequest(b []byte, templates map[string]*sandboxTemplate) (*sandboxRequest, error) {
 	if !oneJSONObject(b) {
 		return nil, errSandboxBody
 	}
-	req := &sandboxRequest{orders: newOrderRecords(), profile: sandboxProfiles[0]}
+	req := &sandboxRequest{templates: templates, orders: newOrderRecords(), profile: sandboxProfiles[0]}
 	d := newJSONReader(bytes.NewReader(b), maxBodyBytes)
-	err := d.document(sandboxMembers, func(name string) error {
-		if name == "template" && req.records || (name == "shipments" || name == "orders") && req.template != nil {
-			return paramError(codeInvalidParameter, name, errCopyOrSend)
-		}
-		switch name {
-		case "template":
-			v, err := d.optStr("$", name)
-			if err == nil && v != nil {
-				req.copied, err = templateNamed(*v, templates)
-			}
-			req.template = v
-			return err
-		case "shipments":
-			req.records = true
-			return readShaped(d, "$.shipments", &bodyShipmentShape, &req.shipments)
-		case "orders":
-			req.records = true
-			return req.orders.readOrders(d, "$.orders", &bodyOrderShape)
-		case "keys":
-			req.keysSent = true
-			if err := readShaped(d, "$.keys", &bodyKeyShape, &req.keys); err != nil {
-				return err
-			}
-			if len(req.keys) == 0 || len(req.keys) > maxSandboxKeys {
-				return errSandboxKeys
-			}
-		case "profile":
-			v, err := d.optStr("$", name)
-			if err == nil && (v == nil || !slices.Contains(sandboxProfiles, *v)) {
-				return errProfile
-			}
-			if err == nil {
-				req.profile = *v
-			}
-			return err
-		}
-		return nil
-	})
-	if err != nil {
+	if err := d.document(sandboxRequestShape.names, func(name string) error { return sandboxRequestShape.member(d, "$", name, req) }); err != nil {
 		return nil, bodyFault(err)
 	}
 	return req, nil
@@ -2652,9 +2657,10 @@ func randomText(n int) string {
 	return string(b)
 }
 
-// makeSandbox makes a sandbox of the body b for the caller's key at the wall clock's now,
-// from templates (the dataset's, by account), keeps it in the book, and returns its answer.
-func (b *tenantBook) makeSandbox(body []byte, caller *apiKey, templates map[string]*sandboxTemplate, now time.Time) ([]byte, error) {
+// newSandbox makes a sandbox of the body for the caller's key at the wall clock's now, from
+// templates (the dataset's, by account): its tenant, its keys and its data, built by
+// sandboxData; then keeps it in the registry, and returns its answer.
+func (b *tenantRegistry) newSandbox(body []byte, caller *apiKey, templates map[string]*sandboxTemplate, now time.Time) ([]byte, error) {
 	req, err := readSandboxRequest(body, templates)
 	if err != nil {
 		return nil, err
@@ -2671,10 +2677,8 @@ func (b *tenantBook) makeSandbox(body []byte, caller *apiKey, templates map[stri
 		keys = []keyRecord{{Scopes: scopeNames}}
 	}
 	start := now.UTC().Truncate(time.Second)
-	id := tenantID{"acct_" + randomText(20), "test"}
-	ld := newLoader(start)
-	t := ld.addTenant(id)
-	answer := sandboxAnswer{Account: id.account, Environment: id.environment, Template: name, Profile: req.profile, StartedAt: formatTimestamp(start), IdleSeconds: int(b.idle / time.Second)}
+	t := newTenant(tenantID{"acct_" + randomText(20), "test"}, start)
+	answer := sandboxAnswer{Account: t.id.account, Environment: t.id.environment, Template: name, Profile: req.profile, StartedAt: formatTimestamp(start), IdleSeconds: int(b.idle / time.Second)}
 	made := map[[sha256.Size]byte]*apiKey{}
 	for i, rec := range keys {
 		k, out, err := sandboxKey(fmt.Sprintf("$.keys[%d]", i), rec, t)
@@ -2684,36 +2688,60 @@ func (b *tenantBook) makeSandbox(body []byte, caller *apiKey, templates map[stri
 		made[sha256.Sum256([]byte(out.Key))] = k
 		answer.Keys = append(answer.Keys, out)
 	}
-	t.sandbox = &sandboxAccount{}
-	weight := int64(unsafe.Sizeof(tenant{}) + unsafe.Sizeof(sandboxAccount{}))
-	switch {
-	case tpl != nil:
-		sh := b.sharedCopy(tpl, start)
-		if sh == nil { // loaded at the dataset's start, not at this one; its data is this copy's as built
-			if err := fileSandbox(ld, t, tpl.orders, tpl.shipments, tpl.seeds, false); err != nil {
-				return nil, paramError(codeInvalidParameter, "template", "The template's records cannot be read at this sandbox's start instant: "+err.Error())
-			}
-			sh = &sharedData{template: tpl, start: start, data: t.current(), bytes: t.current().bytes()}
-			t.current().adapter = req.profile == "domain_adapter" // not served yet: built in place
-		} else {
-			d := *sh.data // only what names the tenant is its own: the cursors' tag, the names messages use, and its profile
-			d.shipments.tenantName, d.orders.tenantName, d.orders.tag = t.id.String(), t.id.String(), tagOf("tenant", t.id.account, t.id.environment)
-			d.adapter = req.profile == "domain_adapter"
-			t.data.Store(&d)
-			weight += int64(unsafe.Sizeof(d))
-		}
-		t.sandbox.shared = sh
-	default:
-		if err := fileSandbox(ld, t, req.orders, req.shipments, 0, true); err != nil {
-			return nil, bodyFault(err)
-		}
-		t.current().adapter = req.profile == "domain_adapter" // not served yet: built in place
-		weight += t.current().bytes()
+	var sh *sharedData
+	if tpl != nil {
+		sh = b.sharedCopy(tpl, start)
 	}
-	if err := b.add(t, caller.tenant, made, weight, now); err != nil {
+	d, weight, sh, err := sandboxData(req, tpl, sh, t.id, start)
+	if err != nil {
+		return nil, err
+	}
+	t.data.Store(d)
+	t.sandbox = &sandboxAccount{shared: sh}
+	if err := b.add(t, caller.tenant, made, weight+int64(unsafe.Sizeof(tenant{})+unsafe.Sizeof(sandboxAccount{})), now); err != nil {
 		return nil, err
 	}
 	return marshalJSON(answer)
+}
+
+// sandboxData is the data of the sandbox id started at start, as req asks, of its profile:
+// a copy of tpl (the data the copies of tpl made at start share, sh, built when there is
+// none yet), or the records req sends. A pure function: it builds what it returns, and edits
+// nothing in place (the data a copy shares is the same for every profile; what names the
+// tenant and its profile are the copy's own). It returns what the sandbox holds of its own,
+// and the data it shares (nil when none), for the registry to count.
+func sandboxData(req *sandboxRequest, tpl *sandboxTemplate, sh *sharedData, id tenantID, start time.Time) (*tenantData, int64, *sharedData, error) {
+	if tpl == nil {
+		built, err := buildSandboxData(id, start, req.orders, req.shipments, 0, true)
+		if err != nil {
+			return nil, 0, nil, bodyFault(err)
+		}
+		own := *built
+		own.adapter = req.profile == "domain_adapter"
+		return &own, own.bytes(), nil, nil
+	}
+	if sh == nil { // loaded at the dataset's start, not at this one: built anew, then shared
+		built, err := buildSandboxData(id, start, tpl.orders, tpl.shipments, tpl.seeds, false)
+		if err != nil {
+			return nil, 0, nil, paramError(codeInvalidParameter, "template", "The template's records cannot be read at this sandbox's start instant: "+err.Error())
+		}
+		sh = &sharedData{template: tpl, start: start, data: built, bytes: built.bytes()}
+	}
+	own := *sh.data // only what names the tenant is its own: the cursors' tag, the names messages use, and its profile
+	own.shipments.tenantName, own.orders.tenantName, own.orders.tag = id.String(), id.String(), tagOf("tenant", id.account, id.environment)
+	own.adapter = req.profile == "domain_adapter"
+	return &own, int64(unsafe.Sizeof(own)), sh, nil
+}
+
+// buildSandboxData files a sandbox's records as a dataset's tenant of id started at start
+// would be, and returns its data.
+func buildSandboxData(id tenantID, start time.Time, orders *orderRecords, shipments []shipmentRecord, seeds int, own bool) (*tenantData, error) {
+	ld := newLoader(start)
+	t := ld.addTenant(id)
+	if err := fileSandbox(ld, t, orders, shipments, seeds, own); err != nil {
+		return nil, err
+	}
+	return t.current(), nil
 }
 
 // templateOf is the template a request copies and its account (nil and nil when it sends
@@ -2792,407 +2820,4 @@ func fileSandbox(ld *loader, t *tenant, orders *orderRecords, shipments []shipme
 	}
 	_, _, err := ld.build()
 	return err
-}
-
-// ===== Conformance: the kit's world, made or discovered =====
-
-// The kit judges data it chose where the server makes sandboxes: two sandboxes of records
-// it sends, holding evidence for every rule and keys of every kind, deleted at the end. On
-// any other server it reads what its keys can read, and a rule without the data it needs is
-// skipped, saying why.
-
-// worldKeys are the keys of the kit's main sandbox, in the order its body asks for them.
-var worldKeys = []struct {
-	role keyRole
-	body string
-}{
-	{roleMain, `{"scopes":["tracking:read","orders:read"]}`},
-	{roleTracking, `{"scopes":["tracking:read"]}`},
-	{roleOrders, `{"scopes":["orders:read"]}`},
-	{roleExpired, `{"scopes":["tracking:read","orders:read"],"expires_at":"2000-01-01T00:00:00Z"}`},
-	{roleRevoked, `{"scopes":["tracking:read","orders:read"],"revoked":true}`},
-	{roleBurst, `{"scopes":["tracking:read","orders:read"]}`},
-}
-
-// worldOrderCount is how many orders the main sandbox holds: more than two pages of 100, 65
-// of each status.
-const worldOrderCount = 260
-
-// ownOrders are the orders the kit sends: every status and platform (4 and 5 are coprime:
-// all 20 pairs), seven minutes apart, newest first, but that every sixth shares its
-// created_at with the one before it (the id breaks the tie).
-func ownOrders() []worldOrder {
-	base := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
-	orders := make([]worldOrder, worldOrderCount)
-	for i := range orders {
-		m := i
-		if i%6 == 1 {
-			m = i - 1
-		}
-		orders[i] = worldOrder{ID: fmt.Sprintf("ord_ck_%04d", i), Reference: fmt.Sprintf("CK-ORDER-%04d", i), Platform: platforms[i%len(platforms)],
-			Status: orderStatuses[i%len(orderStatuses)], CreatedAt: formatTimestamp(base.Add(-time.Duration(m) * 7 * time.Minute))}
-	}
-	// In list order: created_at descending, then id descending (the pairs swap).
-	slices.SortStableFunc(orders, func(a, b worldOrder) int {
-		return cmp.Or(strings.Compare(b.CreatedAt, a.CreatedAt), strings.Compare(b.ID, a.ID))
-	})
-	return orders
-}
-
-// ownShipments are the shipments the kit sends: events across the UK's spring change in two
-// offsets, out of order (dstEvents); a duplicate of one instant and description (another
-// description at that instant stays); an event without an offset; a further parcel; a
-// number two hold; one created with an order; one without a number.
-func ownShipments() []string {
-	ev := func(at, status, description, location string) string {
-		return fmt.Sprintf(`{"timestamp":%q,"status":%q,"description":%q,"location":%q}`, at, status, description, location)
-	}
-	ship := func(id, number string, extra string, events ...string) string {
-		return fmt.Sprintf(`{"id":%q,"reference":"CK-REF-%s","tracking_number":%q%s,"events":[%s]}`, id, strings.TrimPrefix(id, "shp_ck_"), number, extra, strings.Join(events, ","))
-	}
-	return []string{
-		ship("shp_ck_dst", "CK1000000001", "",
-			ev("2025-03-30T02:30:00+01:00", "in_transit", "Arrived at hub", "Birmingham, GB"),
-			ev("2025-03-30T00:30:00+00:00", "in_transit", "Departed facility", "Heathrow, GB"),
-			ev("2025-03-29T23:15:00Z", "pre_transit", "Label created", "London, GB"),
-			ev("2025-03-30T09:15:00+01:00", "delivered", "Delivered", "Manchester, GB")),
-		ship("shp_ck_dup", "CK1000000002", "",
-			ev("2025-04-01T10:00:00Z", "in_transit", "Departed facility", "Leeds, GB"),
-			ev("2025-04-01T11:00:00+01:00", "in_transit", "Departed facility", "York, GB"),
-			ev("2025-04-01T10:00:00Z", "in_transit", "Scanned", "Leeds, GB"),
-			ev("2025-04-01T15:00:00Z", "delivered", "Delivered", "York, GB")),
-		ship("shp_ck_naive", "CK1000000003", "",
-			ev("2025-04-02T09:00:00", "in_transit", "Collected", "Bristol, GB"),
-			ev("2025-04-02T10:00:00Z", "in_transit", "Departed facility", "Bristol, GB")),
-		ship("shp_ck_parcels", "CK1000000004", `,"parcel_tracking_numbers":["CK1000000005"]`,
-			`{"timestamp":"2025-04-03T08:00:00Z","status":"in_transit","description":"In transit"}`),
-		ship("shp_ck_twin_a", "CK2000000000", "", ev("2025-04-04T08:00:00Z", "in_transit", "In transit", "Leicester, GB")),
-		ship("shp_ck_twin_b", "CK2000000000", "", ev("2025-04-04T09:00:00Z", "in_transit", "In transit", "Leicester, GB")),
-		ship("shp_ck_linked", "CK1000000006", `,"order_id":"ord_ck_0002"`, ev("2025-06-01T13:00:00Z", "pre_transit", "Label created", "Leeds, GB")),
-		`{"id":"shp_ck_unlabelled","reference":"CK-REF-UNLABELLED","tracking_number":null,"events":[]}`,
-	}
-}
-
-// makeWorld makes the kit's world: its own, when the server makes a sandbox of the records
-// the kit sends (201), else what its keys read.
-func (k *kit) makeWorld() *world {
-	orders := ownOrders()
-	var body []string
-	for _, o := range orders {
-		b, _ := json.Marshal(o) // the six fields, shipment_id null: linked by a shipment's order_id
-		body = append(body, strings.Replace(string(b), `,"shipment_id":null`, "", 1))
-	}
-	shipments := ownShipments()
-	var keys []string
-	for _, wk := range worldKeys {
-		keys = append(keys, wk.body)
-	}
-	profile := ""
-	if k.cfg.profile != "sandbox" { // the member is sent only when it is not the default
-		profile = `,"profile":` + strconv.Quote(k.cfg.profile)
-	}
-	main := `{"orders":[` + strings.Join(body, ",") + `],"shipments":[` + strings.Join(shipments, ",") + `],"keys":[` + strings.Join(keys, ",") + `]` + profile + `}`
-	made, ok := k.makeSandbox(main, len(worldKeys))
-	if !ok {
-		return k.discover()
-	}
-	w := &world{own: true, made: []madeSandbox{made[0]}, orders: orders, numbers: map[string]string{},
-		further: "CK1000000005", twin: "CK2000000000", linked: [2]string{"ord_ck_0002", "shp_ck_linked"}}
-	for i, wk := range worldKeys {
-		k.keys[wk.role] = made[i].key
-		k.secrets = append(k.secrets, made[i].key)
-	}
-	for _, id := range []string{"shp_ck_dst", "shp_ck_dup", "shp_ck_naive", "shp_ck_parcels", "shp_ck_twin_a", "shp_ck_twin_b", "shp_ck_linked", "shp_ck_unlabelled"} {
-		w.shipments = append(w.shipments, id)
-	}
-	for number, id := range map[string]string{"CK1000000001": "shp_ck_dst", "CK1000000002": "shp_ck_dup", "CK1000000003": "shp_ck_naive", "CK1000000004": "shp_ck_parcels", "CK1000000006": "shp_ck_linked"} {
-		w.numbers[number] = id
-	}
-	for i, o := range w.orders {
-		if o.ID == "ord_ck_0002" {
-			w.orders[i].ShipmentID = &w.linked[1]
-		}
-	}
-	w.to, w.from = formatTimestamp(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC).Add(-54*7*time.Minute)), formatTimestamp(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC).Add(-198*7*time.Minute))
-	// The other account: an order and a shipment of its own, ids and number unlike the first's.
-	other := `{"orders":[{"id":"ord_alt_0001","merchant_reference":"ALT-ORDER-1","platform":"etsy","status":"fulfilled","created_at":"2025-05-01T09:00:00Z"}],` +
-		`"shipments":[{"id":"shp_alt_0001","reference":"ALT-REF-1","tracking_number":"ALT1000000001","order_id":"ord_alt_0001","events":[{"timestamp":"2025-05-02T09:00:00Z","status":"delivered","description":"Delivered","location":"Cardiff, GB"}]}]` + profile + `}`
-	if alt, ok := k.makeSandbox(other, 1); ok {
-		w.made = append(w.made, alt[0])
-		k.keys[roleAlt] = alt[0].key
-		k.secrets = append(k.secrets, alt[0].key)
-		w.foreign = [3]string{"ord_alt_0001", "shp_alt_0001", "ALT1000000001"}
-	}
-	return w
-}
-
-// makeSandbox asks the server for a sandbox of body, with -key and an Idempotency-Key of
-// its own, and returns its account with each of its first n keys; false for any answer but
-// 201 with them.
-func (k *kit) makeSandbox(body string, n int) ([]madeSandbox, bool) {
-	idem := make([]byte, 12)
-	rand.Read(idem)
-	r := request{method: http.MethodPost, target: "/test_helpers/sandboxes", role: roleMain, body: []byte(body), expect: expectation{status: http.StatusCreated}}
-	r.header = []string{"Idempotency-Key", fmt.Sprintf("conformance-%x", idem)}
-	ex := k.send(r)
-	var made struct {
-		Account string `json:"account"`
-		Keys    []struct {
-			Key string `json:"key"`
-		} `json:"keys"`
-	}
-	if ex.err != nil || ex.status != http.StatusCreated || json.Unmarshal(ex.body, &made) != nil || made.Account == "" || len(made.Keys) < n {
-		return nil, false
-	}
-	var out []madeSandbox
-	for _, key := range made.Keys[:n] {
-		out = append(out, madeSandbox{made.Account, key.Key})
-	}
-	return out, true
-}
-
-// deleteSandboxes deletes the kit's sandboxes, each with its own key, within 4 s together
-// whatever the run's context and -timeout say (an interrupt deletes them, then exits; a
-// -timeout of 300 ms judges the server, not the cleanup).
-func (k *kit) deleteSandboxes() {
-	if k.world == nil || len(k.world.made) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
-	defer cancel()
-	client := &http.Client{CheckRedirect: k.client.CheckRedirect, Transport: k.client.Transport} // bounded by ctx
-	for _, m := range k.world.made {
-		req, err := http.NewRequestWithContext(ctx, http.MethodDelete, k.base.String()+"/test_helpers/sandboxes/"+url.PathEscape(m.account), nil)
-		if err != nil {
-			continue
-		}
-		req.Header.Set("Authorization", "Bearer "+m.key)
-		k.requests.Add(1)
-		if res, err := client.Do(req); err == nil {
-			io.Copy(io.Discard, io.LimitReader(res.Body, maxCheckAnswer))
-			res.Body.Close()
-		}
-	}
-	k.world.made = nil
-}
-
-// discover reads what the main key can read: the orders, at most 10 pages of 100, the
-// shipments they are linked to (at most 20), and those shipments' tracking numbers.
-func (k *kit) discover() *world {
-	w := &world{numbers: map[string]string{}}
-	target := "/orders?limit=100"
-	for range 10 {
-		var page struct {
-			Data       []worldOrder `json:"data"`
-			Pagination struct {
-				NextCursor *string `json:"next_cursor"`
-				HasMore    bool    `json:"has_more"`
-			} `json:"pagination"`
-		}
-		ex := k.get(roleMain, target, http.StatusOK, "")
-		if ex.status != http.StatusOK || json.Unmarshal(ex.body, &page) != nil {
-			break
-		}
-		w.orders = append(w.orders, page.Data...)
-		if !page.Pagination.HasMore || page.Pagination.NextCursor == nil {
-			break
-		}
-		target = "/orders?limit=100&cursor=" + url.QueryEscape(*page.Pagination.NextCursor)
-	}
-	for _, o := range w.orders {
-		if o.ShipmentID == nil || slices.Contains(w.shipments, *o.ShipmentID) || len(w.shipments) == 20 {
-			continue
-		}
-		var view struct {
-			TrackingNumber *string `json:"tracking_number"`
-		}
-		ex := k.get(roleMain, "/shipments/"+url.PathEscape(*o.ShipmentID)+"/tracking", http.StatusOK, "")
-		if ex.status != http.StatusOK || json.Unmarshal(ex.body, &view) != nil {
-			continue
-		}
-		w.shipments = append(w.shipments, *o.ShipmentID)
-		if w.linked[0] == "" {
-			w.linked = [2]string{o.ID, *o.ShipmentID}
-		}
-		if view.TrackingNumber != nil {
-			w.numbers[*view.TrackingNumber] = *o.ShipmentID
-		}
-	}
-	if n := len(w.orders); n >= 2 { // two listed orders' instants: the filter holds both
-		w.to, w.from = w.orders[n/4].CreatedAt, w.orders[n-1-n/4].CreatedAt
-	}
-	return w
-}
-
-// ===== Conformance: keys, scopes and the rate limit =====
-
-// The rules of the conformance kit on who may call: keys, scopes, accounts, and the rate
-// limit.
-
-// operationTargets are a request of each of the four operations, naming what the world
-// holds where it holds it (else ids no server holds): the shipment's tracking, a number,
-// the list, an order.
-func (k *kit) operationTargets() []string {
-	shipment, number, order := "shp_conformance_unknown", "CONFORMANCE0UNKNOWN", "ord_conformance_unknown"
-	if w := k.world; w.own {
-		shipment, number, order = w.shipments[0], "CK1000000001", w.orders[0].ID
-	}
-	return []string{"/shipments/" + url.PathEscape(shipment) + "/tracking", "/tracking/" + url.PathEscape(number), "/orders", "/orders/" + url.PathEscape(order)}
-}
-
-func judgeMissingKey(k *kit) ruleVerdict {
-	var v ruleVerdict
-	for _, target := range k.operationTargets() {
-		v.wantStatus(k, k.get(roleNone, target, http.StatusUnauthorized, codeMissingAPIKey), http.StatusUnauthorized, "no Authorization")
-	}
-	return v
-}
-
-func judgeInvalidKey(k *kit) ruleVerdict {
-	var v ruleVerdict
-	ex := k.send(request{method: http.MethodGet, target: "/orders", unknownKey: "sk_test_conformance0unknown0key", expect: expectation{http.StatusUnauthorized, codeInvalidAPIKey}})
-	v.wantStatus(k, ex, http.StatusUnauthorized, "a key no account holds")
-	return v
-}
-
-// judgeKeyRole is a rule that GET /v1/orders with the key of role answers 401 code.
-func judgeKeyRole(role keyRole, flag string, c code) func(k *kit) ruleVerdict {
-	return func(k *kit) ruleVerdict {
-		if k.keys[role] == "" {
-			return skip("needs " + flag)
-		}
-		var v ruleVerdict
-		v.wantStatus(k, k.get(role, "/orders", http.StatusUnauthorized, c), http.StatusUnauthorized, "a key that is "+strings.TrimSuffix(string(c), "_api_key"))
-		return v
-	}
-}
-
-// judgeScope is a rule that a key without a scope (the key of role, holding only the
-// other) is 403 on the operations of targets.
-func judgeScope(role keyRole, flag string, targets func(k *kit) []string) func(k *kit) ruleVerdict {
-	return func(k *kit) ruleVerdict {
-		if k.keys[role] == "" {
-			return skip("needs " + flag)
-		}
-		var v ruleVerdict
-		for _, target := range targets(k) {
-			v.wantStatus(k, k.get(role, target, http.StatusForbidden, codeInsufficientScope), http.StatusForbidden, "a key without the operation's scope")
-		}
-		return v
-	}
-}
-
-func judgeOtherAccount(k *kit) ruleVerdict {
-	if k.keys[roleAlt] == "" {
-		return skip("needs -alt-key (a key of another account)")
-	}
-	w := k.world
-	var targets []string
-	if len(w.orders) > 0 {
-		targets = append(targets, "/orders/"+url.PathEscape(w.orders[0].ID))
-	}
-	if len(w.shipments) > 0 {
-		targets = append(targets, "/shipments/"+url.PathEscape(w.shipments[0])+"/tracking")
-	}
-	for _, number := range slices.Sorted(maps.Keys(w.numbers)) {
-		targets = append(targets, "/tracking/"+url.PathEscape(number))
-		break
-	}
-	if len(targets) == 0 {
-		return skip("the key reads nothing of its account for the other account's key to read")
-	}
-	var v ruleVerdict
-	for _, target := range targets {
-		v.wantStatus(k, k.get(roleAlt, target, http.StatusNotFound, codeNotFound), http.StatusNotFound, "another account's resource")
-	}
-	return v
-}
-
-// maxBurst is the most requests the rate limit's rule sends before it gives up, and
-// burstWorkers how many it has in flight at once.
-const (
-	maxBurst     = 1000
-	burstWorkers = 4
-)
-
-// burst sends GET /v1/orders?limit=1 as fast as the kit can (burstWorkers at once), with a
-// key of its own (the main key where the world has none), until one answers 429, at most
-// maxBurst: the rate limit's rules judge its answers, the 429 last. It is sent once a run.
-func (k *kit) burst() []*exchange {
-	if k.bursted != nil {
-		return k.bursted
-	}
-	role := roleBurst
-	if k.keys[role] == "" {
-		role = roleMain
-	}
-	k.pace = false
-	defer func() { k.pace = true }()
-	var (
-		mu       sync.Mutex
-		started  int         // never more than maxBurst
-		answered []*exchange // in the order they came
-		limited  *exchange   // the first 429, or the first request without an answer: it ends the burst
-		wg       sync.WaitGroup
-	)
-	r := request{method: http.MethodGet, target: "/orders?limit=1", role: role, expect: expectation{http.StatusOK, ""}}
-	for range burstWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				if limited != nil || started == maxBurst || k.ctx.Err() != nil {
-					mu.Unlock()
-					return
-				}
-				started++
-				mu.Unlock()
-				ex := k.sendOnce(r)
-				mu.Lock()
-				answered = append(answered, ex)
-				if limited == nil && (ex.status == http.StatusTooManyRequests || ex.err != nil) {
-					limited = ex
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if limited != nil { // the answer that ended it, last
-		answered = append(slices.DeleteFunc(answered, func(ex *exchange) bool { return ex == limited }), limited)
-	}
-	k.bursted = answered
-	return k.bursted
-}
-
-func judgeRateLimit(k *kit) ruleVerdict {
-	exs := k.burst()
-	k.used[k.rule] = append(k.used[k.rule], exs...)
-	last := exs[len(exs)-1]
-	var v ruleVerdict
-	if last.status != http.StatusTooManyRequests {
-		v.fail(k, last, fmt.Sprintf("429 past the limit, within %d requests sent as fast as the kit can", maxBurst), fmt.Sprintf("%d requests, the last answered %d", len(exs), last.status))
-	}
-	return v
-}
-
-func judgeRateLimitHeaders(k *kit) ruleVerdict {
-	exs := k.burst()
-	k.used[k.rule] = append(k.used[k.rule], exs...)
-	last := exs[len(exs)-1]
-	if last.status != http.StatusTooManyRequests {
-		return skip("the burst met no 429 (see limits.rate_limit)")
-	}
-	var v ruleVerdict
-	for _, ex := range exs {
-		if ex.header.Get("RateLimit-Policy") == "" || ex.header.Get("RateLimit") == "" {
-			v.fail(k, ex, "RateLimit-Policy and RateLimit on every answer under the limit", fmt.Sprintf("RateLimit-Policy %q, RateLimit %q", ex.header.Get("RateLimit-Policy"), ex.header.Get("RateLimit")))
-			break
-		}
-	}
-	if s, err := strconv.Atoi(last.header.Get("Retry-After")); err != nil || s < 0 {
-		v.fail(k, last, "Retry-After in whole seconds on the 429", fmt.Sprintf("Retry-After %q", last.header.Get("Retry-After")))
-	}
-	return v
 }

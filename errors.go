@@ -12,11 +12,6 @@
 //   - The floor: a dataset's faults and the checks of its fields
 //   - The floor: reading JSON strictly
 //   - The floor: record shapes
-//   - Conformance: the kit's floor, its requests and verdicts
-//   - Conformance: errors
-//
-// The conformance kit's floor is here for the same reason as the rest: every file's rules
-// stand on it (they live beside what they check), and the runner above them, in main.go.
 //
 // Why the floor is here: the strict JSON reader, the record shapes and the checks of a
 // dataset's fields are used by every file that owns a record (auth.go's accounts and keys,
@@ -30,21 +25,17 @@ package main
 import (
 	"bytes"
 	"cmp"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"math"
-	"mime"
 	"net/http"
 	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -882,8 +873,8 @@ func (d *jsonReader) space() (c byte, ok bool) {
 	}
 }
 
-// jsonType names the JSON type of a value that begins with c, as encoding/json does.
-func jsonType(c byte) string {
+// valueTypeOf names the JSON type of a value that begins with c, as encoding/json does.
+func valueTypeOf(c byte) string {
 	switch c {
 	case '{':
 		return "object"
@@ -938,7 +929,7 @@ func (d *jsonReader) object(path string, fields []string, member func(name strin
 	}
 	if c != '{' {
 		if c == '[' || c == '"' || c == 't' || c == 'f' || c == '-' || '0' <= c && c <= '9' {
-			return &datasetError{path: path, reason: "must be an object, not " + jsonType(c)}
+			return &datasetError{path: path, reason: "must be an object, not " + valueTypeOf(c)}
 		}
 		return d.unexpected(0, "looking for beginning of value")
 	}
@@ -1005,7 +996,7 @@ func (d *jsonReader) array(path string, elem func(i int) error) error {
 	case c == 'n':
 		return d.literal("null")
 	case c == '{' || c == '"' || c == 't' || c == 'f' || c == '-' || '0' <= c && c <= '9':
-		return &datasetError{path: path, reason: "must be an array, not " + jsonType(c)}
+		return &datasetError{path: path, reason: "must be an array, not " + valueTypeOf(c)}
 	case c != '[':
 		return d.unexpected(0, "looking for beginning of value")
 	}
@@ -1313,7 +1304,7 @@ func (d *jsonReader) value(path, name string, want byte, kind string) (byte, err
 	case c == want || want == 't' && c == 'f':
 		return c, nil
 	case c == '{' || c == '[' || c == '"' || c == 't' || c == 'f' || c == '-' || '0' <= c && c <= '9':
-		return 0, &datasetError{path: path + "." + name, reason: "must be " + kind + ", not " + jsonType(c)}
+		return 0, &datasetError{path: path + "." + name, reason: "must be " + kind + ", not " + valueTypeOf(c)}
 	}
 	return 0, d.unexpected(0, "looking for beginning of value")
 }
@@ -1539,526 +1530,4 @@ func readList[T any, P interface {
 		*list = append(*list, rec)
 		return err
 	})
-}
-
-// ===== Conformance: the kit's floor, its requests and verdicts =====
-
-// The conformance kit's floor: what every file's rules stand on (a run of the kit, the
-// requests it sends and what it keeps of their answers, the verdict a rule returns, the
-// world it judges against, and the shape of a JSON answer), beneath the rules, which live
-// beside what they check, and the runner and its reports, in main.go.
-
-// keyRole is what a key is for in a run, and the variable a report's curl names it by.
-type keyRole string
-
-const (
-	roleNone     keyRole = ""
-	roleMain     keyRole = "KEY"
-	roleAlt      keyRole = "ALT_KEY"
-	roleTracking keyRole = "TRACKING_KEY"
-	roleOrders   keyRole = "ORDERS_KEY"
-	roleExpired  keyRole = "EXPIRED_KEY"
-	roleRevoked  keyRole = "REVOKED_KEY"
-	roleBurst    keyRole = "BURST_KEY"
-)
-
-// checkConfig is what check is told, by flags and SANDBOX_CHECK_<NAME>.
-type checkConfig struct {
-	baseURL string // "": the self-check
-	keys    map[keyRole]string
-	profile string
-	full    bool
-	rules   []string // ids or prefixes ending in *; nil: every rule
-	expect  map[string]string
-	format  string
-	out     string
-	timeout time.Duration
-	strict  bool
-}
-
-// kit is one run of the conformance kit.
-type kit struct {
-	ctx      context.Context
-	cfg      checkConfig
-	base     *url.URL // ends in /v1, without a trailing /
-	client   *http.Client
-	keys     map[keyRole]string
-	world    *world
-	rule     string                 // the rule whose requests are being sent
-	used     map[string][]*exchange // each rule's answers, cached ones included
-	cache    map[string]*exchange   // the GETs answered, by key role and target
-	next     map[string]time.Time   // by key: when it may send again, by the server's RateLimit
-	requests atomic.Int64           // sent, retries included (the burst sends from several goroutines)
-	retried  int                    // 429s waited out
-	pace     bool                   // read RateLimit and Retry-After (not during the burst)
-	secrets  []string               // every key the run was given or made, which reports never show
-	judged   []*exchange            // the answers the rules that judge every answer judge
-	bursted  []*exchange            // the rate limit's burst, once sent
-}
-
-// maxCheckAnswer is the most of an answer the kit reads: more fails the rule that read it.
-const maxCheckAnswer = 1 << 20
-
-// errAnswerTooLarge is an answer over maxCheckAnswer.
-var errAnswerTooLarge = fmt.Errorf("the answer is over %d bytes (1 MiB), the most the kit reads", maxCheckAnswer)
-
-func newKit(ctx context.Context, cfg checkConfig) *kit {
-	base, _ := url.Parse(strings.TrimSuffix(cfg.baseURL, "/"))
-	k := &kit{ctx: ctx, cfg: cfg, base: base, keys: maps.Clone(cfg.keys), used: map[string][]*exchange{}, cache: map[string]*exchange{}, next: map[string]time.Time{}, pace: true}
-	for _, key := range cfg.keys {
-		k.secrets = append(k.secrets, key)
-	}
-	k.client = &http.Client{
-		Timeout: cfg.timeout,
-		// A redirect is an answer, judged as such: its Location is never requested, so a
-		// key never goes to another host.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		Transport:     &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 4}, // each request bounded by Timeout
-	}
-	return k
-}
-
-// expectation is the answer a request should get: its status and, for an error, the code
-// the contract gives it (what errors.codes judges).
-type expectation struct {
-	status int
-	code   code
-}
-
-// request is one request of the kit: its key by role (or a made-up key, unknownKey), a body
-// of its own, what it should get.
-type request struct {
-	method, target string // target: the path after the base URL, and its query
-	role           keyRole
-	unknownKey     string // a key no server holds, sent as it is (auth.invalid_key)
-	body           []byte
-	header         []string // further header fields, name then value
-	expect         expectation
-}
-
-// exchange is a request the kit sent and what came back.
-type exchange struct {
-	req    request
-	rule   string
-	status int
-	header http.Header
-	body   []byte
-	err    error // the request got no answer, or one over 1 MiB
-}
-
-// get sends GET target with the key of role, expecting status (and code), or reuses the
-// answer an earlier rule got to the same request.
-func (k *kit) get(role keyRole, target string, status int, c code) *exchange {
-	return k.send(request{method: http.MethodGet, target: target, role: role, expect: expectation{status, c}})
-}
-
-// send sends r unless the same GET was answered already, and notes the answer as the
-// current rule's. A 429 is waited out (Retry-After, at most -timeout) and r sent again, at
-// most three times, while the kit paces itself.
-func (k *kit) send(r request) *exchange {
-	id := string(r.role) + " " + r.unknownKey + " " + r.method + " " + r.target
-	if ex := k.cache[id]; ex != nil && r.method == http.MethodGet && r.body == nil {
-		k.used[k.rule] = append(k.used[k.rule], ex)
-		return ex
-	}
-	ex := k.sendOnce(r)
-	for tries := 0; k.pace && ex.status == http.StatusTooManyRequests && tries < 3 && k.ctx.Err() == nil; tries++ {
-		k.retried++
-		k.wait(retryAfter(ex.header, k.cfg.timeout))
-		ex = k.sendOnce(r)
-	}
-	if r.method == http.MethodGet && ex.err == nil {
-		k.cache[id] = ex
-	}
-	k.used[k.rule] = append(k.used[k.rule], ex)
-	return ex
-}
-
-// sendOnce sends r once, no faster than the server's RateLimit says its key may.
-func (k *kit) sendOnce(r request) *exchange {
-	ex := &exchange{req: r, rule: k.rule}
-	key := k.keys[r.role]
-	if r.unknownKey != "" {
-		key = r.unknownKey
-	}
-	if k.pace {
-		if at := k.next[key]; time.Now().Before(at) {
-			k.wait(time.Until(at))
-		}
-	}
-	if err := k.ctx.Err(); err != nil {
-		ex.err = err
-		return ex
-	}
-	var body io.Reader
-	if r.body != nil {
-		body = bytes.NewReader(r.body)
-	}
-	req, err := http.NewRequestWithContext(k.ctx, r.method, k.base.String()+r.target, body)
-	if err != nil {
-		ex.err = err
-		return ex
-	}
-	if req.URL.Host != k.base.Host { // keys go to the base URL's host only
-		ex.err = fmt.Errorf("the request names host %q, not the base URL's", req.URL.Host)
-		return ex
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	if r.body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(r.header); i += 2 {
-		req.Header.Set(r.header[i], r.header[i+1])
-	}
-	k.requests.Add(1)
-	res, err := k.client.Do(req)
-	if err != nil {
-		ex.err = err
-		return ex
-	}
-	defer res.Body.Close()
-	ex.status, ex.header = res.StatusCode, res.Header
-	ex.body, err = io.ReadAll(io.LimitReader(res.Body, maxCheckAnswer+1))
-	switch {
-	case err != nil:
-		ex.err = err
-	case len(ex.body) > maxCheckAnswer:
-		ex.body, ex.err = ex.body[:maxCheckAnswer], errAnswerTooLarge
-	}
-	if k.pace && key != "" {
-		if wait, ok := rateWait(res.Header, k.cfg.timeout); ok {
-			k.next[key] = time.Now().Add(wait)
-		}
-	}
-	return ex
-}
-
-// wait waits d, or until the run is cancelled.
-func (k *kit) wait(d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-k.ctx.Done():
-	}
-}
-
-// retryAfter is a 429's Retry-After, in whole seconds, at most most (1 s when absent or
-// unreadable).
-func retryAfter(h http.Header, most time.Duration) time.Duration {
-	s, err := strconv.Atoi(strings.TrimSpace(h.Get("Retry-After")))
-	if err != nil || s < 0 {
-		return min(time.Second, most)
-	}
-	return min(time.Duration(s)*time.Second, most)
-}
-
-// rateWait reads the IETF draft's RateLimit fields: with no request left (r=0), the next
-// waits one request's share of the policy's window (w/q), or the time the limit says it
-// resets in (t) without a policy; at most most.
-func rateWait(h http.Header, most time.Duration) (time.Duration, bool) {
-	left, reset := structuredParam(h.Get("RateLimit"), "r"), structuredParam(h.Get("RateLimit"), "t")
-	if left != 0 {
-		return 0, false
-	}
-	quota, window := structuredParam(h.Get("RateLimit-Policy"), "q"), structuredParam(h.Get("RateLimit-Policy"), "w")
-	switch {
-	case quota > 0 && window > 0:
-		return min(time.Duration(window)*time.Second/time.Duration(quota), most), true
-	case reset > 0:
-		return min(time.Duration(reset)*time.Second, most), true
-	}
-	return 0, false
-}
-
-// structuredParam is the integer parameter name of a structured field's first item
-// ("default";r=24;t=1), -1 when it has none.
-func structuredParam(field, name string) int {
-	item, _, _ := strings.Cut(field, ",")
-	for _, p := range strings.Split(item, ";")[1:] {
-		if k, v, ok := strings.Cut(strings.TrimSpace(p), "="); ok && k == name {
-			if n, err := strconv.Atoi(v); err == nil {
-				return n
-			}
-		}
-	}
-	return -1
-}
-
-// redact replaces the text of every key of the run with the variable a report names it by
-// (a key given but replaced by its sandbox's, with $KEY).
-func (k *kit) redact(s string) string {
-	for role, key := range k.keys {
-		if key != "" {
-			s = strings.ReplaceAll(s, key, "$"+string(role))
-		}
-	}
-	for _, key := range k.secrets {
-		if key != "" {
-			s = strings.ReplaceAll(s, key, "$KEY")
-		}
-	}
-	return s
-}
-
-// curl is r as a command a person can run, each key a variable named for its role.
-func (k *kit) curl(r request) string {
-	var b strings.Builder
-	b.WriteString("curl -s -i")
-	if r.method != http.MethodGet {
-		b.WriteString(" -X " + r.method)
-	}
-	switch {
-	case r.unknownKey != "":
-		b.WriteString(" -H 'Authorization: Bearer " + r.unknownKey + "'")
-	case r.role != roleNone:
-		b.WriteString(` -H "Authorization: Bearer $` + string(r.role) + `"`)
-	}
-	for i := 0; i+1 < len(r.header); i += 2 {
-		b.WriteString(" -H " + shellQuote(r.header[i]+": "+r.header[i+1]))
-	}
-	switch {
-	case len(r.body) > 4096:
-		fmt.Fprintf(&b, " -H 'Content-Type: application/json' --data-binary @<(head -c %d /dev/zero | tr '\\0' x)", len(r.body))
-	case r.body != nil:
-		b.WriteString(" -H 'Content-Type: application/json' --data-binary " + shellQuote(string(r.body)))
-	}
-	b.WriteString(" " + shellQuote(k.base.String()+r.target))
-	return k.redact(b.String())
-}
-
-// shellQuote is s in single quotes, as a shell reads it.
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-// ruleVerdict is what a rule's check found: a pass, a skip (with its reason) or a failure (with
-// its evidence); the run makes a failure that -expect names expected.
-type ruleVerdict struct {
-	result   string // pass, fail, skip or expected
-	reason   string
-	evidence []checkEvidence
-}
-
-// skip is a rule that cannot be judged, saying why.
-func skip(reason string) ruleVerdict { return ruleVerdict{result: "skip", reason: reason} }
-
-// fail notes a failure of the rule: what it expected and what it saw, with the request as
-// a curl command and its answer's Request-Id.
-func (v *ruleVerdict) fail(k *kit, ex *exchange, expected, seen string) {
-	v.result = "fail"
-	e := checkEvidence{Expected: expected, Curl: k.curl(ex.req)}
-	switch {
-	case ex.err != nil && ex.status == 0:
-		e.Seen = "no answer: " + ex.err.Error()
-	default:
-		e.Status = ex.status
-		e.RequestID = ex.header.Get("Request-Id")
-		e.Seen = seen
-		if ex.err != nil {
-			e.Seen += " (" + ex.err.Error() + ")"
-		}
-		if len(ex.body) > 0 {
-			e.Seen += "; body: " + string(ex.body[:min(len(ex.body), 512)])
-		}
-	}
-	e.Expected, e.Seen = k.redact(e.Expected), k.redact(strings.ToValidUTF8(e.Seen, "?"))
-	v.evidence = append(v.evidence, e)
-}
-
-// settled is v once judged: a rule that found no failure and was not skipped passes.
-func (v ruleVerdict) settled() ruleVerdict {
-	if v.result == "" {
-		v.result = "pass"
-	}
-	return v
-}
-
-// failed reports whether the rule has failed.
-func (v *ruleVerdict) failed() bool { return v.result == "fail" }
-
-// wantStatus checks that ex answered status (any status but 2xx with a body the kit read
-// whole), and fails the rule otherwise; it reports whether it did.
-func (v *ruleVerdict) wantStatus(k *kit, ex *exchange, status int, what string) bool {
-	if ex.err == nil && ex.status == status {
-		return true
-	}
-	v.fail(k, ex, fmt.Sprintf("%s: %d", what, status), fmt.Sprintf("status %d", ex.status))
-	return false
-}
-
-type checkEvidence struct {
-	Expected  string `json:"expected"`
-	Seen      string `json:"seen"`
-	Status    int    `json:"status"`
-	Curl      string `json:"curl"`
-	RequestID string `json:"request_id"`
-}
-
-// world is what the kit judges against.
-type world struct {
-	own       bool
-	made      []madeSandbox     // the kit's sandboxes, to delete
-	orders    []worldOrder      // the main account's orders: own, as sent, in list order; discovered, as read
-	shipments []string          // shipments known to exist, by id
-	numbers   map[string]string // a primary tracking number one shipment holds, and its shipment
-	further   string            // own: a further parcel's number
-	twin      string            // own: a number two shipments hold
-	linked    [2]string         // an order linked to a shipment, and the shipment
-	from, to  string            // the instants the created filters name, each some order's created_at
-	foreign   [3]string         // own: the other account's order, shipment and number
-}
-
-// worldOrder is an order as the kit knows it.
-type worldOrder struct {
-	ID         string  `json:"id"`
-	Reference  string  `json:"merchant_reference"`
-	Platform   string  `json:"platform"`
-	Status     string  `json:"status"`
-	ShipmentID *string `json:"shipment_id"`
-	CreatedAt  string  `json:"created_at"`
-}
-
-// madeSandbox is a sandbox the kit made: its account, and a key to delete it with.
-type madeSandbox struct{ account, key string }
-
-// valueKind is the JSON type a member must have.
-type valueKind uint8
-
-const (
-	kindString valueKind = iota
-	kindStringOrNull
-	kindArray
-	kindObject
-	kindBool
-	kindInteger
-)
-
-var valueKinds = []string{"a string", "a string or null", "an array", "an object", "true or false", "an integer"}
-
-// memberKind is a member an object must have, and its type.
-type memberKind struct {
-	name string
-	kind valueKind
-}
-
-// shapeFault is what is wrong with body as one JSON object that has shape's members with
-// their types, then what inner says of it; "" when nothing is.
-func shapeFault(body []byte, shape []memberKind, inner func(map[string]any) string) string {
-	obj, ok := jsonObject(body)
-	if !ok {
-		return "the body is not one JSON object"
-	}
-	if fault := membersFault(obj, shape, ""); fault != "" {
-		return fault
-	}
-	return inner(obj)
-}
-
-// jsonObject is body as one JSON object, its numbers as they are written.
-func jsonObject(body []byte) (map[string]any, bool) {
-	d := json.NewDecoder(bytes.NewReader(body))
-	d.UseNumber()
-	var obj map[string]any
-	return obj, d.Decode(&obj) == nil && obj != nil
-}
-
-// membersFault is what is wrong with obj's members: one of shape missing or of another
-// type; its names written after prefix.
-func membersFault(obj map[string]any, shape []memberKind, prefix string) string {
-	for _, m := range shape {
-		v, ok := obj[m.name]
-		if !ok {
-			return "member " + prefix + m.name + " missing"
-		}
-		var fits bool
-		switch m.kind {
-		case kindString:
-			_, fits = v.(string)
-		case kindStringOrNull:
-			_, fits = v.(string)
-			fits = fits || v == nil
-		case kindArray:
-			_, fits = v.([]any)
-		case kindObject:
-			_, fits = v.(map[string]any)
-		case kindBool:
-			_, fits = v.(bool)
-		case kindInteger:
-			n, ok := v.(json.Number)
-			_, err := n.Int64()
-			fits = ok && err == nil
-		}
-		if !fits {
-			got, _ := json.Marshal(v)
-			return fmt.Sprintf("member %s%s is %s, not %s", prefix, m.name, got, valueKinds[m.kind])
-		}
-	}
-	return ""
-}
-
-// memberBeyond is the first member of obj (in name order) that shape does not name, its name
-// written after prefix; "" when there is none.
-func memberBeyond(obj map[string]any, shape []memberKind, prefix string) string {
-	for _, name := range slices.Sorted(maps.Keys(obj)) {
-		if !slices.ContainsFunc(shape, func(m memberKind) bool { return m.name == name }) {
-			return "member " + prefix + name + " beyond the spec's"
-		}
-	}
-	return ""
-}
-
-// ===== Conformance: errors =====
-
-// The kit's rules of every error answer: problem details, and the codes.
-
-// problemMembers is an error answer's members and their types.
-var problemMembers = []memberKind{{"type", kindString}, {"title", kindString}, {"status", kindInteger}, {"detail", kindString}, {"code", kindString}, {"request_id", kindString}}
-
-func judgeProblemJSON(k *kit) ruleVerdict {
-	var v ruleVerdict
-	for _, ex := range k.judged {
-		if ex.status < 400 {
-			continue
-		}
-		ct, _, _ := mime.ParseMediaType(ex.header.Get("Content-Type"))
-		fault := shapeFault(ex.body, problemMembers, func(p map[string]any) string {
-			if n, _ := p["status"].(json.Number).Int64(); int(n) != ex.status {
-				return fmt.Sprintf("status %d in the body", n)
-			}
-			return ""
-		})
-		if ct != problemContentType || fault != "" {
-			seen := "Content-Type " + strconv.Quote(ex.header.Get("Content-Type"))
-			if fault != "" {
-				seen += "; " + fault
-			}
-			v.fail(k, ex, "application/problem+json with type, title, status, detail, code and request_id", seen)
-			break
-		}
-	}
-	return v
-}
-
-func judgeCodes(k *kit) ruleVerdict {
-	var v ruleVerdict
-	judged := 0
-	for _, ex := range k.judged {
-		want := ex.req.expect
-		if want.code == "" || ex.status != want.status {
-			continue
-		}
-		judged++
-		var p struct{ Code code }
-		if json.Unmarshal(ex.body, &p) != nil || p.Code != want.code {
-			v.fail(k, ex, fmt.Sprintf("code %s on this %d", want.code, want.status), fmt.Sprintf("code %q", p.Code))
-		}
-	}
-	if judged == 0 {
-		return skip("no answer had the status the kit expected of an error")
-	}
-	return v
 }

@@ -1,13 +1,19 @@
-// Command sandbox serves the local sandbox of the Shipment Tracking and Imported Orders API.
+// Command sandbox serves the local sandbox of the Shipment Tracking and Imported Orders API,
+// and judges any server that claims the API (go run . check). main.go holds the two
+// commands, one after the other.
 //
-// main.go is the process and the path of a request through the server, in the order a
+// First the server: the process and the path of a request through it, in the order a
 // request meets it: the route table, then the clean-path check, the route, the checks in
 // the contract's order, the body, the handlers, writing the answer and the log line; then
-// what needs no key. What one operation needs lives with it. Last, the conformance kit (go
-// run . check): its command, the catalogue of its rules and their run, its rules of HTTP
-// itself, and its reports; each other rule lives beside what it checks, on the kit's floor
-// in errors.go. Its sections, each under a banner (grep '^// =====' *.go lists the sections
-// of every file):
+// what needs no key. What one operation needs lives with it.
+//
+// Then the conformance kit, a client of the API in one contiguous part, in the order a run
+// meets it: its command and flags, its requests and verdicts, its world, the catalogue with
+// each rule's judge under its prefix, its reports, and check diff. It shares with the server
+// only the contract's words (paths, codes, vocabularies, limits), and none of its types.
+//
+// Its sections, each under a banner (grep '^// =====' *.go lists the sections of every
+// file):
 //
 //   - The process: flags and environment
 //   - The process: hosts and origins
@@ -26,10 +32,20 @@
 //   - The access log
 //   - What needs no key: health, the document, and what no route serves
 //   - The landing page
-//   - Conformance: the command, its flags and its run
-//   - Conformance: the catalogue and the run
-//   - Conformance: every answer, the methods and the body
-//   - Conformance: the reports
+//   - The conformance kit: its command and its flags
+//   - The conformance kit: its requests, and what it keeps of their answers
+//   - The conformance kit: its pace
+//   - The conformance kit: what it writes, masked and escaped
+//   - The conformance kit: results and their evidence
+//   - The conformance kit: JSON, read with its own eyes
+//   - The conformance kit: its world
+//   - The conformance kit: the catalogue, and a run of it
+//   - The conformance kit: the catalogue's judges of auth.*
+//   - The conformance kit: the catalogue's judges of tracking.*
+//   - The conformance kit: the catalogue's judges of orders.*
+//   - The conformance kit: the catalogue's judges of http.*, errors.* and limits.*
+//   - The conformance kit: its reports
+//   - The conformance kit: check diff, two reports side by side
 package main
 
 import (
@@ -41,23 +57,28 @@ import (
 	_ "embed"
 	"encoding/binary"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
 	"flag"
 	"fmt"
 	"html"
 	"html/template"
 	"io"
+	"log"
 	"log/slog"
 	"maps"
 	"math"
+	"math/big"
 	"math/bits"
 	mrand "math/rand/v2"
+	"mime"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -69,6 +90,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode"
 	"unicode/utf8"
 	"unsafe"
 )
@@ -85,6 +107,11 @@ const defaultBaseURL = "http://127.0.0.1:8080/v1"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	if len(os.Args) > 1 && os.Args[1] == "check" { // the conformance kit
+		// Go's HTTP transport writes what a server sends unasked on an idle connection to
+		// the standard logger ("Unsolicited response received on idle HTTP channel starting
+		// with ..."): a hostile server's bytes, the keys it echoes among them. Nothing else of
+		// the kit uses that logger, and what the kit writes it masks: it is silenced.
+		log.SetOutput(io.Discard)
 		status := runCheck(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
 		stop()
 		os.Exit(status)
@@ -909,9 +936,9 @@ type server struct {
 	// line. Only those write it: a counter every request wrote would bounce its cache line
 	// between the cores (compare.sh shows it).
 	drained   atomic.Int64
-	cors      *cors       // nil: no CORS headers
-	faults    *faultPlan  // nil: -faults is off
-	book      *tenantBook // the bounds every tenant's bookkeeping shares, and the sandboxes
+	cors      *cors           // nil: no CORS headers
+	faults    *faultPlan      // nil: -faults is off
+	registry  *tenantRegistry // the bounds every tenant's bookkeeping shares, and the sandboxes
 	landing   *landing
 	clocks    clockHelpers
 	keys      keyFinder
@@ -957,7 +984,7 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 	srv := &server{
 		cors:      c,
 		faults:    o.faults,
-		book:      newTenantBook(sb.tenants.list, o.journal, o.journalBytes),
+		registry:  newTenantRegistry(sb.tenants.list, o.journal, o.journalBytes),
 		landing:   newLanding(sb, o.loopback, o.faults),
 		clocks:    clockHelpers{wall: o.now},
 		templates: sb.templates,
@@ -972,7 +999,7 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 		origin:    strings.TrimSuffix(o.baseURL, "/v1"),
 		health:    []byte(`{"status":"ok"}`),
 	}
-	srv.keys = keyFinder{dataset: sb.keys, sandboxes: srv.book, wall: o.now}
+	srv.keys = keyFinder{dataset: sb.keys, sandboxes: srv.registry, wall: o.now}
 	return srv, nil
 }
 
@@ -994,7 +1021,7 @@ func (s *server) routes() []route {
 		{"GET /v1/test_helpers/timeline", s.testHelper(withClock, getTimeline)},
 		{"GET /v1/test_helpers/requests", s.journalReader(s.readRequests)},
 		{"GET /v1/test_helpers/findings", s.journalReader(s.readFindings)},
-		{"POST /v1/test_helpers/sandboxes", s.write(codeAndDelay, s.makeSandbox)},
+		{"POST /v1/test_helpers/sandboxes", s.write(codeAndDelay, s.postSandbox)},
 		{"DELETE /v1/test_helpers/sandboxes/{account}", s.testHelper(codeAndDelay, s.deleteSandbox)},
 		{"POST /v1/test_helpers/shipments", s.write(withClock, s.createShipment)},
 		{"GET /v1/openapi.json", s.keyless(s.serveOpenAPI)},
@@ -1055,7 +1082,7 @@ func (s *server) testHelper(reads preferences, h keyedHandler) callHandler {
 // query parameters and is not journaled itself; with the journal off it answers 404.
 func (s *server) journalReader(h keyedHandler) callHandler {
 	return s.keyed(func(w http.ResponseWriter, r *http.Request, c *call) error {
-		if !s.book.journaling() {
+		if !s.registry.journaling() {
 			return errJournalOff
 		}
 		return h(w, r, c)
@@ -1075,7 +1102,7 @@ const (
 // clock), live environment (503), rate limit (429), then the route's own (scope, Prefer),
 // then the streamed body size (413).
 func (s *server) keyed(h keyedHandler, expiry expiryClock, j journaling, own ...wrapper) callHandler {
-	checks := []wrapper{capDeclared, requireKey(&s.keys, s.now, expiry, bool(j) && s.book.journaling()), refuseLive, limitRate(s.rate, s.now)}
+	checks := []wrapper{capDeclared, requireKey(&s.keys, s.now, expiry, bool(j) && s.registry.journaling()), refuseLive, limitRate(s.rate, s.now)}
 	return chain(s.serveKeyed(h), append(append(checks, own...), s.readBody)...)
 }
 
@@ -2026,7 +2053,7 @@ const (
 // meanwhile) and code 429, 500 or 503 (nothing written); then h, which judges the query, the
 // body and the state and writes; a Prefer code=502 answers last, once the write is done.
 func (s *server) write(reads preferences, h writeHandler) callHandler {
-	return chain(s.serveWrite(h), capDeclared, requireKey(&s.keys, s.now, wallClock, s.book.journaling()), refuseLive, limitRate(s.rate, s.now),
+	return chain(s.serveWrite(h), capDeclared, requireKey(&s.keys, s.now, wallClock, s.registry.journaling()), refuseLive, limitRate(s.rate, s.now),
 		requireIdempotencyKey, s.readPreferences(reads), s.readBody, s.idempotent, s.applyPreferences(false, true))
 }
 
@@ -2093,7 +2120,7 @@ type idempotencyEntry struct {
 	stored  time.Time // by the wall clock: kept storedAnswerLife
 }
 
-// cost is what an answer stored under key holds, as the book counts it.
+// cost is what an answer stored under key holds, as the registry counts it.
 func (a *storedAnswer) cost(key string) int64 {
 	return int64(len(key)+len(a.body)+len(a.location)) + int64(unsafe.Sizeof(idempotencyEntry{})+unsafe.Sizeof(storedAnswer{})) + 96
 }
@@ -2102,7 +2129,7 @@ func (a *storedAnswer) cost(key string) int64 {
 // (found true; read under t's lock, and never changed after), or, when nothing is, the key
 // held in progress for this request, pinned in t's list until settle. A tenant forgotten
 // meanwhile has no keys (errForgotten).
-func (b *tenantBook) claim(t *tenant, key string, request [sha256.Size]byte, now time.Time) (idempotencyEntry, bool, *apiError) {
+func (b *tenantRegistry) claim(t *tenant, key string, request [sha256.Size]byte, now time.Time) (idempotencyEntry, bool, *apiError) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if b.hooks.claiming != nil {
@@ -2126,7 +2153,7 @@ func (b *tenantBook) claim(t *tenant, key string, request [sha256.Size]byte, now
 // settle ends the write that claimed key of t: its answer is stored, when the write was
 // done (written), else the key is free again. Past the bytes of every tenant's stored
 // answers, the oldest of the tenant that holds the most go; a forgotten tenant keeps none.
-func (b *tenantBook) settle(t *tenant, key string, written *storedAnswer, now time.Time) {
+func (b *tenantRegistry) settle(t *tenant, key string, written *storedAnswer, now time.Time) {
 	t.mu.Lock()
 	e, ok := t.answers.peek(key)
 	if t.gone.Load() || !ok || e.answer != nil {
@@ -2151,14 +2178,14 @@ func (b *tenantBook) settle(t *tenant, key string, written *storedAnswer, now ti
 }
 
 // unstore takes what t's stored answers no longer hold off the counts; t.mu is held.
-func (b *tenantBook) unstore(t *tenant, freed int64) {
+func (b *tenantRegistry) unstore(t *tenant, freed int64) {
 	t.answerBytes.Add(-freed)
 	b.answerTotal.Add(-freed)
 }
 
 // makeAnswerRoom forgets the oldest stored answers of the tenant that holds the most until
 // every tenant's together are within the bound (entries in progress hold nothing).
-func (b *tenantBook) makeAnswerRoom() {
+func (b *tenantRegistry) makeAnswerRoom() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for b.answerTotal.Load() > b.maxAnswerBytes {
@@ -2193,14 +2220,14 @@ func (s *server) idempotent(next callHandler) callHandler {
 		c.write = &writeMark{c.idempotencyKey, sha256.Sum256(c.body)}
 		request := sha256.Sum256(append([]byte(r.Method+"\x00"+r.URL.Path+"\x00"), c.write.body[:]...))
 		t := c.key.tenant
-		stored, found, err := s.book.claim(t, c.idempotencyKey, request, s.now())
+		stored, found, err := s.registry.claim(t, c.idempotencyKey, request, s.now())
 		switch {
 		case err != nil:
 			c.fail(w, err)
 		case !found:
-			defer func() { s.book.settle(t, c.idempotencyKey, c.written, s.now()) }()
-			if s.book.hooks.claimed != nil {
-				s.book.hooks.claimed(t, c.idempotencyKey)
+			defer func() { s.registry.settle(t, c.idempotencyKey, c.written, s.now()) }()
+			if s.registry.hooks.claimed != nil {
+				s.registry.hooks.claimed(t, c.idempotencyKey)
 			}
 			next(w, r, c)
 		case stored.request != request:
@@ -2401,9 +2428,9 @@ func writeJSON(w http.ResponseWriter, v any) error {
 	return nil
 }
 
-// makeSandbox answers POST /v1/test_helpers/sandboxes: a sandbox of its own for the caller.
-func (s *server) makeSandbox(c *call) (*storedAnswer, error) {
-	b, err := s.book.makeSandbox(c.body, c.key, s.templates, s.now())
+// postSandbox answers POST /v1/test_helpers/sandboxes: a sandbox of its own for the caller.
+func (s *server) postSandbox(c *call) (*storedAnswer, error) {
+	b, err := s.registry.newSandbox(c.body, c.key, s.templates, s.now())
 	if err != nil {
 		return nil, err
 	}
@@ -2419,7 +2446,7 @@ func (s *server) createShipment(c *call) (*storedAnswer, error) {
 		return nil, err
 	}
 	var created *shipment
-	d, err := c.key.tenant.write(s.book, func(d *tenantData) (next *tenantData, err error) {
+	d, err := c.key.tenant.write(s.registry, func(d *tenantData) (next *tenantData, err error) {
 		next, created, err = d.withShipment(rec, c.at)
 		return next, err
 	})
@@ -2438,7 +2465,7 @@ var errNoSandbox = &apiError{code: codeNotFound, detail: "No sandbox of this acc
 // forgets it at once; any other account is 404.
 func (s *server) deleteSandbox(w http.ResponseWriter, r *http.Request, c *call) error {
 	t := c.key.tenant
-	if t.sandbox == nil || t.id.account != r.PathValue("account") || !s.book.forget(t.id.account) {
+	if t.sandbox == nil || t.id.account != r.PathValue("account") || !s.registry.forget(t.id.account) {
 		return errNoSandbox
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -2509,12 +2536,12 @@ func (s *server) writeEntry(sw *statusWriter) {
 	if k := r.Header["Idempotency-Key"]; len(k) > 0 {
 		e.hasIdempotencyKey, e.idempotencyKey = true, boundValue(strings.Join(k, ", "), maxJournalPrefer)
 	}
-	s.book.keepEntry(c.journal.tenant, &e)
+	s.registry.keepEntry(c.journal.tenant, &e)
 }
 
 // ownMethod is a journaled request's method as a string of its own: net/http cuts it from
 // the request line, which an entry would otherwise keep whole (up to the header limit)
-// while the book counts only what the entry shows. The methods journaled routes answer
+// while the registry counts only what the entry shows. The methods journaled routes answer
 // (GET, HEAD, POST and DELETE) are constants, which cost nothing; any other is copied.
 func ownMethod(m string) string {
 	switch m {
@@ -2949,9 +2976,9 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 	l := s.landing
 	origin := originOf(r, s.origin)
 	host, _, valid := splitHostPort(strings.ToLower(r.Host))
-	d := landingData{Origin: origin, BaseURL: origin + "/v1", Started: formatTimestamp(l.started), Faults: l.faults, Sandboxes: s.book.count(s.now()),
+	d := landingData{Origin: origin, BaseURL: origin + "/v1", Started: formatTimestamp(l.started), Faults: l.faults, Sandboxes: s.registry.count(s.now()),
 		ShowKeys: l.loopback && valid && namesLoopback(host), MoreTenants: l.moreTenants}
-	if d.ShowKeys && s.book.journaling() {
+	if d.ShowKeys && s.registry.journaling() {
 		s.awaitCounts(c.arrived.Add(pageCountWait))
 	}
 	for _, tk := range l.tenants {
@@ -2969,7 +2996,7 @@ func (s *server) landingPage(w http.ResponseWriter, r *http.Request, c *call) {
 			if d.Curl == "" && len(tk.keys) > 0 {
 				d.Curl = "curl -s -H 'Authorization: Bearer " + tk.curlKey + "' " + d.BaseURL + "/orders"
 			}
-			if s.book.journaling() && !tk.t.live {
+			if s.registry.journaling() && !tk.t.live {
 				lt.Journal = true
 				lt.Requests, lt.Journaled, lt.CountedTo, lt.Findings, lt.FirstFindings, lt.Runs = landingJournal(tk.t, d.BaseURL)
 			}
@@ -3104,144 +3131,246 @@ func groupDigits(n int) string {
 	return s
 }
 
-// ===== Conformance: the command, its flags and its run =====
+// ===== The conformance kit: its command and its flags =====
 
-// The conformance kit (go run . check): the spec's rules, each a named check made over HTTP
-// as any client would make it, against any server that claims the API: the live API on the
+// The conformance kit (go run . check) judges any server that claims the API by the spec's
+// rules, each a named rule made over HTTP as any client would make it: the live API on the
 // day it opens, a partner's implementation, another build of this sandbox, or, without
-// -base-url, this one, started in this process. It judges data it makes where the server
-// makes sandboxes (its own world), else what its keys can read (a discovered world). It
-// carries keys to a server it does not trust: it follows no redirect, sends keys only to
-// the base URL's host, reads at most 1 MiB of an answer, and bounds each request by
-// -timeout; no report or message ever holds a key.
+// -base-url, this one, started in this process. It is a client of the API, not a part of the
+// server: it reads every answer with eyes of its own (a JSON reader and types of its own) and
+// shares with the server only the contract's words (paths, codes, vocabularies, limits), so
+// that a server that renames a member fails every rule that reads it. Where the server makes
+// sandboxes it judges what it sees against what it sent. It carries keys to a server it does
+// not trust: it follows no redirect, sends keys to the base URL's host only, reads at most
+// 1 MiB of an answer and 64 KiB of its headers, bounds each request and each wait by
+// -timeout, and masks every key in everything it writes. Its parts, in the order a run meets
+// them: this command and its flags; its requests and what it keeps of their answers; its
+// world; the catalogue, each rule's judge under its prefix; the reports; check diff.
 
 // Exit statuses of the kit.
 const (
-	checkPassed      = 0   // no MUST rule failed (but as expected)
-	checkFailed      = 1   // a MUST rule failed (with -strict, any rule)
-	checkCannotJudge = 2   // a usage error, or a server it could not judge
+	checkPassed      = 0   // no MUST rule failed (but as expected), no expectation stale
+	checkFailed      = 1   // a MUST rule failed, or an expectation is stale (with -strict, any rule failed)
+	checkCannotJudge = 2   // a usage error, or a server the kit could not judge
 	checkInterrupted = 130 // SIGINT or SIGTERM: its sandboxes deleted
 )
 
-// checkFlagRoles are the key flags, in the order -h lists them, and the role of each.
-var checkFlagRoles = []struct {
-	flag string
-	role keyRole
-	what string
+// kitRole is what a key is for in a run: the variable a report's curl names it by.
+type kitRole string
+
+const (
+	roleNone     kitRole = ""
+	roleMain     kitRole = "KEY"
+	roleAlt      kitRole = "ALT_KEY"
+	roleTracking kitRole = "TRACKING_KEY"
+	roleOrders   kitRole = "ORDERS_KEY"
+	roleExpired  kitRole = "EXPIRED_KEY"
+	roleRevoked  kitRole = "REVOKED_KEY"
+	roleBurst    kitRole = "BURST_KEY"
+)
+
+// kitRoles is the one table of the kit's keys: the flag that gives one (the burst's has
+// none: only the kit's own world makes it), what -h and a rule that misses it say, and the
+// key the kit's own world asks its main sandbox for, in this order (none for ALT_KEY: the
+// other sandbox's key).
+var kitRoles = []struct {
+	role        kitRole
+	flag, usage string
+	asked       string
 }{
-	{"key", roleMain, "a test `key` with both scopes (required with -base-url)"},
-	{"alt-key", roleAlt, "a test `key` of another account, both scopes"},
-	{"tracking-key", roleTracking, "a test `key` with tracking:read only"},
-	{"orders-key", roleOrders, "a test `key` with orders:read only"},
-	{"expired-key", roleExpired, "an expired test `key`"},
-	{"revoked-key", roleRevoked, "a revoked test `key`"},
+	{roleMain, "key", "a test `key` with both scopes (required with -base-url)", `{"scopes":["tracking:read","orders:read"]}`},
+	{roleAlt, "alt-key", "a test `key` of another account, both scopes", ""},
+	{roleTracking, "tracking-key", "a test `key` with tracking:read only", `{"scopes":["tracking:read"]}`},
+	{roleOrders, "orders-key", "a test `key` with orders:read only", `{"scopes":["orders:read"]}`},
+	{roleExpired, "expired-key", "an expired test `key`", `{"scopes":["tracking:read","orders:read"],"expires_at":"2000-01-01T00:00:00Z"}`},
+	{roleRevoked, "revoked-key", "a revoked test `key`", `{"scopes":["tracking:read","orders:read"],"revoked":true}`},
+	{roleBurst, "", "", `{"scopes":["tracking:read","orders:read"]}`},
 }
 
-// parseCheckConfig reads check's flags, then SANDBOX_CHECK_<NAME> for each not given. A
-// fault names the flag or the variable.
+// flagOf is the flag that gives role's key, for a rule that needs it.
+func flagOf(role kitRole) string {
+	for _, r := range kitRoles {
+		if r.role == role {
+			return "-" + r.flag
+		}
+	}
+	return ""
+}
+
+// checkConfig is what check is told, by flags and SANDBOX_CHECK_<NAME>.
+type checkConfig struct {
+	baseURL    string // "": the self-check
+	keys       map[kitRole]string
+	profile    string
+	full       bool
+	rules      []string          // ids or prefixes ending in *; nil: every rule
+	expect     map[string]string // rule id or prefix: the reason it is expected to fail
+	expectFile string
+	format     string
+	out        string
+	timeout    time.Duration
+	strict     bool
+}
+
+// minKitKey is the shortest key the kit carries: it masks every part of a key of this
+// length or more in what it writes, and a shorter one could not be masked without
+// garbling the report.
+const minKitKey = 8
+
+// parseCheckConfig reads check's flags, each judged as it is read, then SANDBOX_CHECK_<NAME>
+// for each not given (a fault names the flag or the variable), then what holds between them.
 func parseCheckConfig(args []string, getenv func(string) string, usage io.Writer) (checkConfig, error) {
-	cfg := checkConfig{keys: map[keyRole]string{}, profile: "sandbox", format: "text", timeout: 10 * time.Second}
-	var mode, rules, expectFile string
+	cfg := checkConfig{keys: map[kitRole]string{}, profile: "sandbox", format: "text", timeout: 10 * time.Second}
+	mode := ""
 	fs := flag.NewFlagSet("sandbox check", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&cfg.baseURL, "base-url", "", "the server under check: an absolute http or https `URL` whose path ends in /v1 (default: this sandbox, started in this process)")
-	for _, k := range checkFlagRoles {
-		fs.Func(k.flag, k.what, func(v string) error { cfg.keys[k.role] = v; return nil })
+	fs.Func("base-url", "the server under check: the API's base, an absolute http or https `URL` such as http://127.0.0.1:8080/v1 (default: this sandbox, started in this process)", func(v string) (err error) {
+		cfg.baseURL, err = checkBaseURL(v)
+		return err
+	})
+	for _, r := range kitRoles {
+		if r.flag != "" {
+			fs.Func(r.flag, r.usage, func(v string) error { cfg.keys[r.role] = v; return nil }) // judged below: a refused value is never echoed
+		}
 	}
-	fs.StringVar(&cfg.profile, "profile", cfg.profile, "the spec's stated difference to expect: `sandbox` or domain_adapter")
-	fs.StringVar(&rules, "rules", "", "comma-separated rule `ids`, or prefixes ending in * such as tracking.* (default: every rule)")
-	fs.StringVar(&mode, "mode", "", "`safe`, or full to add the rules that load the server (default safe; full for the self-check)")
-	fs.StringVar(&expectFile, "expect", "", "a JSON `file` of known differences, rule id to reason: such a rule that fails is expected")
-	fs.StringVar(&cfg.format, "format", cfg.format, "the report's `format`: text, json or junit")
+	fs.Func("profile", "the spec's stated difference to expect: `sandbox` (default) or domain_adapter", oneOfFlag(&cfg.profile, "sandbox", "domain_adapter"))
+	fs.Func("rules", "comma-separated rule `ids`, or prefixes ending in * such as tracking.* (default: every rule)", func(v string) (err error) {
+		cfg.rules, err = ruleNames(strings.Split(v, ","))
+		return err
+	})
+	fs.Func("mode", "`safe`, or full to add the rules that load the server (default safe; full for the self-check)", oneOfFlag(&mode, "safe", "full"))
+	fs.Func("expect", "a JSON `file` of known differences, rule id (or prefix ending in *) to reason: such a rule that fails is expected, one that passes is stale", func(v string) (err error) {
+		cfg.expectFile = v
+		cfg.expect, err = readExpectations(v)
+		return err
+	})
+	fs.Func("format", "the report's `format`: text (default), json or junit", oneOfFlag(&cfg.format, "text", "json", "junit"))
 	fs.StringVar(&cfg.out, "out", "", "write the report to this `file` (default: standard output)")
-	fs.DurationVar(&cfg.timeout, "timeout", cfg.timeout, "the longest one request may take, answer read, as a Go `duration`")
+	fs.Func("timeout", "the longest one request, or one wait, may take, as a Go `duration` (default 10s)", func(v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return errors.New("want a positive Go duration such as 10s")
+		}
+		cfg.timeout = d
+		return nil
+	})
 	fs.BoolVar(&cfg.strict, "strict", false, "a failed SHOULD rule fails the run too")
-	given, err := parseFlags(fs, args, usage, "Usage: sandbox check [flags]: the spec's rules, checked over HTTP against a server (without -base-url, this sandbox). Each flag falls back to SANDBOX_CHECK_<NAME> (e.g. SANDBOX_CHECK_KEY). Exit status: 0 no MUST rule failed, 1 one did, 2 the kit could not judge, 130 interrupted.", "check", "check -h")
+	given, err := parseFlags(fs, args, usage, "Usage: sandbox check [flags]: the spec's rules, checked over HTTP against a server (without -base-url, this sandbox), or sandbox check diff OLD.json NEW.json. Each flag falls back to SANDBOX_CHECK_<NAME> (e.g. SANDBOX_CHECK_KEY). Exit status: 0 no MUST rule failed, 1 one did or an expectation is stale, 2 the kit could not judge, 130 interrupted.", "check", "check -h")
 	if err != nil {
 		return cfg, err
 	}
 	if err := fallBack(fs, given, getenv, "SANDBOX_CHECK_"); err != nil {
 		return cfg, err
 	}
-	name := func(flag string) string { // what the user set a value with
-		if given[flag] {
-			return "-" + flag
-		}
-		return "SANDBOX_CHECK_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+	cfg.full = mode == "full" || mode == "" && cfg.baseURL == ""
+	if err := keysFault(cfg.keys, given); err != nil {
+		return cfg, err
 	}
-	if cfg.baseURL != "" {
-		u, err := url.Parse(cfg.baseURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/v1") || u.RawQuery != "" || u.Fragment != "" {
-			return cfg, fmt.Errorf("%s %q: want an absolute http or https URL whose path ends in /v1, such as http://127.0.0.1:8080/v1", name("base-url"), cfg.baseURL)
-		}
-		if cfg.keys[roleMain] == "" {
-			return cfg, errors.New("-key: a test key with both scopes is required with -base-url (or SANDBOX_CHECK_KEY)")
-		}
-	}
-	if cfg.baseURL == "" && cfg.keys[roleMain] == "" {
+	switch {
+	case cfg.baseURL != "" && cfg.keys[roleMain] == "":
+		return cfg, errors.New("-key: a test key with both scopes is required with -base-url (or SANDBOX_CHECK_KEY)")
+	case cfg.baseURL == "" && cfg.keys[roleMain] == "":
 		cfg.keys[roleMain] = "sk_test_sandbox_all"
-	}
-	for role, key := range cfg.keys {
-		if !isBearerToken(key) {
-			for _, k := range checkFlagRoles {
-				if k.role == role {
-					return cfg, fmt.Errorf("%s: not sendable as a Bearer credential: letters, digits and - . _ ~ + / (then = padding only)", name(k.flag))
-				}
-			}
-		}
-	}
-	if cfg.profile != "sandbox" && cfg.profile != "domain_adapter" {
-		return cfg, fmt.Errorf("%s %q: want sandbox or domain_adapter", name("profile"), cfg.profile)
-	}
-	switch mode {
-	case "":
-		cfg.full = cfg.baseURL == ""
-	case "safe", "full":
-		cfg.full = mode == "full"
-	default:
-		return cfg, fmt.Errorf("%s %q: want safe or full", name("mode"), mode)
-	}
-	if cfg.format != "text" && cfg.format != "json" && cfg.format != "junit" {
-		return cfg, fmt.Errorf("%s %q: want text, json or junit", name("format"), cfg.format)
-	}
-	if cfg.timeout <= 0 {
-		return cfg, fmt.Errorf("%s %v: want a positive duration such as 10s", name("timeout"), cfg.timeout)
-	}
-	if rules != "" {
-		cfg.rules = strings.Split(rules, ",")
-		for _, r := range cfg.rules {
-			if len(rulesNamed(r)) == 0 {
-				return cfg, fmt.Errorf("%s: %q names no rule (check -h; the rules are listed in docs/conformance.md)", name("rules"), r)
-			}
-		}
-	}
-	if expectFile != "" {
-		b, err := os.ReadFile(expectFile)
-		if err == nil {
-			err = json.Unmarshal(b, &cfg.expect)
-		}
-		if err != nil {
-			return cfg, fmt.Errorf("%s %s: want a JSON object of rule id to reason: %v", name("expect"), expectFile, err)
-		}
-		for id := range cfg.expect {
-			if len(rulesNamed(id)) == 0 {
-				return cfg, fmt.Errorf("%s %s: %q names no rule", name("expect"), expectFile, id)
-			}
-		}
 	}
 	return cfg, nil
 }
 
-// runCheck is the kit's whole program: its flags, the server (this sandbox, started here,
-// without -base-url), the run, the report, and its exit status. A signal stops the run,
-// deletes the kit's sandboxes and exits 130 within 5 s.
+// oneOfFlag is a flag's parser of one of values.
+func oneOfFlag(dst *string, values ...string) func(string) error {
+	return func(v string) error {
+		if !slices.Contains(values, v) {
+			return fmt.Errorf("want %s", strings.Join(values, " or "))
+		}
+		*dst = v
+		return nil
+	}
+}
+
+// checkBaseURL is the base URL of a server under check, its one trailing / dropped: an
+// absolute http or https URL with a host, and no user, query or fragment (the kit appends
+// the spec's paths to it).
+func checkBaseURL(v string) (string, error) {
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+		return "", errors.New("want an absolute http or https URL, the API's base, such as http://127.0.0.1:8080/v1")
+	}
+	return strings.TrimSuffix(v, "/"), nil
+}
+
+// kitKeyFault is why key cannot be carried: it must be sendable as a Bearer credential (RFC
+// 6750's token68) and long enough to be masked.
+func kitKeyFault(key string) error {
+	body := strings.TrimRight(key, "=")
+	if body == "" || strings.Trim(body, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~+/") != "" {
+		return errors.New("not sendable as a Bearer credential: letters, digits and - . _ ~ + / (then = padding only)")
+	}
+	if len(key) < minKitKey {
+		return fmt.Errorf("shorter than %d characters: the kit masks every key in what it writes, and cannot mask a shorter one", minKitKey)
+	}
+	return nil
+}
+
+// keysFault is why a key given cannot be carried, naming its flag or its variable, never
+// the key.
+func keysFault(keys map[kitRole]string, given map[string]bool) error {
+	for _, r := range kitRoles {
+		key, ok := keys[r.role]
+		if !ok || r.flag == "" {
+			continue
+		}
+		if err := kitKeyFault(key); err != nil {
+			name := "SANDBOX_CHECK_" + strings.ToUpper(strings.ReplaceAll(r.flag, "-", "_"))
+			if given[r.flag] {
+				name = "-" + r.flag
+			}
+			return fmt.Errorf("%s: %v", name, err)
+		}
+	}
+	return nil
+}
+
+// ruleNames are the rule ids or prefixes names lists, each naming a rule.
+func ruleNames(names []string) ([]string, error) {
+	for _, n := range names {
+		if len(rulesNamed(n)) == 0 {
+			return nil, fmt.Errorf("%q names no rule (docs/conformance.md lists them)", n)
+		}
+	}
+	return names, nil
+}
+
+// readExpectations reads an -expect file: a JSON object of rule id (or prefix ending in *)
+// to reason, each naming a rule.
+func readExpectations(file string) (map[string]string, error) {
+	b, err := os.ReadFile(file)
+	var expect map[string]string
+	if err == nil {
+		err = json.Unmarshal(b, &expect)
+	}
+	if err != nil || expect == nil {
+		return nil, fmt.Errorf("%s: want a JSON object of rule id to reason, such as {\"tracking.ambiguous_number\":\"the live adapter answers 409\"}: %v", file, err)
+	}
+	for id := range expect {
+		if len(rulesNamed(id)) == 0 {
+			return nil, fmt.Errorf("%s: %q names no rule", file, id)
+		}
+	}
+	return expect, nil
+}
+
+// runCheck is the kit's whole program: check diff, or its flags, the server (this sandbox,
+// started here, without -base-url), the run, the report and its exit status. A signal stops
+// the run, deletes the kit's sandboxes and exits 130 within 5 s. Whatever it writes is masked.
 func runCheck(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "diff" {
+		return runDiff(args[1:], stdout, stderr)
+	}
 	cfg, err := parseCheckConfig(args, getenv, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return checkPassed
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "sandbox check: "+err.Error())
+		fmt.Fprintln(stderr, "sandbox check: "+newKitSecrets(cfg.keys).mask(err.Error()))
 		return checkCannotJudge
 	}
 	if cfg.baseURL == "" {
@@ -3255,33 +3384,40 @@ func runCheck(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	k := newKit(ctx, cfg)
 	rep, err := k.run()
-	if ctx.Err() != nil {
-		fmt.Fprintln(stderr, "sandbox check: interrupted: the kit's sandboxes are deleted")
-		return checkInterrupted
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "sandbox check: "+k.redact(err.Error()))
-		return checkCannotJudge
-	}
-	out := stdout
-	if cfg.out != "" {
-		f, err := os.Create(cfg.out)
-		if err != nil {
-			fmt.Fprintln(stderr, "sandbox check: -out: "+err.Error())
-			return checkCannotJudge
-		}
-		defer f.Close()
-		out = f
-	}
-	if err := rep.write(out, cfg.format); err != nil {
-		fmt.Fprintln(stderr, "sandbox check: writing the report: "+err.Error())
-		return checkCannotJudge
+	say := func(s string) { fmt.Fprintln(stderr, k.secrets.mask("sandbox check: "+s)) }
+	for _, w := range k.cleanup {
+		say(w)
 	}
 	switch {
-	case rep.Summary.FailedMust > 0, cfg.strict && rep.Summary.Failed > 0:
+	case ctx.Err() != nil:
+		say("interrupted: " + k.cleanupSummary())
+		return checkInterrupted
+	case err != nil:
+		say(err.Error())
+		return checkCannotJudge
+	}
+	if err := writeCheckReport(cfg.out, stdout, rep, cfg.format); err != nil {
+		say("writing the report: " + err.Error())
+		return checkCannotJudge
+	}
+	s := rep.Summary
+	if s.FailedMust > 0 || s.Stale > 0 || cfg.strict && s.Failed > 0 {
 		return checkFailed
 	}
 	return checkPassed
+}
+
+// writeCheckReport writes the report in format to the file out, or to stdout.
+func writeCheckReport(out string, stdout io.Writer, rep *checkReport, format string) error {
+	var b bytes.Buffer
+	if err := rep.write(&b, format); err != nil {
+		return err
+	}
+	if out == "" {
+		_, err := stdout.Write(b.Bytes())
+		return err
+	}
+	return os.WriteFile(out, b.Bytes(), 0o644)
 }
 
 // startSelfCheck starts this sandbox in this process, as go run . serves it (the default
@@ -3308,7 +3444,1314 @@ func startSelfCheck() (string, func(), error) {
 	return base, func() { hs.Close() }, nil
 }
 
-// ===== Conformance: the catalogue and the run =====
+// ===== The conformance kit: its requests, and what it keeps of their answers =====
+
+// kit is one run of the conformance kit.
+type kit struct {
+	ctx      context.Context
+	stop     context.CancelCauseFunc // ends the run early: the server refused the kit's pace
+	cfg      checkConfig
+	base     string // the API's base, without a trailing /
+	host     string // the base URL's host: keys go there only
+	client   *http.Client
+	keys     map[kitRole]string // the run's keys by role: those given, then its own world's
+	secrets  *kitSecrets        // every key the run was given or made: what it writes never holds
+	world    *kitWorld
+	rule     string                 // the rule whose requests are being sent
+	used     map[string][]*exchange // each rule's answers, reused ones included
+	cache    map[string]*exchange   // the GETs answered, by key role and target
+	pace     kitPace
+	requests atomic.Int64 // sent, retries included (the burst sends from several goroutines)
+	retried  int          // 429s waited out
+	warnings []string     // what makes a pass meaningless, or what the kit could not do
+	cleanup  []string     // the kit's sandboxes it could not delete, for the report and standard error
+	deleted  int          // the kit's sandboxes deleted
+	judged   []*exchange  // the answers the rules that judge every answer judge
+	bursted  []*exchange  // the rate limit's burst, once sent
+}
+
+// The bounds of what the kit reads of an answer: more fails the rule that read it.
+const (
+	maxKitAnswer  = 1 << 20  // its body
+	maxKitHeaders = 64 << 10 // its header fields, as a server's MaxHeaderBytes bounds a request's
+	maxKitField   = 512      // what an evidence cites of a body, or of any field a server sent
+)
+
+var (
+	errAnswerTooLarge  = fmt.Errorf("the answer's body is over %d bytes (1 MiB), the most the kit reads", maxKitAnswer)
+	errHeadersTooLarge = fmt.Errorf("the answer's header fields are over %d bytes (64 KiB), the most the kit reads", maxKitHeaders)
+	errPaceRefused     = errors.New("the server refused the kit's pace")
+)
+
+func newKit(ctx context.Context, cfg checkConfig) *kit {
+	u, _ := url.Parse(cfg.baseURL)
+	k := &kit{cfg: cfg, base: cfg.baseURL, host: u.Host, keys: maps.Clone(cfg.keys), secrets: newKitSecrets(cfg.keys),
+		used: map[string][]*exchange{}, cache: map[string]*exchange{}, pace: kitPace{next: map[string]time.Time{}}}
+	k.ctx, k.stop = context.WithCancelCause(ctx)
+	k.client = &http.Client{
+		Timeout: cfg.timeout, // the whole request, the answer read
+		// A redirect is an answer, judged as such: its Location is never requested, so a key
+		// never goes to another host.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Transport:     &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 4, MaxResponseHeaderBytes: maxKitHeaders},
+	}
+	return k
+}
+
+// kitRequest is one request of the kit: its key by role (or a key no server holds,
+// unknownKey), a body, further header fields, and the answer it should get: its status and,
+// for an error, the code the contract gives it (what errors.codes judges).
+type kitRequest struct {
+	method, target string // target: the path after the base URL, and its query
+	role           kitRole
+	unknownKey     string
+	body           []byte
+	header         []string // name, value, ...
+	status         int
+	code           string
+}
+
+// exchange is a request the kit sent and what came back.
+type exchange struct {
+	req    kitRequest
+	rule   string
+	status int // 0: no answer
+	header http.Header
+	body   []byte
+	err    error // no answer, or one the kit would not read whole
+}
+
+// get sends GET target with role's key, expecting status (and code), or reuses the answer an
+// earlier rule got to the same request.
+func (k *kit) get(role kitRole, target string, status int, code string) *exchange {
+	return k.send(kitRequest{method: http.MethodGet, target: target, role: role, status: status, code: code})
+}
+
+// send sends r unless the same GET was answered already, and notes the answer as the
+// current rule's. A 429 is waited out (as its Retry-After says, at most -timeout) and r
+// sent again, at most three times; 10 requests in a row still answered 429 end the run.
+func (k *kit) send(r kitRequest) *exchange {
+	id := string(r.role) + " " + r.unknownKey + " " + r.method + " " + r.target
+	cacheable := r.method == http.MethodGet && r.body == nil && r.header == nil
+	if ex := k.cache[id]; ex != nil && cacheable {
+		k.used[k.rule] = append(k.used[k.rule], ex)
+		return ex
+	}
+	ex := k.sendOnce(r)
+	for tries := 0; ex.status == http.StatusTooManyRequests && tries < 3 && k.ctx.Err() == nil; tries++ {
+		k.retried++
+		k.wait(retryAfter(ex.header, time.Now()))
+		ex = k.sendOnce(r)
+	}
+	k.pace.answered(k, ex.status == http.StatusTooManyRequests)
+	if cacheable && ex.err == nil {
+		k.cache[id] = ex
+	}
+	k.used[k.rule] = append(k.used[k.rule], ex)
+	return ex
+}
+
+// keyOf is the key r is sent with: its role's, or the unknown key it names.
+func (k *kit) keyOf(r kitRequest) string {
+	if r.unknownKey != "" {
+		return r.unknownKey
+	}
+	return k.keys[r.role]
+}
+
+// sendOnce sends r once, no faster than the server's RateLimit says its key may.
+func (k *kit) sendOnce(r kitRequest) *exchange {
+	ex := &exchange{req: r, rule: k.rule}
+	key := k.keyOf(r)
+	if at := k.pace.turn(key); time.Now().Before(at) {
+		k.wait(time.Until(at))
+	}
+	if err := k.ctx.Err(); err != nil {
+		ex.err = err
+		return ex
+	}
+	req, err := k.httpRequest(r, key)
+	if err != nil {
+		ex.err = err
+		return ex
+	}
+	k.requests.Add(1)
+	res, err := k.client.Do(req)
+	if err != nil {
+		if strings.Contains(err.Error(), "response headers exceeded") {
+			err = errHeadersTooLarge
+		}
+		ex.err = err
+		return ex
+	}
+	defer res.Body.Close()
+	ex.status, ex.header = res.StatusCode, res.Header
+	ex.body, err = io.ReadAll(io.LimitReader(res.Body, maxKitAnswer+1))
+	switch {
+	case err != nil:
+		ex.err = err
+	case len(ex.body) > maxKitAnswer:
+		ex.body, ex.err = ex.body[:maxKitAnswer], errAnswerTooLarge
+	}
+	k.pace.note(key, res.Header)
+	return ex
+}
+
+// httpRequest is r as sent to the base URL's host, with key.
+func (k *kit) httpRequest(r kitRequest, key string) (*http.Request, error) {
+	var body io.Reader
+	if r.body != nil {
+		body = bytes.NewReader(r.body)
+	}
+	req, err := http.NewRequestWithContext(k.ctx, r.method, k.base+r.target, body)
+	if err != nil {
+		return nil, err
+	}
+	if req.URL.Host != k.host { // keys go to the base URL's host only
+		return nil, fmt.Errorf("the request names host %q, not the base URL's", req.URL.Host)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if r.body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(r.header); i += 2 {
+		req.Header.Set(r.header[i], r.header[i+1])
+	}
+	return req, nil
+}
+
+// ===== The conformance kit: its pace =====
+
+// kitPace is how fast the kit may send: by key, when the server's RateLimit lets it send
+// again; and how often in a row the server refused its pace.
+type kitPace struct {
+	mu      sync.Mutex           // the burst sends from several goroutines
+	next    map[string]time.Time // by key
+	off     bool                 // during the rate limit's burst
+	limited int                  // requests in a row still answered 429 after their retries
+	cut     int                  // waits in a row cut to -timeout
+}
+
+// maxRefusedInARow is how many requests in a row still answered 429, or waits in a row cut
+// to -timeout, end a run: a server that answers 429 to everything, or asks for endless
+// waits, is not judged rule by rule against a wall.
+const maxRefusedInARow = 10
+
+// turn is when key may send again.
+func (p *kitPace) turn(key string) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.off {
+		return time.Time{}
+	}
+	return p.next[key]
+}
+
+// note reads an answer's RateLimit fields: with no request left, key waits what they say.
+func (p *kitPace) note(key string, h http.Header) {
+	wait, ok := rateWait(h)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ok && !p.off && key != "" {
+		p.next[key] = time.Now().Add(wait)
+	}
+}
+
+// answered counts a request's last answer: still a 429, or not.
+func (p *kitPace) answered(k *kit, limited bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !limited {
+		p.limited = 0
+		return
+	}
+	if p.limited++; p.limited >= maxRefusedInARow {
+		k.stop(fmt.Errorf("%w: %d requests in a row were still answered 429 after three retries each", errPaceRefused, p.limited))
+	}
+}
+
+// wait waits d, cut to -timeout, or until the run ends; 10 cuts in a row end it.
+func (k *kit) wait(d time.Duration) {
+	k.pace.mu.Lock()
+	if d > k.cfg.timeout {
+		d = k.cfg.timeout
+		if k.pace.cut++; k.pace.cut >= maxRefusedInARow {
+			k.stop(fmt.Errorf("%w: it asked for %d waits in a row longer than -timeout %v (RateLimit or Retry-After)", errPaceRefused, k.pace.cut, k.cfg.timeout))
+		}
+	} else if d > 0 {
+		k.pace.cut = 0
+	}
+	k.pace.mu.Unlock()
+	sleepCtx(k.ctx, d)
+}
+
+// retryAfter is what a 429's Retry-After asks for, at now: delay-seconds or an HTTP-date
+// (RFC 9110, 10.2.3); 1 s when absent or unreadable.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if s, err := strconv.ParseUint(v, 10, 32); err == nil {
+		return time.Duration(s) * time.Second
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		return max(at.Sub(now), 0)
+	}
+	return time.Second
+}
+
+// rateWait reads the IETF draft's RateLimit fields: with no request left (r=0), the next
+// waits one request's share of the policy's window (w/q), or the time the limit says it
+// resets in (t) without a policy.
+func rateWait(h http.Header) (time.Duration, bool) {
+	limit, _ := parseRateLimitField(h.Values("RateLimit"))
+	policy, _ := parseRateLimitField(h.Values("RateLimit-Policy"))
+	if len(limit) == 0 {
+		return 0, false
+	}
+	if left, ok := limit[0].params["r"]; !ok || left != 0 {
+		return 0, false
+	}
+	if len(policy) > 0 && policy[0].params["q"] > 0 && policy[0].params["w"] > 0 {
+		return time.Duration(policy[0].params["w"]) * time.Second / time.Duration(policy[0].params["q"]), true
+	}
+	if t, ok := limit[0].params["t"]; ok && t > 0 {
+		return time.Duration(min(t, math.MaxInt32)) * time.Second, true
+	}
+	return 0, false
+}
+
+// rateLimitItem is an item of a RateLimit or RateLimit-Policy field (an RFC 8941 list): the
+// policy's name, and its integer parameters.
+type rateLimitItem struct {
+	name   string
+	params map[string]int64
+}
+
+// parseRateLimitField reads a RateLimit or RateLimit-Policy field, its lines joined: a list
+// of items, each a string or a token with parameters ;key=integer. Anything else is a fault.
+func parseRateLimitField(lines []string) ([]rateLimitItem, error) {
+	var items []rateLimitItem
+	for _, member := range strings.Split(strings.Join(lines, ","), ",") {
+		parts := strings.Split(strings.TrimSpace(member), ";")
+		name := parts[0]
+		if unq, err := strconv.Unquote(name); err == nil && strings.HasPrefix(name, `"`) {
+			name = unq
+		} else if name == "" || strings.Trim(strings.ToLower(name), "abcdefghijklmnopqrstuvwxyz0123456789_-.:*/") != "" {
+			return nil, fmt.Errorf("%q is not a policy's name (a string or a token)", parts[0])
+		}
+		item := rateLimitItem{name: name, params: map[string]int64{}}
+		for _, p := range parts[1:] {
+			key, value, _ := strings.Cut(strings.TrimSpace(p), "=")
+			n, err := strconv.ParseInt(value, 10, 64)
+			if key == "" || strings.Trim(key, "abcdefghijklmnopqrstuvwxyz0123456789_-.*") != "" || err != nil || len(value) > 15 {
+				return nil, fmt.Errorf("%q is not a parameter key=integer", strings.TrimSpace(p))
+			}
+			item.params[key] = n
+		}
+		items = append(items, item)
+	}
+	return items, nil
+}
+
+// ===== The conformance kit: what it writes, masked and escaped =====
+
+// kitSecrets are the keys of a run, which nothing the kit writes may hold: a key whole is
+// written as the variable of its role ($KEY), and any part of one of minKitKey characters or
+// more (a key cut short, or run into other text) as [key]. Every key is at least minKitKey
+// long: a shorter one could not be masked without garbling what is written. A key reaches
+// what the kit writes only through what a server sent or the user gave (evidence, reasons,
+// warnings, the base URL, messages): those are masked, field by field; the kit's own words
+// (a rule's id, title and spec) hold none, and are not, so that a key that shares a word
+// with them (sk_test_sandbox_tracking and tracking.utc) garbles nothing of the catalogue.
+type kitSecrets struct {
+	mu    sync.Mutex
+	whole []kitSecret     // longest first
+	parts map[string]bool // every minKitKey-byte part of every key
+}
+
+type kitSecret struct {
+	text string
+	role kitRole
+}
+
+func newKitSecrets(keys map[kitRole]string) *kitSecrets {
+	s := &kitSecrets{parts: map[string]bool{}}
+	for role, key := range keys {
+		s.add(key, role)
+	}
+	return s
+}
+
+// add keeps key, of role, to be masked.
+func (s *kitSecrets) add(key string, role kitRole) {
+	if len(key) < minKitKey {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.whole = append(s.whole, kitSecret{key, role})
+	slices.SortStableFunc(s.whole, func(a, b kitSecret) int { return len(b.text) - len(a.text) })
+	for i := 0; i+minKitKey <= len(key); i++ {
+		s.parts[key[i:i+minKitKey]] = true
+	}
+}
+
+// mask is text with every key whole written as its variable, and every run of text that
+// parts of keys cover written as [key].
+func (s *kitSecrets) mask(text string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range s.whole {
+		text = strings.ReplaceAll(text, k.text, "$"+string(k.role))
+	}
+	covered := make([]bool, len(text))
+	found := false
+	for i := 0; i+minKitKey <= len(text); i++ {
+		if s.parts[text[i:i+minKitKey]] {
+			for j := i; j < i+minKitKey; j++ {
+				covered[j] = true
+			}
+			found = true
+		}
+	}
+	if !found {
+		return text
+	}
+	var b strings.Builder
+	for i := 0; i < len(text); i++ {
+		switch {
+		case !covered[i]:
+			b.WriteByte(text[i])
+		case i == 0 || !covered[i-1]:
+			b.WriteString("[key]")
+		}
+	}
+	return b.String()
+}
+
+// printable is s as a line of text shows it safely: a control character (a newline, an
+// escape), a line or paragraph separator and a bidirectional control written as \uXXXX,
+// invalid UTF-8 as \ufffd, so that what a server sends can neither forge a line of the
+// report nor move a terminal's cursor.
+func printable(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToValidUTF8(s, "\ufffd") {
+		switch {
+		case r == '\ufffd' || unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || r >= '\u202a' && r <= '\u202e' || r >= '\u2066' && r <= '\u2069' || r == '\u200e' || r == '\u200f':
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// cutField is at most n bytes of s (cut at a UTF-8 boundary), and ... when cut.
+func cutField(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+// curl is r as a command that sends it exactly as the kit did (its method, its header
+// fields, its body, quoted for a POSIX shell), each key a variable named for its role.
+func (k *kit) curl(r kitRequest) string {
+	parts := []string{"curl -s -i"}
+	if r.method != http.MethodGet || r.body != nil { // with a body, curl would otherwise POST
+		parts = append(parts, "-X "+r.method)
+	}
+	switch {
+	case r.unknownKey != "":
+		parts = append(parts, "-H "+shellQuote("Authorization: Bearer "+r.unknownKey))
+	case r.role != roleNone:
+		parts = append(parts, `-H "Authorization: Bearer $`+string(r.role)+`"`)
+	}
+	if r.body != nil {
+		parts = append(parts, "-H 'Content-Type: application/json'")
+	}
+	for i := 0; i+1 < len(r.header); i += 2 {
+		parts = append(parts, "-H "+shellQuote(r.header[i]+": "+r.header[i+1]))
+	}
+	switch {
+	case len(r.body) > 1024 && len(bytes.Trim(r.body, string(r.body[:1]))) == 0: // one byte, repeated
+		parts = append(parts, fmt.Sprintf(`--data-binary @<(head -c %d /dev/zero | tr '\0' %s)`, len(r.body), shellQuote(string(r.body[:1]))))
+	case r.body != nil:
+		parts = append(parts, "--data-binary "+shellQuote(string(r.body)))
+	}
+	return strings.Join(append(parts, shellQuote(k.base+r.target)), " ")
+}
+
+// shellQuote is s in single quotes, as a POSIX shell reads it.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// ===== The conformance kit: results and their evidence =====
+
+// ruleResult is what a rule's judge found: a pass, a skip (with its reason) or a failure
+// (with its evidence); the report makes a failure that -expect names expected.
+type ruleResult struct {
+	result   string // pass, fail, skip or expected
+	reason   string
+	evidence []checkEvidence
+	failures int // how many answers failed the rule: the evidence cites the first maxCited
+}
+
+// maxCited is how many failures a rule's evidence cites; it says how many there were.
+const maxCited = 5
+
+// skip is a rule that cannot be judged, saying why.
+func skip(reason string) ruleResult { return ruleResult{result: "skip", reason: reason} }
+
+// fail notes a failure of the rule: what it expected and what it saw in ex, with the
+// request as a curl command and its answer's Request-Id, each field bounded.
+func (v *ruleResult) fail(k *kit, ex *exchange, expected, seen string) {
+	v.result = "fail"
+	v.failures++
+	if len(v.evidence) == maxCited {
+		return
+	}
+	e := checkEvidence{Expected: cutField(expected, 4*maxKitField), Curl: k.curl(ex.req)}
+	switch {
+	case ex.status == 0 && ex.err != nil:
+		e.Seen = "no answer: " + ex.err.Error()
+	default:
+		e.Status, e.RequestID = ex.status, cutField(strings.Join(ex.header.Values("Request-Id"), ", "), maxKitField)
+		e.Seen = cutField(seen, 2*maxKitField)
+		if ex.err != nil {
+			e.Seen += " (" + ex.err.Error() + ")"
+		}
+		if len(ex.body) > 0 {
+			e.Seen += "; body: " + cutField(strings.ToValidUTF8(string(ex.body), "\ufffd"), maxKitField)
+		}
+	}
+	v.evidence = append(v.evidence, e)
+}
+
+// settled is v once judged: a rule that found no failure and was not skipped passes; a
+// rule of more failures than it cites says how many.
+func (v ruleResult) settled() ruleResult {
+	if v.result == "" {
+		v.result = "pass"
+	}
+	if v.failures > 1 {
+		for i := range v.evidence {
+			v.evidence[i].Seen = fmt.Sprintf("[%d of %d answers that failed this rule; the first %d are cited] %s", i+1, v.failures, len(v.evidence), v.evidence[i].Seen)
+		}
+	}
+	return v
+}
+
+// wantStatus fails v unless ex answered status, its body read whole; it reports whether it
+// did.
+func (v *ruleResult) wantStatus(k *kit, ex *exchange, status int, what string) bool {
+	if ex.err == nil && ex.status == status {
+		return true
+	}
+	v.fail(k, ex, fmt.Sprintf("%s: %d", what, status), fmt.Sprintf("status %d", ex.status))
+	return false
+}
+
+type checkEvidence struct {
+	Expected  string `json:"expected"`
+	Seen      string `json:"seen"`
+	Status    int    `json:"status"`
+	Curl      string `json:"curl"`
+	RequestID string `json:"request_id"`
+}
+
+// ===== The conformance kit: JSON, read with its own eyes =====
+
+// jsonValue is a JSON value as the kit reads it, with a reader of its own: an object keeps
+// its members in the order written and the names it repeats (a member written twice is a
+// fault the server's own types would hide), a number its text (judged by its value, so
+// 20.0 is 20).
+type jsonValue struct {
+	typ      jsonType
+	boolean  bool
+	text     string // a string's, or a number's as written
+	items    []*jsonValue
+	members  []jsonMember
+	repeated []string // names written twice or more
+}
+
+type jsonMember struct {
+	name  string
+	value *jsonValue
+}
+
+// jsonType is the type of a JSON value, or the type a member must have.
+type jsonType uint8
+
+const (
+	typeNull jsonType = iota
+	typeBool
+	typeNumber
+	typeString
+	typeArray
+	typeObject
+	typeStringOrNull // a member's type only
+	typeInteger      // a member's type only: a number whose value is whole
+)
+
+var jsonTypeNames = []string{"null", "true or false", "a number", "a string", "an array", "an object", "a string or null", "an integer"}
+
+// maxKitDepth is how deep the kit reads nested arrays and objects: deeper is not an answer of
+// the API.
+const maxKitDepth = 64
+
+// readJSON reads body as one JSON value; the value read so far and an error when it is not
+// one (cut short, say).
+func readJSON(body []byte) (*jsonValue, error) {
+	d := json.NewDecoder(bytes.NewReader(body))
+	d.UseNumber()
+	root, err := readJSONValue(d)
+	if err == nil && d.More() {
+		err = errors.New("data after the JSON value")
+	}
+	return root, err
+}
+
+// readJSONValue reads one value off d without recursion: a stack of the arrays and objects
+// open, and, for an object, the name whose value comes next.
+func readJSONValue(d *json.Decoder) (*jsonValue, error) {
+	type open struct {
+		v    *jsonValue
+		name *string
+	}
+	var stack []open
+	var root *jsonValue
+	for {
+		tok, err := d.Token()
+		if err != nil {
+			return root, err
+		}
+		if n := len(stack); n > 0 && stack[n-1].v.typ == typeObject && stack[n-1].name == nil {
+			if name, ok := tok.(string); ok {
+				stack[n-1].name = &name
+				continue
+			}
+		}
+		v := jsonScalarOf(tok)
+		if delim, ok := tok.(json.Delim); ok && (delim == '}' || delim == ']') {
+			if stack = stack[:len(stack)-1]; len(stack) == 0 {
+				return root, nil
+			}
+			continue
+		}
+		switch n := len(stack); {
+		case n == 0:
+			root = v
+		case stack[n-1].v.typ == typeArray:
+			stack[n-1].v.items = append(stack[n-1].v.items, v)
+		default:
+			stack[n-1].v.add(*stack[n-1].name, v)
+			stack[n-1].name = nil
+		}
+		if v.typ == typeArray || v.typ == typeObject {
+			if stack = append(stack, open{v: v}); len(stack) > maxKitDepth {
+				return root, fmt.Errorf("arrays and objects nested deeper than %d", maxKitDepth)
+			}
+		} else if len(stack) == 0 {
+			return root, nil
+		}
+	}
+}
+
+// jsonScalarOf is the value a token opens or is.
+func jsonScalarOf(tok json.Token) *jsonValue {
+	switch t := tok.(type) {
+	case json.Delim:
+		if t == '{' {
+			return &jsonValue{typ: typeObject}
+		}
+		return &jsonValue{typ: typeArray}
+	case bool:
+		return &jsonValue{typ: typeBool, boolean: t}
+	case json.Number:
+		return &jsonValue{typ: typeNumber, text: string(t)}
+	case string:
+		return &jsonValue{typ: typeString, text: t}
+	}
+	return &jsonValue{typ: typeNull}
+}
+
+// add adds a member to an object, noting a name written twice.
+func (v *jsonValue) add(name string, value *jsonValue) {
+	if _, ok := v.member(name); ok && !slices.Contains(v.repeated, name) {
+		v.repeated = append(v.repeated, name)
+	}
+	v.members = append(v.members, jsonMember{name, value})
+}
+
+// member is the value of an object's member name (the first, when it is repeated).
+func (v *jsonValue) member(name string) (*jsonValue, bool) {
+	if v == nil {
+		return nil, false
+	}
+	for _, m := range v.members {
+		if m.name == name {
+			return m.value, true
+		}
+	}
+	return nil, false
+}
+
+// str is the string member name of an object, "" when it is none.
+func (v *jsonValue) str(name string) string {
+	if m, ok := v.member(name); ok && m.typ == typeString {
+		return m.text
+	}
+	return ""
+}
+
+// strOrNull is the string or null member name: nil for null, or for none.
+func (v *jsonValue) strOrNull(name string) *string {
+	if m, ok := v.member(name); ok && m.typ == typeString {
+		return &m.text
+	}
+	return nil
+}
+
+// number is a number's value, exactly.
+func (v *jsonValue) number() (*big.Rat, bool) {
+	if v == nil || v.typ != typeNumber {
+		return nil, false
+	}
+	return new(big.Rat).SetString(v.text)
+}
+
+// integer is a whole number's value; false for any other value, or one past int64.
+func (v *jsonValue) integer() (int64, bool) {
+	n, ok := v.number()
+	if !ok || !n.IsInt() || !n.Num().IsInt64() {
+		return 0, false
+	}
+	return n.Num().Int64(), true
+}
+
+// is reports whether v has type t (a member's type included).
+func (v *jsonValue) is(t jsonType) bool {
+	switch t {
+	case typeStringOrNull:
+		return v.typ == typeString || v.typ == typeNull
+	case typeInteger:
+		_, ok := v.integer()
+		return ok
+	}
+	return v.typ == t
+}
+
+// equal reports whether v and w are the same JSON value: numbers by value, objects by their
+// members whatever their order, and neither repeating a name.
+func (v *jsonValue) equal(w *jsonValue) bool {
+	switch {
+	case v == nil || w == nil:
+		return v == w
+	case v.typ != w.typ:
+		return false
+	case v.typ == typeNumber:
+		a, okA := v.number()
+		b, okB := w.number()
+		return okA && okB && a.Cmp(b) == 0
+	case v.typ == typeArray:
+		if len(v.items) != len(w.items) {
+			return false
+		}
+		for i := range v.items {
+			if !v.items[i].equal(w.items[i]) {
+				return false
+			}
+		}
+		return true
+	case v.typ == typeObject:
+		if len(v.members) != len(w.members) || len(v.repeated)+len(w.repeated) > 0 {
+			return false
+		}
+		for _, m := range v.members {
+			if o, ok := w.member(m.name); !ok || !m.value.equal(o) {
+				return false
+			}
+		}
+		return true
+	}
+	return v.boolean == w.boolean && v.text == w.text
+}
+
+// String is v as compact JSON, for evidence.
+func (v *jsonValue) String() string {
+	var b strings.Builder
+	v.write(&b)
+	return b.String()
+}
+
+func (v *jsonValue) write(b *strings.Builder) {
+	switch v.typ {
+	case typeNull:
+		b.WriteString("null")
+	case typeBool:
+		b.WriteString(strconv.FormatBool(v.boolean))
+	case typeNumber:
+		b.WriteString(v.text)
+	case typeString:
+		q, _ := json.Marshal(v.text)
+		b.Write(q)
+	case typeArray:
+		b.WriteByte('[')
+		for i, x := range v.items {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			x.write(b)
+		}
+		b.WriteByte(']')
+	case typeObject:
+		b.WriteByte('{')
+		for i, m := range v.members {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			q, _ := json.Marshal(m.name)
+			b.Write(q)
+			b.WriteByte(':')
+			m.value.write(b)
+		}
+		b.WriteByte('}')
+	}
+}
+
+// kitMember is a member an object must have, and its type.
+type kitMember struct {
+	name string
+	typ  jsonType
+}
+
+// shapeFault is what is wrong with obj, named after prefix: not an object, a member written
+// twice, one of shape missing or of another type; "" when nothing is.
+func shapeFault(obj *jsonValue, shape []kitMember, prefix string) string {
+	switch {
+	case obj == nil || obj.typ != typeObject:
+		return strings.TrimSuffix(prefix, ".") + " is not an object"
+	case len(obj.repeated) > 0:
+		return fmt.Sprintf("member %s%s written twice", prefix, obj.repeated[0])
+	}
+	for _, m := range shape {
+		v, ok := obj.member(m.name)
+		if !ok {
+			return "member " + prefix + m.name + " missing"
+		}
+		if !v.is(m.typ) {
+			return fmt.Sprintf("member %s%s is %s, not %s", prefix, m.name, cutField(v.String(), 64), jsonTypeNames[m.typ])
+		}
+	}
+	return ""
+}
+
+// memberBeyond is the first member of obj that shape does not name, after prefix; "" when
+// there is none.
+func memberBeyond(obj *jsonValue, shape []kitMember, prefix string) string {
+	if obj == nil {
+		return ""
+	}
+	for _, m := range obj.members {
+		if !slices.ContainsFunc(shape, func(s kitMember) bool { return s.name == m.name }) {
+			return "member " + prefix + m.name + " beyond the spec's"
+		}
+	}
+	return ""
+}
+
+// repeatedMember is the path of the first member written twice anywhere in v, or "".
+func repeatedMember(v *jsonValue, path string) string {
+	if v == nil {
+		return ""
+	}
+	if len(v.repeated) > 0 {
+		return path + "." + v.repeated[0]
+	}
+	for i, x := range v.items {
+		if p := repeatedMember(x, fmt.Sprintf("%s[%d]", path, i)); p != "" {
+			return p
+		}
+	}
+	for _, m := range v.members {
+		if p := repeatedMember(m.value, path+"."+m.name); p != "" {
+			return p
+		}
+	}
+	return ""
+}
+
+// ===== The conformance kit: its world =====
+
+// Where the server makes sandboxes, the kit judges data it chose: two sandboxes of records it
+// sends (the main account's, holding evidence for every rule and keys of every kind, and
+// another account's), deleted at the end. Everything it sends is in the tables below, each
+// shipment with the events it sends beside the events the spec's normalization shows, so
+// that each view and order it reads is judged against what it sent. On any other server it
+// reads what its keys can read, and a rule without the data it needs is skipped, saying why.
+
+// kitShipment is a shipment of the kit's own world: what it sends, and the view the spec's
+// normalization makes of it.
+type kitShipment struct {
+	id, reference string
+	number        string   // its primary tracking number; "" for null
+	parcels       []string // further parcels' numbers
+	order         string   // the order it is created with; "" for none
+	status        string   // the view's status: its last shown event's (pre_transit without one)
+	events        []kitEvent
+}
+
+// kitEvent is an event of a kit shipment: sent with its timestamp as written, shown at the
+// instant shown, in UTC ("" when the spec's normalization shows it not at all: no offset, or
+// the duplicate of an earlier event). Its location is sent when not "", and shown as sent.
+type kitEvent struct {
+	sent, shown, status, description, location string
+}
+
+// kitShipments are the main account's shipments: every tracking status, and the evidence of
+// every rule of the views.
+var kitShipments = []kitShipment{
+	{id: "shp_ck_dst", reference: "CK-REF-DST", number: "CK1000000001", status: "delivered", events: []kitEvent{
+		// Across the UK's change to summer time (2025-03-30T01:00:00Z), in two offsets, out of order.
+		{"2025-03-30T02:30:00+01:00", "2025-03-30T01:30:00Z", "in_transit", "Arrived at hub", "Birmingham, GB"},
+		{"2025-03-30T00:30:00+00:00", "2025-03-30T00:30:00Z", "in_transit", "Departed facility", "Heathrow, GB"},
+		{"2025-03-29T23:15:00Z", "2025-03-29T23:15:00Z", "pre_transit", "Label created", "London, GB"},
+		{"2025-03-30T09:15:00+01:00", "2025-03-30T08:15:00Z", "delivered", "Delivered", "Manchester, GB"},
+	}},
+	{id: "shp_ck_dup", reference: "CK-REF-DUP", number: "CK1000000002", status: "delivered", events: []kitEvent{
+		{"2025-04-01T10:00:00Z", "2025-04-01T10:00:00Z", "in_transit", "Departed facility", "Leeds, GB"},
+		{"2025-04-01T11:00:00+01:00", "", "in_transit", "Departed facility", "York, GB"},       // its instant and description: a duplicate
+		{"2025-04-01T10:00:00Z", "2025-04-01T10:00:00Z", "in_transit", "Scanned", "Leeds, GB"}, // its instant, another description: after it
+		{"2025-04-01T15:00:00Z", "2025-04-01T15:00:00Z", "delivered", "Delivered", "York, GB"},
+	}},
+	{id: "shp_ck_naive", reference: "CK-REF-NAIVE", number: "CK1000000003", status: "in_transit", events: []kitEvent{
+		{"2025-04-02T09:00:00", "", "delivered", "Collected", "Bristol, GB"}, // no offset: not interpreted, not shown
+		{"2025-04-02T10:00:00Z", "2025-04-02T10:00:00Z", "in_transit", "Departed facility", "Bristol, GB"},
+	}},
+	{id: "shp_ck_parcels", reference: "CK-REF-PARCELS", number: "CK1000000004", parcels: []string{"CK1000000005"}, status: "in_transit", events: []kitEvent{
+		{"2025-04-03T08:00:00Z", "2025-04-03T08:00:00Z", "in_transit", "In transit", ""}, // no location: ""
+	}},
+	{id: "shp_ck_twin_a", reference: "CK-REF-TWIN-A", number: "CK2000000000", status: "in_transit", events: []kitEvent{
+		{"2025-04-04T08:00:00Z", "2025-04-04T08:00:00Z", "in_transit", "In transit", "Leicester, GB"},
+	}},
+	{id: "shp_ck_twin_b", reference: "CK-REF-TWIN-B", number: "CK2000000000", status: "in_transit", events: []kitEvent{
+		{"2025-04-04T09:00:00Z", "2025-04-04T09:00:00Z", "in_transit", "In transit", "Leicester, GB"},
+	}},
+	{id: "shp_ck_linked", reference: "CK-REF-LINKED", number: "CK1000000006", order: "ord_ck_0002", status: "pre_transit", events: []kitEvent{
+		{"2025-06-01T13:00:00Z", "2025-06-01T13:00:00Z", "pre_transit", "Label created", "Leeds, GB"},
+	}},
+	{id: "shp_ck_unlabelled", reference: "CK-REF-UNLABELLED", status: "pre_transit"},
+	{id: "shp_ck_out", reference: "CK-REF-OUT", number: "CK3000000001", status: "out_for_delivery", events: []kitEvent{
+		{"2025-04-05T06:00:00+01:00", "2025-04-05T05:00:00Z", "out_for_delivery", "Out for delivery", "Leeds, GB"},
+	}},
+	{id: "shp_ck_pickup", reference: "CK-REF-PICKUP", number: "CK3000000002", status: "available_for_pickup", events: []kitEvent{
+		{"2025-04-05T09:00:00Z", "2025-04-05T09:00:00Z", "in_transit", "In transit", "York, GB"},
+		{"2025-04-05T14:00:00Z", "2025-04-05T14:00:00Z", "available_for_pickup", "Available for collection", "York, GB"},
+	}},
+	{id: "shp_ck_returned", reference: "CK-REF-RETURNED", number: "CK3000000003", status: "return_to_sender", events: []kitEvent{
+		{"2025-04-06T16:00:00Z", "2025-04-06T16:00:00Z", "return_to_sender", "Returned to sender", "Bath, GB"},
+	}},
+	{id: "shp_ck_failed", reference: "CK-REF-FAILED", number: "CK3000000004", status: "failure", events: []kitEvent{
+		{"2025-04-07T12:00:00Z", "2025-04-07T12:00:00Z", "failure", "Delivery failed: address not found", "Bath, GB"},
+	}},
+	{id: "shp_ck_cancelled", reference: "CK-REF-CANCELLED", number: "CK3000000005", status: "cancelled", events: []kitEvent{
+		{"2025-04-08T07:00:00Z", "2025-04-08T07:00:00Z", "pre_transit", "Label created", "Bath, GB"},
+		{"2025-04-08T08:00:00Z", "2025-04-08T08:00:00Z", "cancelled", "Label cancelled", "Bath, GB"},
+	}},
+	{id: "shp_ck_unrecognised", reference: "CK-REF-UNRECOGNISED", number: "CK3000000006", status: "unknown", events: []kitEvent{
+		{"2025-04-09T10:00:00Z", "2025-04-09T10:00:00Z", "unknown", "Carrier status not recognised", "Bath, GB"},
+	}},
+}
+
+// The main account's evidence that no single shipment row says: a further parcel's number,
+// a number two shipments hold, and the order linked to a shipment.
+const (
+	kitFurtherNumber = "CK1000000005"
+	kitSharedNumber  = "CK2000000000"
+	kitLinkedOrder   = "ord_ck_0002"
+	kitLinkedShip    = "shp_ck_linked"
+)
+
+// Ids and a number no server holds: the unknown resources of the rules, and, without the
+// kit's own world, the ids of the requests that must never touch a resource.
+const (
+	unknownShipment = "shp_conformance_nowhere"
+	unknownNumber   = "CONFORMANCE0NOWHERE"
+	unknownOrder    = "ord_conformance_nowhere"
+	unknownKey      = "conformance-unknown-key-0000" // shares no 8 characters with a key a run masks
+)
+
+// shown are the events s's view shows, oldest first, stable for one instant: the spec's
+// normalization of what it sent.
+func (s *kitShipment) shown() []kitEvent {
+	var shown []kitEvent
+	for _, e := range s.events {
+		if e.shown != "" {
+			shown = append(shown, e)
+		}
+	}
+	slices.SortStableFunc(shown, func(a, b kitEvent) int { return strings.Compare(a.shown, b.shown) }) // one UTC format: text order is time order
+	return shown
+}
+
+// record is s as the body of a sandbox sends it.
+func (s *kitShipment) record() json.RawMessage {
+	type event struct {
+		Timestamp   string `json:"timestamp"`
+		Status      string `json:"status"`
+		Description string `json:"description"`
+		Location    string `json:"location,omitempty"`
+	}
+	rec := struct {
+		ID      string   `json:"id"`
+		Ref     string   `json:"reference"`
+		Number  *string  `json:"tracking_number"`
+		Parcels []string `json:"parcel_tracking_numbers,omitempty"`
+		Order   string   `json:"order_id,omitempty"`
+		Events  []event  `json:"events"`
+	}{ID: s.id, Ref: s.reference, Parcels: s.parcels, Order: s.order, Events: []event{}}
+	if s.number != "" {
+		rec.Number = &s.number
+	}
+	for _, e := range s.events {
+		rec.Events = append(rec.Events, event{e.sent, e.status, e.description, e.location})
+	}
+	b, _ := json.Marshal(rec)
+	return b
+}
+
+// kitOrder is an imported order as the kit sends it and as it must read it.
+type kitOrder struct {
+	ID         string  `json:"id"`
+	Reference  string  `json:"merchant_reference"`
+	Platform   string  `json:"platform"`
+	Status     string  `json:"status"`
+	ShipmentID *string `json:"shipment_id"`
+	CreatedAt  string  `json:"created_at"`
+}
+
+// record is o as the body of a sandbox sends it: its fields but shipment_id (a shipment's
+// order_id links it).
+func (o kitOrder) record() json.RawMessage {
+	b, _ := json.Marshal(struct {
+		ID        string `json:"id"`
+		Reference string `json:"merchant_reference"`
+		Platform  string `json:"platform"`
+		Status    string `json:"status"`
+		CreatedAt string `json:"created_at"`
+	}{o.ID, o.Reference, o.Platform, o.Status, o.CreatedAt})
+	return b
+}
+
+// kitOrderCount is how many orders the main sandbox holds: more than two pages of 100, 65
+// of each status.
+const kitOrderCount = 260
+
+// kitOrders are the main account's orders, in list order: every status and platform (4 and
+// 5 are coprime: all 20 pairs), seven minutes apart, but that every sixth shares its
+// created_at with the one before it (the id breaks the tie); the linked one shows its
+// shipment. The created filters name the instants of orders 54 and 198.
+func kitOrders() (orders []kitOrder, from, to string) {
+	base := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	at := func(m int) string { return base.Add(-time.Duration(m) * 7 * time.Minute).Format(time.RFC3339) }
+	for i := range kitOrderCount {
+		m := i
+		if i%6 == 1 {
+			m = i - 1
+		}
+		o := kitOrder{ID: fmt.Sprintf("ord_ck_%04d", i), Reference: fmt.Sprintf("CK-ORDER-%04d", i), Platform: platforms[i%len(platforms)],
+			Status: orderStatuses[i%len(orderStatuses)], CreatedAt: at(m)}
+		if o.ID == kitLinkedOrder {
+			o.ShipmentID = ptr(kitLinkedShip)
+		}
+		orders = append(orders, o)
+	}
+	slices.SortStableFunc(orders, func(a, b kitOrder) int { // created_at descending, then id descending
+		return cmp.Or(strings.Compare(b.CreatedAt, a.CreatedAt), strings.Compare(b.ID, a.ID))
+	})
+	return orders, at(198), at(54)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// The other account: an order and a shipment of its own, ids and number unlike the main's.
+var (
+	kitOtherOrder    = kitOrder{ID: "ord_alt_0001", Reference: "ALT-ORDER-1", Platform: "etsy", Status: "fulfilled", CreatedAt: "2025-05-01T09:00:00Z"}
+	kitOtherShipment = kitShipment{id: "shp_alt_0001", reference: "ALT-REF-1", number: "ALT1000000001", order: "ord_alt_0001", status: "delivered",
+		events: []kitEvent{{"2025-05-02T09:00:00Z", "2025-05-02T09:00:00Z", "delivered", "Delivered", "Cardiff, GB"}}}
+)
+
+// kitWorld is what the kit judges against.
+type kitWorld struct {
+	own       bool
+	made      []kitSandbox            // the kit's sandboxes, to delete
+	orders    []kitOrder              // the main account's orders: own, as sent, in list order; discovered, as listed
+	shipments []string                // the shipments known, by id
+	sent      map[string]*kitShipment // own: each shipment as sent
+	numbers   map[string]string       // a primary number one shipment holds, as far as the kit knows, and its shipment
+	linked    [2]string               // an order linked to a shipment, and the shipment
+	from, to  string                  // the instants the created filters name, each some order's created_at
+}
+
+// kitSandbox is a sandbox the kit made: its account, and a key it can delete it with ("" when
+// the server's answer gave none the kit can send).
+type kitSandbox struct{ account, key string }
+
+// makeWorld makes the kit's world: its own, when the server makes a sandbox of the records
+// the kit sends with the keys it asks for, else what its keys read.
+func (k *kit) makeWorld() *kitWorld {
+	w := &kitWorld{numbers: map[string]string{}}
+	orders, from, to := kitOrders()
+	var body struct {
+		Orders    []json.RawMessage `json:"orders"`
+		Shipments []json.RawMessage `json:"shipments"`
+		Keys      []json.RawMessage `json:"keys"`
+	}
+	for _, o := range orders {
+		body.Orders = append(body.Orders, o.record())
+	}
+	for i := range kitShipments {
+		body.Shipments = append(body.Shipments, kitShipments[i].record())
+	}
+	var roles []kitRole
+	for _, r := range kitRoles {
+		if r.asked != "" {
+			body.Keys, roles = append(body.Keys, json.RawMessage(r.asked)), append(roles, r.role)
+		}
+	}
+	keys, ok := k.requestSandbox(w, body, roles)
+	if !ok {
+		return k.discover(w)
+	}
+	for i, role := range roles {
+		k.keys[role] = keys[i]
+	}
+	w.own, w.orders, w.from, w.to, w.linked, w.sent = true, orders, from, to, [2]string{kitLinkedOrder, kitLinkedShip}, map[string]*kitShipment{}
+	for i := range kitShipments {
+		s := &kitShipments[i]
+		w.shipments, w.sent[s.id] = append(w.shipments, s.id), s
+		if s.number != "" && s.number != kitSharedNumber {
+			w.numbers[s.number] = s.id
+		}
+	}
+	other := struct {
+		Orders    []json.RawMessage `json:"orders"`
+		Shipments []json.RawMessage `json:"shipments"`
+	}{[]json.RawMessage{kitOtherOrder.record()}, []json.RawMessage{kitOtherShipment.record()}}
+	if keys, ok := k.requestSandbox(w, other, []kitRole{roleAlt}); ok {
+		k.keys[roleAlt] = keys[0]
+	}
+	return w
+}
+
+// requestSandbox asks the server for a sandbox of body (with -profile's profile, when it is
+// not the default), with the main key and an Idempotency-Key of its own, and returns the
+// keys it asked for, one for each of roles; false for any answer but a 201 that gives them.
+// A 201 that does not is warned of, and what it made is deleted at the end. Every key it
+// gives is masked from then on, under the role it was asked for.
+func (k *kit) requestSandbox(w *kitWorld, body any, roles []kitRole) ([]string, bool) {
+	n := len(roles)
+	b, _ := json.Marshal(body)
+	if k.cfg.profile != "sandbox" { // the member is sent only when it is not the default
+		b = append(b[:len(b)-1], `,"profile":`+strconv.Quote(k.cfg.profile)+`}`...)
+	}
+	idem := make([]byte, 12)
+	rand.Read(idem)
+	ex := k.send(kitRequest{method: http.MethodPost, target: "/test_helpers/sandboxes", role: roleMain, body: b,
+		header: []string{"Idempotency-Key", fmt.Sprintf("conformance-%x", idem)}, status: http.StatusCreated})
+	if ex.status != http.StatusCreated {
+		return nil, false
+	}
+	made, _ := readJSON(ex.body) // a 201 cut at 1 MiB is read as far as it goes, to delete what it made
+	account := made.str("account")
+	items, _ := made.member("keys")
+	var keys []string
+	for _, item := range items.itemsOrNil() {
+		keys = append(keys, item.str("key"))
+	}
+	fault := sandboxFault(ex, account, keys, n)
+	sb := kitSandbox{account: account}
+	for i, key := range keys {
+		if kitKeyFault(key) == nil {
+			k.secrets.add(key, roles[min(i, n-1)])
+			sb.key = cmp.Or(sb.key, key)
+		}
+	}
+	if account != "" {
+		w.made = append(w.made, sb)
+	}
+	if fault != "" {
+		k.warnings = append(k.warnings, "The server answered 201 to the kit's sandbox, but not with the world it asked for: "+fault+". The kit deletes what it made and judges what its keys can read.")
+		return nil, false
+	}
+	return keys[:n], true
+}
+
+// itemsOrNil are an array's items; none for any other value.
+func (v *jsonValue) itemsOrNil() []*jsonValue {
+	if v == nil || v.typ != typeArray {
+		return nil
+	}
+	return v.items
+}
+
+// sandboxFault is what keeps a 201 from being the sandbox the kit asked for, "" when nothing
+// does.
+func sandboxFault(ex *exchange, account string, keys []string, n int) string {
+	switch {
+	case ex.err != nil:
+		return ex.err.Error()
+	case account == "":
+		return "its answer names no account"
+	case len(account) > 255:
+		return "its account is over 255 bytes"
+	case len(keys) < n:
+		return fmt.Sprintf("it holds %d keys, not the %d asked for", len(keys), n)
+	}
+	for i, key := range keys[:n] {
+		if err := kitKeyFault(key); err != nil {
+			return fmt.Sprintf("its key %d is refused: %v", i+1, err)
+		}
+	}
+	return ""
+}
+
+// deleteBound is how long the kit gives the DELETE of each of its sandboxes, all sent at
+// once: within the 5 s an interrupted run has to end; and deleteWait the longest it waits
+// for a DELETE's turn, or after its 429, within it.
+const (
+	deleteBound = 4 * time.Second
+	deleteWait  = time.Second
+)
+
+// deleteSandboxes deletes the kit's sandboxes, all at once, each with a key of its own and
+// within deleteBound whatever the run's context and -timeout say (an interrupt deletes them,
+// then exits), and notes each it could not delete (its account, never its key).
+func (k *kit) deleteSandboxes() {
+	if k.world == nil {
+		return
+	}
+	failed := make([]string, len(k.world.made))
+	var wg sync.WaitGroup
+	for i, sb := range k.world.made {
+		wg.Add(1)
+		go func() { defer wg.Done(); failed[i] = k.deleteSandbox(sb) }()
+	}
+	wg.Wait()
+	for _, f := range failed {
+		if f == "" {
+			k.deleted++
+			continue
+		}
+		k.cleanup = append(k.cleanup, f)
+	}
+	k.warnings = append(k.warnings, k.cleanup...)
+	k.world.made = nil
+}
+
+// deleteSandbox deletes one of the kit's sandboxes, and says why it did not, if it did not.
+// It keeps the server's pace as every request does (its turn by RateLimit, a 429 waited out
+// as Retry-After says), within deleteBound.
+func (k *kit) deleteSandbox(sb kitSandbox) string {
+	account := cutField(sb.account, 64)
+	if sb.key == "" {
+		return "The kit's sandbox " + account + " was not deleted: the server's answer gave no key the kit can send. It is forgotten once idle."
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), deleteBound)
+	defer cancel()
+	client := &http.Client{CheckRedirect: k.client.CheckRedirect, Transport: k.client.Transport} // bounded by ctx
+	status := 0
+	for try := 0; try < 4 && ctx.Err() == nil; try++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodDelete, k.base+"/test_helpers/sandboxes/"+url.PathEscape(sb.account), nil)
+		if err != nil || req.URL.Host != k.host {
+			return "The kit's sandbox " + account + " was not deleted: its account makes no request to the base URL's host."
+		}
+		req.Header.Set("Authorization", "Bearer "+sb.key)
+		sleepCtx(ctx, min(time.Until(k.pace.turn(sb.key)), deleteWait)) // a turn far off is not waited for: the DELETE matters more
+		k.requests.Add(1)
+		res, err := client.Do(req)
+		if err != nil {
+			return fmt.Sprintf("The kit's sandbox %s was not deleted: its DELETE got no answer within %v (%v). It is forgotten once idle.", account, deleteBound, err)
+		}
+		io.Copy(io.Discard, io.LimitReader(res.Body, maxKitAnswer))
+		res.Body.Close()
+		if status = res.StatusCode; status != http.StatusTooManyRequests {
+			break
+		}
+		sleepCtx(ctx, min(retryAfter(res.Header, time.Now()), deleteWait))
+	}
+	if status != http.StatusNoContent {
+		return fmt.Sprintf("The kit's sandbox %s was not deleted: its DELETE answered %d, not 204. It is forgotten once idle.", account, status)
+	}
+	return ""
+}
+
+// sleepCtx waits d, or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// cleanupSummary says what became of the kit's sandboxes.
+func (k *kit) cleanupSummary() string {
+	switch {
+	case len(k.cleanup) > 0:
+		return fmt.Sprintf("%d of the kit's %d sandboxes were not deleted (above)", len(k.cleanup), len(k.cleanup)+k.deleted)
+	case k.deleted > 0:
+		return "the kit's sandboxes are deleted"
+	}
+	return "the kit made no sandbox"
+}
+
+// discover reads what the main key can read: the orders, at most maxKitPages pages of 100,
+// the shipments they are linked to (at most 20), and those shipments' tracking numbers.
+func (k *kit) discover(w *kitWorld) *kitWorld {
+	w.own, w.numbers = false, map[string]string{}
+	for _, p := range k.walk("?limit=100") {
+		w.orders = append(w.orders, p.orders...)
+	}
+	holders := map[string]int{}
+	for _, o := range w.orders {
+		if o.ShipmentID == nil || len(*o.ShipmentID) > 255 || slices.Contains(w.shipments, *o.ShipmentID) || len(w.shipments) == 20 {
+			continue
+		}
+		if w.linked[0] == "" {
+			w.linked = [2]string{o.ID, *o.ShipmentID}
+		}
+		v := k.view(*o.ShipmentID)
+		if v.ex.status != http.StatusOK || v.doc == nil {
+			continue
+		}
+		w.shipments = append(w.shipments, *o.ShipmentID)
+		if number := v.doc.strOrNull("tracking_number"); number != nil && len(*number) <= 255 {
+			w.numbers[*number] = *o.ShipmentID
+			holders[*number]++
+		}
+	}
+	for number, n := range holders { // a number two shipments read hold is no one shipment's
+		if n > 1 {
+			delete(w.numbers, number)
+		}
+	}
+	if n := len(w.orders); n >= 2 { // two listed orders' instants: the filter holds both
+		w.to, w.from = w.orders[n/4].CreatedAt, w.orders[n-1-n/4].CreatedAt
+	}
+	return w
+}
+
+// ===== The conformance kit: the catalogue, and a run of it =====
 
 // ruleLevel is how binding a rule is: MUST, a sentence of the spec; SHOULD, a decision of
 // the sandbox's contract where the spec says "not shown".
@@ -3319,21 +4762,20 @@ const (
 	levelShould ruleLevel = "SHOULD"
 )
 
-// conformanceRule is one rule of the catalogue: its stable id (users name it in -rules, in
-// -expect files and on dashboards), its level, its title, the words it rests on, and its
-// check, which lives beside what it checks.
-type conformanceRule struct {
+// kitRule is one rule of the catalogue: its stable id (users name it in -rules, in -expect
+// files and on dashboards), its level, its title, the words it rests on, and its judge.
+type kitRule struct {
 	id, title string
 	level     ruleLevel
 	adapter   ruleLevel // its level with -profile domain_adapter, when another
 	spec      string    // the spec's words (MUST), or the contract's sentence (SHOULD)
-	judge     func(k *kit) ruleVerdict
+	judge     func(k *kit) ruleResult
 	every     bool // it judges the answers of the rules run, not requests of its own
 	load      bool // it loads the server: -mode full only
 }
 
 // levelFor is the rule's level under the profile.
-func (r *conformanceRule) levelFor(profile string) ruleLevel {
+func (r *kitRule) levelFor(profile string) ruleLevel {
 	if profile == "domain_adapter" && r.adapter != "" {
 		return r.adapter
 	}
@@ -3341,10 +4783,10 @@ func (r *conformanceRule) levelFor(profile string) ruleLevel {
 }
 
 // rulesNamed are the rules an id, or a prefix ending in *, names.
-func rulesNamed(name string) []*conformanceRule {
-	var named []*conformanceRule
-	for i := range conformanceRules {
-		r := &conformanceRules[i]
+func rulesNamed(name string) []*kitRule {
+	var named []*kitRule
+	for i := range kitRules {
+		r := &kitRules[i]
 		if prefix, ok := strings.CutSuffix(name, "*"); ok && strings.HasPrefix(r.id, prefix) || r.id == name {
 			named = append(named, r)
 		}
@@ -3352,64 +4794,67 @@ func rulesNamed(name string) []*conformanceRule {
 	return named
 }
 
-// conformanceRules is the catalogue, in the order reports list it: the rules the spec's
-// sentences make (MUST), then those the sandbox's contract decides where the spec says "not
-// shown" (SHOULD). The ids are stable: users name them in -rules, -expect files and
-// dashboards. docs/conformance.md lists them (TestTheCatalogueIsOneTable).
-var conformanceRules = []conformanceRule{
-	{id: "auth.missing_key", level: levelMust, title: "no key: 401 on each of the four operations", judge: judgeMissingKey,
-		spec: "Every request carries the header Authorization with an API key as a bearer credential. A missing, invalid, expired or revoked key returns 401."},
-	{id: "auth.invalid_key", level: levelMust, title: "an unknown key: 401", judge: judgeInvalidKey,
-		spec: "A missing, invalid, expired or revoked key returns 401."},
-	{id: "auth.expired_key", level: levelMust, title: "an expired key: 401", judge: judgeKeyRole(roleExpired, "-expired-key", codeExpiredAPIKey),
-		spec: "A missing, invalid, expired or revoked key returns 401."},
-	{id: "auth.revoked_key", level: levelMust, title: "a revoked key: 401", judge: judgeKeyRole(roleRevoked, "-revoked-key", codeRevokedAPIKey),
-		spec: "A missing, invalid, expired or revoked key returns 401."},
-	{id: "auth.scope_tracking", level: levelMust, title: "a key without tracking:read: 403 on both tracking operations", judge: judgeScope(roleOrders, "-orders-key (a key without tracking:read)", func(k *kit) []string { return k.operationTargets()[:2] }),
-		spec: "A key lacking the required scope returns 403. Scopes used: tracking:read (both tracking endpoints), orders:read (both order endpoints)."},
-	{id: "auth.scope_orders", level: levelMust, title: "a key without orders:read: 403 on both order operations", judge: judgeScope(roleTracking, "-tracking-key (a key without orders:read)", func(k *kit) []string { return k.operationTargets()[2:] }),
-		spec: "A key lacking the required scope returns 403. Scopes used: tracking:read (both tracking endpoints), orders:read (both order endpoints)."},
-	{id: "auth.other_account", level: levelMust, title: "another account's key reading this account's order, shipment and tracking number: 404 each", judge: judgeOtherAccount,
+// The spec's sentences the rules rest on, where several rules quote one.
+const (
+	specKeys      = "Every request carries the header Authorization with an API key as a bearer credential: Authorization: Bearer <API_KEY>. A missing, invalid, expired or revoked key returns 401."
+	specScopes    = "A key lacking the required scope returns 403. Scopes used: tracking:read (both tracking endpoints), orders:read (both order endpoints)."
+	specPageSize  = "limit: Page size; default 20; maximum 100."
+	specNormalize = "Events are persisted, normalized events only."
+)
+
+// kitRules is the catalogue, in the order reports list it: the rules the spec's sentences
+// make (MUST), then those the sandbox's contract decides where the spec says "not shown"
+// (SHOULD). The ids are stable; docs/conformance.md lists them (TestTheCatalogueIsOneTable).
+var kitRules = []kitRule{
+	{id: "auth.missing_key", level: levelMust, title: "no key: 401 on each of the four operations", judge: judgeMissingKey, spec: specKeys},
+	{id: "auth.invalid_key", level: levelMust, title: "an unknown key: 401 on each of the four operations", judge: judgeRefusedKey(roleNone, "invalid_api_key"), spec: specKeys},
+	{id: "auth.expired_key", level: levelMust, title: "an expired key: 401 on each of the four operations", judge: judgeRefusedKey(roleExpired, "expired_api_key"), spec: specKeys},
+	{id: "auth.revoked_key", level: levelMust, title: "a revoked key: 401 on each of the four operations", judge: judgeRefusedKey(roleRevoked, "revoked_api_key"), spec: specKeys},
+	{id: "auth.scope_tracking", level: levelMust, title: "a key without tracking:read: 403 on both tracking operations", judge: judgeScope(roleOrders, 0, 2), spec: specScopes},
+	{id: "auth.scope_orders", level: levelMust, title: "a key without orders:read: 403 on both order operations", judge: judgeScope(roleTracking, 2, 4), spec: specScopes},
+	{id: "auth.other_account", level: levelMust, title: "another account's key reading this account's order, shipment and tracking number: 404 each (or that account's own)", judge: judgeOtherAccount,
 		spec: "Keys and scopes are tied to an account and an environment; resources of another account or environment are reported as 404."},
-	{id: "tracking.view_fields", level: levelMust, title: "the view's five fields and each event's four, with their types", judge: judgeViewFields,
+	{id: "tracking.view_fields", level: levelMust, title: "the view's five fields and each event's four, with their types, each once; in the kit's world, the shipment's as sent", judge: judgeViewFields,
 		spec: "shipment_id, reference, tracking_number (string or null), status, events: required; each event's status, description, timestamp, and location: \"Display location; empty string when none\"."},
+	{id: "tracking.events", level: levelMust, title: "only persisted, normalized events: in the kit's world, exactly the events sent, as normalized", judge: judgeEvents, spec: specNormalize},
 	{id: "tracking.utc", level: levelMust, title: "every timestamp ISO 8601 in UTC with the suffix Z", judge: judgeUTC,
 		spec: "All timestamps are ISO 8601 with timezone. Responses use UTC with the suffix Z."},
 	{id: "tracking.by_number", level: levelMust, title: "a number one shipment holds finds the same view as its id", judge: judgeByNumber,
 		spec: "Lookup is account-scoped and matches the primary tracking number only. Response 200: the tracking view of a shipment (same shape as above)."},
+	{id: "tracking.exact_lookup", level: levelMust, title: "a shipment id or a tracking number in another case: 404", judge: judgeExactLookup,
+		spec: "Path parameter tracking_number (required, string): exact tracking number. Unknown shipment in this account and environment: 404."},
 	{id: "tracking.primary_number_only", level: levelMust, title: "a further parcel's number: 404", judge: judgePrimaryNumberOnly,
 		spec: "Lookup is account-scoped and matches the primary tracking number only."},
 	{id: "tracking.unknown", level: levelMust, title: "an unknown shipment id and an unknown number: 404", judge: judgeTrackingUnknown,
 		spec: "Unknown shipment in this account and environment: 404. Unknown number: 404 in both the sandbox and the unreleased domain adapter."},
 	{id: "tracking.ambiguous_number", level: levelMust, title: "a number two shipments hold: 404 (409 with -profile domain_adapter)", judge: judgeAmbiguousNumber,
 		spec: "Ambiguous number: the local sandbox returns 404; the unreleased domain adapter returns 409."},
-	{id: "tracking.dedup", level: levelMust, title: "no two events of one instant and description", judge: judgeDedup,
+	{id: "tracking.dedup", level: levelMust, title: "no two events of one instant and description; in the kit's world, its duplicate shown once, the first sent", judge: judgeDedup,
 		spec: "Events with equivalent instants and descriptions are deduplicated; duplicates are suppressed."},
-	{id: "tracking.no_offset", level: levelMust, title: "an event without an offset is not shown", judge: judgeNoOffset,
+	{id: "tracking.no_offset", level: levelMust, title: "an event sent without an offset is not shown", judge: judgeNoOffset,
 		spec: "Input timestamps without timezone are not interpreted (not assumed to be UTC); such events are excluded."},
-	{id: "tracking.utc_across_dst", level: levelMust, title: "events across a UK daylight-saving change shown at their instants in UTC, in order", judge: judgeUTCAcrossDST,
+	{id: "tracking.utc_across_dst", level: levelMust, title: "events sent across a UK daylight-saving change shown at their instants in UTC (suffix Z), in order", judge: judgeUTCAcrossDST,
 		spec: "UTC instants are preserved across UK daylight-saving changes."},
-	{id: "orders.fields", level: levelMust, title: "the six fields with their types, created_at in UTC, a platform of the five, no marketplace data", judge: judgeOrderFields,
+	{id: "orders.fields", level: levelMust, title: "the six fields with their types, each once, created_at in UTC, a platform of the five, no marketplace data; in the kit's world, each order as sent", judge: judgeOrderFields,
 		spec: "id, merchant_reference, platform (one of five marketplace platform identifiers), status, shipment_id (string or null), created_at (ISO 8601, UTC Z). Marketplace tokens and raw marketplace data are never part of the resource."},
-	{id: "orders.retrieve", level: levelMust, title: "an order read by id equals the listed one", judge: judgeRetrieve,
+	{id: "orders.retrieve", level: levelMust, title: "an order read by id equals the listed one (in the kit's world, one of each status, as sent)", judge: judgeRetrieve,
 		spec: "Response 200: one imported order."},
 	{id: "orders.unknown", level: levelMust, title: "an unknown order: 404", judge: judgeOrderUnknown,
 		spec: "Unknown order in this account and environment: 404."},
-	{id: "orders.default_limit", level: levelMust, title: "limit 20 when none is sent: at most 20 orders, 20 when more exist", judge: judgePageSize("", defaultPageSize, "limit 20 when none is sent: at most 20 orders, 20 when more follow"),
-		spec: "limit: Page size; default 20; maximum 100."},
-	{id: "orders.max_limit", level: levelMust, title: "limit=100: at most 100 orders", judge: judgePageSize("?limit=100", maxPageSize, "limit=100 applied: at most 100 orders, 100 when more follow"),
-		spec: "limit: Page size; default 20; maximum 100."},
+	{id: "orders.exact_id", level: levelMust, title: "an order id in another case: 404", judge: judgeOrderExactID,
+		spec: "Resource IDs are strings, scoped to the account and the environment. Unknown order in this account and environment: 404."},
+	{id: "orders.default_limit", level: levelMust, title: "limit 20 when none is sent: at most 20 orders, 20 when more exist", judge: judgeDefaultLimit, spec: specPageSize},
+	{id: "orders.max_limit", level: levelMust, title: "limit=100: at most 100 orders, 100 when more exist; limit=101 never more than 100", judge: judgeMaxLimit, spec: specPageSize},
 	{id: "orders.pagination", level: levelMust, title: "limit at least 1; has_more false exactly when next_cursor is null", judge: judgePagination,
 		spec: "limit: integer (minimum 1). next_cursor: Opaque signed cursor for the next page; null when none. has_more: Whether more results follow."},
-	{id: "orders.cursor_walk", level: levelMust, title: "following next_cursor shows each order once", judge: judgeCursorWalk,
+	{id: "orders.cursor_walk", level: levelMust, title: "following next_cursor shows each order once; in the kit's world, every order sent", judge: judgeCursorWalk,
 		spec: "cursor: Opaque signed next_cursor from a previous page; the same filters must be kept between pages."},
-	{id: "orders.malformed_cursor", level: levelMust, title: "a malformed cursor: 400", judge: judgeMalformedCursor,
-		spec: "Malformed cursor: 400."},
-	{id: "orders.filter_status", level: levelMust, title: "status: only orders of that status", judge: judgeFilterStatus,
+	{id: "orders.malformed_cursor", level: levelMust, title: "a malformed cursor: 400", judge: judgeMalformedCursor, spec: "Malformed cursor: 400."},
+	{id: "orders.filter_status", level: levelMust, title: "status: only orders of that status; in the kit's world, every one sent", judge: judgeFilterStatus,
 		spec: "status: Exact match on normalized status."},
 	{id: "orders.filter_created", level: levelMust, title: "created_from and created_to inclusive: the orders at exactly those instants included, none outside", judge: judgeFilterCreated,
 		spec: "created_from: Inclusive lower bound on creation time. created_to: Inclusive upper bound on creation time."},
-	{id: "orders.linked_shipment", level: levelMust, title: "an order's shipment_id finds a tracking view", judge: judgeLinkedShipment,
+	{id: "orders.linked_shipment", level: levelMust, title: "an order's shipment_id finds that shipment's tracking view", judge: judgeLinkedShipment,
 		spec: "shipment_id: Linked shipment ID; null when no shipment is linked."},
 	{id: "http.method_not_allowed", level: levelMust, title: "POST, PUT, PATCH and DELETE on each operation: 405", judge: judgeMethodNotAllowed,
 		spec: "Every operation below is a GET without a request body. 405: Method not supported."},
@@ -3421,6 +4866,8 @@ var conformanceRules = []conformanceRule{
 		spec: "No member beyond the spec's: a tracking view is shipment_id, reference, tracking_number, status and events; an event, status, description, timestamp and location."},
 	{id: "orders.exact_fields", level: levelShould, title: "no member of an order or a page beyond the spec's", judge: judgeOrderExactFields,
 		spec: "The stored orders carry a marketplace token and a raw marketplace payload, as imported orders do; the resource never shows either (exactly the six spec fields)."},
+	{id: "http.unique_members", level: levelShould, title: "no JSON answer names a member twice", judge: judgeUniqueMembers, every: true,
+		spec: "Every response: JSON bodies compact UTF-8 (RFC 8259: the names within an object SHOULD be unique; a name given twice is read differently by different clients)."},
 	{id: "errors.problem_json", level: levelShould, title: "every error application/problem+json with type, title, status, detail, code and request_id", judge: judgeProblemJSON, every: true,
 		spec: "Every error body is RFC 9457 problem details, Content-Type: application/problem+json, with the code and the request id."},
 	{id: "errors.codes", level: levelShould, title: "each error the kit made has its documented code", judge: judgeCodes, every: true,
@@ -3429,77 +4876,106 @@ var conformanceRules = []conformanceRule{
 		spec: "Order: newest first, created_at descending, then id descending."},
 	{id: "orders.limit_range", level: levelShould, title: "limit 0 and 101: 422 invalid_parameter limit", judge: judgeLimitRange,
 		spec: "limit: integer 1..100; a bad value (limit 0, 101): 422 invalid_parameter, naming the parameter in param."},
-	{id: "orders.cursor_filters", level: levelShould, title: "a cursor sent with other filters: 400 invalid_cursor", judge: judgeCursorFilters,
+	{id: "orders.cursor_filters", level: levelShould, title: "a cursor sent with another status, created_from or created_to: 400 invalid_cursor", judge: judgeCursorFilters,
 		spec: "A cursor that does not decode, is not signed by this server, belongs to another account/environment or is used with other filters: 400 invalid_cursor."},
 	{id: "http.request_id", level: levelShould, title: "a Request-Id on every answer", judge: judgeRequestID, every: true,
 		spec: "Every response: Request-Id header (req_ + random)."},
 	{id: "http.no_store", level: levelShould, title: "Cache-Control: no-store on every answer", judge: judgeNoStore, every: true,
 		spec: "Every response: Cache-Control: no-store on /v1 responses."},
-	{id: "limits.rate_limit_headers", level: levelShould, title: "RateLimit-Policy and RateLimit on answers, Retry-After on the 429", judge: judgeRateLimitHeaders, load: true,
+	{id: "limits.rate_limit_headers", level: levelShould, title: "RateLimit-Policy and RateLimit, well formed, on every answer past the key check; Retry-After on the 429", judge: judgeRateLimitHeaders, load: true, every: true,
 		spec: "While a rate limit is set, answers that passed the rate limiter (and 429s) carry its state in the IETF draft's structured fields; 429 rate_limited with Retry-After in whole seconds."},
-	{id: "tracking.vocabulary", level: levelShould, title: "every status of the tracking vocabulary", judge: judgeTrackingVocabulary,
+	{id: "tracking.status", level: levelShould, title: "a view's status is its last event's (pre_transit without one)", judge: judgeViewStatus,
+		spec: "The shipment status is the status of its last shown event, or pre_transit when none."},
+	{id: "tracking.vocabulary", level: levelShould, title: "every status shown is of the tracking vocabulary; in the kit's world, each of the nine is shown", judge: judgeTrackingVocabulary,
 		spec: "Tracking status (shipment status, events[].status): pre_transit, in_transit, out_for_delivery, available_for_pickup, delivered, return_to_sender, failure, cancelled, unknown."},
-	{id: "tracking.events_oldest_first", level: levelShould, title: "events oldest first", judge: judgeEventsOldestFirst,
+	{id: "tracking.events_oldest_first", level: levelShould, title: "events oldest first, those of one instant in the order sent", judge: judgeEventsOldestFirst,
 		spec: "Events are ordered oldest first (stable for equal instants)."},
-	{id: "orders.vocabulary", level: levelShould, title: "every order status of the vocabulary", judge: judgeOrderVocabulary,
+	{id: "orders.vocabulary", level: levelShould, title: "every order status shown is of the vocabulary; in the kit's world, each of the four is shown", judge: judgeOrderVocabulary,
 		spec: "Order status: unfulfilled, partially_fulfilled, fulfilled, cancelled."},
 }
 
-// run judges the selected rules: the first read, the world, each rule's check in the
-// catalogue's order (those that load the server last), then the rules that judge every
-// answer; it deletes the kit's sandboxes before it returns, whatever happened.
-func (k *kit) run() (*checkReport, error) {
-	defer k.deleteSandboxes()
-	if err := k.firstRead(); err != nil {
-		return nil, err
-	}
-	k.rule = "(world)"
-	k.world = k.makeWorld()
-	selected := map[string]bool{}
+// plan is the rules a run judges, in the order it judges them: the selected rules that send
+// requests of their own, in the catalogue's order, those that load the server last; then
+// the selected rules that judge every answer. Selected alone, these judge every rule's
+// answers, and the others are run (not reported) for them.
+func (k *kit) plan() (run []*kitRule, reported map[string]bool) {
+	reported = map[string]bool{}
 	for _, name := range k.cfg.rules {
 		for _, r := range rulesNamed(name) {
-			selected[r.id] = true
+			reported[r.id] = true
 		}
 	}
-	onlyEvery := len(selected) > 0
-	for id := range selected {
-		onlyEvery = onlyEvery && slices.ContainsFunc(conformanceRules, func(r conformanceRule) bool { return r.id == id && r.every })
+	onlyEvery := len(reported) > 0
+	for id := range reported {
+		onlyEvery = onlyEvery && rulesNamed(id)[0].every
 	}
-	chosen := func(r *conformanceRule) bool { return len(selected) == 0 || selected[r.id] }
-	verdicts := map[string]ruleVerdict{}
-	for _, pass := range []bool{false, true} { // the rules that load the server last
-		for i := range conformanceRules {
-			r := &conformanceRules[i]
-			if r.every || r.load != pass || !chosen(r) && !onlyEvery {
-				continue
+	for _, pass := range []int{0, 1, 2} { // their own requests, then those that load the server, then every answer
+		for i := range kitRules {
+			r := &kitRules[i]
+			stage := 0
+			switch {
+			case r.every:
+				stage = 2
+			case r.load:
+				stage = 1
 			}
+			if stage == pass && (len(reported) == 0 || reported[r.id] || onlyEvery && !r.every) {
+				run = append(run, r)
+			}
+		}
+	}
+	if len(reported) == 0 {
+		for _, r := range run {
+			reported[r.id] = true
+		}
+	}
+	return run, reported
+}
+
+// run judges the planned rules, after the first read and the world; it deletes the kit's
+// sandboxes before it returns, whatever happened. It ends early when the run is interrupted
+// or the server refuses its pace.
+func (k *kit) run() (*checkReport, error) {
+	plan, reported := k.plan()
+	err := k.firstRead()
+	results := map[string]ruleResult{}
+	if err == nil {
+		k.rule = "(world)"
+		k.world = k.makeWorld()
+		for _, r := range plan {
 			if k.ctx.Err() != nil {
-				return nil, k.ctx.Err()
+				break
 			}
-			if r.load && !k.cfg.full {
-				verdicts[r.id] = skip("it loads the server: run with -mode full")
-				continue
-			}
-			k.rule = r.id
-			verdicts[r.id] = r.judge(k).settled()
+			results[r.id] = k.judgeRule(r, reported)
 		}
 	}
-	for i := range conformanceRules {
-		if r := &conformanceRules[i]; r.every && chosen(r) {
-			k.judged = k.judged[:0]
-			for _, other := range conformanceRules {
-				if !other.every && (onlyEvery || chosen(&other)) {
-					k.judged = append(k.judged, k.used[other.id]...)
-				}
+	k.deleteSandboxes()
+	if cause := context.Cause(k.ctx); err == nil && cause != nil {
+		err = cause
+	}
+	if err != nil {
+		return nil, err
+	}
+	return k.report(results, reported), nil
+}
+
+// judgeRule judges one rule: one that loads the server only in full mode; one that judges
+// every answer, the answers of the rules reported (or of every rule run).
+func (k *kit) judgeRule(r *kitRule, reported map[string]bool) ruleResult {
+	if r.load && !k.cfg.full {
+		return skip("it loads the server: run with -mode full")
+	}
+	if r.every {
+		k.judged = k.judged[:0]
+		onlyEvery := !slices.ContainsFunc(kitRules, func(o kitRule) bool { return reported[o.id] && !o.every })
+		for _, other := range kitRules {
+			if !other.every && (onlyEvery || reported[other.id]) {
+				k.judged = append(k.judged, k.used[other.id]...)
 			}
-			k.rule = r.id
-			verdicts[r.id] = r.judge(k).settled()
 		}
 	}
-	if k.ctx.Err() != nil {
-		return nil, k.ctx.Err()
-	}
-	return k.report(verdicts, chosen), nil
+	k.rule = r.id
+	return r.judge(k).settled()
 }
 
 // firstRead makes the kit's first request, GET {base}/orders?limit=1 with -key: a server it
@@ -3508,72 +4984,1377 @@ func (k *kit) run() (*checkReport, error) {
 func (k *kit) firstRead() error {
 	k.rule = "(first read)"
 	ex := k.get(roleMain, "/orders?limit=1", http.StatusOK, "")
-	target := k.base.String() + "/orders?limit=1"
+	target := k.base + "/orders?limit=1"
+	doc, jsonErr := readJSON(ex.body)
 	switch {
 	case k.ctx.Err() != nil:
-		return k.ctx.Err()
-	case ex.err != nil && ex.status == 0:
+		return context.Cause(k.ctx)
+	case ex.status == 0:
 		return fmt.Errorf("the base URL %s cannot be reached, or does not answer HTTP within -timeout %v: %v", k.base, k.cfg.timeout, ex.err)
 	case ex.status == http.StatusUnauthorized:
 		return fmt.Errorf("the first read, GET %s with -key, answered 401: the key is refused (unknown, expired or revoked; a test key of this server is needed)", target)
 	case ex.status == http.StatusForbidden:
 		return fmt.Errorf("the first read, GET %s with -key, answered 403: the key lacks a scope (-key needs tracking:read and orders:read)", target)
+	case ex.status == http.StatusTooManyRequests:
+		return fmt.Errorf("%w: the first read, GET %s, was still answered 429 after three retries", errPaceRefused, target)
+	case ex.status == http.StatusNotFound && !strings.HasSuffix(k.base, "/v1"):
+		return fmt.Errorf("the first read, GET %s, answered 404: is /v1 missing from the base URL? The API's base ends in /v1 (such as http://127.0.0.1:8080/v1), unless the server serves its paths elsewhere", target)
 	case ex.status == http.StatusNotFound:
-		return fmt.Errorf("the first read, GET %s, answered 404: this is not the API (the base URL is the API's, ending in /v1)", target)
-	case !json.Valid(ex.body) || !bytes.HasPrefix(bytes.TrimSpace(ex.body), []byte("{")):
-		return fmt.Errorf("the first read, GET %s, answered %d with a body that is not JSON: this is not the API", target, ex.status)
+		return fmt.Errorf("the first read, GET %s, answered 404: this is not the API (the base URL is the API's)", target)
+	case jsonErr != nil || doc.typ != typeObject:
+		return fmt.Errorf("the first read, GET %s, answered %d with a body that is not a JSON object: this is not the API", target, ex.status)
 	}
 	return nil
 }
 
-// ===== Conformance: every answer, the methods and the body =====
+// ===== The conformance kit: the catalogue's judges of auth.* =====
 
-// The kit's rules of HTTP itself: the methods and the body of every operation, and what
-// every answer carries.
+// operationTargets are a request of each of the four operations: the shipment's tracking, a
+// number, the list, an order; naming what the kit's own world holds, else ids no server
+// holds (so that a request of a wrong method touches nothing).
+func (k *kit) operationTargets() []string {
+	shipment, number, order := unknownShipment, unknownNumber, unknownOrder
+	if w := k.world; w.own {
+		shipment, number, order = kitShipments[0].id, kitShipments[0].number, w.orders[0].ID
+	}
+	return []string{"/shipments/" + url.PathEscape(shipment) + "/tracking", "/tracking/" + url.PathEscape(number), "/orders", "/orders/" + url.PathEscape(order)}
+}
 
-func judgeMethodNotAllowed(k *kit) ruleVerdict {
-	var v ruleVerdict
+func judgeMissingKey(k *kit) ruleResult {
+	var r ruleResult
+	for _, target := range k.operationTargets() {
+		r.wantStatus(k, k.get(roleNone, target, http.StatusUnauthorized, "missing_api_key"), http.StatusUnauthorized, "no Authorization")
+	}
+	return r
+}
+
+// judgeRefusedKey is a rule that role's key (roleNone: a key no account holds) is 401 code
+// on each of the four operations.
+func judgeRefusedKey(role kitRole, code string) func(k *kit) ruleResult {
+	what := "a key no account holds"
+	if role != roleNone {
+		what = "a key that is " + strings.TrimSuffix(code, "_api_key")
+	}
+	return func(k *kit) ruleResult {
+		if role != roleNone && k.keys[role] == "" {
+			return skip("needs " + flagOf(role))
+		}
+		var r ruleResult
+		for _, target := range k.operationTargets() {
+			req := kitRequest{method: http.MethodGet, target: target, role: role, status: http.StatusUnauthorized, code: code}
+			if role == roleNone {
+				req.unknownKey = unknownKey
+			}
+			r.wantStatus(k, k.send(req), http.StatusUnauthorized, what)
+		}
+		return r
+	}
+}
+
+// judgeScope is a rule that role's key, holding the other scope only, is 403 on the
+// operations from..to of operationTargets.
+func judgeScope(role kitRole, from, to int) func(k *kit) ruleResult {
+	return func(k *kit) ruleResult {
+		if k.keys[role] == "" {
+			return skip("needs " + flagOf(role) + " (a key with only the other scope)")
+		}
+		var r ruleResult
+		for _, target := range k.operationTargets()[from:to] {
+			r.wantStatus(k, k.get(role, target, http.StatusForbidden, "insufficient_scope"), http.StatusForbidden, "a key without the operation's scope")
+		}
+		return r
+	}
+}
+
+// judgeOtherAccount: the other account's key reads this account's order, shipment and number
+// as 404. Ids and numbers are scoped to an account, so the other may hold one of them too: a
+// 200 with its own is not the fault; a 200 with this account's is.
+func judgeOtherAccount(k *kit) ruleResult {
+	if k.keys[roleAlt] == "" {
+		return skip("needs -alt-key (a key of another account)")
+	}
+	w := k.world
+	var targets []string
+	if len(w.orders) > 0 {
+		targets = append(targets, "/orders/"+url.PathEscape(w.orders[0].ID))
+	}
+	if len(w.shipments) > 0 {
+		targets = append(targets, "/shipments/"+url.PathEscape(w.shipments[0])+"/tracking")
+	}
+	if numbers := slices.Sorted(maps.Keys(w.numbers)); len(numbers) > 0 {
+		targets = append(targets, "/tracking/"+url.PathEscape(numbers[0]))
+	}
+	if len(targets) == 0 {
+		return skip("the key reads nothing of its account for the other account's key to read")
+	}
+	var r ruleResult
+	for _, target := range targets {
+		ours, theirs := k.get(roleMain, target, http.StatusOK, ""), k.get(roleAlt, target, http.StatusNotFound, "not_found")
+		mine, _ := readJSON(ours.body)
+		seen, _ := readJSON(theirs.body)
+		switch {
+		case theirs.status == http.StatusNotFound && theirs.err == nil:
+		case theirs.status == http.StatusOK && ours.status == http.StatusOK && mine.equal(seen):
+			r.fail(k, theirs, "404, or the other account's own resource of that id or number", "this account's resource, as its own key reads it")
+		case theirs.status != http.StatusOK:
+			r.wantStatus(k, theirs, http.StatusNotFound, "another account's resource")
+		}
+	}
+	return r
+}
+
+// ===== The conformance kit: the catalogue's judges of tracking.* =====
+
+// kitView is a tracking view as the kit reads it: the answer, its JSON (nil for an answer
+// other than 200 with a JSON object), and its events, each read as far as it goes.
+type kitView struct {
+	ex     *exchange
+	doc    *jsonValue
+	events []kitSeenEvent
+}
+
+// kitSeenEvent is an event of a view as the kit reads it: its members' strings ("" for any
+// other value), and its instant when its timestamp is RFC 3339.
+type kitSeenEvent struct {
+	status, description, timestamp, location string
+	at                                       time.Time
+	timed                                    bool
+}
+
+// The members of a view and of an event, with their types.
+var (
+	viewMembers  = []kitMember{{"shipment_id", typeString}, {"reference", typeString}, {"tracking_number", typeStringOrNull}, {"status", typeString}, {"events", typeArray}}
+	eventMembers = []kitMember{{"status", typeString}, {"description", typeString}, {"timestamp", typeString}, {"location", typeString}}
+)
+
+// utcTimestamp is a timestamp written in UTC with the suffix Z.
+var utcTimestamp = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z$`)
+
+// view is the tracking view of the shipment id, read with the main key.
+func (k *kit) view(id string) *kitView {
+	return readView(k.get(roleMain, "/shipments/"+url.PathEscape(id)+"/tracking", http.StatusOK, ""))
+}
+
+func readView(ex *exchange) *kitView {
+	v := &kitView{ex: ex}
+	doc, err := readJSON(ex.body)
+	if ex.status != http.StatusOK || ex.err != nil || err != nil || doc.typ != typeObject {
+		return v
+	}
+	v.doc = doc
+	events, _ := doc.member("events")
+	for _, e := range events.itemsOrNil() {
+		se := kitSeenEvent{status: e.str("status"), description: e.str("description"), timestamp: e.str("timestamp"), location: e.str("location")}
+		at, err := time.Parse(time.RFC3339Nano, se.timestamp)
+		se.at, se.timed = at, err == nil
+		v.events = append(v.events, se)
+	}
+	return v
+}
+
+// answerFault says why ex is not a readable 200.
+func answerFault(ex *exchange) string {
+	switch {
+	case ex.status == 0:
+		return "no answer"
+	case ex.status != http.StatusOK:
+		return fmt.Sprintf("status %d", ex.status)
+	case ex.err != nil:
+		return ex.err.Error()
+	}
+	return "a body that is not one JSON object"
+}
+
+// Why a tracking rule cannot be judged.
+const (
+	noShipments  = "no shipment known: the orders the key reads are linked to none (a server that makes sandboxes gets the kit's own)"
+	noViews      = "no tracking view the kit knows answered 200 with a JSON object (see tracking.view_fields)"
+	ownWorldOnly = "needs the kit's own world (records it sends to a server that makes sandboxes): the evidence cannot be discovered"
+)
+
+// judgeViews is a rule judged on each tracking view the kit knows, read with the main key,
+// beside what the kit sent of it (nil without its own world): fault says what is wrong with
+// one ("" when nothing is), which the rule expected not to be. A view that does not read
+// fails the rule when unread says so; else it is left to tracking.view_fields, and a rule that
+// reads none is a skip.
+func judgeViews(expected string, unread bool, fault func(v *kitView, sent *kitShipment) string) func(k *kit) ruleResult {
+	return func(k *kit) ruleResult {
+		if len(k.world.shipments) == 0 {
+			return skip(noShipments)
+		}
+		var r ruleResult
+		read := 0
+		for _, id := range k.world.shipments {
+			v := k.view(id)
+			switch {
+			case v.doc == nil && unread:
+				r.fail(k, v.ex, expected, answerFault(v.ex))
+			case v.doc == nil:
+			default:
+				read++
+				if f := fault(v, k.world.sent[id]); f != "" {
+					r.fail(k, v.ex, expected, f)
+				}
+			}
+		}
+		if read == 0 && !unread {
+			return skip(noViews)
+		}
+		return r
+	}
+}
+
+// ownViews is a rule judged, in the kit's own world only, on the views of its shipments.
+func ownViews(expected string, fault func(v *kitView, sent *kitShipment) string) func(k *kit) ruleResult {
+	judge := judgeViews(expected, true, fault)
+	return func(k *kit) ruleResult {
+		if !k.world.own {
+			return skip(ownWorldOnly)
+		}
+		return judge(k)
+	}
+}
+
+var (
+	judgeViewFields = judgeViews("the view's five members and each event's four, with their types, each once; in the kit's world, its shipment_id, reference and tracking_number as sent", true, viewFieldsFault)
+	judgeEvents     = ownViews("exactly the events the kit sent, each at its instant with its status, description and location, less those the spec's normalization leaves out", eventsFault)
+	judgeUTC        = judgeViews("every timestamp ISO 8601 in UTC, with the suffix Z", false, func(v *kitView, _ *kitShipment) string {
+		for i, e := range v.events {
+			if !utcTimestamp.MatchString(e.timestamp) {
+				return fmt.Sprintf("events[%d].timestamp %q", i, cutField(e.timestamp, 64))
+			}
+		}
+		return ""
+	})
+	judgeDedup               = judgeViews("no two events of one instant and description; in the kit's world, the event it sent twice shown once, the first sent", false, dedupFault)
+	judgeNoOffset            = ownViews("the events sent without an offset not shown, the others shown", noOffsetFault)
+	judgeTrackingExactFields = judgeViews("the view's five members and each event's four, none beyond", false, exactViewFault)
+	judgeViewStatus          = judgeViews("the view's status that of its last event, pre_transit without one; in the kit's world, the status of its last event sent", false, viewStatusFault)
+	judgeEventsOldestFirst   = judgeViews("events oldest first; in the kit's world, those of one instant in the order sent", false, oldestFirstFault)
+)
+
+func viewFieldsFault(v *kitView, sent *kitShipment) string {
+	if f := shapeFault(v.doc, viewMembers, ""); f != "" {
+		return f
+	}
+	events, _ := v.doc.member("events")
+	for i, e := range events.items {
+		if f := shapeFault(e, eventMembers, fmt.Sprintf("events[%d].", i)); f != "" {
+			return f
+		}
+	}
+	if sent == nil {
+		return ""
+	}
+	number := v.doc.strOrNull("tracking_number")
+	switch {
+	case v.doc.str("shipment_id") != sent.id:
+		return fmt.Sprintf("shipment_id %q, sent %q", cutField(v.doc.str("shipment_id"), 64), sent.id)
+	case v.doc.str("reference") != sent.reference:
+		return fmt.Sprintf("reference %q, sent %q", cutField(v.doc.str("reference"), 64), sent.reference)
+	case (number == nil) != (sent.number == "") || number != nil && *number != sent.number:
+		want := (*string)(nil)
+		if sent.number != "" {
+			want = &sent.number
+		}
+		return fmt.Sprintf("tracking_number %s, sent %s", quotedOrNull(number), quotedOrNull(want))
+	}
+	return ""
+}
+
+// quotedOrNull is a string or null member as JSON writes it, cut for evidence.
+func quotedOrNull(s *string) string {
+	if s == nil {
+		return "null"
+	}
+	return strconv.Quote(cutField(*s, 64))
+}
+
+// eventsFault is what of v's events is not what the kit sent, as normalized: an event it
+// did not send, one it sent missing, or one whose status or location differs.
+func eventsFault(v *kitView, sent *kitShipment) string {
+	want := sent.shown()
+	matched := make([]bool, len(want))
+	for i, e := range v.events {
+		j := slices.IndexFunc(want, func(w kitEvent) bool { return sameEvent(e, w) })
+		for j >= 0 && matched[j] {
+			next := slices.IndexFunc(want[j+1:], func(w kitEvent) bool { return sameEvent(e, w) })
+			if next < 0 {
+				j = -1
+				break
+			}
+			j += 1 + next
+		}
+		if j < 0 {
+			return fmt.Sprintf("events[%d], %q at %q, is not an event the kit sent (or one the spec's normalization shows)", i, cutField(e.description, 64), cutField(e.timestamp, 64))
+		}
+		matched[j] = true
+		if e.status != want[j].status || e.location != want[j].location {
+			return fmt.Sprintf("events[%d], %q: status %q and location %q, sent %q and %q", i, want[j].description, cutField(e.status, 64), cutField(e.location, 64), want[j].status, want[j].location)
+		}
+	}
+	if j := slices.Index(matched, false); j >= 0 {
+		return fmt.Sprintf("the event sent at %s, %q, is not shown", want[j].sent, want[j].description)
+	}
+	return ""
+}
+
+// sameEvent reports whether a seen event is w: the same instant and description.
+func sameEvent(e kitSeenEvent, w kitEvent) bool {
+	at, _ := time.Parse(time.RFC3339, w.shown)
+	return e.timed && e.at.Equal(at) && e.description == w.description
+}
+
+// eventsAt are the indexes of v's events of description at the instant at, in any offset.
+func eventsAt(v *kitView, at time.Time, description string) []int {
+	var found []int
+	for i, e := range v.events {
+		if e.timed && e.at.Equal(at) && e.description == description {
+			found = append(found, i)
+		}
+	}
+	return found
+}
+
+// dedupFault: no two events of one instant and description; of each event the kit sent
+// twice (a second with an offset at an instant and description it sent before), the one
+// shown, located as the first sent.
+func dedupFault(v *kitView, sent *kitShipment) string {
+	seen := map[string]bool{}
+	for i, e := range v.events {
+		id := e.at.UTC().Format(time.RFC3339Nano) + " " + e.description
+		if e.timed && seen[id] {
+			return fmt.Sprintf("events[%d] repeats %q at %s", i, cutField(e.description, 64), cutField(e.timestamp, 64))
+		}
+		seen[id] = true
+	}
+	if sent == nil {
+		return ""
+	}
+	for i, e := range sent.events {
+		at, err := time.Parse(time.RFC3339, e.sent)
+		if e.shown != "" || err != nil { // shown, or sent without an offset
+			continue
+		}
+		f := slices.IndexFunc(sent.events[:i], func(f kitEvent) bool { return f.description == e.description && f.shown != "" })
+		if f < 0 {
+			continue
+		}
+		first, found := sent.events[f], eventsAt(v, at, e.description)
+		if len(found) != 1 || v.events[found[0]].location != first.location {
+			return fmt.Sprintf("%q sent twice at %s: %d such events shown, want one, located %q as the first sent", e.description, first.shown, len(found), first.location)
+		}
+	}
+	return ""
+}
+
+// noOffsetFault: of a shipment the kit sent an event without an offset, that event is not
+// shown, at any instant, and the events sent with one are.
+func noOffsetFault(v *kitView, sent *kitShipment) string {
+	if !slices.ContainsFunc(sent.events, func(e kitEvent) bool { _, err := time.Parse(time.RFC3339, e.sent); return err != nil }) {
+		return ""
+	}
+	for _, e := range sent.events {
+		if _, err := time.Parse(time.RFC3339, e.sent); err == nil {
+			continue
+		}
+		for i, seen := range v.events {
+			if seen.description == e.description {
+				return fmt.Sprintf("events[%d], %q, sent at %s without an offset, is shown at %q", i, e.description, e.sent, cutField(seen.timestamp, 64))
+			}
+		}
+	}
+	for _, e := range sent.shown() {
+		if at, _ := time.Parse(time.RFC3339, e.shown); len(eventsAt(v, at, e.description)) == 0 {
+			return fmt.Sprintf("%q, sent with an offset at %s, is not shown", e.description, e.sent)
+		}
+	}
+	return ""
+}
+
+// kitDSTShipment is the shipment whose events the kit sends across the UK's change to
+// summer time.
+const kitDSTShipment = "shp_ck_dst"
+
+// judgeUTCAcrossDST: each event sent across the change is shown at its instant, written in
+// UTC with the suffix Z, and in the order of the instants.
+var judgeUTCAcrossDST = ownViews("each event sent across the UK's change to summer time shown at its instant in UTC (suffix Z), in the order of the instants", func(v *kitView, sent *kitShipment) string {
+	if sent.id != kitDSTShipment {
+		return ""
+	}
+	last := -1
+	for _, e := range sent.shown() {
+		i := slices.IndexFunc(v.events, func(s kitSeenEvent) bool { return s.description == e.description })
+		switch {
+		case i < 0:
+			return fmt.Sprintf("%q, sent at %s, not shown", e.description, e.sent)
+		case !utcTimestamp.MatchString(v.events[i].timestamp) || !v.events[i].timed || !v.events[i].at.Equal(mustInstant(e.shown)):
+			return fmt.Sprintf("%q, sent at %s, shown at %q, not %s", e.description, e.sent, cutField(v.events[i].timestamp, 64), e.shown)
+		case i < last:
+			return fmt.Sprintf("%q shown before the event it follows", e.description)
+		}
+		last = i
+	}
+	return ""
+})
+
+// mustInstant is an instant of the kit's own tables.
+func mustInstant(s string) time.Time {
+	at, _ := time.Parse(time.RFC3339, s)
+	return at
+}
+
+func exactViewFault(v *kitView, _ *kitShipment) string {
+	if f := memberBeyond(v.doc, viewMembers, ""); f != "" {
+		return f
+	}
+	events, _ := v.doc.member("events")
+	for i, e := range events.itemsOrNil() {
+		if f := memberBeyond(e, eventMembers, fmt.Sprintf("events[%d].", i)); f != "" {
+			return f
+		}
+	}
+	return ""
+}
+
+func viewStatusFault(v *kitView, sent *kitShipment) string {
+	status, want := v.doc.str("status"), trackingStatuses[0]
+	if n := len(v.events); n > 0 {
+		want = v.events[n-1].status
+	}
+	switch {
+	case status != want:
+		return fmt.Sprintf("status %q; its last event's %q", cutField(status, 64), cutField(want, 64))
+	case sent != nil && status != sent.status:
+		return fmt.Sprintf("status %q; the status of the last event sent %q", cutField(status, 64), sent.status)
+	}
+	return ""
+}
+
+// oldestFirstFault: each event at or after the one above it; in the kit's world, the events
+// it sent in the order of its table's normalization (oldest first, stable for one instant).
+func oldestFirstFault(v *kitView, sent *kitShipment) string {
+	for i := 1; i < len(v.events); i++ {
+		if a, b := v.events[i-1], v.events[i]; a.timed && b.timed && b.at.Before(a.at) {
+			return fmt.Sprintf("events[%d] at %s, before the one above it", i, cutField(b.timestamp, 64))
+		}
+	}
+	if sent == nil {
+		return ""
+	}
+	want, last := sent.shown(), -1
+	for i, e := range v.events {
+		j := slices.IndexFunc(want, func(w kitEvent) bool { return sameEvent(e, w) })
+		if j >= 0 && j < last {
+			return fmt.Sprintf("events[%d], %q, shown before %q, which was sent before it at its instant", i, cutField(e.description, 64), want[last].description)
+		}
+		last = max(last, j)
+	}
+	return ""
+}
+
+// judgeTrackingVocabulary: every status a view shows is of the vocabulary; in the kit's
+// world, each of the vocabulary is shown by some view.
+func judgeTrackingVocabulary(k *kit) ruleResult {
+	shown := map[string]bool{}
+	r := judgeViews("a status of "+strings.Join(trackingStatuses, ", "), false, func(v *kitView, _ *kitShipment) string {
+		statuses := []string{v.doc.str("status")}
+		for _, e := range v.events {
+			statuses = append(statuses, e.status)
+		}
+		for _, s := range statuses {
+			if !slices.Contains(trackingStatuses, s) {
+				return fmt.Sprintf("status %q", cutField(s, 64))
+			}
+			shown[s] = true
+		}
+		return ""
+	})(k)
+	if k.world.own && r.result != "skip" {
+		for _, s := range trackingStatuses {
+			if !shown[s] {
+				r.fail(k, k.view(kitShipments[0].id).ex, "each tracking status shown by some view of the kit's shipments, which were sent all nine", "no view shows "+s)
+			}
+		}
+	}
+	return r
+}
+
+func judgeByNumber(k *kit) ruleResult {
+	if len(k.world.numbers) == 0 {
+		return skip("no tracking number known that one shipment holds")
+	}
+	var r ruleResult
+	missing := []*exchange{}
+	for _, number := range slices.Sorted(maps.Keys(k.world.numbers)) {
+		id := k.world.numbers[number]
+		byID, byNumber := k.view(id), readView(k.get(roleMain, "/tracking/"+url.PathEscape(number), http.StatusOK, ""))
+		if !k.world.own && (byNumber.ex.status == http.StatusNotFound || byNumber.ex.status == http.StatusConflict) {
+			missing = append(missing, byNumber.ex) // another shipment, not read, may hold it
+			continue
+		}
+		switch {
+		case !r.wantStatus(k, byNumber.ex, http.StatusOK, "the view of the one shipment that holds the number"):
+		case byNumber.doc == nil || byID.doc == nil || !byID.doc.equal(byNumber.doc):
+			r.fail(k, byNumber.ex, "the same view as GET /shipments/"+id+"/tracking", "another view")
+		}
+	}
+	if len(missing) == len(k.world.numbers) {
+		r.fail(k, missing[0], "a number one shipment holds found by GET /tracking/{number}", fmt.Sprintf("every one of the %d numbers of the shipments read answered 404 or 409: another shipment may hold one, but not every one", len(missing)))
+	}
+	return r
+}
+
+// swapCase is s with its letters' case swapped: the same id, or number, in another case.
+func swapCase(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsUpper(r) {
+			return unicode.ToLower(r)
+		}
+		return unicode.ToUpper(r)
+	}, s)
+}
+
+// wantNotOther fails r unless ex, the lookup of alias (the same text as a known id or
+// number, in another case), is 404, or finds what holds alias itself (member of its answer).
+func wantNotOther(k *kit, r *ruleResult, ex *exchange, member, alias string) {
+	doc, _ := readJSON(ex.body)
+	if ex.status == http.StatusOK && doc.str(member) == alias && alias != "" {
+		return // the server holds that other id itself
+	}
+	r.wantStatus(k, ex, http.StatusNotFound, "an id or number matched exactly: another case is another one")
+}
+
+func judgeExactLookup(k *kit) ruleResult {
+	w := k.world
+	numbers := slices.Sorted(maps.Keys(w.numbers))
+	if len(w.shipments) == 0 || len(numbers) == 0 || swapCase(w.shipments[0]) == w.shipments[0] || swapCase(numbers[0]) == numbers[0] {
+		return skip("no shipment id and number known with a letter whose case can change")
+	}
+	var r ruleResult
+	id, number := swapCase(w.shipments[0]), swapCase(numbers[0])
+	wantNotOther(k, &r, k.get(roleMain, "/shipments/"+url.PathEscape(id)+"/tracking", http.StatusNotFound, "not_found"), "shipment_id", id)
+	ex := k.get(roleMain, "/tracking/"+url.PathEscape(number), http.StatusNotFound, "not_found")
+	wantNotOther(k, &r, ex, "tracking_number", number)
+	return r
+}
+
+func judgePrimaryNumberOnly(k *kit) ruleResult {
+	if !k.world.own {
+		return skip(ownWorldOnly)
+	}
+	var r ruleResult
+	r.wantStatus(k, k.get(roleMain, "/tracking/"+kitFurtherNumber, http.StatusNotFound, "not_found"), http.StatusNotFound, "a further parcel's number (not the primary) found by no lookup")
+	return r
+}
+
+func judgeTrackingUnknown(k *kit) ruleResult {
+	var r ruleResult
+	r.wantStatus(k, k.get(roleMain, "/shipments/"+unknownShipment+"/tracking", http.StatusNotFound, "not_found"), http.StatusNotFound, "an unknown shipment id")
+	r.wantStatus(k, k.get(roleMain, "/tracking/"+unknownNumber, http.StatusNotFound, "not_found"), http.StatusNotFound, "an unknown tracking number")
+	return r
+}
+
+func judgeAmbiguousNumber(k *kit) ruleResult {
+	if !k.world.own {
+		return skip(ownWorldOnly)
+	}
+	status, code, who := http.StatusNotFound, "not_found", "a number two shipments hold, from a sandbox"
+	if k.cfg.profile == "domain_adapter" {
+		status, code, who = http.StatusConflict, "ambiguous_tracking_number", "a number two shipments hold, from the domain adapter"
+	}
+	var r ruleResult
+	r.wantStatus(k, k.get(roleMain, "/tracking/"+kitSharedNumber, status, code), status, who)
+	return r
+}
+
+// ===== The conformance kit: the catalogue's judges of orders.* =====
+
+// kitPage is a page of GET /v1/orders as the kit reads it: the answer, its JSON (nil for an
+// answer other than 200 with a JSON object), its orders each read as far as it goes (and as
+// written), and its pagination.
+type kitPage struct {
+	ex      *exchange
+	doc     *jsonValue
+	items   []*jsonValue
+	orders  []kitOrder
+	limit   *jsonValue
+	next    *string
+	hasMore bool
+}
+
+// The members of an order, of a page and of its pagination, with their types.
+var (
+	orderMembers      = []kitMember{{"id", typeString}, {"merchant_reference", typeString}, {"platform", typeString}, {"status", typeString}, {"shipment_id", typeStringOrNull}, {"created_at", typeString}}
+	pageMembers       = []kitMember{{"data", typeArray}, {"pagination", typeObject}}
+	paginationMembers = []kitMember{{"limit", typeInteger}, {"next_cursor", typeStringOrNull}, {"has_more", typeBool}}
+)
+
+// maxKitPages is the most pages the kit walks along one list.
+const maxKitPages = 10
+
+// page reads the page of target (the path and query after the base URL) with the main key.
+func (k *kit) page(target string) *kitPage {
+	p := &kitPage{ex: k.get(roleMain, target, http.StatusOK, "")}
+	doc, err := readJSON(p.ex.body)
+	if p.ex.status != http.StatusOK || p.ex.err != nil || err != nil || doc.typ != typeObject {
+		return p
+	}
+	p.doc = doc
+	data, _ := doc.member("data")
+	p.items = data.itemsOrNil()
+	for _, item := range p.items {
+		p.orders = append(p.orders, orderOf(item))
+	}
+	pagination, _ := doc.member("pagination")
+	p.limit, _ = pagination.member("limit")
+	if more, ok := pagination.member("has_more"); ok && more.typ == typeBool {
+		p.hasMore = more.boolean
+	}
+	p.next = pagination.strOrNull("next_cursor")
+	return p
+}
+
+// orderOf is an order as the kit reads it: its members' strings ("" for any other value).
+func orderOf(v *jsonValue) kitOrder {
+	return kitOrder{ID: v.str("id"), Reference: v.str("merchant_reference"), Platform: v.str("platform"), Status: v.str("status"),
+		ShipmentID: v.strOrNull("shipment_id"), CreatedAt: v.str("created_at")}
+}
+
+// walk reads the pages of query (which starts with ?), following next_cursor while has_more
+// says more follow, at most maxKitPages pages: the kit's one page walker.
+func (k *kit) walk(query string) []*kitPage {
+	var pages []*kitPage
+	for target := "/orders" + query; len(pages) < maxKitPages; {
+		p := k.page(target)
+		pages = append(pages, p)
+		if p.doc == nil || p.next == nil || !p.hasMore || len(*p.next) > 4096 {
+			break
+		}
+		target = "/orders" + query + "&cursor=" + url.QueryEscape(*p.next)
+	}
+	return pages
+}
+
+// listedOrders are the orders of pages, in the order listed.
+func listedOrders(pages []*kitPage) []kitOrder {
+	var orders []kitOrder
+	for _, p := range pages {
+		orders = append(orders, p.orders...)
+	}
+	return orders
+}
+
+// everyOrder is the walk of the whole list, 100 a page.
+func (k *kit) everyOrder() []*kitPage { return k.walk("?limit=100") }
+
+// noOrders is why an orders rule cannot be judged without an order.
+const noOrders = "the key reads no order"
+
+// sentOrder is the order id as the kit sent it, in its own world; nil otherwise.
+func (w *kitWorld) sentOrder(id string) *kitOrder {
+	if !w.own {
+		return nil
+	}
+	if i := slices.IndexFunc(w.orders, func(o kitOrder) bool { return o.ID == id }); i >= 0 {
+		return &w.orders[i]
+	}
+	return nil
+}
+
+// orderFault is what is wrong with an order of a page (written after prefix): its shape, a
+// created_at not in UTC, a platform not one of the five, marketplace data; in the kit's
+// world, an order it did not send, or one unlike what it sent.
+func orderFault(w *kitWorld, item *jsonValue, prefix string) string {
+	if f := shapeFault(item, orderMembers, prefix); f != "" {
+		return f
+	}
+	o := orderOf(item)
+	if f := orderValueFault(o, prefix); f != "" {
+		return f
+	}
+	if !w.own {
+		return ""
+	}
+	sent := w.sentOrder(o.ID)
+	if sent == nil {
+		return fmt.Sprintf("%sid %q: an order the kit did not send", prefix, cutField(o.ID, 64))
+	}
+	return unlikeSent(o, *sent, prefix)
+}
+
+// orderValueFault is what of an order's values the spec forbids.
+func orderValueFault(o kitOrder, prefix string) string {
+	if !utcTimestamp.MatchString(o.CreatedAt) {
+		return fmt.Sprintf("%screated_at %q: not UTC with the suffix Z", prefix, cutField(o.CreatedAt, 64))
+	}
+	if !slices.Contains(platforms, o.Platform) {
+		return fmt.Sprintf("%splatform %q, not one of %s", prefix, cutField(o.Platform, 64), strings.Join(platforms, ", "))
+	}
+	return ""
+}
+
+// unlikeSent says how o differs from the order the kit sent, "" when it does not: each
+// member by value (created_at by its instant).
+func unlikeSent(o, sent kitOrder, prefix string) string {
+	at, err := time.Parse(time.RFC3339Nano, o.CreatedAt)
+	switch {
+	case o.Reference != sent.Reference:
+		return fmt.Sprintf("%s%s's merchant_reference %q, sent %q", prefix, sent.ID, cutField(o.Reference, 64), sent.Reference)
+	case o.Platform != sent.Platform:
+		return fmt.Sprintf("%s%s's platform %q, sent %q", prefix, sent.ID, cutField(o.Platform, 64), sent.Platform)
+	case o.Status != sent.Status:
+		return fmt.Sprintf("%s%s's status %q, sent %q", prefix, sent.ID, cutField(o.Status, 64), sent.Status)
+	case quotedOrNull(o.ShipmentID) != quotedOrNull(sent.ShipmentID):
+		return fmt.Sprintf("%s%s's shipment_id %s, %s expected", prefix, sent.ID, quotedOrNull(o.ShipmentID), quotedOrNull(sent.ShipmentID))
+	case err != nil || !at.Equal(mustInstant(sent.CreatedAt)):
+		return fmt.Sprintf("%s%s's created_at %q, sent %s", prefix, sent.ID, cutField(o.CreatedAt, 64), sent.CreatedAt)
+	}
+	return ""
+}
+
+// marketplaceMember is a member of an order that holds marketplace data, "" when none does.
+func marketplaceMember(item *jsonValue) string {
+	for _, m := range item.members {
+		if l := strings.ToLower(m.name); strings.Contains(l, "token") || strings.Contains(l, "raw") || strings.Contains(l, "payload") {
+			return m.name
+		}
+	}
+	return ""
+}
+
+// judgeOrderFields: every page of the whole list answers 200 with data and pagination, each
+// order as orderFault judges it, none with marketplace data.
+func judgeOrderFields(k *kit) ruleResult {
+	pages := k.everyOrder()
+	var r ruleResult
+	for _, p := range pages {
+		if p.doc == nil {
+			r.fail(k, p.ex, "a page of orders", answerFault(p.ex))
+			continue
+		}
+		f := shapeFault(p.doc, pageMembers, "")
+		for i, item := range p.items {
+			prefix := fmt.Sprintf("data[%d].", i)
+			if f == "" {
+				f = orderFault(k.world, item, prefix)
+			}
+			if name := marketplaceMember(item); f == "" && name != "" {
+				f = prefix + name + ": marketplace data"
+			}
+		}
+		if f != "" {
+			r.fail(k, p.ex, "each order's id, merchant_reference, platform (one of "+strings.Join(platforms, ", ")+"), status and created_at (UTC, suffix Z) strings, shipment_id a string or null, each once; no marketplace data; in the kit's world, each order as sent", f)
+		}
+	}
+	if len(listedOrders(pages)) == 0 && r.result == "" {
+		return skip(noOrders)
+	}
+	return r
+}
+
+func judgeOrderExactFields(k *kit) ruleResult {
+	var r ruleResult
+	for _, p := range k.everyOrder() {
+		pagination, _ := p.doc.member("pagination")
+		f := cmp.Or(memberBeyond(p.doc, pageMembers, ""), memberBeyond(pagination, paginationMembers, "pagination."))
+		for i, item := range p.items {
+			f = cmp.Or(f, memberBeyond(item, orderMembers, fmt.Sprintf("data[%d].", i)))
+		}
+		if f != "" {
+			r.fail(k, p.ex, "the six members of an order, and the page's data and pagination (limit, next_cursor, has_more), none beyond", f)
+		}
+	}
+	return r
+}
+
+// judgeOrderList is a rule judged on the orders of the whole list, in the order listed, at
+// least least of them: fault says the first thing wrong ("" when nothing is), shown with
+// the first page.
+func judgeOrderList(least int, expected string, fault func(w *kitWorld, orders []kitOrder) string) func(k *kit) ruleResult {
+	return func(k *kit) ruleResult {
+		pages := k.everyOrder()
+		orders := listedOrders(pages)
+		if len(orders) < least {
+			return skip(fmt.Sprintf("the key reads %d orders: fewer than %d to judge", len(orders), least))
+		}
+		var r ruleResult
+		if f := fault(k.world, orders); f != "" {
+			r.fail(k, pages[0].ex, expected, f)
+		}
+		return r
+	}
+}
+
+var judgeOrderOrder = judgeOrderList(2, "newest first: created_at descending, then id descending", func(_ *kitWorld, orders []kitOrder) string {
+	for i := 1; i < len(orders); i++ {
+		a, b := orders[i-1], orders[i]
+		at, errA := time.Parse(time.RFC3339Nano, a.CreatedAt)
+		bt, errB := time.Parse(time.RFC3339Nano, b.CreatedAt)
+		if errA == nil && errB == nil && (at.Before(bt) || at.Equal(bt) && a.ID < b.ID) {
+			return fmt.Sprintf("%s (%s) before %s (%s)", cutField(a.ID, 64), cutField(a.CreatedAt, 64), cutField(b.ID, 64), cutField(b.CreatedAt, 64))
+		}
+	}
+	return ""
+})
+
+// judgeOrderVocabulary: every status of an order listed or retrieved is of the vocabulary; in
+// the kit's world, each of the vocabulary is listed.
+func judgeOrderVocabulary(k *kit) ruleResult {
+	pages := k.everyOrder()
+	orders := listedOrders(pages)
+	if len(orders) == 0 {
+		return skip(noOrders)
+	}
+	var r ruleResult
+	listed := map[string]bool{}
+	for _, o := range orders {
+		listed[o.Status] = true
+		if !slices.Contains(orderStatuses, o.Status) {
+			r.fail(k, pages[0].ex, "a status of "+strings.Join(orderStatuses, ", "), fmt.Sprintf("order %s of status %q", cutField(o.ID, 64), cutField(o.Status, 64)))
+		}
+	}
+	for _, o := range k.retrievePicks(orders) {
+		ex := k.get(roleMain, "/orders/"+url.PathEscape(o.ID), http.StatusOK, "")
+		doc, _ := readJSON(ex.body)
+		if status := doc.str("status"); ex.status == http.StatusOK && !slices.Contains(orderStatuses, status) {
+			r.fail(k, ex, "a status of "+strings.Join(orderStatuses, ", "), fmt.Sprintf("order %s retrieved with status %q", cutField(o.ID, 64), cutField(status, 64)))
+		}
+	}
+	for _, s := range orderStatuses {
+		if k.world.own && !listed[s] {
+			r.fail(k, pages[0].ex, "each order status listed: the kit sent orders of all four", "no order listed of status "+s)
+		}
+	}
+	return r
+}
+
+// retrievePicks are the orders the kit retrieves, of those it sent in its own world, else of
+// those listed: the first and the last, the first linked to a shipment, and the first of
+// each status.
+func (k *kit) retrievePicks(orders []kitOrder) []kitOrder {
+	if k.world.own {
+		orders = k.world.orders
+	}
+	picks := []kitOrder{orders[0], orders[len(orders)-1]}
+	seen := map[string]bool{orders[0].ID: true, orders[len(orders)-1].ID: true}
+	for _, o := range orders {
+		first := o.ShipmentID != nil && !slices.ContainsFunc(picks, func(p kitOrder) bool { return p.ShipmentID != nil }) ||
+			!slices.ContainsFunc(picks, func(p kitOrder) bool { return p.Status == o.Status })
+		if first && !seen[o.ID] && len(o.ID) <= 255 {
+			picks, seen[o.ID] = append(picks, o), true
+		}
+	}
+	return picks
+}
+
+// judgeRetrieve: each order picked, read by id, equals the order as listed; in the kit's
+// world, as sent.
+func judgeRetrieve(k *kit) ruleResult {
+	pages := k.everyOrder()
+	orders := listedOrders(pages)
+	if len(orders) == 0 {
+		return skip(noOrders)
+	}
+	listed := map[string]*jsonValue{} // each order as the list wrote it, every member
+	for _, p := range pages {
+		for i, item := range p.items {
+			listed[p.orders[i].ID] = item
+		}
+	}
+	var r ruleResult
+	for _, o := range k.retrievePicks(orders) {
+		ex := k.get(roleMain, "/orders/"+url.PathEscape(o.ID), http.StatusOK, "")
+		if !r.wantStatus(k, ex, http.StatusOK, "the order "+cutField(o.ID, 64)+", which the list shows") {
+			continue
+		}
+		doc, _ := readJSON(ex.body)
+		sent := k.world.sentOrder(o.ID)
+		switch {
+		case !doc.equal(listed[o.ID]):
+			r.fail(k, ex, "the order as the list shows it: "+cutField(listed[o.ID].String(), maxKitField), "another order")
+		case sent != nil && unlikeSent(orderOf(doc), *sent, "") != "":
+			r.fail(k, ex, "the order as the kit sent it", unlikeSent(orderOf(doc), *sent, ""))
+		}
+	}
+	return r
+}
+
+func judgeOrderUnknown(k *kit) ruleResult {
+	var r ruleResult
+	r.wantStatus(k, k.get(roleMain, "/orders/"+unknownOrder, http.StatusNotFound, "not_found"), http.StatusNotFound, "an unknown order")
+	return r
+}
+
+func judgeOrderExactID(k *kit) ruleResult {
+	orders := listedOrders(k.everyOrder())
+	i := slices.IndexFunc(orders, func(o kitOrder) bool { return swapCase(o.ID) != o.ID && len(o.ID) <= 255 })
+	if i < 0 {
+		return skip("no order listed whose id has a letter whose case can change")
+	}
+	var r ruleResult
+	alias := swapCase(orders[i].ID)
+	wantNotOther(k, &r, k.get(roleMain, "/orders/"+url.PathEscape(alias), http.StatusNotFound, "not_found"), "id", alias)
+	return r
+}
+
+// pageSizeFault is what is wrong with the first page of a list whose limit is limit: the
+// limit applied, at most limit orders, limit when more follow (in the kit's world more do).
+func (k *kit) pageSizeFault(p *kitPage, limit int64) string {
+	applied, ok := p.limit.integer()
+	switch {
+	case p.doc == nil:
+		return answerFault(p.ex)
+	case !ok || applied != limit || int64(len(p.items)) > limit || (p.hasMore || k.world.own) && int64(len(p.items)) != limit:
+		return fmt.Sprintf("limit %s, %d orders, has_more %v", cutField(p.limit.String(), 32), len(p.items), p.hasMore)
+	}
+	return ""
+}
+
+func judgeDefaultLimit(k *kit) ruleResult {
+	var r ruleResult
+	if p := k.page("/orders"); k.pageSizeFault(p, 20) != "" {
+		r.fail(k, p.ex, "limit 20 when none is sent: at most 20 orders, 20 when more follow", k.pageSizeFault(p, 20))
+	}
+	return r
+}
+
+func judgeMaxLimit(k *kit) ruleResult {
+	var r ruleResult
+	if p := k.page("/orders?limit=100"); k.pageSizeFault(p, 100) != "" {
+		r.fail(k, p.ex, "limit=100 applied: at most 100 orders, 100 when more follow", k.pageSizeFault(p, 100))
+	}
+	over := k.page("/orders?limit=101")
+	applied, ok := over.limit.integer()
+	switch {
+	case over.ex.status >= 400 && over.ex.status < 500:
+	case over.doc == nil:
+		r.fail(k, over.ex, "limit=101, past the maximum: refused (4xx), or a page of at most 100", answerFault(over.ex))
+	case len(over.items) > 100 || !ok || applied > 100:
+		r.fail(k, over.ex, "limit=101, past the maximum: refused (4xx), or a page of at most 100", fmt.Sprintf("limit %s, %d orders", cutField(over.limit.String(), 32), len(over.items)))
+	}
+	return r
+}
+
+func judgePagination(k *kit) ruleResult {
+	pages := k.everyOrder()
+	var r ruleResult
+	judged := 0
+	for _, p := range pages {
+		if p.doc == nil {
+			continue
+		}
+		judged++
+		pagination, _ := p.doc.member("pagination")
+		limit, ok := p.limit.integer()
+		if f := shapeFault(pagination, paginationMembers, "pagination."); f != "" || !ok || limit < 1 || p.hasMore != (p.next != nil) {
+			r.fail(k, p.ex, "limit an integer of at least 1; has_more false exactly when next_cursor is null", cmp.Or(f, fmt.Sprintf("limit %s, has_more %v, next_cursor null %v", cutField(p.limit.String(), 32), p.hasMore, p.next == nil)))
+		}
+	}
+	if judged == 0 {
+		return skip("no page of orders answered 200 with a JSON object (see orders.fields)")
+	}
+	return r
+}
+
+func judgeCursorWalk(k *kit) ruleResult {
+	pages := k.everyOrder()
+	if len(pages) < 2 {
+		return skip("the list is one page: no next_cursor to follow")
+	}
+	var r ruleResult
+	last := pages[len(pages)-1].ex
+	seen := map[string]bool{}
+	for _, o := range listedOrders(pages) {
+		if seen[o.ID] {
+			r.fail(k, last, "each order once along the pages", "order "+cutField(o.ID, 64)+" shown twice")
+			return r
+		}
+		seen[o.ID] = true
+	}
+	for _, o := range k.world.orders {
+		if k.world.own && !seen[o.ID] {
+			r.fail(k, last, fmt.Sprintf("the %d orders the kit sent along the pages", len(k.world.orders)), fmt.Sprintf("%d orders; %s not among them", len(seen), o.ID))
+			break
+		}
+	}
+	for id := range seen {
+		if k.world.own && k.world.sentOrder(id) == nil {
+			r.fail(k, last, "only the orders the kit sent along the pages", "order "+cutField(id, 64)+", which the kit did not send")
+			break
+		}
+	}
+	return r
+}
+
+func judgeMalformedCursor(k *kit) ruleResult {
+	var r ruleResult
+	cursors := []string{"not-a-cursor", "AAAA"}
+	if pages := k.everyOrder(); pages[0].next != nil && len(*pages[0].next) > 1 { // a real one, cut short
+		c := *pages[0].next
+		cursors = append(cursors, c[:len(c)/2])
+	}
+	for _, c := range cursors {
+		r.wantStatus(k, k.get(roleMain, "/orders?limit=100&cursor="+url.QueryEscape(c), http.StatusBadRequest, "invalid_cursor"), http.StatusBadRequest, "a malformed cursor")
+	}
+	return r
+}
+
+func judgeFilterStatus(k *kit) ruleResult {
+	if len(k.world.orders) == 0 {
+		return skip(noOrders)
+	}
+	var r ruleResult
+	for _, status := range orderStatuses {
+		pages := k.walk("?limit=100&status=" + status)
+		listed := map[string]bool{}
+		for _, o := range listedOrders(pages) {
+			listed[o.ID] = true
+			if o.Status != status {
+				r.fail(k, pages[0].ex, "only orders of status "+status, "order "+cutField(o.ID, 64)+" of status "+cutField(o.Status, 64))
+				break
+			}
+		}
+		for _, o := range k.world.orders {
+			if k.world.own && o.Status == status && !listed[o.ID] {
+				r.fail(k, pages[0].ex, "every order of status "+status+" the kit sent", o.ID+" not listed")
+				break
+			}
+		}
+	}
+	return r
+}
+
+func judgeFilterCreated(k *kit) ruleResult {
+	w := k.world
+	if w.from == "" {
+		return skip("needs two orders to filter between: the key reads fewer")
+	}
+	from, errFrom := time.Parse(time.RFC3339Nano, w.from)
+	to, errTo := time.Parse(time.RFC3339Nano, w.to)
+	if errFrom != nil || errTo != nil {
+		return skip("the orders read have no RFC 3339 created_at to filter on (see orders.fields)")
+	}
+	var r ruleResult
+	pages := k.walk("?limit=100&created_from=" + url.QueryEscape(w.from) + "&created_to=" + url.QueryEscape(w.to))
+	listed := map[string]bool{}
+	for _, o := range listedOrders(pages) {
+		listed[o.ID] = true
+		if at, err := time.Parse(time.RFC3339Nano, o.CreatedAt); err != nil || at.Before(from) || at.After(to) {
+			r.fail(k, pages[0].ex, "only orders created from "+w.from+" to "+w.to+", both included", "order "+cutField(o.ID, 64)+" created at "+cutField(o.CreatedAt, 64))
+			return r
+		}
+	}
+	for _, o := range w.orders {
+		at, err := time.Parse(time.RFC3339Nano, o.CreatedAt)
+		inside := err == nil && !at.Before(from) && !at.After(to)
+		if inside && !listed[o.ID] && (w.own || o.CreatedAt == w.from || o.CreatedAt == w.to) {
+			r.fail(k, pages[0].ex, "the orders created at exactly "+w.from+" and "+w.to+" included, and all between", cutField(o.ID, 64)+" (created at "+cutField(o.CreatedAt, 64)+") not listed")
+			break
+		}
+	}
+	return r
+}
+
+// judgeLinkedShipment: the linked order shows its shipment, and that shipment's tracking view
+// answers (a link to a shipment that answers 404 fails it).
+func judgeLinkedShipment(k *kit) ruleResult {
+	order, shipment := k.world.linked[0], k.world.linked[1]
+	if order == "" {
+		return skip("no order read is linked to a shipment")
+	}
+	var r ruleResult
+	ex := k.get(roleMain, "/orders/"+url.PathEscape(order), http.StatusOK, "")
+	if !r.wantStatus(k, ex, http.StatusOK, "the linked order "+cutField(order, 64)) {
+		return r
+	}
+	if doc, _ := readJSON(ex.body); doc.strOrNull("shipment_id") == nil || *doc.strOrNull("shipment_id") != shipment {
+		r.fail(k, ex, "shipment_id "+cutField(shipment, 64), "shipment_id "+quotedOrNull(doc.strOrNull("shipment_id")))
+		return r
+	}
+	v := k.view(shipment)
+	if r.wantStatus(k, v.ex, http.StatusOK, "the tracking view of the order's shipment_id") && v.doc.str("shipment_id") != shipment {
+		r.fail(k, v.ex, "the view of "+cutField(shipment, 64), "the view of "+quotedOrNull(v.doc.strOrNull("shipment_id")))
+	}
+	return r
+}
+
+func judgeLimitRange(k *kit) ruleResult {
+	var r ruleResult
+	for _, limit := range []string{"0", "101"} {
+		ex := k.get(roleMain, "/orders?limit="+limit, http.StatusUnprocessableEntity, "invalid_parameter")
+		if r.wantStatus(k, ex, http.StatusUnprocessableEntity, "limit="+limit) {
+			if doc, _ := readJSON(ex.body); doc.str("param") != "limit" {
+				r.fail(k, ex, "422 invalid_parameter naming limit in param", "param "+quotedOrNull(doc.strOrNull("param")))
+			}
+		}
+	}
+	return r
+}
+
+// judgeCursorFilters: a cursor sent with another status, created_from or created_to than
+// the page that issued it is refused.
+func judgeCursorFilters(k *kit) ruleResult {
+	w := k.world
+	var r ruleResult
+	sent := 0
+	other := func(query, changed string) {
+		p := k.page("/orders" + query)
+		if p.next == nil || len(*p.next) > 4096 {
+			return
+		}
+		sent++
+		ex := k.get(roleMain, "/orders"+changed+"&cursor="+url.QueryEscape(*p.next), http.StatusBadRequest, "invalid_cursor")
+		r.wantStatus(k, ex, http.StatusBadRequest, "a cursor of "+query+" sent with "+changed)
+	}
+	other("?limit=2&status="+orderStatuses[0], "?limit=2&status="+orderStatuses[2])
+	from, errFrom := time.Parse(time.RFC3339Nano, w.from)
+	to, errTo := time.Parse(time.RFC3339Nano, w.to)
+	if errFrom == nil && errTo == nil { // each bound moved out by a second: other filters, as valid
+		created := "?limit=2&created_from=" + url.QueryEscape(w.from) + "&created_to=" + url.QueryEscape(w.to)
+		earlier, later := from.Add(-time.Second).Format(time.RFC3339Nano), to.Add(time.Second).Format(time.RFC3339Nano)
+		other(created, "?limit=2&created_from="+url.QueryEscape(earlier)+"&created_to="+url.QueryEscape(w.to))
+		other(created, "?limit=2&created_from="+url.QueryEscape(w.from)+"&created_to="+url.QueryEscape(later))
+	}
+	if sent == 0 {
+		return skip("no filtered page of two has a next_cursor to send with other filters")
+	}
+	return r
+}
+
+// ===== The conformance kit: the catalogue's judges of http.*, errors.* and limits.* =====
+
+func judgeMethodNotAllowed(k *kit) ruleResult {
+	var r ruleResult
 	for _, target := range k.operationTargets() {
 		for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} { // no body: a write is never meant
-			ex := k.send(request{method: method, target: target, role: roleMain, expect: expectation{http.StatusMethodNotAllowed, codeMethodNotAllowed}})
-			v.wantStatus(k, ex, http.StatusMethodNotAllowed, method+" on an operation that answers GET")
+			ex := k.send(kitRequest{method: method, target: target, role: roleMain, status: http.StatusMethodNotAllowed, code: "method_not_allowed"})
+			r.wantStatus(k, ex, http.StatusMethodNotAllowed, method+" on an operation that answers GET")
 		}
 	}
-	return v
+	return r
 }
 
-func judgeBodyTooLarge(k *kit) ruleVerdict {
-	var v ruleVerdict
-	ex := k.send(request{method: http.MethodGet, target: "/orders", role: roleMain, body: bytes.Repeat([]byte("x"), maxBodyBytes+1), expect: expectation{http.StatusRequestEntityTooLarge, codeBodyTooLarge}})
-	v.wantStatus(k, ex, http.StatusRequestEntityTooLarge, "a body of 256 KiB + 1 byte")
-	return v
+func judgeBodyTooLarge(k *kit) ruleResult {
+	var r ruleResult
+	ex := k.send(kitRequest{method: http.MethodGet, target: "/orders", role: roleMain, body: bytes.Repeat([]byte("x"), 256<<10+1), status: http.StatusRequestEntityTooLarge, code: "body_too_large"})
+	r.wantStatus(k, ex, http.StatusRequestEntityTooLarge, "a body of 256 KiB + 1 byte")
+	return r
 }
 
-func judgeRequestID(k *kit) ruleVerdict {
-	var v ruleVerdict
-	for _, ex := range k.judged {
-		if ex.status != 0 && ex.header.Get("Request-Id") == "" {
-			v.fail(k, ex, "a Request-Id on every answer", "none")
-			break
+// judgeAnswers is a rule judged on every answer the rules run got: fault says what is wrong
+// with one ("" when nothing is; ok false when the rule does not judge it), which the rule
+// expected not to be. It cites the first maxCited and counts them all; a rule that judges no
+// answer is a skip.
+func judgeAnswers(expected, none string, fault func(ex *exchange) (string, bool)) func(k *kit) ruleResult {
+	return func(k *kit) ruleResult {
+		var r ruleResult
+		judged := 0
+		for _, ex := range k.judged {
+			f, ok := fault(ex)
+			if !ok || ex.status == 0 {
+				continue
+			}
+			judged++
+			if f != "" {
+				r.fail(k, ex, expected, f)
+			}
+		}
+		if judged == 0 {
+			return skip(none)
+		}
+		return r
+	}
+}
+
+// problemMembers is an error answer's members and their types.
+var problemMembers = []kitMember{{"type", typeString}, {"title", typeString}, {"status", typeInteger}, {"detail", typeString}, {"code", typeString}, {"request_id", typeString}}
+
+var (
+	judgeUniqueMembers = judgeAnswers("each member of a JSON answer named once", "no answer held JSON", func(ex *exchange) (string, bool) {
+		doc, err := readJSON(ex.body)
+		if err != nil {
+			return "", false
+		}
+		if p := repeatedMember(doc, "$"); p != "" {
+			return "member " + cutField(p, 128) + " written twice", true
+		}
+		return "", true
+	})
+	judgeProblemJSON = judgeAnswers("application/problem+json with type, title, status (the answer's), detail, code and request_id", "no answer was an error", func(ex *exchange) (string, bool) {
+		if ex.status < 400 {
+			return "", false
+		}
+		ct, _, _ := mime.ParseMediaType(ex.header.Get("Content-Type"))
+		doc, _ := readJSON(ex.body)
+		f := shapeFault(doc, problemMembers, "")
+		if status, _ := doc.member("status"); f == "" && !status.equal(&jsonValue{typ: typeNumber, text: strconv.Itoa(ex.status)}) {
+			f = fmt.Sprintf("status %s in the body", cutField(status.String(), 32))
+		}
+		if ct != "application/problem+json" {
+			f = strings.TrimSuffix("Content-Type "+strconv.Quote(cutField(ex.header.Get("Content-Type"), 128))+"; "+f, "; ")
+		}
+		return f, true
+	})
+	judgeCodes = judgeAnswers("the code the contract gives the case", "no answer had the status the kit expected of an error", func(ex *exchange) (string, bool) {
+		if ex.req.code == "" || ex.status != ex.req.status {
+			return "", false
+		}
+		if doc, _ := readJSON(ex.body); doc.str("code") != ex.req.code {
+			return fmt.Sprintf("code %s on this %d, not %s", quotedOrNull(doc.strOrNull("code")), ex.status, ex.req.code), true
+		}
+		return "", true
+	})
+	judgeRequestID = judgeAnswers("a Request-Id on every answer", "no answer", func(ex *exchange) (string, bool) {
+		if strings.TrimSpace(ex.header.Get("Request-Id")) == "" {
+			return "no Request-Id", true
+		}
+		return "", true
+	})
+	judgeNoStore = judgeAnswers("Cache-Control: no-store on every answer", "no answer", func(ex *exchange) (string, bool) {
+		if !hasDirective(ex.header.Values("Cache-Control"), "no-store") {
+			return "Cache-Control " + strconv.Quote(cutField(strings.Join(ex.header.Values("Cache-Control"), ", "), 128)), true
+		}
+		return "", true
+	})
+)
+
+// hasDirective reports whether a Cache-Control field, its lines joined as one list (RFC 9110,
+// 5.3), holds the directive name, its case aside (RFC 9111, 5.2).
+func hasDirective(lines []string, name string) bool {
+	for _, d := range strings.Split(strings.Join(lines, ","), ",") {
+		directive, _, _ := strings.Cut(strings.TrimSpace(d), "=")
+		if strings.EqualFold(strings.TrimSpace(directive), name) {
+			return true
 		}
 	}
-	return v
+	return false
 }
 
-func judgeNoStore(k *kit) ruleVerdict {
-	var v ruleVerdict
-	for _, ex := range k.judged {
-		if ex.status != 0 && !strings.Contains(ex.header.Get("Cache-Control"), "no-store") {
-			v.fail(k, ex, "Cache-Control: no-store on every answer", fmt.Sprintf("Cache-Control %q", ex.header.Get("Cache-Control")))
-			break
+// maxBurst is the most requests the rate limit's rule sends before it gives up, and
+// burstWorkers how many it has in flight at once.
+const (
+	maxBurst     = 1000
+	burstWorkers = 4
+)
+
+// burst sends GET /v1/orders?limit=1 as fast as the kit can (burstWorkers at once), with a
+// key of its own (the main key where the world has none), until one answers 429, at most
+// maxBurst: the rate limit's rules judge its answers, the 429 last. It is sent once a run.
+func (k *kit) burst() []*exchange {
+	if k.bursted != nil {
+		return k.bursted
+	}
+	role := roleBurst
+	if k.keys[role] == "" {
+		role = roleMain
+	}
+	k.pace.mu.Lock()
+	k.pace.off = true
+	k.pace.mu.Unlock()
+	defer func() { k.pace.mu.Lock(); k.pace.off = false; k.pace.mu.Unlock() }()
+	var (
+		mu       sync.Mutex
+		started  int         // never more than maxBurst
+		answered []*exchange // in the order they came
+		limited  *exchange   // the first 429, or the first request without an answer: it ends the burst
+		wg       sync.WaitGroup
+	)
+	r := kitRequest{method: http.MethodGet, target: "/orders?limit=1", role: role, status: http.StatusOK}
+	for range burstWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				if limited != nil || started == maxBurst || k.ctx.Err() != nil {
+					mu.Unlock()
+					return
+				}
+				started++
+				mu.Unlock()
+				ex := k.sendOnce(r)
+				mu.Lock()
+				answered = append(answered, ex)
+				if limited == nil && (ex.status == http.StatusTooManyRequests || ex.err != nil) {
+					limited = ex
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if limited != nil { // the answer that ended it, last
+		answered = append(slices.DeleteFunc(answered, func(ex *exchange) bool { return ex == limited }), limited)
+	}
+	k.bursted = answered
+	return k.bursted
+}
+
+func judgeRateLimit(k *kit) ruleResult {
+	exs := k.burst()
+	k.used[k.rule] = append(k.used[k.rule], exs...)
+	last := exs[len(exs)-1]
+	var r ruleResult
+	if last.status != http.StatusTooManyRequests {
+		r.fail(k, last, fmt.Sprintf("429 past the limit, within %d requests sent as fast as the kit can", maxBurst), fmt.Sprintf("%d requests, the last answered %d", len(exs), last.status))
+	}
+	return r
+}
+
+// passedTheKeyCheck reports whether an answer came from past a key check (what states the
+// rate limit): a key of the run sent, and no answer that the route, the method, the declared
+// size, the key or the live environment gives first.
+func passedTheKeyCheck(ex *exchange) bool {
+	switch ex.status {
+	case 0, http.StatusUnauthorized, http.StatusMethodNotAllowed, http.StatusRequestEntityTooLarge, http.StatusServiceUnavailable:
+		return false
+	}
+	return ex.req.role != roleNone && ex.req.unknownKey == ""
+}
+
+// judgeRateLimitHeaders: in full mode, once the burst met the limit, every answer past the
+// key check (the burst's and every rule's) states the limit in RateLimit-Policy (a policy
+// with q) and RateLimit (with r), well formed; the 429 says when to retry in whole seconds.
+func judgeRateLimitHeaders(k *kit) ruleResult {
+	exs := k.burst()
+	last := exs[len(exs)-1]
+	if last.status != http.StatusTooManyRequests {
+		return skip("the burst met no 429: no limit to state (see limits.rate_limit)")
+	}
+	var r ruleResult
+	for _, ex := range append(slices.Clone(k.judged), exs...) {
+		if !passedTheKeyCheck(ex) {
+			continue
+		}
+		policy, errP := parseRateLimitField(ex.header.Values("RateLimit-Policy"))
+		limit, errL := parseRateLimitField(ex.header.Values("RateLimit"))
+		_, quota := firstParam(policy, "q")
+		_, left := firstParam(limit, "r")
+		if errP != nil || errL != nil || !quota || !left {
+			r.fail(k, ex, "RateLimit-Policy (a policy with q) and RateLimit (with r), as the IETF draft writes them, on every answer past the key check",
+				fmt.Sprintf("RateLimit-Policy %q, RateLimit %q", cutField(strings.Join(ex.header.Values("RateLimit-Policy"), ", "), 128), cutField(strings.Join(ex.header.Values("RateLimit"), ", "), 128)))
 		}
 	}
-	return v
+	if _, err := strconv.ParseUint(strings.TrimSpace(last.header.Get("Retry-After")), 10, 31); err != nil || len(last.header.Values("Retry-After")) != 1 {
+		r.fail(k, last, "Retry-After in whole seconds on the 429", fmt.Sprintf("Retry-After %q", cutField(strings.Join(last.header.Values("Retry-After"), ", "), 128)))
+	}
+	return r
 }
 
-// ===== Conformance: the reports =====
+// firstParam is the parameter name of a field's first item.
+func firstParam(items []rateLimitItem, name string) (int64, bool) {
+	if len(items) == 0 {
+		return 0, false
+	}
+	v, ok := items[0].params[name]
+	return v, ok
+}
 
-// checkReport is a run's report, as its JSON writes it: members in this order.
+// ===== The conformance kit: its reports =====
+
+// checkReport is a run's report, as its JSON writes it: members in this order. check diff
+// reads it back, of any version of the kit.
 type checkReport struct {
 	BaseURL  string        `json:"base_url"`
 	Profile  string        `json:"profile"`
@@ -3601,51 +6382,39 @@ type reportSummary struct {
 	FailedMust int `json:"failed_must"`
 	Skipped    int `json:"skipped"`
 	Expected   int `json:"expected"`
+	Stale      int `json:"stale"`
 	Evaluated  int `json:"evaluated"`
 	Requests   int `json:"requests"`
 	Retried    int `json:"retried"`
 }
 
-// report is the run's report of the chosen rules, in the catalogue's order, with -expect
-// applied: a failure it names is expected; a pass it names says the expectation can go.
-func (k *kit) report(verdicts map[string]ruleVerdict, chosen func(*conformanceRule) bool) *checkReport {
-	rep := &checkReport{BaseURL: k.base.String(), Profile: k.cfg.profile, Mode: "safe", World: "discovered", Warnings: k.warnings(), Rules: []ruleReport{}}
+// report is the run's report of the rules reported, in the catalogue's order, with -expect
+// applied.
+func (k *kit) report(results map[string]ruleResult, reported map[string]bool) *checkReport {
+	rep := &checkReport{BaseURL: k.base, Profile: k.cfg.profile, Mode: "safe", World: "discovered", Warnings: slices.Concat([]string{}, k.readWarnings(), k.warnings), Rules: []ruleReport{}}
 	if k.cfg.full {
 		rep.Mode = "full"
 	}
 	if k.world != nil && k.world.own {
 		rep.World = "own"
 	}
-	for i := range conformanceRules {
-		r := &conformanceRules[i]
-		if !chosen(r) {
+	s := &rep.Summary
+	for i := range kitRules {
+		r := &kitRules[i]
+		if !reported[r.id] {
 			continue
 		}
-		v := verdicts[r.id]
-		expected, named := "", false
-		for name, reason := range k.cfg.expect {
-			if slices.Contains(rulesNamed(name), r) {
-				expected, named = reason, true
-			}
-		}
-		switch {
-		case named && v.failed():
-			v.result, v.reason = "expected", expected
-		case named && v.result == "pass":
-			v.reason = "expected to fail (" + expected + "), but passes: the expectation can go"
-		}
-		rr := ruleReport{ID: r.id, Level: r.levelFor(k.cfg.profile), Title: r.title, Spec: r.spec, Result: v.result, Evidence: v.evidence}
+		res, stale := k.cfg.withExpectation(r.id, results[r.id])
+		rr := ruleReport{ID: r.id, Level: r.levelFor(k.cfg.profile), Title: r.title, Spec: r.spec, Result: res.result, Evidence: res.evidence}
 		if rr.Evidence == nil {
 			rr.Evidence = []checkEvidence{}
 		}
-		if v.reason != "" {
-			reason := k.redact(v.reason)
-			rr.Reason = &reason
+		if res.reason != "" {
+			rr.Reason = &res.reason
 		}
 		rep.Rules = append(rep.Rules, rr)
-		s := &rep.Summary
 		s.Total++
-		switch v.result {
+		switch res.result {
 		case "pass":
 			s.Passed++
 		case "fail":
@@ -3658,24 +6427,78 @@ func (k *kit) report(verdicts map[string]ruleVerdict, chosen func(*conformanceRu
 		case "expected":
 			s.Expected++
 		}
+		if stale {
+			s.Stale++
+		}
 	}
-	rep.Summary.Evaluated = rep.Summary.Total - rep.Summary.Skipped
-	rep.Summary.Requests, rep.Summary.Retried = int(k.requests.Load()), k.retried
+	s.Evaluated = s.Total - s.Skipped
+	s.Requests, s.Retried = int(k.requests.Load()), k.retried
+	k.secrets.maskReport(rep)
 	return rep
 }
 
-// warnings are what would make a pass meaningless: most of the reads the kit expected to
+// maskReport masks what a report holds of what a server sent or the user gave: the base
+// URL, the warnings, and each rule's reason and evidence.
+func (s *kitSecrets) maskReport(rep *checkReport) {
+	rep.BaseURL = s.mask(rep.BaseURL)
+	for i := range rep.Warnings {
+		rep.Warnings[i] = s.mask(rep.Warnings[i])
+	}
+	for i := range rep.Rules {
+		r := &rep.Rules[i]
+		if r.Reason != nil {
+			r.Reason = ptr(s.mask(*r.Reason))
+		}
+		for j := range r.Evidence {
+			e := &r.Evidence[j]
+			e.Expected, e.Seen, e.Curl, e.RequestID = s.mask(e.Expected), s.mask(e.Seen), s.mask(e.Curl), s.mask(e.RequestID)
+		}
+	}
+}
+
+// expectation is the reason -expect gives the rule id, and the entry that gives it: an entry
+// of its id wins over a prefix, and of two prefixes the longer, so that a reason is never
+// chosen at random.
+func (cfg *checkConfig) expectation(id string) (entry, reason string, ok bool) {
+	if reason, ok := cfg.expect[id]; ok {
+		return id, reason, true
+	}
+	for name, why := range cfg.expect {
+		if prefix, isPrefix := strings.CutSuffix(name, "*"); isPrefix && strings.HasPrefix(id, prefix) && len(name) > len(entry) {
+			entry, reason, ok = name, why, true
+		}
+	}
+	return entry, reason, ok
+}
+
+// withExpectation is a rule's result as -expect makes it: a failure it names is expected; a
+// pass it names is stale (it fails the run: the difference went away, and the entry goes);
+// a skip stays a skip.
+func (cfg *checkConfig) withExpectation(id string, res ruleResult) (ruleResult, bool) {
+	entry, reason, ok := cfg.expectation(id)
+	switch {
+	case !ok:
+	case res.result == "fail":
+		res.result, res.reason = "expected", reason
+	case res.result == "pass":
+		res.reason = fmt.Sprintf("expected to fail (%s), but passes: the expectation is stale; remove %q from %s", reason, entry, cfg.expectFile)
+		return res, true
+	}
+	return res, false
+}
+
+// readWarnings are what would make a pass meaningless: most of the reads the kit expected to
 // succeed were refused (401, 403, 429) or failed (5xx).
-func (k *kit) warnings() []string {
-	warnings := []string{}
+func (k *kit) readWarnings() []string {
 	reads, refused := 0, map[int]int{}
 	for _, exs := range k.used {
 		for _, ex := range exs {
-			if ex.req.expect.status == http.StatusOK {
-				reads++
-				if ex.status == http.StatusUnauthorized || ex.status == http.StatusForbidden || ex.status == http.StatusTooManyRequests || ex.status >= 500 {
-					refused[ex.status]++
-				}
+			if ex.req.status != http.StatusOK {
+				continue
+			}
+			reads++
+			if ex.status == http.StatusUnauthorized || ex.status == http.StatusForbidden || ex.status == http.StatusTooManyRequests || ex.status >= 500 {
+				refused[ex.status]++
 			}
 		}
 	}
@@ -3685,10 +6508,10 @@ func (k *kit) warnings() []string {
 		n += refused[status]
 		counts = append(counts, fmt.Sprintf("%d: %d", status, refused[status]))
 	}
-	if reads > 0 && 2*n > reads {
-		warnings = append(warnings, fmt.Sprintf("%d of the %d reads the kit expected to succeed were refused or failed (%s): a rule that passed on them judged little; check the keys (-key and the others), the rate limit and the environment (a live key answers 503 while live is not released)", n, reads, strings.Join(counts, ", ")))
+	if reads == 0 || 2*n <= reads {
+		return nil
 	}
-	return warnings
+	return []string{fmt.Sprintf("%d of the %d reads the kit expected to succeed were refused or failed (%s): a rule that passed on them judged little; check the keys (-key and the others), the rate limit and the environment (a live key answers 503 while live is not released)", n, reads, strings.Join(counts, ", "))}
 }
 
 // write writes the report in format: text, json or junit.
@@ -3704,60 +6527,329 @@ func (rep *checkReport) write(w io.Writer, format string) error {
 	case "junit":
 		return rep.writeJUnit(w)
 	}
+	return rep.writeText(w)
+}
+
+// resultMarks are how the text report marks each result.
+var resultMarks = map[string]string{"pass": "PASS", "fail": "FAIL", "skip": "SKIP", "expected": "XFAIL"}
+
+// writeText writes the report as text: a first line naming the server, the warnings, a line a
+// rule, each failure (expected ones too) followed by its evidence, a field a line, and the
+// summary. Whatever a server sent is escaped: it can forge no line and move no cursor.
+func (rep *checkReport) writeText(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Conformance of %s (profile %s, mode %s, world %s)\n", rep.BaseURL, rep.Profile, rep.Mode, rep.World)
+	fmt.Fprintf(&b, "Conformance of %s (profile %s, mode %s, world %s)\n", printable(rep.BaseURL), printable(rep.Profile), printable(rep.Mode), printable(rep.World))
 	for _, warning := range rep.Warnings {
-		fmt.Fprintf(&b, "WARNING %s\n", warning)
+		fmt.Fprintf(&b, "WARNING %s\n", printable(warning))
 	}
-	marks := map[string]string{"pass": "PASS", "fail": "FAIL", "skip": "SKIP", "expected": "XFAIL"}
 	for _, r := range rep.Rules {
-		fmt.Fprintf(&b, "%-5s %s  %s", marks[r.Result], r.ID, r.Title)
+		fmt.Fprintf(&b, "%-5s %s  %s", resultMarks[r.Result], printable(r.ID), printable(r.Title))
 		if r.Reason != nil {
-			fmt.Fprintf(&b, " (%s)", *r.Reason)
+			fmt.Fprintf(&b, " (%s)", printable(*r.Reason))
 		}
 		b.WriteString("\n")
-		if r.Result != "fail" {
-			continue
-		}
-		for _, e := range r.Evidence {
-			fmt.Fprintf(&b, "      expected: %s\n      seen: %s\n      %s\n", e.Expected, e.Seen, e.Curl)
-			if e.RequestID != "" {
-				fmt.Fprintf(&b, "      request id: %s\n", e.RequestID)
-			}
+		if r.Result == "fail" || r.Result == "expected" {
+			b.WriteString(evidenceText(r.Evidence, "      "))
 		}
 	}
-	s := rep.Summary
-	fmt.Fprintf(&b, "%d rules: %d passed, %d failed (%d MUST), %d skipped, %d expected; evaluated %d of %d\n", s.Total, s.Passed, s.Failed, s.FailedMust, s.Skipped, s.Expected, s.Evaluated, s.Total)
+	b.WriteString(rep.Summary.line() + "\n")
 	_, err := io.WriteString(w, b.String())
 	return err
 }
 
+// line is the summary as the text report's last line writes it.
+func (s reportSummary) line() string {
+	return fmt.Sprintf("%d rules: %d passed, %d failed (%d MUST), %d skipped, %d expected, %d stale; evaluated %d of %d",
+		s.Total, s.Passed, s.Failed, s.FailedMust, s.Skipped, s.Expected, s.Stale, s.Evaluated, s.Total)
+}
+
+// evidenceText is a rule's evidence, a field a line after indent, each escaped; an empty
+// request id has no line.
+func evidenceText(evidence []checkEvidence, indent string) string {
+	var b strings.Builder
+	for _, e := range evidence {
+		fmt.Fprintf(&b, "%sexpected: %s\n%sseen: %s\n%s%s\n", indent, printable(e.Expected), indent, printable(e.Seen), indent, printable(e.Curl))
+		if e.RequestID != "" {
+			fmt.Fprintf(&b, "%srequest id: %s\n", indent, printable(e.RequestID))
+		}
+	}
+	return b.String()
+}
+
 // writeJUnit writes the report as one JUnit test suite: a test case a rule (its class the
-// id's part before the dot), a failure with its evidence, a skip, and an expected failure
-// as a skip that says so.
+// id's part before the dot), a failure with its evidence, a skip with its reason, and an
+// expected failure as a skip that says so, with its evidence.
 func (rep *checkReport) writeJUnit(w io.Writer) error {
 	var b strings.Builder
 	s := rep.Summary
 	fmt.Fprintf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"conformance\" tests=\"%d\" failures=\"%d\" skipped=\"%d\">\n", s.Total, s.Failed, s.Skipped+s.Expected)
-	attr := func(v string) string { return html.EscapeString(strings.ToValidUTF8(v, "?")) }
 	for _, r := range rep.Rules {
 		class, _, _ := strings.Cut(r.ID, ".")
-		fmt.Fprintf(&b, "  <testcase classname=\"%s\" name=\"%s\">", attr(class), attr(r.ID))
+		fmt.Fprintf(&b, "  <testcase classname=\"%s\" name=\"%s\">", xmlText(class), xmlText(r.ID))
+		reason := ""
+		if r.Reason != nil {
+			reason = *r.Reason
+		}
 		switch r.Result {
 		case "fail":
-			var text strings.Builder
-			for _, e := range r.Evidence {
-				fmt.Fprintf(&text, "expected: %s\nseen: %s\n%s\nrequest id: %s\n", e.Expected, e.Seen, e.Curl, e.RequestID)
-			}
-			fmt.Fprintf(&b, "\n    <failure message=\"%s: %s\">%s</failure>\n  ", attr(string(r.Level)), attr(r.Title), attr(text.String()))
+			fmt.Fprintf(&b, "\n    <failure message=\"%s: %s\">%s</failure>\n  ", xmlText(string(r.Level)), xmlText(r.Title), xmlText(evidenceText(r.Evidence, "")))
 		case "skip":
-			fmt.Fprintf(&b, "\n    <skipped message=\"%s\"/>\n  ", attr(*r.Reason))
+			fmt.Fprintf(&b, "\n    <skipped message=\"%s\"/>\n  ", xmlText(reason))
 		case "expected":
-			fmt.Fprintf(&b, "\n    <skipped message=\"expected failure: %s\"/>\n  ", attr(*r.Reason))
+			fmt.Fprintf(&b, "\n    <skipped message=\"expected failure: %s\">%s</skipped>\n  ", xmlText(reason), xmlText(evidenceText(r.Evidence, "")))
 		}
 		b.WriteString("</testcase>\n")
 	}
 	b.WriteString("</testsuite>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// xmlText is s as XML 1.0 character data or an attribute's value: the characters XML 1.0
+// forbids (control characters but tab, newline and carriage return; U+FFFE, U+FFFF;
+// invalid UTF-8) written as U+FFFD, and the markup characters escaped.
+func xmlText(s string) string {
+	clean := strings.Map(func(r rune) rune {
+		if r == '\t' || r == '\n' || r == '\r' || r >= 0x20 && r <= 0xD7FF || r >= 0xE000 && r <= 0xFFFD || r >= 0x10000 && r <= 0x10FFFF {
+			return r
+		}
+		return '\uFFFD'
+	}, strings.ToValidUTF8(s, "\uFFFD"))
+	var b strings.Builder
+	xml.EscapeText(&b, []byte(clean))
+	return b.String()
+}
+
+// ===== The conformance kit: check diff, two reports side by side =====
+
+// A rule's change from one report to another: same, regressed (NEW fail, OLD anything
+// else), improved (OLD fail, NEW pass), changed (any other difference of result), added (in
+// NEW only) or removed (in OLD only).
+
+// reportDiff is check diff's answer, as its JSON writes it: members in this order.
+type reportDiff struct {
+	Old     diffServer   `json:"old"`
+	New     diffServer   `json:"new"`
+	Rules   []ruleChange `json:"rules"`
+	Summary diffSummary  `json:"summary"`
+}
+
+type diffServer struct {
+	BaseURL string `json:"base_url"`
+	Profile string `json:"profile"`
+	Mode    string `json:"mode"`
+	World   string `json:"world"`
+}
+
+type ruleChange struct {
+	ID     string  `json:"id"`
+	Change string  `json:"change"`
+	Old    *string `json:"old"`
+	New    *string `json:"new"`
+	Reason *string `json:"reason"`
+}
+
+type diffSummary struct {
+	Total     int `json:"total"`
+	Same      int `json:"same"`
+	Regressed int `json:"regressed"`
+	Improved  int `json:"improved"`
+	Changed   int `json:"changed"`
+	Added     int `json:"added"`
+	Removed   int `json:"removed"`
+}
+
+// runDiff is check diff OLD.json NEW.json: flags before, between or after the two files.
+func runDiff(args []string, stdout, stderr io.Writer) int {
+	var all bool
+	format, out := "text", ""
+	fs := flag.NewFlagSet("sandbox check diff", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.BoolVar(&all, "all", false, "list every rule, the same ones too")
+	fs.Func("format", "the comparison's `format`: text (default) or json", oneOfFlag(&format, "text", "json"))
+	fs.StringVar(&out, "out", "", "write the comparison to this `file` (default: standard output)")
+	var files []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprintln(stdout, "Usage: sandbox check diff [-all] [-format text|json] [-out FILE] OLD.json NEW.json: two JSON reports of check compared rule by rule. Exit status: 0 no rule regressed, 1 one did, 2 a report cannot be read.")
+				fs.SetOutput(stdout)
+				fs.PrintDefaults()
+				return checkPassed
+			}
+			fmt.Fprintln(stderr, "sandbox check diff: "+err.Error()+" (see check diff -h for the flags)")
+			return checkCannotJudge
+		}
+		if args = fs.Args(); len(args) == 0 {
+			break
+		}
+		files, args = append(files, args[0]), args[1:]
+	}
+	if len(files) != 2 {
+		fmt.Fprintf(stderr, "sandbox check diff: want two reports, OLD.json NEW.json (check -format json writes them); got %d\n", len(files))
+		return checkCannotJudge
+	}
+	var reps [2]*checkReport
+	for i, f := range files {
+		var err error
+		if reps[i], err = readKitReport(f); err != nil {
+			fmt.Fprintf(stderr, "sandbox check diff: %s: %v\n", f, err)
+			return checkCannotJudge
+		}
+	}
+	d := diffReports(reps[0], reps[1], all)
+	if err := writeDiff(out, stdout, d, format); err != nil {
+		fmt.Fprintln(stderr, "sandbox check diff: writing the comparison: "+err.Error())
+		return checkCannotJudge
+	}
+	if d.Summary.Regressed > 0 {
+		return checkFailed
+	}
+	return checkPassed
+}
+
+// maxReportBytes is the largest report check diff reads.
+const maxReportBytes = 64 << 20
+
+// readKitReport reads a JSON report of the kit, of any version: an object with the server's
+// base_url and a list of rules, each with its id and result.
+func readKitReport(file string) (*checkReport, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxReportBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxReportBytes {
+		return nil, fmt.Errorf("over %d MiB: not a report of the kit", maxReportBytes>>20)
+	}
+	var probe struct {
+		BaseURL *string `json:"base_url"`
+		Rules   *[]struct {
+			ID     *string `json:"id"`
+			Result *string `json:"result"`
+		} `json:"rules"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return nil, fmt.Errorf("not a JSON report of the kit (check -format json writes one): %v", err)
+	}
+	if probe.BaseURL == nil || probe.Rules == nil {
+		return nil, errors.New("not a report of the kit: it has no base_url, or no rules (check -format json writes one)")
+	}
+	for i, r := range *probe.Rules {
+		if r.ID == nil || r.Result == nil || resultMarks[*r.Result] == "" {
+			return nil, fmt.Errorf("not a report of the kit: its rule %d has no id, or no result of pass, fail, skip or expected", i+1)
+		}
+	}
+	var rep checkReport
+	json.Unmarshal(b, &rep)
+	return &rep, nil
+}
+
+// diffReports compares two reports rule by rule, in NEW's order, then the rules OLD alone
+// holds; all lists the rules that are the same too.
+func diffReports(old, new *checkReport, all bool) *reportDiff {
+	d := &reportDiff{Old: serverOf(old), New: serverOf(new), Rules: []ruleChange{}}
+	olds := map[string]*ruleReport{}
+	for i := range old.Rules {
+		olds[old.Rules[i].ID] = &old.Rules[i]
+	}
+	news := map[string]bool{}
+	for i := range new.Rules {
+		n := &new.Rules[i]
+		news[n.ID] = true
+		d.add(changeOf(olds[n.ID], n), all)
+	}
+	for i := range old.Rules {
+		if o := &old.Rules[i]; !news[o.ID] {
+			d.add(changeOf(o, nil), all)
+		}
+	}
+	return d
+}
+
+func serverOf(rep *checkReport) diffServer {
+	return diffServer{rep.BaseURL, rep.Profile, rep.Mode, rep.World}
+}
+
+// changeOf is the change of one rule from o to n (either nil where the report lacks it).
+func changeOf(o, n *ruleReport) ruleChange {
+	c := ruleChange{}
+	if o != nil {
+		c.ID, c.Old = o.ID, &o.Result
+	}
+	if n != nil {
+		c.ID, c.New, c.Reason = n.ID, &n.Result, n.Reason
+		if c.Reason == nil && len(n.Evidence) > 0 {
+			c.Reason = ptr("expected: " + n.Evidence[0].Expected + "; seen: " + n.Evidence[0].Seen)
+		}
+	}
+	switch {
+	case o == nil:
+		c.Change = "added"
+	case n == nil:
+		c.Change = "removed"
+	case o.Result == n.Result:
+		c.Change = "same"
+	case n.Result == "fail":
+		c.Change = "regressed"
+	case o.Result == "fail" && n.Result == "pass":
+		c.Change = "improved"
+	default:
+		c.Change = "changed"
+	}
+	return c
+}
+
+// add counts a rule's change, and lists it unless it is the same (with all, every one).
+func (d *reportDiff) add(c ruleChange, all bool) {
+	s := &d.Summary
+	s.Total++
+	counts := map[string]*int{"same": &s.Same, "regressed": &s.Regressed, "improved": &s.Improved, "changed": &s.Changed, "added": &s.Added, "removed": &s.Removed}
+	*counts[c.Change]++
+	if all || c.Change != "same" {
+		d.Rules = append(d.Rules, c)
+	}
+}
+
+// writeDiff writes the comparison in format to the file out, or to stdout.
+func writeDiff(out string, stdout io.Writer, d *reportDiff, format string) error {
+	var b bytes.Buffer
+	if format == "json" {
+		j, err := json.MarshalIndent(d, "", "  ")
+		if err != nil {
+			return err
+		}
+		b.Write(append(j, '\n'))
+	} else {
+		server := func(s diffServer) string {
+			return fmt.Sprintf("%s (profile %s, mode %s, world %s)", printable(s.BaseURL), printable(s.Profile), printable(s.Mode), printable(s.World))
+		}
+		fmt.Fprintf(&b, "OLD %s, NEW %s\n", server(d.Old), server(d.New))
+		for _, c := range d.Rules {
+			fmt.Fprintf(&b, "%-9s %s  %s -> %s", c.Change, printable(c.ID), cmp.Or(derefOr(c.Old), "-"), cmp.Or(derefOr(c.New), "-"))
+			if c.Reason != nil {
+				fmt.Fprintf(&b, "  %s", printable(cutField(*c.Reason, 4*maxKitField)))
+			}
+			b.WriteString("\n")
+		}
+		s := d.Summary
+		fmt.Fprintf(&b, "%d rules: %d same, %d regressed, %d improved, %d changed, %d added, %d removed\n", s.Total, s.Same, s.Regressed, s.Improved, s.Changed, s.Added, s.Removed)
+	}
+	if out == "" {
+		_, err := stdout.Write(b.Bytes())
+		return err
+	}
+	return os.WriteFile(out, b.Bytes(), 0o644)
+}
+
+// derefOr is *s, or "" for nil.
+func derefOr(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

