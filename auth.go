@@ -1744,69 +1744,70 @@ const maxFindings = 1000
 
 // ===== The findings =====
 
-// The findings, one table of them: each kind's code, what it judges (the document's enum
-// and the findings table of docs/journal-and-findings.md say it in these words, and
-// TestFindingsAreOneTable holds them to it) and how its detail, what the client should change, is written. The judges find them
-// without writing a word, so that counting a journal's findings costs what judging it
-// costs; a detail is written only for a finding an answer shows.
+// The findings, one table of them: each kind's code, its definition (what the entries show:
+// the document's enum and the findings table of docs/journal-and-findings.md say it in these
+// words, and TestFindingsAreOneTable holds them to it) and how its detail, what the client
+// should change, is written. The functions below find them without writing a word, so that
+// counting a journal's findings costs what finding them costs; a detail is written only for a
+// finding an answer shows.
 
 // findingCode is a kind of finding: its place in findingKinds, which is the order of the
 // codes, so that findings of one seq sort by code.
 type findingCode uint8
 
 const (
-	kindAmbiguousNumber findingCode = iota
-	kindBlindRetry
-	kindMissedImport
-	kindRetryTooSoon
-	kindStaleOrder
+	findingAmbiguousNumber findingCode = iota
+	findingBlindRetry
+	findingMissedImport
+	findingRetryTooSoon
+	findingStaleOrder
 )
 
 type findingKind struct {
-	code   string
-	judges string // what the entries show, in the document's words and docs/journal-and-findings.md's
-	advice string // what the client should change, as its detail says
-	detail func(d *tenantData, es []journalEntry, f *verdict) string
+	code       string
+	definition string // what the entries show, in the document's words and docs/journal-and-findings.md's
+	advice     string // what the client should change, as its detail says
+	detail     func(d *tenantData, es []journalEntry, f *rawFinding) string
 }
 
 var findingKinds = [...]findingKind{
-	kindAmbiguousNumber: {"ambiguous_number",
+	findingAmbiguousNumber: {"ambiguous_number",
 		"a 404 of GET /v1/tracking/{tracking_number} whose number two or more shipments held at that instant; one finding per number, citing its first and last such lookups",
 		"the live domain adapter will answer 409 there: look the shipment up by its id", ambiguousDetail},
-	kindBlindRetry: {"blind_retry",
+	findingBlindRetry: {"blind_retry",
 		"a write answered 502 (the write was done) sent again once that answer had come, with the same key, method, path and query and the same body, under another Idempotency-Key; one finding per 502, citing it and its first such retry",
 		"retry a 502 with the same Idempotency-Key, which answers the first write's result", blindDetail},
-	kindMissedImport: {"missed_import",
+	findingMissedImport: {"missed_import",
 		"an order imported after its created_at that no request judged at or after its import showed, although a page judged before its import held its place (its created_from..created_to held its created_at, its status filter, if any, let it through, and the page reached its place in the list) and a later read was made: a created_from watermark went past it",
 		"re-read a window that looks back further than imports can be late", missedDetail},
-	kindRetryTooSoon: {"retry_too_soon",
+	findingRetryTooSoon: {"retry_too_soon",
 		"a request sent again (same key, method, path and query) while an earlier answer's Retry-After was still running, counted from the end of that answer; one finding per key, method and target, citing the first such answer and its first early retry",
 		"wait at least the Retry-After seconds (429, 503) before sending it again", retryDetail},
-	kindStaleOrder: {"stale_order",
+	findingStaleOrder: {"stale_order",
 		"an order whose status or shipment_id at the latest instant read differs from what it showed when last seen, unless a page with a status filter it had left reached its place after that (a client that polls one status learns of a change when the order leaves it)",
 		"keep re-reading the orders you follow (by id, or in a window that looks back) until they settle", staleDetail},
 }
 
-// verdict is a finding as judged, before its detail is written: its kind, the entries it cites
+// rawFinding is a finding as judged, before its detail is written: its kind, the entries it cites
 // (indexes into the entries judged, which are in seq order; the second -1 when it cites
 // one), the order with a timeline it names (its place among them, -1 for none) and a count
 // its detail tells.
-type verdict struct {
+type rawFinding struct {
 	kind  findingCode
 	cited [2]int32
 	m     int32
 	n     int32
 }
 
-// judgeFindings is every finding of the entries es, judged against d (each entry against
+// rawFindings is every finding of the entries es, judged against d (each entry against
 // the version it read), none written, oldest first:
 // by their first cited seq, then code. The order findings share one walk of the entries.
-func (d *tenantData) judgeFindings(es []journalEntry) []verdict {
+func (d *tenantData) rawFindings(es []journalEntry) []rawFinding {
 	fs := retriesTooSoon(es)
 	fs = append(fs, sharedNumbers(es)...)
 	fs = append(fs, blindRetries(es)...)
 	fs = append(fs, d.orderFindings(es)...)
-	slices.SortStableFunc(fs, func(a, b verdict) int {
+	slices.SortStableFunc(fs, func(a, b rawFinding) int {
 		if c := cmp.Compare(a.cited[0], b.cited[0]); c != 0 {
 			return c
 		}
@@ -1817,7 +1818,7 @@ func (d *tenantData) judgeFindings(es []journalEntry) []verdict {
 
 // findingsIn is the first most findings of the entries es, written, and how many they hold.
 func (d *tenantData) findingsIn(es []journalEntry, most int) ([]finding, int) {
-	fs := d.judgeFindings(es)
+	fs := d.rawFindings(es)
 	written := make([]finding, 0, min(most, len(fs)))
 	for i := range fs[:min(most, len(fs))] {
 		written = append(written, d.written(es, &fs[i]))
@@ -1826,7 +1827,7 @@ func (d *tenantData) findingsIn(es []journalEntry, most int) ([]finding, int) {
 }
 
 // written is f as an answer writes it.
-func (d *tenantData) written(es []journalEntry, f *verdict) finding {
+func (d *tenantData) written(es []journalEntry, f *rawFinding) finding {
 	k := &findingKinds[f.kind]
 	w := finding{Code: k.code, Detail: k.detail(d, es, f), Requests: []uint64{es[f.cited[0]].seq}}
 	if f.cited[1] >= 0 {
@@ -1836,7 +1837,7 @@ func (d *tenantData) written(es []journalEntry, f *verdict) finding {
 	case f.m >= 0:
 		id := d.orders.movingID(int(f.m))
 		w.ID = &id
-	case f.kind == kindBlindRetry && a.shown.kind == showsCreated: // the shipment the 502's write created
+	case f.kind == findingBlindRetry && a.shown.kind == showsCreated: // the shipment the 502's write created
 		w.ID = &a.shown.ship.id
 	}
 	return w
@@ -1845,12 +1846,12 @@ func (d *tenantData) written(es []journalEntry, f *verdict) finding {
 // retriesTooSoon finds, for each key, method and target, the requests sent while an
 // earlier answer's Retry-After was running: from the end of that answer (its arrival and
 // duration) for its Retry-After seconds.
-func retriesTooSoon(es []journalEntry) []verdict {
+func retriesTooSoon(es []journalEntry) []rawFinding {
 	type sent struct {
 		key            *apiKey
 		method, target string
 	}
-	var fs []verdict
+	var fs []rawFinding
 	for _, g := range groupsOf(es, func(e *journalEntry) (sent, bool) { return sent{e.key, e.method, e.target}, true },
 		func(e *journalEntry) bool { return e.retryAfter >= 0 }) {
 		if f, ok := tooSoon(es, g); ok {
@@ -1893,18 +1894,18 @@ func retryWindow(e *journalEntry) (from, until int64) {
 // tooSoon judges the entries of one key, method and target (indexes into es, in seq
 // order): a finding when one was sent within an earlier one's Retry-After. It counts each
 // such entry once, and cites the first answer with such an entry, and its first.
-func tooSoon(es []journalEntry, group []int) (verdict, bool) {
+func tooSoon(es []journalEntry, group []int) (rawFinding, bool) {
 	byArrival := slices.Clone(group)
 	slices.SortStableFunc(byArrival, func(a, b int) int { return cmp.Compare(es[a].arrived, es[b].arrived) })
 	count := earlyRetries(es, group, byArrival)
 	if count == 0 {
-		return verdict{}, false
+		return rawFinding{}, false
 	}
 	a, b := firstEarly(es, group, byArrival)
-	return verdict{kind: kindRetryTooSoon, cited: [2]int32{int32(a), int32(b)}, m: -1, n: int32(count)}, true
+	return rawFinding{kind: findingRetryTooSoon, cited: [2]int32{int32(a), int32(b)}, m: -1, n: int32(count)}, true
 }
 
-func retryDetail(_ *tenantData, es []journalEntry, f *verdict) string {
+func retryDetail(_ *tenantData, es []journalEntry, f *rawFinding) string {
 	A, B, count := &es[f.cited[0]], &es[f.cited[1]], int(f.n)
 	from, _ := retryWindow(A)
 	return fmt.Sprintf("%s %s was sent %d %s before the Retry-After of an earlier answer had passed: request %d came %s after request %d was answered %d with Retry-After: %d; wait at least the Retry-After seconds before sending it again.",
@@ -1981,7 +1982,7 @@ func firstEarly(es []journalEntry, group, byArrival []int) (a, b int) {
 
 // sharedNumbers finds the lookups by a tracking number that several shipments held at the
 // lookup's instant: one finding a number, citing its first and last.
-func sharedNumbers(es []journalEntry) []verdict {
+func sharedNumbers(es []journalEntry) []rawFinding {
 	var numbers []string
 	lookups := map[string][]int32{}
 	for i := range es {
@@ -1995,10 +1996,10 @@ func sharedNumbers(es []journalEntry) []verdict {
 		}
 		lookups[n] = append(lookups[n], int32(i))
 	}
-	var fs []verdict
+	var fs []rawFinding
 	for _, n := range numbers {
 		l := lookups[n]
-		f := verdict{kind: kindAmbiguousNumber, cited: [2]int32{l[0], -1}, m: -1, n: int32(len(l))}
+		f := rawFinding{kind: findingAmbiguousNumber, cited: [2]int32{l[0], -1}, m: -1, n: int32(len(l))}
 		if len(l) > 1 {
 			f.cited[1] = l[len(l)-1]
 		}
@@ -2007,7 +2008,7 @@ func sharedNumbers(es []journalEntry) []verdict {
 	return fs
 }
 
-func ambiguousDetail(_ *tenantData, es []journalEntry, f *verdict) string {
+func ambiguousDetail(_ *tenantData, es []journalEntry, f *rawFinding) string {
 	n := int(f.n)
 	return fmt.Sprintf("Tracking number %s was held by more than one shipment when it was looked up (%d %s), so the sandbox answered 404; the live domain adapter will answer 409 Conflict there: look the shipment up by its id, GET /v1/shipments/{id}/tracking.",
 		strconv.Quote(*es[f.cited[0]].shown.ship.trackingNumber), n, plural(n, "lookup", "lookups"))
@@ -2017,13 +2018,13 @@ func ambiguousDetail(_ *tenantData, es []journalEntry, f *verdict) string {
 // that answer had come (same key, method, target and body) under another Idempotency-Key:
 // a second write, where the same key would have answered the first's result. Only groups
 // with a 502 are kept; each 502 looks on to its first such retry.
-func blindRetries(es []journalEntry) []verdict {
+func blindRetries(es []journalEntry) []rawFinding {
 	type sent struct {
 		key            *apiKey
 		method, target string
 		body           [sha256.Size]byte
 	}
-	var fs []verdict
+	var fs []rawFinding
 	for _, g := range groupsOf(es, func(e *journalEntry) (sent, bool) {
 		if e.write == nil {
 			return sent{}, false
@@ -2040,7 +2041,7 @@ func blindRetries(es []journalEntry) []verdict {
 // come, a search of the arrivals' ranks in a tree of their maxima, and passes over those of
 // its own Idempotency-Key (its replays). Requests sent all at once, each arriving before
 // the others' answers, would otherwise make each 502 look at all the rest.
-func blindRetriesOf(es []journalEntry, l []int) []verdict {
+func blindRetriesOf(es []journalEntry, l []int) []rawFinding {
 	arrivals := make([]int64, len(l))
 	for k, i := range l {
 		arrivals[k] = es[i].arrived
@@ -2054,7 +2055,7 @@ func blindRetriesOf(es []journalEntry, l []int) []verdict {
 	for k, i := range l {
 		arrived.put(k, rank(es[i].arrived))
 	}
-	var fs []verdict
+	var fs []rawFinding
 	for k, a := range l {
 		A := &es[a]
 		if A.status != http.StatusBadGateway {
@@ -2067,7 +2068,7 @@ func blindRetriesOf(es []journalEntry, l []int) []verdict {
 				break
 			}
 			if es[l[b]].write.key != A.write.key {
-				fs = append(fs, verdict{kind: kindBlindRetry, cited: [2]int32{int32(a), int32(l[b])}, m: -1})
+				fs = append(fs, rawFinding{kind: findingBlindRetry, cited: [2]int32{int32(a), int32(l[b])}, m: -1})
 				break
 			}
 			lo = b + 1
@@ -2076,7 +2077,7 @@ func blindRetriesOf(es []journalEntry, l []int) []verdict {
 	return fs
 }
 
-func blindDetail(_ *tenantData, es []journalEntry, f *verdict) string {
+func blindDetail(_ *tenantData, es []journalEntry, f *rawFinding) string {
 	A, B := &es[f.cited[0]], &es[f.cited[1]]
 	return fmt.Sprintf("%s %s was answered 502 (request %d), but the write was done; request %d sent the same body again under another Idempotency-Key (%s, not %s), which writes a second time (a second link of an order is 409 order_already_linked): retry a 502 with the same Idempotency-Key, which answers the first write's result.",
 		A.method, A.target, A.seq, B.seq, strconv.Quote(B.write.key), strconv.Quote(A.write.key))
@@ -2088,7 +2089,7 @@ func blindDetail(_ *tenantData, es []journalEntry, f *verdict) string {
 // order, beside the pages that held their places (heldPages): the cost is what the pages
 // cost when they were read, and a search per order with a timeline, however many pages
 // the journal holds.
-func (d *tenantData) orderFindings(es []journalEntry) []verdict {
+func (d *tenantData) orderFindings(es []journalEntry) []rawFinding {
 	ix := &d.orders
 	seen := make([]int32, ix.movingCount()) // each order with a timeline: the entry that showed it at the latest instant (ties: the higher seq), plus one
 	var pages []readPage
@@ -2120,15 +2121,15 @@ func (d *tenantData) orderFindings(es []journalEntry) []verdict {
 		return nil
 	}
 	held, last := ix.newHeldPages(pages), es[latest].clock
-	var fs []verdict
+	var fs []rawFinding
 	for m := range ix.movingCount() {
 		held.reach(int(ix.moving[m]))
 		if s := int(seen[m]) - 1; s >= 0 {
 			if d.staleOrder(m, &es[s], &es[latest], held) {
-				fs = append(fs, verdict{kind: kindStaleOrder, cited: [2]int32{int32(s), int32(latest)}, m: int32(m)})
+				fs = append(fs, rawFinding{kind: findingStaleOrder, cited: [2]int32{int32(s), int32(latest)}, m: int32(m)})
 			}
 		} else if h := d.missedImport(m, last, held); h >= 0 {
-			fs = append(fs, verdict{kind: kindMissedImport, cited: [2]int32{int32(h), int32(latest)}, m: int32(m)})
+			fs = append(fs, rawFinding{kind: findingMissedImport, cited: [2]int32{int32(h), int32(latest)}, m: int32(m)})
 		}
 	}
 	return fs
@@ -2151,7 +2152,7 @@ func (d *tenantData) staleOrder(m int, seen, last *journalEntry, held *heldPages
 	return (then.status != now.status || then.linked != now.linked) && !held.leftBetween(m, seen.clock, last.clock)
 }
 
-func staleDetail(d *tenantData, es []journalEntry, f *verdict) string {
+func staleDetail(d *tenantData, es []journalEntry, f *rawFinding) string {
 	ix, m, s, latest := &d.orders, int(f.m), &es[f.cited[0]], &es[f.cited[1]]
 	then, _ := ix.movingState(m, s.clock, s.writes)
 	now, _ := ix.movingState(m, latest.clock, latest.writes)
@@ -2171,7 +2172,7 @@ func (d *tenantData) missedImport(m int, last instant, held *heldPages) int {
 	return held.heldBefore(m, imported)
 }
 
-func missedDetail(d *tenantData, es []journalEntry, f *verdict) string {
+func missedDetail(d *tenantData, es []journalEntry, f *rawFinding) string {
 	ix, m, held, latest := &d.orders, int(f.m), &es[f.cited[0]], &es[f.cited[1]]
 	created, imported := ix.movingInstants(m)
 	return fmt.Sprintf("Order %s (created_at %s) was imported at %s, behind what request %d had listed, and no request judged after its import showed it (the last read, request %d, was judged at %s): a created_from watermark misses orders imported late, so re-read a window that looks back further than imports can be late.",

@@ -8,7 +8,7 @@
 // what needs no key. What one operation needs lives with it.
 //
 // Then the conformance kit, a client of the API in one contiguous part, in the order a run
-// meets it: its command and flags, its requests and verdicts, its world, the catalogue with
+// meets it: its command and flags, its requests and their results, its world, the catalogue with
 // each rule's judge under its prefix, its reports, and check diff. It shares with the server
 // only the contract's words (paths, codes, vocabularies, limits), and none of its types.
 //
@@ -1587,7 +1587,7 @@ func (s *server) answerOf(p *preference, r *http.Request, c *call, faultable boo
 		return p.code, p.code.prefer
 	case faultable:
 		k := t.faulted.Add(1)
-		if answer := s.faults.judge(t.id, k); answer != nil {
+		if answer := s.faults.failureOf(t.id, k); answer != nil {
 			c.simulated = byFaults
 			return answer, s.faults.problem(answer, t.id, k)
 		}
@@ -1923,12 +1923,12 @@ func parseFaultCodes(value string) ([]*simulatedAnswer, error) {
 	return answers, nil
 }
 
-// judge is the answer the k-th request of tenant t that -faults may fail fails with, or
+// failureOf is the answer the k-th request of tenant t that -faults may fail fails with, or
 // nil. h, the first 8 bytes of the SHA-256 of "S/account/environment/k" read as a
 // big-endian unsigned integer over 2^64, fails it when it is under the rate R, with the
 // answer at floor(h / R * len(answers)); in whole numbers, so that a client can predict it:
 // h < R is x*10^6 < rate*2^64, and the index the high word of x*10^6*len over rate.
-func (f *faultPlan) judge(t tenantID, k uint64) *simulatedAnswer {
+func (f *faultPlan) failureOf(t tenantID, k uint64) *simulatedAnswer {
 	sum := sha256.Sum256([]byte(strconv.FormatUint(f.seed, 10) + "/" + t.account + "/" + t.environment + "/" + strconv.FormatUint(k, 10)))
 	x := binary.BigEndian.Uint64(sum[:8])
 	if hi, _ := bits.Mul64(x, 1000000); f.rate == 0 || hi >= f.rate {

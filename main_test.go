@@ -7958,14 +7958,14 @@ func TestFindingsAreOneTable(t *testing.T) {
 		if i > 0 && findingKinds[i-1].code >= k.code {
 			t.Errorf("findingKinds is not in the order of its codes at %s: findings of one seq sort by it", k.code)
 		}
-		if got := code.Descriptions[k.code]; got != k.judges {
-			t.Errorf("the document describes %s as %q, the table as %q", k.code, got, k.judges)
+		if got := code.Descriptions[k.code]; got != k.definition {
+			t.Errorf("the document describes %s as %q, the table as %q", k.code, got, k.definition)
 		}
-		if !strings.Contains(code.Description, k.code+": "+k.judges+".") {
-			t.Errorf("the document's description of a finding's code does not say %s: %s", k.code, k.judges)
+		if !strings.Contains(code.Description, k.code+": "+k.definition+".") {
+			t.Errorf("the document's description of a finding's code does not say %s: %s", k.code, k.definition)
 		}
-		if i >= len(rows) || rows[i][1] != k.code || rows[i][2] != k.judges || rows[i][3] != k.advice {
-			t.Errorf("docs/journal-and-findings.md's row %d is not | `%s` | %s | %s |", i+1, k.code, k.judges, k.advice)
+		if i >= len(rows) || rows[i][1] != k.code || rows[i][2] != k.definition || rows[i][3] != k.advice {
+			t.Errorf("docs/journal-and-findings.md's row %d is not | `%s` | %s | %s |", i+1, k.code, k.definition, k.advice)
 		}
 	}
 	if !slices.Equal(code.Enum, codes) || len(rows) != len(findingKinds) {
