@@ -2189,7 +2189,8 @@ func FuzzLoadDataset(f *testing.F) {
 					t.Fatalf("order %q (reference %q) loaded", tn.orders.idOf(i), o.MerchantReference)
 				}
 			}
-			for sid, sh := range tn.shipments.byID {
+			for sid, place := range tn.shipments.byID {
+				sh := tn.shipments.list[place]
 				if checkID("$", "", sid) != nil || !json.Valid(sh.full) || !json.Valid(sh.view(0)) {
 					t.Fatalf("shipment %q loaded as %s", sid, sh.full)
 				}
@@ -4842,7 +4843,7 @@ func TestReadmeDatasetExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := sb.tenants.byID[tenantID{"acct_acme", "test"}].current().shipments.byID["shp_acme_1"]; s == nil || len(s.instants) != 2 {
+	if s := sb.tenants.byID[tenantID{"acct_acme", "test"}].current().shipments.find("shp_acme_1"); s == nil || len(s.instants) != 2 {
 		t.Errorf("the README's example shipment did not load with its two events")
 	}
 }
@@ -6781,7 +6782,7 @@ func BenchmarkClock(b *testing.B) {
 		if frozen {
 			at := ix.createdAt(ix.count() / 2)
 			e.sb.tenants.byID[seedTenant].clock.freeze(at)
-			shp := e.sb.tenants.byID[seedTenant].current().shipments.byID["shp_sbx_spring"]
+			shp := e.sb.tenants.byID[seedTenant].current().shipments.find("shp_sbx_spring")
 			// The tracking read is measured with the clock at the third event.
 			b.Run("frozen/tracking_by_id", func(b *testing.B) {
 				e.sb.tenants.byID[seedTenant].clock.freeze(shp.instants[2].time())
@@ -10052,7 +10053,7 @@ func TestBookingsRacingReads(t *testing.T) {
 				}
 				d := tenant.current() // one version, whole
 				for _, l := range d.links {
-					if d.shipments.byID[l.shipmentID] == nil {
+					if d.shipments.find(l.shipmentID) == nil {
 						t.Errorf("a version links %s to %s, which it does not hold", l.orderID, l.shipmentID)
 					}
 				}

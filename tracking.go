@@ -333,9 +333,9 @@ var viewEnd = []byte("]}")
 type shipmentIndex struct {
 	tenantName       string      // the account and environment, as messages name them
 	start            time.Time   // while loading: the instant relative instants count from
-	list             []*shipment // in the dataset's order
-	byID             map[string]*shipment
-	byTrackingNumber map[string]*numberHolders // the shipments that hold each primary number
+	list             []*shipment      // in the dataset's order; a write that moves a shipment replaces it at its place, in a copy of the list
+	byID             map[string]int32 // each shipment's place in list: a write that moves one shares it
+	byTrackingNumber map[string]*numberHolders // the shipments that hold each primary number, by their places
 	created          createdTree               // finds the shipments found at an instant without a scan
 	creations        []instant                 // the creation instants given, sorted: how many are found
 	happenings       []happening               // while loading: creations and events scheduled with after
@@ -359,7 +359,7 @@ func (ix *shipmentIndex) bytes() int64 {
 // newShipmentIndex is the shipments of owner, an account's environment, whose relative
 // instants count from start.
 func newShipmentIndex(owner string, start time.Time) shipmentIndex {
-	return shipmentIndex{tenantName: owner, start: start, byID: map[string]*shipment{}, byTrackingNumber: map[string]*numberHolders{}}
+	return shipmentIndex{tenantName: owner, start: start, byID: map[string]int32{}, byTrackingNumber: map[string]*numberHolders{}}
 }
 
 // addShipment checks one dataset shipment, normalizes its events (those scheduled with
@@ -368,7 +368,7 @@ func (ix *shipmentIndex) addShipment(path string, rec shipmentRecord) (*shipment
 	if err := checkShipment(path, rec); err != nil {
 		return nil, normalization{}, err
 	}
-	if ix.byID[rec.ID] != nil {
+	if ix.find(rec.ID) != nil {
 		return nil, normalization{}, &datasetError{path: path + ".id", reason: fmt.Sprintf("duplicate shipment id %q in %s", rec.ID, ix.tenantName)}
 	}
 	createdAt := dawn
@@ -424,9 +424,10 @@ func readEvents(path string, raw []rawEvent, start time.Time) ([]rawEvent, error
 // number are chained, the last filed first), and what its dataset schedules.
 func (ix *shipmentIndex) file(s *shipment, events []stampedEvent) {
 	ix.list = append(ix.list, s)
-	ix.byID[s.id] = s
+	place := int32(len(ix.list) - 1)
+	ix.byID[s.id] = place
 	if number := s.trackingNumber; number != nil {
-		ix.byTrackingNumber[*number] = ix.byTrackingNumber[*number].with(s)
+		ix.byTrackingNumber[*number] = ix.byTrackingNumber[*number].with(place, s)
 	}
 	if s.createdAt != dawn {
 		ix.creations = append(ix.creations, s.createdAt)
@@ -437,6 +438,14 @@ func (ix *shipmentIndex) file(s *shipment, events []stampedEvent) {
 			ix.happenings = append(ix.happenings, happening{at: e.at, kind: shipmentEvent, id: s.id, status: e.Status})
 		}
 	}
+}
+
+// find is the shipment id, or nil.
+func (ix *shipmentIndex) find(id string) *shipment {
+	if place, ok := ix.byID[id]; ok {
+		return ix.list[place]
+	}
+	return nil
 }
 
 // count is how many shipments the tenant has.
@@ -516,7 +525,8 @@ func (ix *shipmentIndex) firstShown(at time.Time, n int) ([]shownShipment, int) 
 // first created), or by several (from the second's creation on), and then by as many as
 // have been created by that instant.
 type numberHolders struct {
-	first   *shipment // the first created (of two created at once, either)
+	first   int32     // the first created's place in the index's list (of two created at once, either)
+	firstAt instant   // its creation
 	second  instant   // the creation of the second, never when there is none
 	created []instant // every holder's creation, as filed, once two hold it; nil for one
 }
@@ -526,18 +536,18 @@ type numberHolders struct {
 // appended to h's: a version reads only as many as it has, and the next version is built
 // from the newest (a tenant's writes are built one at a time), so none sees another's;
 // loading stays linear in the holders of a number.
-func (h *numberHolders) with(s *shipment) *numberHolders {
+func (h *numberHolders) with(place int32, s *shipment) *numberHolders {
 	if h == nil {
-		return &numberHolders{first: s, second: never}
+		return &numberHolders{first: place, firstAt: s.createdAt, second: never}
 	}
-	next := &numberHolders{first: h.first, second: h.second, created: h.created}
+	next := &numberHolders{first: h.first, firstAt: h.firstAt, second: h.second, created: h.created}
 	if next.created == nil {
-		next.created = []instant{h.first.createdAt}
+		next.created = []instant{h.firstAt}
 	}
 	next.created = append(next.created, s.createdAt)
 	switch {
-	case h.first.createdAt.after(s.createdAt):
-		next.first, next.second = s, h.first.createdAt
+	case h.firstAt.after(s.createdAt):
+		next.first, next.firstAt, next.second = place, s.createdAt, h.firstAt
 	case h.second.after(s.createdAt):
 		next.second = s.createdAt
 	}
@@ -548,7 +558,7 @@ func (h *numberHolders) with(s *shipment) *numberHolders {
 // made only for the domain adapter's 409 (in a sandbox: at most maxSandboxShipments).
 func (h *numberHolders) countAt(at instant) int {
 	if h.created == nil {
-		if h.first.createdAt.after(at) {
+		if h.firstAt.after(at) {
 			return 0
 		}
 		return 1
@@ -567,12 +577,12 @@ func (h *numberHolders) countAt(at instant) int {
 func (ix *shipmentIndex) holder(number string, at time.Time) (*shipment, error) {
 	h, now := ix.byTrackingNumber[number], instantOf(at)
 	switch {
-	case h == nil || h.first.createdAt.after(now):
+	case h == nil || h.firstAt.after(now):
 		return nil, errTrackingNotFound
 	case !h.second.after(now):
-		return h.first, errTrackingAmbiguous
+		return ix.list[h.first], errTrackingAmbiguous
 	}
-	return h.first, nil
+	return ix.list[h.first], nil
 }
 
 // sharedAt reports whether more than one shipment found at at holds this tracking number:
@@ -724,14 +734,14 @@ func (d *tenantData) withShipment(rec *bookingRecord, at time.Time) (*tenantData
 		rec.ID = *rec.id
 	} else {
 		rec.ID = "shp_" + randomText(20)
-		for d.shipments.byID[rec.ID] != nil { // one in 2^100
+		for d.shipments.find(rec.ID) != nil { // one in 2^100
 			rec.ID = "shp_" + randomText(20)
 		}
 	}
 	if err := checkShipment("$", rec.shipmentRecord); err != nil {
 		return nil, nil, bodyFault(err)
 	}
-	if d.shipments.byID[rec.ID] != nil {
+	if d.shipments.find(rec.ID) != nil {
 		return nil, nil, paramError(codeInvalidParameter, "id", fmt.Sprintf("This sandbox holds a shipment %q already (at some instant): send another id, or none to have one made.", rec.ID))
 	}
 	s, events, _, err := prepareShipment("$", rec.shipmentRecord, instantOf(at), at)
@@ -772,7 +782,8 @@ func (d *tenantData) withShipment(rec *bookingRecord, at time.Time) (*tenantData
 
 // with is the index with one more shipment, s (its events as prepared), created at run
 // time: a new index whose list, maps and tree are copies, for the index itself may be read
-// by a request that holds its version; and what s schedules, for the timeline.
+// by a request that holds its version; and what s schedules, for the timeline. (A shipment
+// appended takes the next place: the places the maps hold of the others stay true.)
 func (ix *shipmentIndex) with(s *shipment, events []stampedEvent) (shipmentIndex, []happening) {
 	next := *ix
 	next.list = slices.Clone(ix.list)
@@ -798,7 +809,7 @@ var (
 // viewByID is GET /v1/shipments/{id}/tracking as the tenant's clock shows it at at: a
 // shipment is found from its creation on, and the events after at are not shown yet.
 func (ix *shipmentIndex) viewByID(id string, at time.Time) (view, *shipment, error) {
-	s := ix.byID[id]
+	s := ix.find(id)
 	if s == nil || !s.existsAt(at) {
 		return view{}, nil, errShipmentNotFound
 	}
