@@ -1436,7 +1436,7 @@ const (
 	showsShipment
 	showsPage
 	showsSharedNumber // a 404 by a tracking number held by several shipments then
-	showsCreated      // a shipment a write created (its 201, or the 502 that answered instead)
+	showsWritten      // a shipment a write created or moved (its 201, or the 502 that answered instead)
 )
 
 // read reports whether the entry is a 200 GET of the four operations: the entries read as
@@ -1700,7 +1700,7 @@ func (d *tenantData) entryJSONOf(e *journalEntry) entryJSON {
 // four operations, and a shipment's 201 (its id).
 func (d *tenantData) idsOf(e *journalEntry) []string {
 	ids := []string{}
-	if e.shown.kind == showsCreated && e.status == http.StatusCreated { // a shipment's 201, or its replay
+	if e.shown.kind == showsWritten && e.status == http.StatusCreated { // a shipment's 201, or its replay
 		return append(ids, e.shown.ship.id)
 	}
 	if !e.read() {
@@ -1837,7 +1837,7 @@ func (d *tenantData) written(es []journalEntry, f *rawFinding) finding {
 	case f.m >= 0:
 		id := d.orders.movingID(int(f.m))
 		w.ID = &id
-	case f.kind == findingBlindRetry && a.shown.kind == showsCreated: // the shipment the 502's write created
+	case f.kind == findingBlindRetry && a.shown.kind == showsWritten: // the shipment the 502's write created
 		w.ID = &a.shown.ship.id
 	}
 	return w

@@ -1024,6 +1024,7 @@ func (s *server) routes() []route {
 		{"POST /v1/test_helpers/sandboxes", s.write(codeAndDelay, s.postSandbox)},
 		{"DELETE /v1/test_helpers/sandboxes/{account}", s.testHelper(codeAndDelay, s.deleteSandbox)},
 		{"POST /v1/test_helpers/shipments", s.write(withClock, s.createShipment)},
+		{"POST /v1/test_helpers/shipments/{id}/events", s.write(withClock, s.postEvents)},
 		{"GET /v1/openapi.json", s.keyless(s.serveOpenAPI)},
 		{"GET /v1/healthz", s.keyless(s.serveHealth)},
 		{"GET /healthz", s.keyless(s.serveHealth)}, // also outside the base URL, for probes that know none
@@ -1145,6 +1146,7 @@ type call struct {
 	written        *storedAnswer
 	unconfirmed    *apiError
 	write          *writeMark // a write's key and body digest, once its body was read: the journal's too
+	wildcard       string     // a write's {id}, when its route has one: the shipment whose events arrive
 	bodySize       int64      // the bytes of its body, for the journal; -1 unknown
 	body           []byte     // its body, once readBody read it
 	shown          showing    // what its answer showed, for the journal
@@ -2258,6 +2260,7 @@ func (a *storedAnswer) write(w http.ResponseWriter) {
 func (s *server) serveWrite(h writeHandler) callHandler {
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
 		var written *storedAnswer
+		c.wildcard = r.PathValue("id")
 		err := refuseParams(r.URL.RawQuery)
 		if err == nil {
 			written, err = h(c)
@@ -2266,8 +2269,9 @@ func (s *server) serveWrite(h writeHandler) callHandler {
 			// Its sandbox was forgotten while it ran (its key checked before the DELETE):
 			// whatever its checks found in the data it still held, nothing was written, and
 			// its key is unknown from now on. Say so rather than answer a 409 or a 404 of data
-			// that no longer exists.
+			// that no longer exists. No preference shaped that answer: none is said applied.
 			err = errForgotten
+			w.Header().Del("Preference-Applied")
 		}
 		if err != nil {
 			s.writeError(w, c, err)
@@ -2453,9 +2457,31 @@ func (s *server) createShipment(c *call) (*storedAnswer, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.data, c.shown = d, showing{kind: showsCreated, ship: created}
+	c.data, c.shown = d, showing{kind: showsWritten, ship: created}
 	v := created.viewAt(c.at)
 	return &storedAnswer{status: http.StatusCreated, contentType: jsonContentType, location: "/v1/shipments/" + url.PathEscape(created.id) + "/tracking",
+		body: slices.Concat(v[:]...), shown: c.shown}, nil
+}
+
+// postEvents answers POST /v1/test_helpers/shipments/{id}/events: carrier events arrived
+// for a shipment of the caller's sandbox at the request's instant; 201 with its tracking
+// view as GET shows it then.
+func (s *server) postEvents(c *call) (*storedAnswer, error) {
+	raw, err := readEventsBody(c.body, c.at)
+	if err != nil {
+		return nil, err
+	}
+	var moved *shipment
+	d, err := c.key.tenant.write(s.registry, func(d *tenantData) (next *tenantData, err error) {
+		next, moved, err = d.withEvents(c.wildcard, raw, c.at)
+		return next, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.data, c.shown = d, showing{kind: showsWritten, ship: moved}
+	v := moved.viewAt(c.at)
+	return &storedAnswer{status: http.StatusCreated, contentType: jsonContentType, location: "/v1/shipments/" + url.PathEscape(moved.id) + "/tracking",
 		body: slices.Concat(v[:]...), shown: c.shown}, nil
 }
 

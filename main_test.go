@@ -622,7 +622,7 @@ func (d *openAPI) validate(schema, v any, at string, observe func(ref, prop stri
 	}
 	for kw := range s {
 		switch kw {
-		case "type", "enum", "required", "properties", "additionalProperties", "items", "pattern", "minimum", "maximum", "minLength", "maxLength", "oneOf":
+		case "type", "enum", "required", "properties", "additionalProperties", "items", "pattern", "minimum", "maximum", "minLength", "maxLength", "oneOf", "minItems", "maxItems":
 		default:
 			if !annotations[kw] && !strings.HasPrefix(kw, "x-") {
 				return fmt.Errorf("%s: the validator does not know keyword %q", at, kw)
@@ -714,6 +714,18 @@ func (d *openAPI) validate(schema, v any, at string, observe func(ref, prop stri
 				if err := d.validate(ap, pv, at+"."+k, observe); err != nil {
 					return err
 				}
+			}
+		}
+	}
+	if arr, ok := v.([]any); ok {
+		if n, ok := s["minItems"].(json.Number); ok {
+			if min, _ := n.Int64(); int64(len(arr)) < min {
+				return fmt.Errorf("%s: %d items, fewer than %d", at, len(arr), min)
+			}
+		}
+		if n, ok := s["maxItems"].(json.Number); ok {
+			if max, _ := n.Int64(); int64(len(arr)) > max {
+				return fmt.Errorf("%s: %d items, more than %d", at, len(arr), max)
 			}
 		}
 	}
@@ -3981,8 +3993,8 @@ func TestTheDocumentServesGeneratedSuites(t *testing.T) {
 				}
 			}
 		}
-		if len(keys) != 2 {
-			t.Errorf("Idempotency-Key examples: %v, want one for each of the two writes", keys)
+		if len(keys) != 3 {
+			t.Errorf("Idempotency-Key examples: %v, want one for each of the three writes", keys)
 		}
 	})
 	t.Run("the key's pattern is the grammar", func(t *testing.T) {
@@ -4008,8 +4020,8 @@ func TestTheDocumentServesGeneratedSuites(t *testing.T) {
 			}
 		}
 		slices.Sort(flagged)
-		if strings.Join(flagged, " ") != "createShipment deleteSandbox" {
-			t.Errorf("flagged: %v, want createShipment and deleteSandbox", flagged)
+		if strings.Join(flagged, " ") != "addShipmentEvents createShipment deleteSandbox" {
+			t.Errorf("flagged: %v, want addShipmentEvents, createShipment and deleteSandbox", flagged)
 		}
 	})
 	t.Run("the links resolve", func(t *testing.T) {
@@ -8786,12 +8798,18 @@ func TestAWriteInFlightAcrossItsDelete(t *testing.T) {
 		{"a fault of its body", "/v1/test_helpers/shipments", `{"reference":""}`, 422},
 		{"a booking that would pass", "/v1/test_helpers/shipments", `{"reference":"R"}`, 201},
 		{"a sandbox of a template it may not copy", "/v1/test_helpers/sandboxes", `{"template":"acct_nowhere"}`, 422},
+		{"events for a shipment not created yet", "/v1/test_helpers/shipments/shp_sync_1/events", `{"status":"delivered"}`, 404},
+		{"events for a shipment", "/v1/test_helpers/shipments/shp_sync_1/events", `{"status":"delivered"}`, 201},
 	} {
 		t.Run(caseName(tt.name), func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
 			_, kept := e.postSandbox(t, "sk_test_sync_all", `{}`, "kept")
-			if rep := e.do(t, newBodyRequest(http.MethodPost, tt.target, kept.Keys[0].Key, tt.body, "Idempotency-Key", "w")); rep.status != tt.without {
+			later := []string{} // the shipment its records create at start+60s, found from then
+			if tt.without == 201 && strings.HasSuffix(tt.target, "/events") {
+				later = []string{"Prefer", `clock="start+2m"`}
+			}
+			if rep := e.do(t, newBodyRequest(http.MethodPost, tt.target, kept.Keys[0].Key, tt.body, append([]string{"Idempotency-Key", "w"}, later...)...)); rep.status != tt.without {
 				t.Fatalf("with its sandbox kept: %s, want %d", rep, tt.without)
 			}
 			_, sb := e.postSandbox(t, "sk_test_sync_all", `{}`, "gone")
@@ -8803,7 +8821,7 @@ func TestAWriteInFlightAcrossItsDelete(t *testing.T) {
 					}
 				}
 			}
-			rep := e.do(t, newBodyRequest(http.MethodPost, tt.target, key, tt.body, "Idempotency-Key", "w"))
+			rep := e.do(t, newBodyRequest(http.MethodPost, tt.target, key, tt.body, append([]string{"Idempotency-Key", "w"}, later...)...))
 			p := wantProblem(t, rep, 401, "invalid_api_key", "")
 			if !strings.Contains(p.Detail, "deleted or forgotten while this request ran, and nothing was written") {
 				t.Errorf("the detail does not say why: %q", p.Detail)
@@ -9163,7 +9181,7 @@ func TestEveryIndexFieldIsCounted(t *testing.T) {
 		exempt map[string]string
 	}{
 		{"orderIndex", &orderIndex{}, nil, map[string]string{"recs": "the records, counted by whoever holds them (filedOrders.bytes)", "start": "no heap", "seeds": "no heap", "tag": "no heap"}},
-		{"shipmentIndex", &shipmentIndex{}, nil, map[string]string{"start": "no heap"}},
+		{"shipmentIndex", &shipmentIndex{}, nil, map[string]string{"start": "no heap", "held": "no heap: the count of what the others hold"}},
 		{"shipment", &shipment{}, nil, map[string]string{"createdAt": "no heap", "dropped": "no heap"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -10285,6 +10303,491 @@ func BenchmarkSandboxReads(b *testing.B) {
 			benchServe(b, e.h, newRequest("GET", "/v1/tracking/TB00500", tt.key), 200)
 		})
 	}
+}
+
+// ===== tracking.go: Events arriving for a sandbox's shipment =====
+
+// move posts events (or the shorthand) for the shipment id of key's sandbox, under the
+// Idempotency-Key idem ("" for none).
+func (e *env) move(t testing.TB, key, id, body, idem string, headerPairs ...string) reply {
+	t.Helper()
+	headers := append([]string{"Content-Type", "application/json"}, headerPairs...)
+	if idem != "" {
+		headers = append(headers, "Idempotency-Key", idem)
+	}
+	return e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/shipments/"+id+"/events", key, body, headers...))
+}
+
+// sandboxCopy is a copy of acct_sandbox, its key: shp_sbx_unlabelled has no event.
+func (e *env) sandboxCopy(t testing.TB, idem string) string {
+	t.Helper()
+	rep, sb := e.postSandbox(t, "sk_test_sandbox_all", `{}`, idem)
+	if rep.status != http.StatusCreated {
+		t.Fatalf("a copy of acct_sandbox: %s", rep)
+	}
+	return sb.Keys[0].Key
+}
+
+// viewOf decodes a tracking view, of a 200 or a 201, strictly.
+func viewOf(t testing.TB, rep reply) trackingView {
+	t.Helper()
+	if rep.status != http.StatusOK && rep.status != http.StatusCreated {
+		t.Fatalf("answered %s, want a tracking view", rep)
+	}
+	var v trackingView
+	dec := json.NewDecoder(bytes.NewReader(rep.body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("a tracking view: %v\n%s", err, rep.body)
+	}
+	return v
+}
+
+// TestMovingAShipment: events arrive for a sandbox's shipment at the request's instant, in
+// each form: raw events in the dataset's format, or the shorthand of one status (with its
+// location, or ""); normalized as at load (UTC, one of each duplicate, a stored event held
+// once, none without an offset, oldest first, the status the last shown event's); 201 with
+// Location and the view as GET shows it then; the journal's ids name the shipment.
+func TestMovingAShipment(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	key := e.sandboxCopy(t, "copy")
+	rep := e.move(t, key, "shp_sbx_unlabelled", `{"status":"out_for_delivery"}`, "m-1")
+	if rep.status != 201 || rep.header.Get("Location") != "/v1/shipments/shp_sbx_unlabelled/tracking" ||
+		string(rep.body) != `{"shipment_id":"shp_sbx_unlabelled","reference":"SBX-REF-1004","tracking_number":null,"status":"out_for_delivery","events":[{"status":"out_for_delivery","description":"Out for delivery","timestamp":"2026-11-22T12:00:00Z","location":""}]}` {
+		t.Fatalf("the shorthand: %s %s", rep, rep.header)
+	}
+	if got := e.get(t, "/v1/shipments/shp_sbx_unlabelled/tracking", key); !bytes.Equal(got.body, rep.body) {
+		t.Errorf("GET after the move: %s, the 201: %s", got.body, rep.body)
+	}
+	// Raw events: an offset other than Z, the stored event again (one), a duplicate within
+	// the list (one), an event without an offset (left out), sent out of order.
+	body := `{"events":[` +
+		`{"timestamp":"2026-11-22T13:30:00+01:00","status":"failure","description":"Delivery attempted: no one in","location":"Leeds, GB"},` +
+		`{"timestamp":"2026-11-22T12:00:00Z","status":"out_for_delivery","description":"Out for delivery","location":"elsewhere"},` +
+		`{"timestamp":"2026-11-22T10:00:00","status":"in_transit","description":"Naive","location":"Leeds, GB"},` +
+		`{"timestamp":"2026-11-22T09:00:00-03:00","status":"in_transit","description":"Departed facility","location":"Leeds, GB"},` +
+		`{"timestamp":"2026-11-22T12:00:00Z","status":"in_transit","description":"Departed facility","location":"York, GB"}]}`
+	v := viewOf(t, e.move(t, key, "shp_sbx_unlabelled", body, "m-2"))
+	var got []string
+	for _, ev := range v.Events {
+		got = append(got, ev.Timestamp+" "+ev.Status+" "+ev.Description+" "+ev.Location)
+	}
+	want := []string{ // 12:30 (13:30+01:00) is still to come at the request's instant
+		"2026-11-22T12:00:00Z out_for_delivery Out for delivery ", // held: the stored one, not the one sent again
+		"2026-11-22T12:00:00Z in_transit Departed facility Leeds, GB",
+	}
+	if !slices.Equal(got, want) || v.Status != "in_transit" {
+		t.Errorf("the events after the raw ones: %s, status %s\nwant %s, status in_transit (its last shown event's: 12:30 is still to come)", strings.Join(got, "; "), v.Status, strings.Join(want, "; "))
+	}
+	if v := viewOf(t, e.get(t, "/v1/shipments/shp_sbx_unlabelled/tracking", key, "Prefer", `clock="2026-11-22T12:30:00Z"`)); v.Status != "failure" || len(v.Events) != 3 {
+		t.Errorf("at 12:30: %+v", v)
+	}
+	// With its location; its entry names the shipment.
+	v = viewOf(t, e.move(t, key, "shp_sbx_pickup", `{"location":"York, GB","status":"delivered"}`, "m-3"))
+	if last := v.Events[len(v.Events)-1]; v.Status != "delivered" || last.Description != "Delivered" || last.Location != "York, GB" {
+		t.Errorf("the shorthand with a location: %+v", v)
+	}
+	j := e.journalOf(t, key, "")
+	for _, entry := range j.Data[len(j.Data)-3:] {
+		if entry.Status == 201 && strings.Join(entry.IDs, ",") != strings.TrimSuffix(strings.TrimPrefix(entry.Target, "/v1/test_helpers/shipments/"), "/events") {
+			t.Errorf("the journal's entry of %s names %v", entry.Target, entry.IDs)
+		}
+	}
+	for status, description := range shorthandDescriptions {
+		if !slices.Contains(trackingStatuses, status) || description == "" || len(shorthandDescriptions) != len(trackingStatuses) {
+			t.Errorf("the shorthand describes %q as %q: one description for each status of the vocabulary", status, description)
+		}
+	}
+}
+
+// TestMovingOnTheSandboxClock: an event after the request's instant is shown from its instant
+// on, a timeline entry of kind event; a request judged at its own instant (Prefer: clock), as
+// the post and as the reads, sees each event from its own instant only; a shipment created
+// later is not found before its creation.
+func TestMovingOnTheSandboxClock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	key := e.sandboxCopy(t, "copy")
+	at := func(offset string) []string { return []string{"Prefer", `clock="start+` + offset + `"`} }
+	rep := e.move(t, key, "shp_sbx_unlabelled", `{"events":[{"status":"delivered","description":"Delivered","after":"2h"}]}`, "later", at("1h")...)
+	if v := viewOf(t, rep); len(v.Events) != 0 || v.Status != "pre_transit" || rep.header.Get("Preference-Applied") != `clock="2026-11-22T13:00:00Z"` {
+		t.Fatalf("an event two hours after the post's instant, in its 201: %+v %s", v, rep.header)
+	}
+	for offset, n := range map[string]int{"0s": 0, "1h": 0, "2h59m59s": 0, "3h": 1, "30h": 1} {
+		if v := viewOf(t, e.get(t, "/v1/shipments/shp_sbx_unlabelled/tracking", key, at(offset)...)); len(v.Events) != n {
+			t.Errorf("at start+%s: %d events, want %d", offset, len(v.Events), n)
+		}
+	}
+	var tl timelineJSON
+	strict(t, e.get(t, "/v1/test_helpers/timeline", key, at("2h59m")...), &tl)
+	found := false
+	for _, en := range tl.ToCome {
+		found = found || en.Kind == "event" && en.ID == "shp_sbx_unlabelled" && en.At == "2026-11-22T15:00:00Z" && en.Status != nil && *en.Status == "delivered"
+	}
+	if !found {
+		t.Errorf("no timeline entry for the event to come: %+v", tl.ToCome)
+	}
+	// A shipment created an hour on is not found before then.
+	if rep := e.book(t, key, `{"id":"shp_later","reference":"L"}`, "book", at("1h")...); rep.status != 201 {
+		t.Fatalf("the booking: %s", rep)
+	}
+	wantProblem(t, e.move(t, key, "shp_later", `{"status":"delivered"}`, "early", at("30m")...), 404, "not_found", "")
+	if rep := e.move(t, key, "shp_later", `{"status":"delivered"}`, "in-time", at("1h")...); rep.status != 201 {
+		t.Errorf("once created: %s", rep)
+	}
+}
+
+// TestMovingRefusals: every refusal of the events' write, each in a request with a second
+// fault that a later check would find: the earlier check answers, in the order of a booking's
+// (route, method, declared size, key, live, rate, Idempotency-Key, Prefer, body size, the
+// store, Prefer code, query, JSON, members in the order sent, the shipment, the write).
+// Nothing refused is stored: the key of a refusal is free again.
+func TestMovingRefusals(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	key := e.sandboxCopy(t, "copy")
+	other := e.sandboxCopy(t, "other")
+	if rep := e.book(t, other, `{"id":"shp_theirs","reference":"T"}`, "theirs"); rep.status != 201 {
+		t.Fatalf("another sandbox's shipment: %s", rep)
+	}
+	big := `{"status":"delivered","pad":"` + strings.Repeat("x", maxBodyBytes) + `"}`
+	for i, tt := range []struct {
+		name, key, id, body string
+		headers             []string // nil: a fresh Idempotency-Key
+		status              int
+		code, param         string
+	}{
+		{"a PUT, without a key", "", "shp_sbx_spring", `{}`, []string{"Method", "PUT"}, 405, "method_not_allowed", ""},
+		{"a body declared past 256 KiB, without a key", "", "shp_sbx_spring", big, nil, 413, "body_too_large", ""},
+		{"no key, and no Idempotency-Key", "", "shp_sbx_spring", `{}`, []string{}, 401, "missing_api_key", ""},
+		{"a live key, and no Idempotency-Key", "sk_live_sandbox_all", "shp_sbx_spring", `{}`, []string{}, 503, "live_not_released", ""},
+		{"an empty Idempotency-Key, and a bad Prefer", key, "shp_sbx_spring", `{}`, []string{"Idempotency-Key", "", "Prefer", "code=999"}, 400, "invalid_idempotency_key", "Idempotency-Key"},
+		{"a bad Prefer, and a bad body", key, "shp_sbx_spring", `[`, []string{"Prefer", "code=999"}, 422, "invalid_parameter", "Prefer"},
+		{"Prefer code=503, and a bad body: nothing stored", key, "shp_nowhere", `[`, []string{"Prefer", "code=503"}, 503, "provider_unavailable", ""},
+		{"a query parameter, and a bad body", key, "shp_sbx_spring/events?x=1#", `[`, nil, 422, "unknown_parameter", "x"},
+		{"not JSON, and an unknown shipment", key, "shp_nowhere", `{"status":`, nil, 400, "malformed_json", ""},
+		{"not one object", key, "shp_sbx_spring", `[]`, nil, 400, "malformed_json", ""},
+		{"an unknown member, and an unknown shipment", key, "shp_nowhere", `{"state":"delivered"}`, nil, 422, "unknown_parameter", "state"},
+		{"a member twice", key, "shp_sbx_spring", `{"status":"delivered","Status":"failure"}`, nil, 422, "invalid_parameter", "Status"},
+		{"a status outside the vocabulary", key, "shp_sbx_spring", `{"status":"lost"}`, nil, 422, "invalid_parameter", "status"},
+		{"both forms: the later named", key, "shp_sbx_spring", `{"events":[{"status":"delivered","description":"D"}],"status":"delivered"}`, nil, 422, "invalid_parameter", "status"},
+		{"both forms, the other order", key, "shp_sbx_spring", `{"status":"delivered","events":[{"status":"delivered","description":"D"}]}`, nil, 422, "invalid_parameter", "events"},
+		{"the value before the pair", key, "shp_sbx_spring", `{"events":[{"status":"lost","description":"D"}],"status":"delivered"}`, nil, 422, "invalid_parameter", "events[0].status"},
+		{"neither form", key, "shp_sbx_spring", `{}`, nil, 422, "invalid_parameter", "events"},
+		{"a location beside events", key, "shp_sbx_spring", `{"location":"Leeds, GB","events":[{"status":"delivered","description":"D"}]}`, nil, 422, "invalid_parameter", "location"},
+		{"no events", key, "shp_sbx_spring", `{"events":[]}`, nil, 422, "invalid_parameter", "events"},
+		{"101 events", key, "shp_sbx_spring", `{"events":[` + strings.Repeat(`{"status":"delivered","description":"D"},`, 100) + `{"status":"delivered","description":"D"}]}`, nil, 422, "invalid_parameter", "events"},
+		{"an event without description", key, "shp_sbx_spring", `{"events":[{"status":"delivered"}]}`, nil, 422, "invalid_parameter", "events[0].description"},
+		{"a timestamp and an after", key, "shp_sbx_spring", `{"events":[{"status":"delivered","description":"D","timestamp":"2026-11-22T12:00:00Z","after":"1h"}]}`, nil, 422, "invalid_parameter", "events[0].after"},
+		{"an after that is no duration", key, "shp_sbx_spring", `{"events":[{"status":"delivered","description":"D"},{"status":"delivered","description":"D","after":"soon"}]}`, nil, 422, "invalid_parameter", "events[1].after"},
+		{"a bad member, and an unknown shipment", key, "shp_nowhere", `{"status":"lost"}`, nil, 422, "invalid_parameter", "status"},
+		{"an unknown shipment", key, "shp_nowhere", `{"status":"delivered"}`, nil, 404, "not_found", ""},
+		{"another account's shipment", key, "shp_theirs", `{"status":"delivered"}`, nil, 404, "not_found", ""},
+		{"a dataset's account: an unknown shipment first", "sk_test_sandbox_all", "shp_nowhere", `{"status":"delivered"}`, nil, 404, "not_found", ""},
+		{"a dataset's account", "sk_test_sandbox_all", "shp_sbx_spring", `{"status":"delivered"}`, nil, 422, "capability_unavailable", ""},
+	} {
+		t.Run(caseName(tt.name), func(t *testing.T) {
+			method := http.MethodPost
+			headers := []string{"Content-Type", "application/json", "Idempotency-Key", "refused-" + strconv.Itoa(i)}
+			switch {
+			case tt.headers == nil:
+			case len(tt.headers) == 0:
+				headers = headers[:2]
+			case tt.headers[0] == "Method":
+				method = tt.headers[1]
+			default:
+				headers = append(headers, tt.headers...)
+			}
+			target := "/v1/test_helpers/shipments/" + tt.id + "/events"
+			if path, ok := strings.CutSuffix(tt.id, "#"); ok { // the id holds the rest of the target
+				target = "/v1/test_helpers/shipments/" + path
+			}
+			p := wantProblem(t, e.do(t, newBodyRequest(method, target, tt.key, tt.body, headers...)), tt.status, tt.code, tt.param)
+			if tt.code == "capability_unavailable" && !strings.Contains(p.Detail, "make a sandbox") {
+				t.Errorf("a dataset's account: the detail does not say to make a sandbox: %s", p.Detail)
+			}
+		})
+	}
+	if v := viewOf(t, e.get(t, "/v1/shipments/shp_sbx_spring/tracking", key)); len(v.Events) != 5 {
+		t.Errorf("after the refusals shp_sbx_spring holds %d events, want its 5", len(v.Events))
+	}
+	if rep := e.move(t, key, "shp_sbx_spring", `{"status":"delivered"}`, "refused-24"); rep.status != 201 { // the key of a refusal is free
+		t.Errorf("a refusal's key again: %s", rep)
+	}
+}
+
+// TestMovingIdempotency: the events' write is a write: a repeat after it is done answers its
+// 201 again, byte for byte, and stores nothing more; the key with another body is 409
+// idempotency_key_reused; a repeat while it runs, 409 idempotency_key_in_use; code=502
+// stores the events and answers 502, its retry with the key the 201.
+func TestMovingIdempotency(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	key := e.sandboxCopy(t, "copy")
+	first := e.move(t, key, "shp_sbx_unlabelled", `{"status":"in_transit"}`, "k")
+	again := e.move(t, key, "shp_sbx_unlabelled", `{"status":"in_transit"}`, "k")
+	if first.status != 201 || again.status != 201 || !bytes.Equal(first.body, again.body) || again.header.Get("Idempotent-Replayed") != "true" || again.header.Get("Location") != first.header.Get("Location") {
+		t.Fatalf("a repeat: %s %s\nthe first: %s", again, again.header, first)
+	}
+	if v := viewOf(t, e.get(t, "/v1/shipments/shp_sbx_unlabelled/tracking", key)); len(v.Events) != 1 {
+		t.Errorf("after a repeat: %d events, want 1", len(v.Events))
+	}
+	wantProblem(t, e.move(t, key, "shp_sbx_unlabelled", `{"status":"delivered"}`, "k"), 409, "idempotency_key_reused", "")
+	wantProblem(t, e.move(t, key, "shp_sbx_pickup", `{"status":"in_transit"}`, "k"), 409, "idempotency_key_reused", "") // another path
+	claimed, release := make(chan struct{}), make(chan struct{})
+	e.srv.registry.hooks.claimed = func(_ *tenant, k string) {
+		if k == "slow" {
+			close(claimed)
+			<-release
+		}
+	}
+	slow := e.serveAsync(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/shipments/shp_sbx_failed/events", key, `{"status":"delivered"}`, "Idempotency-Key", "slow"))
+	<-claimed // the slow move holds its key in progress
+	rep := e.move(t, key, "shp_sbx_failed", `{"status":"delivered"}`, "slow")
+	wantProblem(t, rep, 409, "idempotency_key_in_use", "")
+	if rep.header.Get("Retry-After") != "1" {
+		t.Errorf("in use without Retry-After: 1: %s", rep.header)
+	}
+	close(release)
+	if rep := within(t, "the slow move", slow); rep.status != 201 {
+		t.Errorf("the slow move: %s", rep)
+	}
+	unconfirmed := e.move(t, key, "shp_sbx_cancelled", `{"status":"delivered"}`, "u", "Prefer", "code=502")
+	wantProblem(t, unconfirmed, 502, "provider_not_confirmed", "")
+	if v := viewOf(t, e.get(t, "/v1/shipments/shp_sbx_cancelled/tracking", key)); v.Status != "delivered" {
+		t.Errorf("after a 502 the events are stored: %s", v.Status)
+	}
+	if rep := e.move(t, key, "shp_sbx_cancelled", `{"status":"delivered"}`, "u"); rep.status != 201 || rep.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("the 502's retry: %s", rep)
+	}
+}
+
+// TestMovingAtTheBound: a shipment holds at most 1,000 events: the events that would take it
+// past are refused, 422 capability_unavailable, and none of them is stored; an event it
+// holds again is no event more.
+func TestMovingAtTheBound(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	key := e.sandboxCopy(t, "copy")
+	events := func(from, n int) string {
+		var list []string
+		for i := from; i < from+n; i++ {
+			list = append(list, fmt.Sprintf(`{"timestamp":"2026-11-01T00:00:00Z","status":"in_transit","description":"Scan %d"}`, i))
+		}
+		return `{"events":[` + strings.Join(list, ",") + `]}`
+	}
+	for round := range maxShipmentEvents / maxPostedEvents {
+		if rep := e.move(t, key, "shp_sbx_unlabelled", events(round*maxPostedEvents, maxPostedEvents), fmt.Sprint("r-", round)); rep.status != 201 {
+			t.Fatalf("round %d: %s", round, rep)
+		}
+	}
+	p := wantProblem(t, e.move(t, key, "shp_sbx_unlabelled", events(maxShipmentEvents-1, 2), "past"), 422, "capability_unavailable", "")
+	if !strings.Contains(p.Detail, "would hold 1001, past the 1000 a shipment holds: nothing was stored") {
+		t.Errorf("the bound's detail: %s", p.Detail)
+	}
+	if rep := e.move(t, key, "shp_sbx_unlabelled", events(0, 5), "held"); rep.status != 201 || len(viewOf(t, rep).Events) != maxShipmentEvents {
+		t.Errorf("events it holds, at the bound: %s", rep.String()[:100])
+	}
+}
+
+// TestMovesRacingReads: 200 posts of one event each to one shipment, at once, beside readers
+// of its view (run with -race): every post is stored exactly once, and every view read is
+// whole: well-formed, oldest first, each event once, its status its last event's, never
+// fewer events than a read before it.
+func TestMovesRacingReads(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
+	key := e.sandboxCopy(t, "copy")
+	const posts = 200
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	var faults atomic.Int64
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			seen := 0
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				rep := e.do(t, newRequest(http.MethodGet, "/v1/shipments/shp_sbx_unlabelled/tracking", key))
+				var v trackingView
+				if json.Unmarshal(rep.body, &v) != nil || len(v.Events) < seen || !slices.IsSortedFunc(v.Events, func(a, b trackingEvent) int { return strings.Compare(a.Timestamp, b.Timestamp) }) ||
+					len(v.Events) > 0 && v.Status != v.Events[len(v.Events)-1].Status {
+					faults.Add(1)
+				}
+				seen = len(v.Events)
+			}
+		}()
+	}
+	var writers sync.WaitGroup
+	for i := range posts {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			status := []string{"in_transit", "out_for_delivery", "failure"}[i%3]
+			body := fmt.Sprintf(`{"events":[{"timestamp":"2026-11-20T%02d:%02d:00Z","status":%q,"description":"Scan %d"}]}`, i/60, i%60, status, i)
+			if rep := e.move(t, key, "shp_sbx_unlabelled", body, fmt.Sprint("p-", i)); rep.status != 201 {
+				t.Errorf("post %d: %s", i, rep)
+			}
+		}()
+	}
+	writers.Wait()
+	close(done)
+	wg.Wait()
+	if n := faults.Load(); n > 0 {
+		t.Errorf("%d views read were not whole", n)
+	}
+	v := viewOf(t, e.get(t, "/v1/shipments/shp_sbx_unlabelled/tracking", key))
+	descriptions := map[string]bool{}
+	for _, ev := range v.Events {
+		descriptions[ev.Description] = true
+	}
+	if len(v.Events) != posts || len(descriptions) != posts {
+		t.Errorf("%d events, %d descriptions: want each of the %d posts stored once", len(v.Events), len(descriptions), posts)
+	}
+}
+
+// TestMovesRacingTheirDelete: posts to a sandbox's shipment sent at once with its DELETE:
+// each post is stored (201) or answers 401 invalid_api_key, never anything else, and the
+// DELETE 204; afterwards the registry holds nothing of the sandbox.
+func TestMovesRacingTheirDelete(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
+	for round := range 50 {
+		_, sb := e.postSandbox(t, "sk_test_sandbox_all", `{}`, fmt.Sprint("race-", round))
+		key := sb.Keys[0].Key
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rep := e.move(t, key, "shp_sbx_unlabelled", `{"status":"delivered"}`, fmt.Sprint("m-", i))
+				if rep.status != 201 && !(rep.status == 401 && bytes.Contains(rep.body, []byte(`"code":"invalid_api_key"`))) {
+					t.Errorf("a post racing its sandbox's DELETE: %s", rep)
+				}
+			}()
+		}
+		if rep := e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+sb.Account, key)); rep.status != 204 {
+			t.Errorf("the DELETE: %s", rep)
+		}
+		wg.Wait()
+	}
+	if h := sandboxHoldings(e); h != (holdings{}) {
+		t.Errorf("the registry holds %+v of the deleted sandboxes", h)
+	}
+}
+
+// FuzzEventsBody: whatever the body of an events' post, it is read without a panic: events
+// it returns are each of the vocabulary with a description, 1 to 100, or a problem of 400
+// or 422.
+func FuzzEventsBody(f *testing.F) {
+	for _, seed := range []string{`{"status":"delivered"}`, `{"status":"delivered","location":"Leeds"}`, `{"events":[{"status":"delivered","description":"D","after":"2h"}]}`,
+		`{"events":[{"status":"in_transit","description":"D","timestamp":"2026-11-22T12:00:00+01:00"}]}`, `{}`, `[]`, `{"events":[],"status":"x"}`, `{"location":null}`} {
+		f.Add([]byte(seed))
+	}
+	at := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		raw, err := readEventsBody(body, at)
+		if err != nil {
+			if e := asAPIError(err); e == nil || e.status() != 400 && e.status() != 422 {
+				t.Fatalf("%q: %v", body, err)
+			}
+			return
+		}
+		if len(raw) == 0 || len(raw) > maxPostedEvents {
+			t.Fatalf("%q: %d events", body, len(raw))
+		}
+		for _, e := range raw {
+			if !slices.Contains(trackingStatuses, e.Status) || e.Description == nil {
+				t.Fatalf("%q: an event %+v", body, e)
+			}
+		}
+	})
+}
+
+// BenchmarkMoveAShipment: one event posted to a shipment of a sandbox of 10,000 shipments
+// (the contract: at most 2 ms, median), the shorthand and a list of 100; each shipment of the
+// sandbox moved in turn, so that none nears its bound.
+func BenchmarkMoveAShipment(b *testing.B) {
+	e := benchEnvOf(b, bigMovingDataset(maxSandboxShipments), 0, time.Now().Add(-time.Hour))
+	var hundred []string
+	for i := range maxPostedEvents {
+		hundred = append(hundred, fmt.Sprintf(`{"after":"-%ds","status":"in_transit","description":"Scan %d","location":"Leeds, GB"}`, i+1, i))
+	}
+	for _, tt := range []struct{ name, body string }{{"shorthand", `{"status":"out_for_delivery","location":"Leeds, GB"}`}, {"hundred_events", `{"events":[` + strings.Join(hundred, ",") + `]}`}} {
+		b.Run(tt.name, func(b *testing.B) {
+			benchBookings(b, func() string { return benchSandbox(b, e, "sk_test_moving_all") }, maxSandboxShipments, func(key string, i int) {
+				w := &benchWriter{h: http.Header{}}
+				e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, fmt.Sprintf("/v1/test_helpers/shipments/shp_%05d/events", i), key, tt.body, "Idempotency-Key", strconv.Itoa(i)))
+				if w.status != http.StatusCreated {
+					b.Fatalf("%d %s", w.status, w.buf)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkReadsBesideMoves: GET by id of a dataset's order and shipment, alone and while a
+// goroutine posts events to a sandbox of 10,000 shipments, 100 a second (a test suite that
+// moves its parcels) or as fast as it can (one of the two cores given to moves): the reads
+// take no lock a move takes (each tenant's data is a version swapped in whole); what they
+// share with the moves is the machine, and its collector.
+func BenchmarkReadsBesideMoves(b *testing.B) {
+	e := benchEnvOf(b, bigMovingDataset(maxSandboxShipments), 0, time.Now().Add(-time.Hour))
+	key := benchSandbox(b, e, "sk_test_moving_all")
+	for _, pace := range []struct {
+		name  string
+		every time.Duration // between two posts; -1: none; 0: as fast as it can
+	}{{"alone", -1}, {"beside_100_moves_a_second", 10 * time.Millisecond}, {"beside_moves_at_full_speed", 0}} {
+		for _, target := range []string{"/v1/orders/ord_sbx_0001", "/v1/shipments/shp_sbx_spring/tracking"} {
+			b.Run(pace.name+target, func(b *testing.B) {
+				stop := make(chan struct{})
+				var moving sync.WaitGroup
+				if pace.every >= 0 {
+					moving.Add(1)
+					go func() {
+						defer moving.Done()
+						tick := time.NewTicker(max(pace.every, time.Microsecond))
+						defer tick.Stop()
+						for i := 0; ; i++ {
+							select {
+							case <-stop:
+								return
+							case <-tick.C:
+							}
+							w := &benchWriter{h: http.Header{}}
+							e.h.ServeHTTP(w, newBodyRequest(http.MethodPost, fmt.Sprintf("/v1/test_helpers/shipments/shp_%05d/events", i%maxSandboxShipments), key, `{"status":"in_transit"}`, "Idempotency-Key", fmt.Sprint(pace.name, target, i)))
+						}
+					}()
+				}
+				benchServe(b, e.h, newRequest(http.MethodGet, target, "sk_test_sandbox_all"), 200)
+				close(stop)
+				moving.Wait()
+			})
+		}
+	}
+}
+
+// bigMovingDataset is the default dataset with an account of n shipments, acct_moving, whose
+// copies the moves' benchmarks move.
+func bigMovingDataset(n int) []byte {
+	var ds map[string]any
+	json.Unmarshal(defaultDataset, &ds)
+	ds["accounts"] = append(ds["accounts"].([]any), map[string]any{"id": "acct_moving", "environments": []any{"test"}})
+	ds["keys"] = append(ds["keys"].([]any), map[string]any{"key": "sk_test_moving_all", "account": "acct_moving", "environment": "test", "scopes": []any{"tracking:read", "orders:read"}})
+	shipments := ds["shipments"].([]any)
+	for i := range n {
+		shipments = append(shipments, map[string]any{"id": fmt.Sprintf("shp_%05d", i), "account": "acct_moving", "environment": "test", "reference": fmt.Sprint("M-", i),
+			"tracking_number": fmt.Sprintf("TM%05d", i), "events": []any{map[string]any{"after": "-2h", "status": "pre_transit", "description": "Label created", "location": "Leeds, GB"}}})
+	}
+	ds["shipments"] = shipments
+	b, _ := json.Marshal(ds)
+	return b
 }
 
 // ===== tracking.go: Normalizing raw carrier events, tracking views, the index, the two operations =====

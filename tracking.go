@@ -1,19 +1,24 @@
 // tracking.go is shipments and their tracking: raw carrier events normalized at load, the
 // tracking views prepared once, the index of a tenant's shipments (by id, by primary
 // tracking number, by creation), a shipment created in a sandbox (the body of POST
-// /v1/test_helpers/shipments, and the index's next version), shipments and events shown
-// as the request's instant allows, and the two operations. Its sections (grep '^// =====' *.go):
+// /v1/test_helpers/shipments, and the index's next version), events arriving for a
+// sandbox's shipment (the body of POST /v1/test_helpers/shipments/{id}/events, and the
+// shipment rebuilt), shipments and events shown as the request's instant allows, and the
+// two operations. Its sections (grep '^// =====' *.go):
 //
 //   - Normalizing raw carrier events
 //   - Shipments as a dataset holds them
 //   - A shipment's tracking view, prepared once
 //   - The index: a tenant's shipments
 //   - A shipment created in a sandbox
+//   - Events arriving for a sandbox's shipment
 //   - The two operations: GET /v1/shipments/{id}/tracking and GET /v1/tracking/{tracking_number}
 package main
 
 import (
 	"bytes"
+	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -232,41 +237,59 @@ func (s *shipment) bytes() int64 {
 
 // newShipment prepares a shipment's view. Each event is encoded once.
 func newShipment(rec shipmentRecord, events []stampedEvent) (*shipment, error) {
-	s := &shipment{id: rec.ID, trackingNumber: rec.TrackingNumber, heads: make([][]byte, len(trackingStatuses))}
+	view, err := marshalJSON(trackingView{ShipmentID: rec.ID, Reference: rec.Reference, TrackingNumber: rec.TrackingNumber, Status: trackingStatuses[0], Events: []trackingEvent{}})
+	if err != nil {
+		return nil, err
+	}
+	prefix, ok := bytes.CutSuffix(view, []byte(`"status":"`+trackingStatuses[0]+`","events":[]}`))
+	if !ok {
+		return nil, errors.New("a tracking view must end in its status and its events: trackingView's last members are Status and Events")
+	}
+	laid := make([]laidEvent, 0, len(events))
 	for _, e := range events {
 		b, err := marshalJSON(e.trackingEvent)
 		if err != nil {
 			return nil, err
 		}
+		laid = append(laid, laidEvent{instantOf(e.at), uint8(slices.Index(trackingStatuses, e.Status)), b})
+	}
+	s := &shipment{id: rec.ID, trackingNumber: rec.TrackingNumber}
+	s.lay(prefix, laid)
+	return s, nil
+}
+
+// laidEvent is a stored event as a shipment lays it out: its instant, its status (an index
+// into trackingStatuses) and its JSON.
+type laidEvent struct {
+	at     instant
+	status uint8
+	json   []byte
+}
+
+// lay lays out s's view: its events' JSON joined, and the heads a view shows (pre_transit,
+// and its events' statuses), each prefix (the view up to "status") then the status, cut from
+// one buffer: sandboxes hold thousands of shipments, and every byte and object kept is one
+// the collector marks at each cycle (sandbox_cost.sh).
+func (s *shipment) lay(prefix []byte, events []laidEvent) {
+	s.events, s.ends, s.instants, s.statuses = nil, make([]int, 0, len(events)), make([]instant, 0, len(events)), make([]uint8, 0, len(events))
+	for _, e := range events {
 		if len(s.events) > 0 {
 			s.events = append(s.events, ',')
 		}
-		s.events = append(s.events, b...)
+		s.events = append(s.events, e.json...)
 		s.ends = append(s.ends, len(s.events))
-		s.instants = append(s.instants, instantOf(e.at))
-		s.statuses = append(s.statuses, uint8(slices.Index(trackingStatuses, e.Status)))
+		s.instants = append(s.instants, e.at)
+		s.statuses = append(s.statuses, e.status)
 	}
-	// Only the heads a view shows are made (pre_transit, and its events' statuses), cut from
-	// one buffer: sandboxes hold thousands of shipments, and every byte and object kept is
-	// one the collector marks at each cycle (sandbox_cost.sh).
 	var heads []byte
 	ends := make([]int, len(trackingStatuses))
 	for i, status := range trackingStatuses {
-		if i > 0 && !slices.Contains(s.statuses, uint8(i)) {
-			ends[i] = len(heads)
-			continue
+		if i == 0 || slices.Contains(s.statuses, uint8(i)) {
+			heads = append(append(heads, prefix...), `"status":"`+status+`","events":[`...)
 		}
-		view, err := marshalJSON(trackingView{ShipmentID: rec.ID, Reference: rec.Reference, TrackingNumber: rec.TrackingNumber, Status: status, Events: []trackingEvent{}})
-		if err != nil {
-			return nil, err
-		}
-		head, ok := bytes.CutSuffix(view, []byte(`"events":[]}`))
-		if !ok {
-			return nil, errors.New("a tracking view must end in its events: trackingView's last member is Events")
-		}
-		heads = append(append(heads, head...), `"events":[`...)
 		ends[i] = len(heads)
 	}
+	s.heads = make([][]byte, len(trackingStatuses))
 	from := 0
 	for i, end := range ends {
 		if end > from {
@@ -274,7 +297,6 @@ func newShipment(rec shipmentRecord, events []stampedEvent) (*shipment, error) {
 		}
 	}
 	s.full = s.view(len(events))
-	return s, nil
 }
 
 // view is the tracking view of the first k events, as one slice.
@@ -331,14 +353,15 @@ var viewEnd = []byte("]}")
 // shipmentIndex is a tenant's shipments, by id and by primary tracking number, and what
 // their dataset schedules.
 type shipmentIndex struct {
-	tenantName       string      // the account and environment, as messages name them
-	start            time.Time   // while loading: the instant relative instants count from
-	list             []*shipment      // in the dataset's order; a write that moves a shipment replaces it at its place, in a copy of the list
-	byID             map[string]int32 // each shipment's place in list: a write that moves one shares it
+	tenantName       string                    // the account and environment, as messages name them
+	start            time.Time                 // while loading: the instant relative instants count from
+	list             []*shipment               // in the dataset's order; a write that moves a shipment replaces it at its place, in a copy of the list
+	byID             map[string]int32          // each shipment's place in list: a write that moves one shares it
 	byTrackingNumber map[string]*numberHolders // the shipments that hold each primary number, by their places
 	created          createdTree               // finds the shipments found at an instant without a scan
 	creations        []instant                 // the creation instants given, sorted: how many are found
 	happenings       []happening               // while loading: creations and events scheduled with after
+	held             int64                     // what its shipments and numbers hold, each counted as it is filed: a write counts only what it changes
 }
 
 // bytes is about what the index holds on the heap, its shipments included, every field
@@ -347,13 +370,7 @@ func (ix *shipmentIndex) bytes() int64 {
 	n := int64(len(ix.tenantName)) + int64(unsafe.Sizeof(*ix)) + int64(len(ix.list))*8 + int64(len(ix.creations))*int64(unsafe.Sizeof(instant{})) +
 		int64(len(ix.created.min))*int64(unsafe.Sizeof(instant{})) + int64(len(ix.happenings))*int64(unsafe.Sizeof(happening{})) +
 		int64(len(ix.byID))*48 + int64(len(ix.byTrackingNumber))*(48+int64(unsafe.Sizeof(numberHolders{})))
-	for _, s := range ix.list {
-		n += s.bytes()
-	}
-	for number := range ix.byTrackingNumber {
-		n += int64(len(number))
-	}
-	return n
+	return n + ix.held
 }
 
 // newShipmentIndex is the shipments of owner, an account's environment, whose relative
@@ -424,9 +441,13 @@ func readEvents(path string, raw []rawEvent, start time.Time) ([]rawEvent, error
 // number are chained, the last filed first), and what its dataset schedules.
 func (ix *shipmentIndex) file(s *shipment, events []stampedEvent) {
 	ix.list = append(ix.list, s)
+	ix.held += s.bytes()
 	place := int32(len(ix.list) - 1)
 	ix.byID[s.id] = place
 	if number := s.trackingNumber; number != nil {
+		if ix.byTrackingNumber[*number] == nil {
+			ix.held += int64(len(*number))
+		}
 		ix.byTrackingNumber[*number] = ix.byTrackingNumber[*number].with(place, s)
 	}
 	if s.createdAt != dawn {
@@ -796,6 +817,207 @@ func (ix *shipmentIndex) with(s *shipment, events []stampedEvent) (shipmentIndex
 	happenings := next.happenings
 	next.happenings = nil
 	return next, happenings
+}
+
+// ===== Events arriving for a sandbox's shipment =====
+
+// Carrier events arrive for a sandbox's shipment on demand (POST
+// /v1/test_helpers/shipments/{id}/events), so that a test moves a parcel when it chooses:
+// raw events in the dataset's format, or the shorthand of one status. They join the
+// shipment's stored events by the normalization's rules, as if they had been in its record;
+// the index's next version holds the shipment rebuilt at its place, and shares the rest.
+
+// maxPostedEvents is the most events one post sends, and maxShipmentEvents the most a
+// shipment stores.
+const (
+	maxPostedEvents   = 100
+	maxShipmentEvents = 1000
+)
+
+// shorthandDescriptions are what the shorthand {"status": S} describes its one event as, a
+// description for each status of the vocabulary.
+var shorthandDescriptions = map[string]string{
+	"pre_transit": "Label created", "in_transit": "In transit", "out_for_delivery": "Out for delivery",
+	"available_for_pickup": "Available for pickup", "delivered": "Delivered", "return_to_sender": "Returned to sender",
+	"failure": "Delivery failed", "cancelled": "Cancelled", "unknown": "Status unknown",
+}
+
+// eventsBody is the body as read: events, or the shorthand's status and location, at the
+// request's instant (an event's after counts from it; one with neither a timestamp nor an
+// after happens at it); and which of events and status came first.
+type eventsBody struct {
+	at       time.Time
+	events   []rawEvent
+	status   *string
+	location *string
+	sent     []string // events and status, in the order sent
+}
+
+var errEventsBody = &apiError{code: codeMalformedJSON, detail: `The body must be one JSON object: {"events":[...]} (raw carrier events), or {"status":"delivered"}.`}
+
+// eventsBodyShape is the members of the body, one row a member, each judged first by its
+// value, then (events and status) by being the second of the two: the later is the fault.
+var eventsBodyShape = shapeOf(
+	member[eventsBody]{"events", func(d *jsonReader, path, name string, b *eventsBody) error {
+		if err := readList(d, path+"."+name, &b.events); err != nil {
+			return err
+		}
+		if len(b.events) == 0 || len(b.events) > maxPostedEvents {
+			return paramError(codeInvalidParameter, name, fmt.Sprintf("events is a list of 1 to %d raw carrier events, each {\"status\",\"description\",\"location\"} with a timestamp or an after (neither: the request's instant).", maxPostedEvents))
+		}
+		if _, err := readEvents(path, b.events, b.at); err != nil {
+			return err
+		}
+		return b.one(name)
+	}},
+	member[eventsBody]{"status", func(d *jsonReader, path, name string, b *eventsBody) error {
+		v, err := d.str(path, name)
+		if err == nil {
+			_, err = oneOf(path, name, "tracking status", v, trackingStatuses)
+		}
+		if err != nil {
+			return err
+		}
+		b.status = &v
+		return b.one(name)
+	}},
+	member[eventsBody]{"location", func(d *jsonReader, path, name string, b *eventsBody) (err error) {
+		b.location, err = d.optStr(path, name)
+		return err
+	}},
+)
+
+// one notes events or status as sent: the second of the two is a fault.
+func (b *eventsBody) one(name string) error {
+	if b.sent = append(b.sent, name); len(b.sent) > 1 {
+		return paramError(codeInvalidParameter, name, "Send events (raw carrier events) or status (one event of that status), not both.")
+	}
+	return nil
+}
+
+// readEventsBody reads the body of POST /v1/test_helpers/shipments/{id}/events at the
+// request's instant at: its JSON syntax (400), then its members in the order sent (422,
+// named by their path in the body); and returns the raw events it sends.
+func readEventsBody(body []byte, at time.Time) ([]rawEvent, error) {
+	if !oneJSONObject(body) {
+		return nil, errEventsBody
+	}
+	b := &eventsBody{at: at}
+	d := newJSONReader(bytes.NewReader(body), maxBodyBytes)
+	if err := d.document(eventsBodyShape.names, func(name string) error { return eventsBodyShape.member(d, "$", name, b) }); err != nil {
+		return nil, bodyFault(err)
+	}
+	switch {
+	case len(b.sent) == 0:
+		return nil, paramError(codeInvalidParameter, "events", `Send events (raw carrier events, such as [{"status":"delivered","description":"Delivered","location":"Leeds, GB"}]) or status (one event of that status, such as "delivered").`)
+	case b.location != nil && b.status == nil:
+		return nil, paramError(codeInvalidParameter, "location", "location goes with status: each of events carries its own.")
+	case b.status != nil:
+		description := shorthandDescriptions[*b.status]
+		return []rawEvent{{Status: *b.status, Description: &description, Location: cmp.Or(b.location, new(string)), scheduled: true, at: at}}, nil
+	}
+	for i := range b.events { // neither a timestamp nor an after: the request's instant
+		if e := &b.events[i]; !e.Timestamp.given && !e.After.given {
+			e.scheduled, e.at = true, at
+		}
+	}
+	return b.events, nil
+}
+
+var (
+	errMovingUnknown = &apiError{code: codeNotFound, detail: "No shipment with this ID is found in this sandbox at the request's instant: events arrive for a shipment it shows (created by then, and of this account)."}
+	errDatasetMoves  = &apiError{code: codeCapabilityUnavailable, detail: "A dataset's account is fixed: make a sandbox (POST /v1/test_helpers/sandboxes) and move its shipments with its keys."}
+)
+
+// withEvents is d with the raw events arrived, at the instant at, for the shipment id: the
+// next version of a sandbox's data, the shipment rebuilt at its place in a copy of the list
+// (the maps, the tree and the orders shared), its timeline with the events that come after
+// at; and the shipment. Or why there is none: a shipment not found at at (404), a dataset's
+// tenant (422), a shipment past maxShipmentEvents (422).
+func (d *tenantData) withEvents(id string, raw []rawEvent, at time.Time) (*tenantData, *shipment, error) {
+	place, ok := d.shipments.byID[id]
+	switch {
+	case !ok || !d.shipments.list[place].existsAt(at):
+		return nil, nil, errMovingUnknown
+	case d.source == nil:
+		return nil, nil, errDatasetMoves
+	}
+	events, _ := normalizeEvents(raw)
+	s, err := d.shipments.list[place].withEvents(events)
+	if err != nil {
+		return nil, nil, err
+	}
+	next := *d
+	next.writes = d.writes + 1
+	next.shipments.list = slices.Clone(d.shipments.list)
+	next.shipments.list[place] = s
+	next.shipments.held += s.bytes() - d.shipments.list[place].bytes()
+	var hs []happening
+	for _, e := range events {
+		if e.at.After(at) {
+			hs = append(hs, happening{at: e.at, kind: shipmentEvent, id: id, status: e.Status})
+		}
+	}
+	next.timeline = withHappenings(d.timeline, hs)
+	return &next, s, nil
+}
+
+// withEvents is s with events (normalized) joined to its stored ones: an event of an instant
+// and description s holds is that one; the events stay oldest first, those it held first
+// among those of one instant. Past maxShipmentEvents, none is stored.
+func (s *shipment) withEvents(events []stampedEvent) (*shipment, error) {
+	laid := make([]laidEvent, 0, len(s.instants)+len(events))
+	for k := range s.instants {
+		laid = append(laid, laidEvent{s.instants[k], s.statuses[k], s.eventJSON(k)})
+	}
+	held := len(laid)
+	for _, e := range events {
+		if s.holds(e) {
+			continue
+		}
+		b, err := marshalJSON(e.trackingEvent)
+		if err != nil {
+			return nil, err
+		}
+		laid = append(laid, laidEvent{instantOf(e.at), uint8(slices.Index(trackingStatuses, e.Status)), b})
+	}
+	if len(laid) > maxShipmentEvents {
+		return nil, &apiError{code: codeCapabilityUnavailable, detail: fmt.Sprintf("With these events the shipment would hold %d, past the %d a shipment holds: nothing was stored. Move another shipment, or make another sandbox.", len(laid), maxShipmentEvents)}
+	}
+	merged := make([]laidEvent, 0, len(laid)) // the held and the new, each oldest first (normalized): merged so
+	old, fresh := laid[:held], laid[held:]
+	for len(old) > 0 && len(fresh) > 0 {
+		if fresh[0].at.compare(old[0].at) < 0 {
+			merged, fresh = append(merged, fresh[0]), fresh[1:]
+		} else {
+			merged, old = append(merged, old[0]), old[1:]
+		}
+	}
+	merged = append(append(merged, old...), fresh...)
+	next := &shipment{id: s.id, trackingNumber: s.trackingNumber, createdAt: s.createdAt, dropped: s.dropped}
+	next.lay(bytes.TrimSuffix(s.heads[0], []byte(`"status":"`+trackingStatuses[0]+`","events":[`)), merged)
+	return next, nil
+}
+
+// eventJSON is the JSON of s's k-th event.
+func (s *shipment) eventJSON(k int) []byte {
+	from := 0
+	if k > 0 {
+		from = s.ends[k-1] + 1 // past the comma
+	}
+	return s.events[from:s.ends[k]]
+}
+
+// holds reports whether s stores an event of e's instant and description.
+func (s *shipment) holds(e stampedEvent) bool {
+	at := instantOf(e.at)
+	for k := sort.Search(len(s.instants), func(k int) bool { return !at.after(s.instants[k]) }); k < len(s.instants) && s.instants[k] == at; k++ {
+		var held trackingEvent
+		if json.Unmarshal(s.eventJSON(k), &held) == nil && held.Description == e.Description {
+			return true
+		}
+	}
+	return false
 }
 
 // ===== The two operations: GET /v1/shipments/{id}/tracking and GET /v1/tracking/{tracking_number} =====
