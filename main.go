@@ -2442,46 +2442,40 @@ func (s *server) postSandbox(c *call) (*storedAnswer, error) {
 }
 
 // createShipment answers POST /v1/test_helpers/shipments: a shipment created in the
-// caller's sandbox at the request's instant, linking the order it names; 201 with its
-// tracking view as GET shows it then.
+// caller's sandbox at the request's instant, linking the order it names.
 func (s *server) createShipment(c *call) (*storedAnswer, error) {
 	rec, err := readBooking(c.body)
 	if err != nil {
 		return nil, err
 	}
-	var created *shipment
-	d, err := c.key.tenant.write(s.registry, func(d *tenantData) (next *tenantData, err error) {
-		next, created, err = d.withShipment(rec, c.at)
-		return next, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	c.data, c.shown = d, showing{kind: showsWritten, ship: created}
-	v := created.viewAt(c.at)
-	return &storedAnswer{status: http.StatusCreated, contentType: jsonContentType, location: "/v1/shipments/" + url.PathEscape(created.id) + "/tracking",
-		body: slices.Concat(v[:]...), shown: c.shown}, nil
+	return s.writeShipment(c, func(d *tenantData) (*tenantData, *shipment, error) { return d.withShipment(rec, c.at) })
 }
 
 // postEvents answers POST /v1/test_helpers/shipments/{id}/events: carrier events arrived
-// for a shipment of the caller's sandbox at the request's instant; 201 with its tracking
-// view as GET shows it then.
+// for a shipment of the caller's sandbox at the request's instant.
 func (s *server) postEvents(c *call) (*storedAnswer, error) {
 	raw, err := readEventsBody(c.body, c.at)
 	if err != nil {
 		return nil, err
 	}
-	var moved *shipment
+	return s.writeShipment(c, func(d *tenantData) (*tenantData, *shipment, error) { return d.withEvents(c.wildcard, raw, c.at) })
+}
+
+// writeShipment writes the caller's tenant's next version of its data, which build makes
+// with the shipment it creates or moves, and answers 201 with that shipment's tracking view
+// as GET shows it at the request's instant.
+func (s *server) writeShipment(c *call, build func(d *tenantData) (*tenantData, *shipment, error)) (*storedAnswer, error) {
+	var written *shipment
 	d, err := c.key.tenant.write(s.registry, func(d *tenantData) (next *tenantData, err error) {
-		next, moved, err = d.withEvents(c.wildcard, raw, c.at)
+		next, written, err = build(d)
 		return next, err
 	})
 	if err != nil {
 		return nil, err
 	}
-	c.data, c.shown = d, showing{kind: showsWritten, ship: moved}
-	v := moved.viewAt(c.at)
-	return &storedAnswer{status: http.StatusCreated, contentType: jsonContentType, location: "/v1/shipments/" + url.PathEscape(moved.id) + "/tracking",
+	c.data, c.shown = d, showing{kind: showsWritten, ship: written}
+	v := written.viewAt(c.at)
+	return &storedAnswer{status: http.StatusCreated, contentType: jsonContentType, location: "/v1/shipments/" + url.PathEscape(written.id) + "/tracking",
 		body: slices.Concat(v[:]...), shown: c.shown}, nil
 }
 
