@@ -1,11 +1,16 @@
 // Command sandbox serves the local sandbox of the Shipment Tracking and Imported Orders API,
-// and judges any server that claims the API (go run . check). main.go holds the two
-// commands, one after the other.
+// opens it to coding agents (POST /mcp, and go run . mcp over stdio), and judges any server
+// that claims the API (go run . check). main.go holds the commands, one after the other.
 //
 // First the server: the process and the path of a request through it, in the order a
 // request meets it: the route table, then the clean-path check, the route, the checks in
 // the contract's order, the body, the handlers, writing the answer and the log line; then
 // what needs no key. What one operation needs lives with it.
+//
+// Then the MCP door, a coding agent's way in, in one contiguous part, in the order a
+// message meets it: its transports (POST /mcp, then stdio and the bridge), the revision it
+// speaks and its method, the tool from one table, the API requests the tool makes in this
+// process with the caller's key, the result; then the resources.
 //
 // Then the conformance kit, a client of the API in one contiguous part, in the order a run
 // meets it: its command and flags, its requests and their results, its world, the catalogue with
@@ -32,6 +37,12 @@
 //   - The access log
 //   - What needs no key: health, the document, and what no route serves
 //   - The landing page
+//   - The MCP door: POST /mcp, who may knock, and the envelope
+//   - The MCP door: stdio, and the bridge
+//   - The MCP door: the revision, and the method
+//   - The MCP door: the tools, one table
+//   - The MCP door: a tool's call, its API requests, and its result
+//   - The MCP door: the resources
 //   - The conformance kit: its command and its flags
 //   - The conformance kit: its requests, and what it keeps of their answers
 //   - The conformance kit: its pace
@@ -49,12 +60,14 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	_ "embed"
+	"embed"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"encoding/xml"
@@ -64,6 +77,7 @@ import (
 	"html"
 	"html/template"
 	"io"
+	"io/fs"
 	"log"
 	"log/slog"
 	"maps"
@@ -116,6 +130,11 @@ func main() {
 		stop()
 		os.Exit(status)
 	}
+	if len(os.Args) > 1 && os.Args[1] == "mcp" { // the MCP door over stdio
+		status := runMCP(ctx, os.Args[2:], os.Getenv, os.Stdin, os.Stdout, os.Stderr, boundHeapGrowth)
+		stop()
+		os.Exit(status)
+	}
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, boundHeapGrowth)
 	stop()
 	if err != nil {
@@ -145,6 +164,13 @@ type config struct {
 	clock        *time.Time // -clock: every tenant's clock starts frozen there
 	faults       *faultPlan // -faults: nil for none
 	journal      int        // -journal: the entries kept per tenant, 0 for none
+	mcpKey       string     // -mcp-key: what an MCP request without Authorization acts as; "" for none
+	mcpKeyName   string     // what the user set it with: -mcp-key, or SANDBOX_MCP_KEY
+
+	// go run . mcp's: the sandbox whose door it carries messages to (-base-url; "": its
+	// own), and what it is told once its own serves.
+	bridgeTo string
+	serving  func(srv *server, base string)
 
 	readHeaderTimeout time.Duration
 	readTimeout       time.Duration
@@ -182,8 +208,20 @@ func defaultConfig() config {
 // parseConfig reads the flags, then SANDBOX_<NAME> for each flag not given. Errors name
 // the flag or variable at fault.
 func parseConfig(args []string, getenv func(string) string, usage io.Writer) (config, error) {
+	return parseConfigFor(args, getenv, usage, false)
+}
+
+// parseConfigFor reads the flags of go run . or, for mcp, of go run . mcp: the same, but
+// -addr 127.0.0.1:0 by default (a free port: a taken one is never the agent's problem), and
+// -base-url, which starts no sandbox and takes no flag of one.
+func parseConfigFor(args []string, getenv func(string) string, usage io.Writer, mcp bool) (config, error) {
 	cfg := defaultConfig()
-	fs := flag.NewFlagSet("sandbox", flag.ContinueOnError)
+	name, who, intro, help := "sandbox", "the sandbox", "Usage: sandbox [flags]; each flag falls back to SANDBOX_<NAME> (e.g. SANDBOX_SEED_ORDERS).", "-h"
+	if mcp {
+		cfg.addr = "127.0.0.1:0"
+		name, who, intro, help = "sandbox mcp", "mcp", "Usage: sandbox mcp [flags]: the MCP door over stdio (newline-delimited JSON-RPC on standard input and output), to a sandbox started here as sandbox [flags] starts one (but on a free loopback port), or with -base-url to one that runs; each flag falls back to SANDBOX_<NAME>.", "mcp -h"
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.addr, "addr", cfg.addr, "listen `address`")
 	fs.Func("rate", "requests per second per key, burst of one second's worth; 0 disables (default 25)", wholeNumber(&cfg.rate, maxRate))
@@ -210,18 +248,49 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 		cfg.corsOrigin = s
 		return nil
 	})
-	given, err := parseFlags(fs, args, usage, "Usage: sandbox [flags]; each flag falls back to SANDBOX_<NAME> (e.g. SANDBOX_SEED_ORDERS).", "the sandbox", "-h")
+	doorFlags(fs, &cfg, mcp)
+	given, err := parseFlags(fs, args, usage, intro, who, help)
 	if err != nil {
 		return cfg, err
 	}
-	cfg.addrName, cfg.dataName = "-addr", "-data"
-	if !given["addr"] && getenv("SANDBOX_ADDR") != "" {
-		cfg.addrName = "SANDBOX_ADDR"
+	if given["base-url"] {
+		for f := range given {
+			if f != "base-url" && f != "mcp-key" {
+				return cfg, fmt.Errorf("-%s: -base-url starts no sandbox, so it takes none of a sandbox's flags (only -mcp-key)", f)
+			}
+		}
 	}
-	if !given["data"] && getenv("SANDBOX_DATA") != "" {
-		cfg.dataName = "SANDBOX_DATA"
-	}
+	cfg.addrName = namedBy(given, getenv, "addr")
+	cfg.dataName = namedBy(given, getenv, "data")
+	cfg.mcpKeyName = namedBy(given, getenv, "mcp-key")
 	return cfg, fallBack(fs, given, getenv, "SANDBOX_")
+}
+
+// namedBy is what the user set a flag's value with, for a message about it: the flag, or
+// its variable when only that is set.
+func namedBy(given map[string]bool, getenv func(string) string, flag string) string {
+	variable := "SANDBOX_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+	if !given[flag] && getenv(variable) != "" {
+		return variable
+	}
+	return "-" + flag
+}
+
+// doorFlags are the flags of the MCP door: -mcp-key, and go run . mcp's -base-url.
+func doorFlags(fs *flag.FlagSet, cfg *config, mcp bool) {
+	fs.Func("mcp-key", "the test `key` an MCP request without Authorization acts as: over HTTP, one from a loopback address (default: none); go run . mcp's every request (default sk_test_sandbox_all)", func(v string) error {
+		if v == "" || strings.ContainsFunc(v, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
+			return errors.New("want a test key of this sandbox, such as sk_test_sandbox_all")
+		}
+		cfg.mcpKey = v
+		return nil
+	})
+	if mcp {
+		fs.Func("base-url", "carry the messages to the sandbox that runs at this API base `URL` (its /mcp), such as http://127.0.0.1:8080/v1, rather than start one (default: start one)", func(v string) (err error) {
+			cfg.bridgeTo, err = checkBaseURL(v)
+			return err
+		})
+	}
 }
 
 // parseFlags parses args into fs, a command's flags, and returns the flags given: -h prints
@@ -379,6 +448,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	return runConfigured(ctx, cfg, getenv, stdout, stderr, tuneHeap)
+}
+
+// runConfigured is run once the configuration is read.
+func runConfigured(ctx context.Context, cfg config, getenv func(string) string, stdout, stderr io.Writer, tuneHeap heapTuner) error {
 	stop := watchStop(ctx)
 	out := newConsole(stdout)
 	logs := newLogBuffer(stderr, cfg.logFlushInterval)
@@ -420,7 +494,7 @@ func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, t
 	base := baseURL(ln.Addr())
 	stopping := make(chan struct{})
 	srv, err := newServer(sb, serverOptions{rate: cfg.rate, cursorSecret: cfg.cursorSecret, baseURL: base, log: logger, access: logs,
-		stopping: stopping, corsOrigin: cfg.corsOrigin, loopback: isLoopback(ln.Addr()), faults: cfg.faults, journal: cfg.journal})
+		stopping: stopping, corsOrigin: cfg.corsOrigin, loopback: isLoopback(ln.Addr()), faults: cfg.faults, journal: cfg.journal, mcpKey: cfg.mcpKey, getenv: getenv})
 	if err != nil {
 		ln.Close()
 		return cfg.loadStopTimeout, err
@@ -437,7 +511,11 @@ func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, t
 	}
 	out.say(banner(base, sb.keyLines, exposed, isLoopback(ln.Addr())))
 	logger.Info("serving", "base_url", base, "orders", sb.orderCount, "shipments", sb.shipmentCount)
-	err = serve(ctx, newHTTPServer(cfg, srv.handler(), logger), ln, func() {
+	h := srv.handler()
+	if cfg.serving != nil {
+		cfg.serving(srv, base)
+	}
+	err = serve(ctx, newHTTPServer(cfg, h, logger), ln, func() {
 		out.say(fmt.Sprintf("Shutting down: requests in flight may take up to %v to finish.\n", cfg.drainTimeout))
 		close(stopping)
 	}, stop, cfg.drainTimeout)
@@ -919,15 +997,17 @@ type serverOptions struct {
 	rate         int
 	cursorSecret string
 	baseURL      string
-	log          *slog.Logger     // start-up notes, panics, net/http's own reports
-	access       *logBuffer       // the access log: one line per request; nil for none
-	stopping     <-chan struct{}  // closed when the server starts shutting down
-	corsOrigin   string           // "": no CORS headers
-	faults       *faultPlan       // nil: no faults
-	loopback     bool             // listening on loopback only: the landing page shows the keys
-	now          func() time.Time // the wall clock: tenants' clocks follow it, and the rate limit uses it
-	journal      int              // the entries each tenant's journal keeps; 0: none
-	journalBytes int64            // what all journals may hold together; 0: maxJournalBytes
+	log          *slog.Logger        // start-up notes, panics, net/http's own reports
+	access       *logBuffer          // the access log: one line per request; nil for none
+	stopping     <-chan struct{}     // closed when the server starts shutting down
+	corsOrigin   string              // "": no CORS headers
+	faults       *faultPlan          // nil: no faults
+	loopback     bool                // listening on loopback only: the landing page shows the keys
+	now          func() time.Time    // the wall clock: tenants' clocks follow it, and the rate limit uses it
+	journal      int                 // the entries each tenant's journal keeps; 0: none
+	journalBytes int64               // what all journals may hold together; 0: maxJournalBytes
+	mcpKey       string              // -mcp-key: what an MCP request from a loopback address without Authorization acts as
+	getenv       func(string) string // the process's environment, for check_server's keys; nil: none
 }
 
 // server is the service over one loaded dataset.
@@ -953,6 +1033,9 @@ type server struct {
 	openAPI   *openAPIDoc
 	origin    string // the banner's origin: the address a request names, when its Host does not
 	health    []byte
+	loopback  bool         // it listens on loopback only
+	mcp       *mcpDoor     // the MCP door
+	inner     http.Handler // the whole service, as handler built it: what the door's tools send their requests through
 }
 
 func newServer(sb *sandbox, o serverOptions) (*server, error) {
@@ -998,9 +1081,14 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 		openAPI:   doc,
 		origin:    strings.TrimSuffix(o.baseURL, "/v1"),
 		health:    []byte(`{"status":"ok"}`),
+		loopback:  o.loopback,
 	}
 	srv.keys = keyFinder{dataset: sb.keys, sandboxes: srv.registry, wall: o.now}
-	return srv, nil
+	if o.getenv == nil {
+		o.getenv = func(string) string { return "" }
+	}
+	srv.mcp, err = newMCPDoor(srv, o.mcpKey, o.getenv)
+	return srv, err
 }
 
 // route is one method and path the server answers, as a ServeMux pattern.
@@ -1027,6 +1115,7 @@ func (s *server) routes() []route {
 		{"POST /v1/test_helpers/shipments/{id}/events", s.write(withClock, s.postEvents)},
 		{"GET /v1/openapi.json", s.keyless(s.serveOpenAPI)},
 		{"GET /v1/healthz", s.keyless(s.serveHealth)},
+		{"POST /mcp", s.keyless(s.serveMCP)},       // the MCP door: its own checks
 		{"GET /healthz", s.keyless(s.serveHealth)}, // also outside the base URL, for probes that know none
 		{"GET /{$}", s.keyless(s.landingPage)},
 	}
@@ -1053,7 +1142,7 @@ func (s *server) handler(extra ...route) http.Handler {
 	for _, path := range paths {
 		h := methodNotAllowed(allow[path], s.cors == nil && path != "/{$}")
 		if path != "/{$}" { // the page is no API: no CORS there
-			h = s.cors.preflight(allow[path], h)
+			h = s.cors.preflight(allow[path], path == "/mcp", h)
 		}
 		mux.Handle(path, s.serveRoute(path, h))
 	}
@@ -1061,7 +1150,8 @@ func (s *server) handler(extra ...route) http.Handler {
 		mux.Handle(path, s.serveRoute(path, s.v1Root))
 	}
 	mux.Handle("/", s.serveRoute("/", s.routeNotFound))
-	return cleanPaths(s.serveRoute("", s.routeNotFound), mux)
+	s.inner = cleanPaths(s.serveRoute("", s.routeNotFound), mux)
+	return s.inner
 }
 
 // operation wraps a v1 operation in the checks of a keyed route, with the key's expiry
@@ -1319,7 +1409,7 @@ type cors struct {
 // applies reports whether an answer at path carries the CORS headers: under /v1 and
 // /healthz, not on the landing page nor on paths outside the API.
 func (c *cors) applies(path string) bool {
-	return path == "/healthz" || path == "/v1" || strings.HasPrefix(path, "/v1/")
+	return path == "/healthz" || path == "/mcp" || path == "/v1" || strings.HasPrefix(path, "/v1/")
 }
 
 // allow sets the headers every answer of a browser's origin carries.
@@ -1330,9 +1420,10 @@ func (c *cors) allow(h http.Header) {
 }
 
 // preflight answers a CORS preflight (OPTIONS with Origin and
-// Access-Control-Request-Method) on a known path with 204 and the path's methods; any
-// other request goes to next.
-func (c *cors) preflight(methods []string, next callHandler) callHandler {
+// Access-Control-Request-Method) on a known path with 204 and the path's methods, the
+// header fields asked for (the MCP door's own, on its path); any other request goes to
+// next.
+func (c *cors) preflight(methods []string, door bool, next callHandler) callHandler {
 	if c == nil {
 		return next
 	}
@@ -1344,7 +1435,9 @@ func (c *cors) preflight(methods []string, next callHandler) callHandler {
 		}
 		h := w.Header()
 		h.Set("Access-Control-Allow-Methods", allowMethods)
-		if asked := r.Header.Values("Access-Control-Request-Headers"); len(asked) > 0 {
+		if asked := r.Header.Values("Access-Control-Request-Headers"); door {
+			h.Set("Access-Control-Allow-Headers", mcpAllowHeaders)
+		} else if len(asked) > 0 {
 			h.Set("Access-Control-Allow-Headers", strings.Join(asked, ", "))
 		}
 		h.Set("Access-Control-Max-Age", "600")
@@ -3149,6 +3242,1546 @@ func groupDigits(n int) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
+}
+
+// ===== The MCP door: POST /mcp, who may knock, and the envelope =====
+
+// A coding agent's door: the Model Context Protocol (MCP). One implementation, reached two
+// ways: POST /mcp on the sandbox's own listener (MCP's Streamable HTTP, answered as
+// application/json only: no event streams, no sessions, Mcp-Session-Id never sent and
+// ignored), and go run . mcp, which carries newline-delimited JSON-RPC between standard input
+// and output and that /mcp, in this process or, with -base-url, in another's. In the order a
+// message meets it: who may knock and the envelope; the revision it speaks (the legacy
+// handshake's 2024-11-05 to 2025-11-25, or the stateless 2026-07-28's headers and _meta); the
+// method; the tool, from one table; the API requests a tool makes, in this process with the
+// caller's key (authenticated, rate-limited, journaled and judged as a client's); the result;
+// the resources; then stdio and the bridge. Nothing an agent does here a client could not.
+
+// mcpDoor is the door, built once at start: the tools with their schemas, the resources.
+type mcpDoor struct {
+	s         *server
+	tools     []mcpTool
+	resources []mcpResource
+	key       string              // -mcp-key: what a request from a loopback address without Authorization acts as
+	getenv    func(string) string // the process's environment: check_server's keys for another server
+}
+
+// JSON-RPC's error codes, and MCP's.
+const (
+	rpcParseError          = -32700
+	rpcInvalidRequest      = -32600
+	rpcMethodNotFound      = -32601
+	rpcInvalidParams       = -32602
+	rpcInternalError       = -32603
+	rpcTransportError      = -32000 // the envelope refused (a content type, an Origin, a Host), as MCP's SDKs answer it
+	rpcResourceNotFound    = -32002 // a legacy revision's unknown resource
+	rpcHeaderMismatch      = -32020
+	rpcUnsupportedRevision = -32022
+)
+
+// mcpAllowHeaders are the header fields a browser's page may send to /mcp.
+const mcpAllowHeaders = "Authorization, Content-Type, MCP-Protocol-Version, Mcp-Method, Mcp-Name"
+
+// serveMCP answers POST /mcp: who may knock (the Host and the Origin a page elsewhere could
+// forge, then the key), the envelope (one JSON-RPC message as application/json), then the
+// message: a notification or a response is taken (202), a request answered.
+func (s *server) serveMCP(w http.ResponseWriter, r *http.Request, c *call) {
+	d := s.mcp
+	if why := d.refusal(r); why != "" {
+		writeRPC(w, http.StatusForbidden, rpcError(nil, rpcTransportError, why, nil))
+		return
+	}
+	key, err := d.keyOf(r)
+	if err != nil {
+		c.fail(w, err)
+		return
+	}
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+		writeRPC(w, http.StatusUnsupportedMediaType, rpcError(nil, rpcTransportError, "Unsupported Media Type: send one JSON-RPC message with Content-Type: application/json.", nil))
+		return
+	}
+	msg, refused := readRPC(c.body)
+	switch {
+	case refused != nil:
+		writeRPC(w, http.StatusBadRequest, refused)
+	case msg.id == nil:
+		w.WriteHeader(http.StatusAccepted)
+	default:
+		status, body := d.answer(&mcpCall{ctx: r.Context(), key: key, header: r.Header, origin: originOf(r, s.origin), host: r.Host, remote: r.RemoteAddr}, msg)
+		writeRPC(w, status, body)
+	}
+}
+
+// refusal says why a request may not knock, "" when it may: an Origin that is neither a
+// loopback page's nor -cors-origin's; while the sandbox listens on loopback, a Host that is
+// not a loopback name (a page elsewhere reaching it under its own name: DNS rebinding).
+func (d *mcpDoor) refusal(r *http.Request) string {
+	if o := r.Header.Get("Origin"); o != "" && !loopbackOrigin(o) && (d.s.cors == nil || d.s.cors.origin != "*" && d.s.cors.origin != o) {
+		return "Forbidden: Origin " + strconv.Quote(cutField(o, 64)) + " may not call this door: a page of another origin (-cors-origin names the one that may)."
+	}
+	if host, _, ok := splitHostPort(strings.ToLower(r.Host)); d.s.loopback && (!ok || !namesLoopback(host)) {
+		return "Forbidden: Host " + strconv.Quote(cutField(r.Host, 64)) + " is not a loopback name, and the sandbox listens on loopback: a page elsewhere may not reach this door under a name of its own (DNS rebinding)."
+	}
+	return ""
+}
+
+// loopbackOrigin reports whether o is the origin of a page of this machine.
+func loopbackOrigin(o string) bool {
+	u, err := url.Parse(o)
+	if err != nil || u.Scheme != "http" && u.Scheme != "https" {
+		return false
+	}
+	return namesLoopback(strings.ToLower(u.Hostname()))
+}
+
+// keyOf is the key a request acts as: its Authorization's, a test key of this sandbox of any
+// scopes (its expiry judged by the wall clock, as the test helpers judge it); without one, a
+// request from a loopback address acts as -mcp-key when it is set. A live key is 503.
+func (d *mcpDoor) keyOf(r *http.Request) (string, *apiError) {
+	h := r.Header
+	if h.Get("Authorization") == "" && d.key != "" && loopbackRemote(r.RemoteAddr) {
+		h = http.Header{"Authorization": {"Bearer " + d.key}}
+	}
+	k, err := d.s.keys.authenticate(h)
+	switch {
+	case err != nil:
+		return "", err
+	case k.expiredAt(d.s.now()):
+		return "", errExpiredKey
+	case k.tenant.live:
+		return "", errLive
+	}
+	return strings.TrimSpace(strings.TrimPrefix(h.Get("Authorization"), "Bearer ")), nil
+}
+
+// loopbackRemote reports whether a client's address is this machine's loopback.
+func loopbackRemote(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	ip, perr := netip.ParseAddr(host)
+	return err == nil && perr == nil && ip.IsLoopback()
+}
+
+// rpcMessage is one JSON-RPC message: a request (an id and a method), a notification (a
+// method, no id) or a response (an id, a result or an error).
+type rpcMessage struct {
+	id     json.RawMessage // nil: a notification, or a response
+	method string
+	params map[string]json.RawMessage
+	raw    map[string]json.RawMessage
+}
+
+// readRPC reads one JSON-RPC message off a body, or the answer that refuses it: unparsable
+// (-32700), a batch or anything but a message (-32600), each with id null.
+func readRPC(body []byte) (*rpcMessage, []byte) {
+	trimmed := bytes.TrimSpace(body)
+	if !json.Valid(trimmed) {
+		return nil, rpcError(nil, rpcParseError, "Parse error: the body is not JSON.", nil)
+	}
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		return nil, rpcError(nil, rpcInvalidRequest, "Invalid Request: a batch (a JSON array) is not taken; send one message a request.", nil)
+	}
+	var raw map[string]json.RawMessage
+	if json.Unmarshal(trimmed, &raw) != nil || string(raw["jsonrpc"]) != `"2.0"` {
+		return nil, rpcError(nil, rpcInvalidRequest, `Invalid Request: a JSON-RPC 2.0 message is one object with "jsonrpc":"2.0".`, nil)
+	}
+	msg := &rpcMessage{raw: raw}
+	method, hasMethod := raw["method"]
+	id, hasID := raw["id"]
+	switch {
+	case !hasMethod && (raw["result"] != nil || raw["error"] != nil) && hasID:
+		return msg, nil // a response: taken
+	case !hasMethod || json.Unmarshal(method, &msg.method) != nil:
+		return nil, rpcError(nil, rpcInvalidRequest, "Invalid Request: a request or a notification names its method, a string.", nil)
+	case hasID && !validID(id):
+		return nil, rpcError(nil, rpcInvalidRequest, "Invalid Request: an id is a string or a number.", nil)
+	case hasID:
+		msg.id = id
+	}
+	if p, ok := raw["params"]; ok && json.Unmarshal(p, &msg.params) != nil {
+		if msg.id == nil {
+			return msg, nil // a notification is taken whatever it holds
+		}
+		return nil, rpcError(msg.id, rpcInvalidRequest, "Invalid Request: params is an object.", nil)
+	}
+	return msg, nil
+}
+
+// validID reports whether a JSON-RPC id is a string or a number.
+func validID(id json.RawMessage) bool {
+	return len(id) > 0 && (id[0] == '"' || id[0] == '-' || id[0] >= '0' && id[0] <= '9')
+}
+
+// rpcError is a JSON-RPC error answer for id (nil: null).
+func rpcError(id json.RawMessage, code int, message string, data any) []byte {
+	e := map[string]any{"code": code, "message": message}
+	if data != nil {
+		e["data"] = data
+	}
+	return rpcEnvelope(id, "error", e)
+}
+
+// rpcEnvelope is a JSON-RPC answer for id: its result, or its error (member).
+func rpcEnvelope(id json.RawMessage, member string, v any) []byte {
+	if id == nil {
+		id = json.RawMessage("null")
+	}
+	b, _ := marshalJSON(map[string]any{"jsonrpc": "2.0", "id": id, member: v})
+	return b
+}
+
+// writeRPC answers with a JSON-RPC body.
+func writeRPC(w http.ResponseWriter, status int, body []byte) {
+	writeBody(w, status, jsonContentType, body)
+}
+
+// ===== The MCP door: stdio, and the bridge =====
+
+// runMCP is go run . mcp: newline-delimited JSON-RPC on stdin and stdout, carried to a
+// door: this sandbox, started as go run . starts it but on a free loopback port by default,
+// its start lines and logs on stderr, reached in this process; or, with -base-url, the /mcp
+// of a sandbox that runs already. Its requests act as -mcp-key (default
+// sk_test_sandbox_all), checked once at start: refused, exit 2. End of input: the requests
+// in flight answered, the sandbox drained, exit 0.
+func runMCP(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer, tuneHeap heapTuner) int {
+	say := func(s string) { fmt.Fprintln(stderr, "sandbox mcp: "+s) }
+	cfg, err := parseConfigFor(args, getenv, stderr, true)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		say(err.Error())
+		return 2
+	}
+	b := &mcpBridge{key: cmp.Or(cfg.mcpKey, defaultMCPKey), out: stdout, say: say}
+	keyName := "-mcp-key"
+	if cfg.mcpKeyName != "" {
+		keyName = cfg.mcpKeyName
+	}
+	if cfg.bridgeTo != "" {
+		b.base, b.rt = cfg.bridgeTo, &http.Transport{Proxy: nil, ResponseHeaderTimeout: time.Minute}
+	} else {
+		stopSandbox, served, err := startForMCP(ctx, cfg, getenv, stderr, tuneHeap)
+		if err != nil {
+			say(err.Error())
+			return 1
+		}
+		defer func() {
+			if err := stopSandbox(); err != nil {
+				say(err.Error())
+			}
+		}()
+		b.base, b.rt = served.base, served.srv
+	}
+	if why := b.checkKey(ctx); why != "" {
+		say(keyName + ": " + why)
+		return 2
+	}
+	b.carryAll(ctx, stdin)
+	return 0
+}
+
+// defaultMCPKey is the key a stdio session acts as by default: the default dataset's key
+// of both scopes.
+const defaultMCPKey = "sk_test_sandbox_all"
+
+// servedSandbox is a sandbox go run . mcp started: its base URL, and its server, which
+// answers the bridge's messages in this process.
+type servedSandbox struct {
+	base string
+	srv  *server
+}
+
+// startForMCP starts the sandbox of a stdio session, as go run . would with its start lines
+// and its logs on stderr, and returns once it serves, with what stops it (drained, as on
+// SIGTERM).
+func startForMCP(ctx context.Context, cfg config, getenv func(string) string, stderr io.Writer, tuneHeap heapTuner) (func() error, servedSandbox, error) {
+	runCtx, stopRun := context.WithCancel(ctx)
+	served := make(chan servedSandbox, 1)
+	cfg.serving = func(srv *server, base string) { served <- servedSandbox{base, srv} }
+	done := make(chan error, 1)
+	go func() { done <- runConfigured(runCtx, cfg, getenv, stderr, stderr, tuneHeap) }()
+	select {
+	case s := <-served:
+		return func() error { stopRun(); return <-done }, s, nil
+	case err := <-done:
+		stopRun()
+		if err == nil {
+			err = errors.New("the sandbox stopped before it served")
+		}
+		return nil, servedSandbox{}, err
+	}
+}
+
+// mcpBridge carries messages between stdin and stdout and a door: each line a POST to its
+// /mcp, with the headers an HTTP client of the door sends (the key, the revision the
+// handshake settled or the request's _meta names, Mcp-Method and Mcp-Name).
+type mcpBridge struct {
+	base     string            // the API's base URL: the door is at its origin's /mcp
+	rt       http.RoundTripper // the sandbox, in this process, or the network
+	key      string
+	revision atomic.Pointer[string] // the legacy revision initialize settled
+	out      io.Writer
+	outMu    sync.Mutex // one line at a time on stdout
+	say      func(string)
+}
+
+// checkKey asks the sandbox whether it takes the bridge's key: "" when it does, else why
+// not (refused: 401, 403 or 503; or the sandbox cannot be reached).
+func (b *mcpBridge) checkKey(ctx context.Context) string {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.base+"/test_helpers/clock", nil)
+	req.Header.Set("Authorization", "Bearer "+b.key)
+	res, err := b.rt.RoundTrip(req)
+	if err != nil {
+		return "the sandbox at " + b.base + " cannot be reached: " + err.Error()
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
+	switch res.StatusCode {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusServiceUnavailable:
+		var p struct{ Code, Detail string }
+		json.Unmarshal(body, &p)
+		return fmt.Sprintf("the sandbox at %s refused the key (%d %s): %s", b.base, res.StatusCode, p.Code, p.Detail)
+	}
+	return ""
+}
+
+// carryAll carries each line of stdin until its end (or a signal), then waits for the
+// answers in flight. An initialize is carried alone: what it settles, the next requests
+// send.
+func (b *mcpBridge) carryAll(ctx context.Context, stdin io.Reader) {
+	lines := make(chan []byte)
+	go func() {
+		defer close(lines)
+		r := bufio.NewReaderSize(stdin, 64<<10)
+		for {
+			line, err := readMessageLine(r)
+			if len(bytes.TrimSpace(line)) > 0 {
+				select {
+				case lines <- line:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, 64) // messages in flight at once
+	for {
+		var line []byte
+		var ok bool
+		select {
+		case line, ok = <-lines:
+		case <-ctx.Done():
+		}
+		if !ok {
+			return
+		}
+		if bytes.Contains(line[:min(len(line), 256)], []byte(`"initialize"`)) {
+			b.carry(ctx, line)
+			continue
+		}
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			b.carry(ctx, line)
+		}()
+	}
+}
+
+// readMessageLine reads one line of stdin, without its end of line: at most one byte past
+// the body cap is kept (what is past it is read and dropped).
+func readMessageLine(r *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if room := maxBodyBytes + 1 - len(line); room > 0 {
+			line = append(line, chunk[:min(len(chunk), room)]...)
+		}
+		if err != bufio.ErrBufferFull {
+			return bytes.TrimRight(line, "\r\n"), err
+		}
+	}
+}
+
+// carry carries one message to the door and writes its answer to stdout: the door's
+// JSON-RPC answer as it is; for a request the door could not be reached with (the sandbox
+// gone, a refused key, a 5xx, a line over the cap), a JSON-RPC error of its own for its id.
+func (b *mcpBridge) carry(ctx context.Context, line []byte) {
+	id, method, head := messageHead(line)
+	if len(line) > maxBodyBytes {
+		b.undeliverable(id, method, fmt.Sprintf("the message is over %d bytes (256 KiB), the most the sandbox takes", maxBodyBytes))
+		return
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, originOfBase(b.base)+"/mcp", bytes.NewReader(line))
+	req.Header.Set("Content-Type", jsonContentType)
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+b.key)
+	if head.revision != "" {
+		req.Header.Set("MCP-Protocol-Version", head.revision)
+		req.Header.Set("Mcp-Method", method)
+		if head.name != nil {
+			req.Header.Set("Mcp-Name", encodeMcpName(*head.name))
+		}
+	} else if r := b.revision.Load(); r != nil {
+		req.Header.Set("MCP-Protocol-Version", *r)
+	}
+	res, err := b.rt.RoundTrip(req)
+	if err != nil {
+		b.undeliverable(id, method, "the sandbox at "+b.base+" cannot be reached: "+err.Error())
+		return
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
+	var answer struct {
+		JSONRPC string `json:"jsonrpc"`
+		Result  struct {
+			ProtocolVersion string `json:"protocolVersion"`
+		} `json:"result"`
+	}
+	switch {
+	case res.StatusCode == http.StatusAccepted:
+	case err == nil && json.Unmarshal(body, &answer) == nil && answer.JSONRPC == "2.0":
+		if method == "initialize" && answer.Result.ProtocolVersion != "" {
+			b.revision.Store(&answer.Result.ProtocolVersion)
+		}
+		b.write(body)
+	default:
+		var p struct{ Code, Detail string }
+		json.Unmarshal(body, &p)
+		b.undeliverable(id, method, fmt.Sprintf("the sandbox answered %d %s: %s", res.StatusCode, p.Code, cmp.Or(p.Detail, http.StatusText(res.StatusCode))))
+	}
+}
+
+// undeliverable answers a request the bridge could not deliver with a JSON-RPC error for
+// its id; a notification's (no id) is only said on stderr.
+func (b *mcpBridge) undeliverable(id json.RawMessage, method, why string) {
+	if id == nil {
+		b.say("a notification (" + cutField(method, 64) + ") was not delivered: " + why)
+		return
+	}
+	b.write(rpcError(id, rpcInternalError, "Internal error: "+why+".", nil))
+}
+
+// write writes one answer, a line, to stdout.
+func (b *mcpBridge) write(answer []byte) {
+	b.outMu.Lock()
+	defer b.outMu.Unlock()
+	b.out.Write(append(bytes.TrimSpace(answer), '\n'))
+}
+
+// mcpHead is what the bridge sends in the headers of a stateless request: the revision its
+// _meta names, and the name Mcp-Name mirrors.
+type mcpHead struct {
+	revision string
+	name     *string
+}
+
+// messageHead reads a line's id, method, and the stateless revision's headers, as far as
+// the line can be read: a line cut at the cap still gives the id it names before the cut.
+func messageHead(line []byte) (id json.RawMessage, method string, head mcpHead) {
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params struct {
+			Name *string                    `json:"name"`
+			URI  *string                    `json:"uri"`
+			Meta map[string]json.RawMessage `json:"_meta"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(line, &msg) != nil {
+		return idBeforeCut(line), "", head
+	}
+	json.Unmarshal(msg.Params.Meta[metaRevision], &head.revision)
+	head.name = msg.Params.Name
+	if msg.Method == "resources/read" {
+		head.name = msg.Params.URI
+	}
+	id = msg.ID
+	if string(id) == "null" {
+		id = nil
+	}
+	return id, msg.Method, head
+}
+
+// idBeforeCut is the id a line names among its first members, before the point where it
+// stops being readable JSON; nil when it names none there.
+func idBeforeCut(line []byte) json.RawMessage {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	for dec.More() {
+		name, err := dec.Token()
+		var value json.RawMessage
+		if err != nil || dec.Decode(&value) != nil {
+			return nil
+		}
+		if name == "id" && len(value) > 0 && value[0] != '{' && value[0] != '[' && string(value) != "null" {
+			return value
+		}
+	}
+	return nil
+}
+
+// originOfBase is a base URL's origin: its scheme and host.
+func originOfBase(base string) string {
+	u, err := url.Parse(base)
+	if err != nil {
+		return base
+	}
+	return u.Scheme + "://" + u.Host
+}
+
+// ===== The MCP door: the revision, and the method =====
+
+// The revisions the door speaks, newest first: the stateless 2026-07-28 (each request's
+// _meta names its revision, and the headers repeat it), and the legacy handshake's.
+var mcpRevisions = []string{"2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
+
+const (
+	mcpStateless    = "2026-07-28"
+	mcpUnnamed      = "2025-03-26" // a legacy request without MCP-Protocol-Version
+	mcpNewestLegacy = "2025-11-25" // what initialize answers a revision it does not speak
+)
+
+// The keys of a request's _meta (2026-07-28).
+const (
+	metaRevision     = "io.modelcontextprotocol/protocolVersion"
+	metaCapabilities = "io.modelcontextprotocol/clientCapabilities"
+	metaServerInfo   = "io.modelcontextprotocol/serverInfo"
+)
+
+// mcpCall is one request to the door: what it knocked with, and the revision it is answered
+// in.
+type mcpCall struct {
+	ctx       context.Context
+	key       string      // the caller's key, as sent
+	header    http.Header // the request's fields: its revision's headers
+	origin    string      // http:// and the Host it named the sandbox by
+	host      string      // its Host, the API requests' too
+	remote    string      // the client's address, the API requests' too
+	revision  string
+	stateless bool
+}
+
+// mcpFault is a request refused before its method: its JSON-RPC code, message and data, and
+// the HTTP status its revision answers it with.
+type mcpFault struct {
+	status, code int
+	message      string
+	data         any
+}
+
+// answer answers a request: its revision, then its method; the HTTP status (a stateless
+// revision's error has its own; a legacy one's is 200) and the JSON-RPC body.
+func (d *mcpDoor) answer(c *mcpCall, msg *rpcMessage) (int, []byte) {
+	if f := c.resolveRevision(msg); f != nil {
+		return f.status, rpcError(msg.id, f.code, f.message, f.data)
+	}
+	result, f := d.dispatch(c, msg)
+	if f != nil {
+		return f.status, rpcError(msg.id, f.code, f.message, f.data)
+	}
+	if c.stateless {
+		result["resultType"] = "complete"
+		meta, _ := result["_meta"].(map[string]any)
+		if meta == nil {
+			meta = map[string]any{}
+		}
+		meta[metaServerInfo] = serverInfo(c.revision)
+		result["_meta"] = meta
+	}
+	return http.StatusOK, rpcEnvelope(msg.id, "result", result)
+}
+
+// resolveRevision sets the revision c is answered in: the stateless revision's when the
+// request is of it (its MCP-Protocol-Version, its _meta, or server/discover), judged so (its
+// _meta names its revision and the client's capabilities, and the headers repeat the body);
+// else the legacy one MCP-Protocol-Version names (absent: 2025-03-26), or, for initialize,
+// the one it asks for. A revision the door does not speak is refused.
+func (c *mcpCall) resolveRevision(msg *rpcMessage) *mcpFault {
+	header := c.header.Get("MCP-Protocol-Version")
+	var meta map[string]json.RawMessage
+	json.Unmarshal(msg.params["_meta"], &meta)
+	_, named := meta[metaRevision]
+	if header != "" && !slices.Contains(mcpRevisions, header) {
+		return unsupportedRevision(header)
+	}
+	c.stateless = header == mcpStateless || named || msg.method == "server/discover"
+	if !c.stateless {
+		c.revision = cmp.Or(header, mcpUnnamed)
+		if msg.method == "initialize" {
+			var p struct{ ProtocolVersion string }
+			json.Unmarshal(rawParams(msg), &p)
+			c.revision = p.ProtocolVersion
+			if !slices.Contains(mcpRevisions[1:], c.revision) {
+				c.revision = mcpNewestLegacy
+			}
+		}
+		return nil
+	}
+	c.revision = mcpStateless
+	return c.statelessFault(msg, header, meta)
+}
+
+// statelessFault is what refuses a request of the stateless revision: a _meta without its
+// revision or the client's capabilities (-32602), a revision the door does not speak
+// (-32022), headers unlike the body (-32020): MCP-Protocol-Version and _meta's revision,
+// Mcp-Method and the method, Mcp-Name and the tool's name or the resource's URI.
+func (c *mcpCall) statelessFault(msg *rpcMessage, header string, meta map[string]json.RawMessage) *mcpFault {
+	var revision string
+	var capabilities map[string]json.RawMessage
+	if json.Unmarshal(meta[metaRevision], &revision) != nil || json.Unmarshal(meta[metaCapabilities], &capabilities) != nil || capabilities == nil {
+		return &mcpFault{http.StatusBadRequest, rpcInvalidParams, "Invalid params: _meta must name the request's revision (" + metaRevision + ") and the client's capabilities (" + metaCapabilities + ", an object).", nil}
+	}
+	if revision != mcpStateless {
+		return unsupportedRevision(revision)
+	}
+	name, mirrored := mcpName(msg)
+	sentName, ok := decodeMcpName(c.header.Get("Mcp-Name"))
+	switch {
+	case header != revision:
+		return headerMismatch("MCP-Protocol-Version " + strconv.Quote(header) + " is not the body's revision " + strconv.Quote(revision))
+	case c.header.Get("Mcp-Method") != msg.method:
+		return headerMismatch("Mcp-Method " + strconv.Quote(c.header.Get("Mcp-Method")) + " is not the body's method " + strconv.Quote(msg.method))
+	case mirrored && (!ok || sentName != name):
+		return headerMismatch("Mcp-Name " + strconv.Quote(c.header.Get("Mcp-Name")) + " is not the body's " + strconv.Quote(name))
+	}
+	return nil
+}
+
+func unsupportedRevision(requested string) *mcpFault {
+	return &mcpFault{http.StatusBadRequest, rpcUnsupportedRevision, "Unsupported protocol version " + strconv.Quote(cutField(requested, 64)) + ": this door speaks " + strings.Join(mcpRevisions, ", ") + ".",
+		map[string]any{"supported": mcpRevisions, "requested": requested}}
+}
+
+func headerMismatch(why string) *mcpFault {
+	return &mcpFault{http.StatusBadRequest, rpcHeaderMismatch, "Header mismatch: " + why + ".", nil}
+}
+
+// mcpName is what a request's Mcp-Name mirrors: a tool's name (tools/call) or a resource's
+// URI (resources/read); false for the methods that mirror none.
+func mcpName(msg *rpcMessage) (string, bool) {
+	var name string
+	switch msg.method {
+	case "tools/call":
+		json.Unmarshal(msg.params["name"], &name)
+	case "resources/read":
+		json.Unmarshal(msg.params["uri"], &name)
+	default:
+		return "", false
+	}
+	return name, true
+}
+
+// decodeMcpName is an Mcp-Name value as sent: plain, or a =?base64?...?= sentinel (a name
+// that is not plain visible ASCII).
+func decodeMcpName(v string) (string, bool) {
+	inner, ok := strings.CutPrefix(v, "=?base64?")
+	if !ok {
+		return v, true
+	}
+	inner, ok = strings.CutSuffix(inner, "?=")
+	b, err := base64.StdEncoding.DecodeString(inner)
+	return string(b), ok && err == nil
+}
+
+// encodeMcpName is name as an Mcp-Name value: itself when it is visible ASCII, else the
+// =?base64?...?= sentinel.
+func encodeMcpName(name string) string {
+	for i := 0; i < len(name); i++ {
+		if name[i] < 0x21 || name[i] > 0x7e {
+			return "=?base64?" + base64.StdEncoding.EncodeToString([]byte(name)) + "?="
+		}
+	}
+	return name
+}
+
+// rawParams is a request's params as sent, {} when it has none.
+func rawParams(msg *rpcMessage) []byte {
+	if p := msg.raw["params"]; p != nil {
+		return p
+	}
+	return []byte("{}")
+}
+
+// dispatch answers a request by its method. The methods a revision lacks: initialize, ping,
+// prompts/* and logging/setLevel are the legacy handshake's (the stateless revision: 404);
+// server/discover the stateless one's.
+func (d *mcpDoor) dispatch(c *mcpCall, msg *rpcMessage) (map[string]any, *mcpFault) {
+	switch {
+	case msg.method == "initialize" && !c.stateless:
+		return d.initialize(c), nil
+	case msg.method == "ping" && !c.stateless:
+		return map[string]any{}, nil
+	case msg.method == "server/discover" && c.stateless:
+		return d.discover(c), nil
+	case msg.method == "tools/list":
+		return d.listTools(c), nil
+	case msg.method == "tools/call":
+		return d.callTool(c, msg)
+	case msg.method == "resources/list":
+		return d.listResources(c), nil
+	case msg.method == "resources/read":
+		return d.readResource(c, msg)
+	case msg.method == "resources/templates/list":
+		return c.cached(map[string]any{"resourceTemplates": []any{}}), nil
+	}
+	status := http.StatusOK
+	if c.stateless {
+		status = http.StatusNotFound
+	}
+	return nil, &mcpFault{status, rpcMethodNotFound, "Method not found: " + strconv.Quote(cutField(msg.method, 64)) + " in revision " + c.revision + ".", nil}
+}
+
+// mcpCapabilities are what the door offers: tools and resources, no prompts.
+var mcpCapabilities = map[string]any{"tools": map[string]any{}, "resources": map[string]any{}}
+
+// serverInfo is the door's identity as revision sees it (a title from 2025-06-18).
+func serverInfo(revision string) map[string]any {
+	info := map[string]any{"name": "shipping-api-sandbox", "version": "v1-developer-preview"}
+	if revision >= "2025-06-18" {
+		info["title"] = "Shipping API sandbox"
+	}
+	return info
+}
+
+// initialize answers the legacy handshake in the revision asked for (or the newest legacy
+// one).
+func (d *mcpDoor) initialize(c *mcpCall) map[string]any {
+	return map[string]any{"protocolVersion": c.revision, "capabilities": mcpCapabilities, "serverInfo": serverInfo(c.revision), "instructions": d.instructions(c)}
+}
+
+// discover answers server/discover: the revisions the door speaks, newest first, what it
+// offers, and how to start.
+func (d *mcpDoor) discover(c *mcpCall) map[string]any {
+	return c.cached(map[string]any{"supportedVersions": mcpRevisions, "capabilities": mcpCapabilities, "instructions": d.instructions(c)})
+}
+
+// cached is a result the stateless revision may cache: an hour, for anyone.
+func (c *mcpCall) cached(result map[string]any) map[string]any {
+	if c.stateless {
+		result["ttlMs"], result["cacheScope"] = 3600000, "public"
+	}
+	return result
+}
+
+// instructions are what the door tells an agent at the start: what the sandbox is, its base
+// URL, the first calls to make.
+func (d *mcpDoor) instructions(c *mcpCall) string {
+	return "The local sandbox of the Shipment Tracking and Imported Orders API (v1, developer preview), at " + c.origin + "/v1: it behaves as the real API will, " +
+		"rule for rule and error for error, and never calls a carrier or a marketplace. Each tool is the API's requests, made with your key (or a key argument: a " +
+		"test key of this sandbox), rate-limited and journaled as a client's. Start with create_sandbox ({\"template\":\"acct_sync\",\"idempotency_key\":\"any-new-value\"}): " +
+		"an account of your own, a copy of a marketplace that moves; then list_orders and get_tracking with its key; book_shipment and add_shipment_events write " +
+		"in it; set_clock and get_timeline move and read its clock; get_findings says which traps your requests fell into; check_server judges a server by the " +
+		"spec's rules. The resources: sandbox:///openapi.json (the document), sandbox:///README.md and every docs page."
+}
+
+// ===== The MCP door: the tools, one table =====
+
+// mcpTool is a tool of the door: what an agent reads of it (its name, title, description,
+// arguments and answers, the hints a host asks for leave) and how it is called: the API's
+// request it makes (op: the operation whose answer it returns), or, for check_server, the kit.
+type mcpTool struct {
+	name, title, description                     string
+	op                                           string   // the document's operation: its success schema
+	path                                         []string // the request's path, {member}s filled in: the first whose members are sent
+	method                                       string
+	members                                      []mcpMember
+	exactlyOne                                   []string // members of which the call sends one (judged at the call)
+	api                                          bool     // it makes the API's requests: it takes key, prefer and run too
+	readOnly, destructive, idempotent, openWorld bool
+	input, output                                map[string]any // built at start
+}
+
+// mcpMember is an argument of a tool: where the document describes it (a parameter, a
+// schema's property, an operation's own parameter; or an inline schema), whether the call
+// must send it, and where the API's request carries it.
+type mcpMember struct {
+	name     string
+	from     string // "parameters/Name", "schemas/Name/property", "op/operationId/parameter"; "" for inline
+	inline   string // the JSON schema, when from is ""
+	in       string // path, query, body, header (Idempotency-Key), or "" (the call's own: key, prefer, run)
+	required bool
+}
+
+// The members every API tool takes, and the one each write takes.
+var (
+	keyMember    = mcpMember{name: "key", inline: `{"type":"string","description":"A test key of this sandbox to act as (a sandbox's, say); default: the caller's. A live key is refused (503)."}`}
+	preferMember = mcpMember{name: "prefer", inline: `{"type":"string","description":"Sent as the Prefer header: code=429|500|502|503 (a simulated answer), code=503; times=2 (failing only the first tries), delay=MS, clock=\"start+90s\" (the instant this request is judged at)."}`}
+	runMember    = mcpMember{name: "run", inline: `{"type":"string","pattern":"^[A-Za-z0-9._-]{1,64}$","description":"Sent as Prefer: run=\"...\": tags the request, so that get_requests and get_findings of that run judge it apart."}`}
+	idemMember   = mcpMember{name: "idempotency_key", from: "schemas/IdempotencyKey", in: "header", required: true}
+)
+
+// mcpToolTable is the door's tools, the one table that tools/list, docs/mcp.md's table and
+// the tests read.
+var mcpToolTable = []mcpTool{
+	{name: "get_tracking", title: "A shipment's tracking view", op: "getShipmentTracking", method: http.MethodGet, api: true, readOnly: true,
+		description: "GET /v1/shipments/{id}/tracking, or GET /v1/tracking/{tracking_number}: a shipment's tracking view (its events, oldest first, in UTC) by its id or by its primary tracking number; send one of the two.",
+		path:        []string{"/v1/shipments/{shipment_id}/tracking", "/v1/tracking/{tracking_number}"}, exactlyOne: []string{"shipment_id", "tracking_number"},
+		members: []mcpMember{{name: "shipment_id", from: "parameters/ShipmentId", in: "path"}, {name: "tracking_number", from: "parameters/TrackingNumber", in: "path"}}},
+	{name: "list_orders", title: "A page of imported orders", op: "listOrders", method: http.MethodGet, api: true, readOnly: true, path: []string{"/v1/orders"},
+		description: "GET /v1/orders: a page of imported orders, newest first, with its pagination; next_cursor pages on (with the same filters).",
+		members: []mcpMember{{name: "limit", from: "parameters/Limit", in: "query"}, {name: "cursor", from: "parameters/Cursor", in: "query"}, {name: "status", from: "parameters/Status", in: "query"},
+			{name: "created_from", from: "parameters/CreatedFrom", in: "query"}, {name: "created_to", from: "parameters/CreatedTo", in: "query"}}},
+	{name: "get_order", title: "One imported order", op: "getOrder", method: http.MethodGet, api: true, readOnly: true, path: []string{"/v1/orders/{id}"},
+		description: "GET /v1/orders/{id}: one imported order, its six fields.",
+		members:     []mcpMember{{name: "id", from: "parameters/OrderId", in: "path", required: true}}},
+	{name: "create_sandbox", title: "Make a sandbox: an account of your own", op: "createSandbox", method: http.MethodPost, api: true, idempotent: true, path: []string{"/v1/test_helpers/sandboxes"},
+		description: "POST /v1/test_helpers/sandboxes: an account of your own, with keys made for it: a copy of a dataset account (template; acct_sync is a marketplace that moves) or the records sent. Its keys act in it (the key argument of the other tools).",
+		members: []mcpMember{{name: "template", from: "schemas/SandboxRequest/template", in: "body"}, {name: "shipments", from: "schemas/SandboxRequest/shipments", in: "body"},
+			{name: "orders", from: "schemas/SandboxRequest/orders", in: "body"}, {name: "keys", from: "schemas/SandboxRequest/keys", in: "body"}, {name: "profile", from: "schemas/SandboxRequest/profile", in: "body"}, idemMember}},
+	{name: "delete_sandbox", title: "Forget a sandbox", op: "deleteSandbox", method: http.MethodDelete, api: true, destructive: true, path: []string{"/v1/test_helpers/sandboxes/{account}"},
+		description: "DELETE /v1/test_helpers/sandboxes/{account}: forgets the sandbox at once, with a key of its own (the key argument); its keys answer 401 from then on.",
+		members:     []mcpMember{{name: "account", from: "parameters/SandboxAccount", in: "path", required: true}}},
+	{name: "book_shipment", title: "Book a shipment for an order", op: "createShipment", method: http.MethodPost, api: true, idempotent: true, path: []string{"/v1/test_helpers/shipments"},
+		description: "POST /v1/test_helpers/shipments: a shipment created in your sandbox (a key of it) at the request's instant, linking the order it names (order_id); a second link of one order is 409.",
+		members: []mcpMember{{name: "id", from: "schemas/ShipmentRequest/id", in: "body"}, {name: "reference", from: "schemas/ShipmentRequest/reference", in: "body", required: true},
+			{name: "tracking_number", from: "schemas/ShipmentRequest/tracking_number", in: "body"}, {name: "parcel_tracking_numbers", from: "schemas/ShipmentRequest/parcel_tracking_numbers", in: "body"},
+			{name: "order_id", from: "schemas/ShipmentRequest/order_id", in: "body"}, {name: "events", from: "schemas/ShipmentRequest/events", in: "body"}, idemMember}},
+	{name: "add_shipment_events", title: "Move a shipment: carrier events arrive", op: "addShipmentEvents", method: http.MethodPost, api: true, idempotent: true, path: []string{"/v1/test_helpers/shipments/{shipment_id}/events"},
+		description: "POST /v1/test_helpers/shipments/{id}/events: carrier events arrive for a shipment of your sandbox at the request's instant: events (raw, each with a timestamp, an after from now, or neither), or status (one event of that status now) with its location.",
+		members: []mcpMember{{name: "shipment_id", from: "op/addShipmentEvents/id", in: "path", required: true}, {name: "events", from: "schemas/ShipmentEventsRequest/events", in: "body"},
+			{name: "status", from: "schemas/ShipmentStatusRequest/status", in: "body"}, {name: "location", from: "schemas/ShipmentStatusRequest/location", in: "body"}, idemMember}},
+	{name: "get_clock", title: "The sandbox clock", op: "getClock", method: http.MethodGet, api: true, readOnly: true, path: []string{"/v1/test_helpers/clock"},
+		description: "GET /v1/test_helpers/clock: the key's account's sandbox clock: frozen, running from an instant, or following the wall clock, and its reading."},
+	{name: "set_clock", title: "Move the sandbox clock", op: "setClock", method: http.MethodPost, api: true, path: []string{"/v1/test_helpers/clock"},
+		description: "POST /v1/test_helpers/clock: freeze the key's account's clock at an instant (frozen_time; null: follow the wall clock again), or set it running from one (run_from); send one of the two.",
+		members:     []mcpMember{{name: "frozen_time", from: "schemas/ClockRequest/frozen_time", in: "body"}, {name: "run_from", from: "schemas/ClockRequest/run_from", in: "body"}}},
+	{name: "get_timeline", title: "What moves, around now", op: "getTimeline", method: http.MethodGet, api: true, readOnly: true, path: []string{"/v1/test_helpers/timeline"},
+		description: "GET /v1/test_helpers/timeline: what the account's data schedules around the request's instant: the last 10 things that happened and the next 10 to come."},
+	{name: "get_requests", title: "The journal: what your requests showed", op: "getRequests", method: http.MethodGet, readOnly: true, path: []string{"/v1/test_helpers/requests"},
+		description: "GET /v1/test_helpers/requests: the journal of the key's account, oldest first: each request's target, status, code, instant and the ids it showed (run: only a tagged run's).",
+		members:     []mcpMember{{name: "run", from: "parameters/JournalRun", in: "query"}, {name: "limit", from: "parameters/JournalLimit", in: "query"}, keyMember, preferMember}},
+	{name: "get_findings", title: "The findings: traps your requests fell into", op: "getFindings", method: http.MethodGet, readOnly: true, path: []string{"/v1/test_helpers/findings"},
+		description: "GET /v1/test_helpers/findings: the traps the journal's requests show the integration fell into (retry_too_soon, missed_import, stale_order, ambiguous_number, blind_retry), each with what to change (run: only a tagged run's).",
+		members:     []mcpMember{{name: "run", from: "parameters/JournalRun", in: "query"}, keyMember, preferMember}},
+	{name: "check_server", title: "Check a server against the spec", readOnly: true, openWorld: true,
+		description: "The conformance kit (go run . check): a server judged by the spec's rules over HTTP, its JSON report. Without base_url, this sandbox, with your key; a base_url on this machine only (a loopback address), with the keys of the sandbox's environment (SANDBOX_CHECK_KEY and the others), never keys from arguments. It leaves the server as it found it: the two sandboxes it makes there, it deletes.",
+		members: []mcpMember{{name: "base_url", inline: `{"type":"string","description":"The server under check: the API's base, an http URL of a loopback address (127.0.0.1, localhost, [::1]), such as http://127.0.0.1:8181/v1. Absent: this sandbox."}`},
+			{name: "rules", inline: `{"type":"string","description":"Comma-separated rule ids, or prefixes ending in * such as tracking.* (default: every rule)."}`},
+			{name: "profile", inline: `{"type":"string","enum":["sandbox","domain_adapter"],"description":"The spec's stated difference to expect: an ambiguous tracking number is 404 from a sandbox, 409 from the domain adapter."}`},
+			{name: "mode", inline: `{"type":"string","enum":["safe","full"],"description":"safe (default), or full to add the rules that load the server (its rate limit)."}`}}},
+}
+
+// tool is the door's tool of this name, or nil.
+func (d *mcpDoor) tool(name string) *mcpTool {
+	for i := range d.tools {
+		if d.tools[i].name == name {
+			return &d.tools[i]
+		}
+	}
+	return nil
+}
+
+// newMCPDoor builds the door once, at start: each tool's input and output schemas from the
+// document (its $refs inlined), and the resources.
+func newMCPDoor(s *server, key string, getenv func(string) string) (*mcpDoor, error) {
+	var doc map[string]any
+	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
+		return nil, err
+	}
+	d := &mcpDoor{s: s, key: key, getenv: getenv, tools: slices.Clone(mcpToolTable)}
+	for i := range d.tools {
+		t := &d.tools[i]
+		if t.api {
+			t.members = append(slices.Clone(t.members), keyMember, preferMember, runMember)
+		}
+		var err error
+		if t.input, err = inputSchema(doc, t); err != nil {
+			return nil, fmt.Errorf("the MCP tool %s: %w", t.name, err)
+		}
+		if t.output, err = outputSchema(doc, t); err != nil {
+			return nil, fmt.Errorf("the MCP tool %s: %w", t.name, err)
+		}
+	}
+	resources, err := mcpResources()
+	d.resources = resources
+	return d, err
+}
+
+// inputSchema is a tool's arguments as one flat object: each member's schema and
+// description from the document, no combinator at the top (a host refuses a tool list
+// that has one), no member beyond them.
+func inputSchema(doc map[string]any, t *mcpTool) (map[string]any, error) {
+	properties, required := map[string]any{}, []string{}
+	for _, m := range t.members {
+		schema, err := memberSchema(doc, m)
+		if err != nil {
+			return nil, fmt.Errorf("member %s: %w", m.name, err)
+		}
+		properties[m.name] = schema
+		if m.required {
+			required = append(required, m.name)
+		}
+	}
+	return map[string]any{"type": "object", "properties": properties, "required": required, "additionalProperties": false}, nil
+}
+
+// memberSchema is a member's schema, its $refs inlined, with the document's description.
+func memberSchema(doc map[string]any, m mcpMember) (map[string]any, error) {
+	if m.from == "" {
+		var schema map[string]any
+		err := json.Unmarshal([]byte(m.inline), &schema)
+		return schema, err
+	}
+	parts := strings.Split(m.from, "/")
+	var node, schema map[string]any
+	switch parts[0] {
+	case "parameters":
+		node = docNode(doc, "components", "parameters", parts[1])
+		schema, _ = node["schema"].(map[string]any)
+	case "schemas":
+		if schema = docNode(doc, "components", "schemas", parts[1]); len(parts) == 3 {
+			schema = docNode(schema, "properties", parts[2])
+		}
+	case "op":
+		node = docParameter(doc, parts[1], parts[2])
+		schema, _ = node["schema"].(map[string]any)
+	}
+	if schema == nil {
+		return nil, fmt.Errorf("the document has no %s", m.from)
+	}
+	out := inlined(doc, schema, 0).(map[string]any)
+	if desc, ok := node["description"].(string); ok {
+		out["description"] = desc
+	}
+	return out, nil
+}
+
+// outputSchema is what a tool answers: its success or a problem, both (a host checks an
+// error's structured content against it too).
+func outputSchema(doc map[string]any, t *mcpTool) (map[string]any, error) {
+	var success map[string]any
+	switch {
+	case t.name == "check_server":
+		json.Unmarshal([]byte(checkReportSchema), &success)
+	case t.op == "deleteSandbox":
+		success = map[string]any{"type": "object", "maxProperties": 0, "description": "204 No Content: the sandbox is forgotten."}
+	default:
+		success = docSuccess(doc, t.op)
+	}
+	problem := docNode(doc, "components", "schemas", "Problem")
+	if success == nil || problem == nil {
+		return nil, fmt.Errorf("the document has no answer of %s", t.op)
+	}
+	return map[string]any{"type": "object", "anyOf": []any{terse(inlined(doc, success, 0), true), terse(inlined(doc, problem, 0), true)}}, nil
+}
+
+// terse is an output schema without the descriptions of its parts (its own kept; a property
+// named description stays, its value a schema, not prose): a host
+// validates against it, and the document says the rest; with them, the tool list of
+// thirteen tools, each with the problem's, would weigh twice as much.
+func terse(node any, top bool) any {
+	switch v := node.(type) {
+	case map[string]any:
+		for k, x := range v {
+			if _, prose := x.(string); k == "description" && prose && !top {
+				delete(v, k)
+			} else if k != "enum" && k != "const" {
+				v[k] = terse(x, false)
+			}
+		}
+	case []any:
+		for i, x := range v {
+			v[i] = terse(x, false)
+		}
+	}
+	return node
+}
+
+// checkReportSchema is the kit's JSON report, what check_server answers.
+const checkReportSchema = `{"type":"object","description":"The conformance kit's report: the server, each rule's result and evidence, the summary.","required":["base_url","profile","mode","world","warnings","rules","summary"],` +
+	`"properties":{"base_url":{"type":"string"},"profile":{"type":"string"},"mode":{"type":"string"},"world":{"type":"string","enum":["own","discovered"]},"warnings":{"type":"array","items":{"type":"string"}},` +
+	`"rules":{"type":"array","items":{"type":"object","required":["id","level","title","spec","result","reason","evidence"],"properties":{"id":{"type":"string"},"level":{"type":"string","enum":["MUST","SHOULD"]},"title":{"type":"string"},"spec":{"type":"string"},"result":{"type":"string","enum":["pass","fail","skip","expected"]},"reason":{"type":["string","null"]},` +
+	`"evidence":{"type":"array","items":{"type":"object","properties":{"expected":{"type":"string"},"seen":{"type":"string"},"status":{"type":"integer"},"curl":{"type":"string"},"request_id":{"type":"string"}}}}}}},` +
+	`"summary":{"type":"object","properties":{"total":{"type":"integer"},"passed":{"type":"integer"},"failed":{"type":"integer"},"failed_must":{"type":"integer"},"skipped":{"type":"integer"},"expected":{"type":"integer"},"stale":{"type":"integer"},"evaluated":{"type":"integer"},"requests":{"type":"integer"},"retried":{"type":"integer"}}}}}`
+
+// docNode is the object at the path of names under node, or nil.
+func docNode(node map[string]any, path ...string) map[string]any {
+	for _, name := range path {
+		node, _ = node[name].(map[string]any)
+	}
+	return node
+}
+
+// docOperation is the document's operation of this id, or nil.
+func docOperation(doc map[string]any, id string) map[string]any {
+	for _, item := range docNode(doc, "paths") {
+		for _, op := range item.(map[string]any) {
+			if o, ok := op.(map[string]any); ok && o["operationId"] == id {
+				return o
+			}
+		}
+	}
+	return nil
+}
+
+// docParameter is an operation's own parameter of this name, or nil.
+func docParameter(doc map[string]any, opID, name string) map[string]any {
+	params, _ := docOperation(doc, opID)["parameters"].([]any)
+	for _, p := range params {
+		if q, ok := p.(map[string]any); ok && q["name"] == name {
+			return q
+		}
+	}
+	return nil
+}
+
+// docSuccess is the schema of an operation's 2xx JSON answer, or nil.
+func docSuccess(doc map[string]any, opID string) map[string]any {
+	for status, r := range docNode(docOperation(doc, opID), "responses") {
+		if strings.HasPrefix(status, "2") {
+			if schema := docNode(r.(map[string]any), "content", "application/json", "schema"); schema != nil {
+				return schema
+			}
+		}
+	}
+	return nil
+}
+
+// inlined is node with every $ref replaced by what it names, and what JSON Schema does not
+// read (the document's example and x- members) left out.
+func inlined(doc map[string]any, node any, depth int) any {
+	switch v := node.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		if ref, ok := v["$ref"].(string); ok && depth < 32 {
+			path := strings.Split(strings.TrimPrefix(ref, "#/"), "/")
+			for k, x := range inlined(doc, docNode(doc, path...), depth+1).(map[string]any) {
+				out[k] = x
+			}
+		}
+		for k, x := range v {
+			if k != "$ref" && k != "example" && !strings.HasPrefix(k, "x-") {
+				out[k] = inlined(doc, x, depth+1)
+			}
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = inlined(doc, x, depth+1)
+		}
+		return out
+	}
+	return node
+}
+
+// listed is the tool as tools/list shows it to a revision: what the revision lacks left out
+// (before 2025-03-26 no annotations, before 2025-06-18 no title or output schema).
+func (t *mcpTool) listed(revision string) map[string]any {
+	out := map[string]any{"name": t.name, "description": t.description, "inputSchema": t.input}
+	if revision >= "2025-03-26" {
+		out["annotations"] = map[string]any{"readOnlyHint": t.readOnly, "destructiveHint": t.destructive, "idempotentHint": t.idempotent, "openWorldHint": t.openWorld}
+	}
+	if revision >= "2025-06-18" {
+		out["title"], out["outputSchema"] = t.title, t.output
+	}
+	return out
+}
+
+func (d *mcpDoor) listTools(c *mcpCall) map[string]any {
+	tools := make([]any, 0, len(d.tools))
+	for i := range d.tools {
+		tools = append(tools, d.tools[i].listed(c.revision))
+	}
+	return c.cached(map[string]any{"tools": tools})
+}
+
+// ===== The MCP door: a tool's call, its API requests, and its result =====
+
+// callTool answers tools/call: the tool named (an unknown one, or arguments that are not an
+// object: -32602), its arguments judged (anything wrong inside them: an error result, a
+// problem as the API writes it), then its API request, or the kit, and the result.
+func (d *mcpDoor) callTool(c *mcpCall, msg *rpcMessage) (map[string]any, *mcpFault) {
+	var name string
+	json.Unmarshal(msg.params["name"], &name)
+	t := d.tool(name)
+	if t == nil {
+		return nil, c.invalidParams("Invalid params: no tool " + strconv.Quote(cutField(name, 64)) + "; tools/list names them.")
+	}
+	args, err := toolArguments(msg.params["arguments"])
+	if err != nil {
+		return nil, c.invalidParams("Invalid params: the arguments of " + t.name + " are one JSON object: " + err.Error() + ".")
+	}
+	if fault := t.judge(args); fault != nil {
+		return c.toolResult(argumentProblem(fault)), nil
+	}
+	if t.name == "check_server" {
+		return c.toolResult(d.checkServer(c, args)), nil
+	}
+	req, fault := t.request(c, args)
+	if fault != nil {
+		return c.toolResult(argumentProblem(fault)), nil
+	}
+	a, ok := d.s.serveInside(req)
+	if !ok {
+		return nil, &mcpFault{c.errorStatus(http.StatusInternalServerError), rpcInternalError, "Internal error: the API request of " + t.name + " was cut off (the client went away?).", nil}
+	}
+	return c.toolResult(a), nil
+}
+
+// invalidParams is -32602 as c's revision answers it: 400 in the stateless one, 200 else.
+func (c *mcpCall) invalidParams(message string) *mcpFault {
+	return &mcpFault{c.errorStatus(http.StatusBadRequest), rpcInvalidParams, message, nil}
+}
+
+// errorStatus is the HTTP status of a JSON-RPC error: its own in the stateless revision,
+// 200 in a legacy one.
+func (c *mcpCall) errorStatus(status int) int {
+	if c.stateless {
+		return status
+	}
+	return http.StatusOK
+}
+
+// toolArgument is one argument as sent, in the order sent.
+type toolArgument struct {
+	name  string
+	value json.RawMessage
+}
+
+// toolArguments reads a call's arguments: absent or null is none; anything but one JSON
+// object is refused.
+func toolArguments(raw json.RawMessage) ([]toolArgument, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, errors.New("they are not an object")
+	}
+	var args []toolArgument
+	for dec.More() {
+		tok, _ := dec.Token()
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return nil, err
+		}
+		args = append(args, toolArgument{tok.(string), value})
+	}
+	return args, nil
+}
+
+// judge is what is wrong in a call's arguments, as the API would name it, or nil: a member
+// the tool does not take, one sent twice, one it needs missing, a value of the wrong type
+// for where the request carries it, and the rule between members (one of the two).
+func (t *mcpTool) judge(args []toolArgument) *apiError {
+	seen := map[string]bool{}
+	for _, a := range args {
+		m := t.member(a.name)
+		switch {
+		case m == nil:
+			return paramError(codeUnknownParameter, a.name, "The tool "+t.name+" takes no argument "+strconv.Quote(cutField(a.name, 64))+"; it takes "+t.memberNames()+".")
+		case seen[a.name]:
+			return paramError(codeInvalidParameter, a.name, "The argument "+a.name+" is sent twice: send it once.")
+		}
+		seen[a.name] = true
+		if why := m.valueFault(a.value); why != "" {
+			return paramError(codeInvalidParameter, a.name, "The argument "+a.name+" "+why+".")
+		}
+	}
+	for _, m := range t.members {
+		if m.required && !seen[m.name] {
+			return paramError(codeInvalidParameter, m.name, "The argument "+m.name+" is required.")
+		}
+	}
+	if len(t.exactlyOne) == 2 && seen[t.exactlyOne[0]] == seen[t.exactlyOne[1]] {
+		return paramError(codeInvalidParameter, t.exactlyOne[0], "Send one of "+t.exactlyOne[0]+" and "+t.exactlyOne[1]+", not both and not neither.")
+	}
+	return nil
+}
+
+// member is the tool's member of this name, or nil.
+func (t *mcpTool) member(name string) *mcpMember {
+	for i := range t.members {
+		if t.members[i].name == name {
+			return &t.members[i]
+		}
+	}
+	return nil
+}
+
+// memberNames lists the tool's members, for an error's detail.
+func (t *mcpTool) memberNames() string {
+	names := make([]string, len(t.members))
+	for i, m := range t.members {
+		names[i] = m.name
+	}
+	return strings.Join(names, ", ")
+}
+
+// valueFault is what is wrong with a member's value for where the request carries it, ""
+// when nothing is: a body member goes as sent, for the API to judge; a path, a query
+// parameter or a header takes a string (a query's number as written), visible text only.
+func (m *mcpMember) valueFault(v json.RawMessage) string {
+	if m.in == "body" {
+		return ""
+	}
+	var s string
+	switch {
+	case m.in == "query" && len(v) > 0 && (v[0] == '-' || v[0] >= '0' && v[0] <= '9'):
+		return ""
+	case json.Unmarshal(v, &s) != nil:
+		return "is a string"
+	case s == "" && m.in == "path":
+		return "is empty: name one"
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return "holds a control character"
+		}
+	}
+	return ""
+}
+
+// argumentProblem is the answer to arguments the door refuses before any request: the
+// API's problem, as the API would write it.
+func argumentProblem(e *apiError) insideAnswer {
+	id := newRequestID()
+	h := http.Header{"Content-Type": {problemContentType}, "Request-Id": {id}}
+	return insideAnswer{status: e.status(), header: h, body: appendProblem(nil, e, id)}
+}
+
+// request is the API request a tool's call makes: its path (the first of the tool's whose
+// path members were sent), its query and its body in the tool's order of members, the
+// Idempotency-Key, the caller's key (or the key argument), Prefer (with run), and what the
+// door was reached with: its Host, its client's address, its context.
+func (t *mcpTool) request(c *mcpCall, args []toolArgument) (*http.Request, *apiError) {
+	given := map[string]json.RawMessage{}
+	for _, a := range args {
+		given[a.name] = a.value
+	}
+	text := func(name string) string {
+		var s string
+		if json.Unmarshal(given[name], &s) != nil {
+			s = string(given[name]) // a query's number, as written
+		}
+		return s
+	}
+	path := t.pathFor(given, text)
+	var query []string
+	var body []byte
+	for _, m := range t.members {
+		v, ok := given[m.name]
+		switch {
+		case !ok:
+		case m.in == "query":
+			query = append(query, url.QueryEscape(m.name)+"="+url.QueryEscape(text(m.name)))
+		case m.in == "body":
+			body = append(append(appendJSONString(append(body, ','), m.name), ':'), v...)
+		}
+	}
+	if len(query) > 0 {
+		path += "?" + strings.Join(query, "&")
+	}
+	var reader io.Reader
+	if t.method == http.MethodPost {
+		if len(body) == 0 {
+			body = []byte{','}
+		}
+		body[0] = '{'
+		reader = bytes.NewReader(append(body, '}'))
+	}
+	req, err := http.NewRequestWithContext(c.ctx, t.method, c.origin+path, reader)
+	if err != nil {
+		return nil, paramError(codeInvalidParameter, t.members[0].name, "The arguments make no request: "+err.Error()+".")
+	}
+	req.RequestURI, req.RemoteAddr, req.Host = path, c.remote, c.host
+	req.Header.Set("Authorization", "Bearer "+cmp.Or(text("key"), c.key))
+	if reader != nil {
+		req.Header.Set("Content-Type", jsonContentType)
+	}
+	if _, ok := given["idempotency_key"]; ok {
+		req.Header.Set("Idempotency-Key", text("idempotency_key"))
+	}
+	prefer := text("prefer")
+	if run := text("run"); run != "" && t.api {
+		prefer = strings.TrimPrefix(prefer+`, run="`+run+`"`, ", ")
+	}
+	if prefer != "" {
+		req.Header.Set("Prefer", prefer)
+	}
+	return req, nil
+}
+
+// pathFor is the tool's path for the members given: the first of its paths whose {member}s
+// were all sent, each filled in, escaped.
+func (t *mcpTool) pathFor(given map[string]json.RawMessage, text func(string) string) string {
+	for _, p := range t.path {
+		filled, complete := p, true
+		for _, m := range t.members {
+			if m.in != "path" || !strings.Contains(p, "{"+m.name+"}") {
+				continue
+			}
+			if _, ok := given[m.name]; !ok {
+				complete = false
+			}
+			filled = strings.ReplaceAll(filled, "{"+m.name+"}", url.PathEscape(text(m.name)))
+		}
+		if complete {
+			return filled
+		}
+	}
+	return t.path[0]
+}
+
+// insideAnswer is an answer of the API to a request made in this process.
+type insideAnswer struct {
+	status int
+	header http.Header
+	body   []byte
+	line   string // the first line of a tool's text, when it is not the headers' (the kit's summary)
+}
+
+// insideWriter is what a request made in this process is answered to.
+type insideWriter struct {
+	insideAnswer
+}
+
+func (w *insideWriter) Header() http.Header { return w.header }
+
+func (w *insideWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+}
+
+func (w *insideWriter) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	w.body = append(w.body, b...)
+	return len(b), nil
+}
+
+// serveInside answers req through the whole service, as if it had come over the network:
+// its checks, its rate limit, its journal and its log line. false: the request was cut off
+// (its client went away), and nothing was answered.
+func (s *server) serveInside(req *http.Request) (a insideAnswer, ok bool) {
+	w := &insideWriter{insideAnswer{header: http.Header{}}}
+	defer func() {
+		if v := recover(); v != nil && v != http.ErrAbortHandler {
+			panic(v)
+		}
+		a, ok = w.insideAnswer, w.status != 0 && w.status != statusClientClosedRequest
+	}()
+	s.inner.ServeHTTP(w, req)
+	return
+}
+
+// RoundTrip makes a server a transport of its own: the kit, checking this sandbox, sends
+// its requests through it, in this process.
+func (s *server) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.RequestURI == "" {
+		req = req.Clone(req.Context())
+		req.RequestURI, req.RemoteAddr = req.URL.RequestURI(), "127.0.0.1:0"
+	}
+	a, ok := s.serveInside(req)
+	if !ok {
+		return nil, errors.New("the request was cut off")
+	}
+	return &http.Response{Status: strconv.Itoa(a.status) + " " + http.StatusText(a.status), StatusCode: a.status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: a.header, Body: io.NopCloser(bytes.NewReader(a.body)), ContentLength: int64(len(a.body)), Request: req}, nil
+}
+
+// The header fields the first line of a tool's text names, in its order, when present.
+var toolLineFields = []string{"Retry-After", "RateLimit", "Location", "Idempotent-Replayed", "Preference-Applied", "Request-Id"}
+
+// toolResult is an API answer as a tool's result: one text item, its first line what a
+// client reads of the headers, then the body; the body as structured content (from
+// 2025-06-18; {} for an answer without one); isError for a status of 400 or more; and the
+// answer's status and headers in _meta["sandbox/http"].
+func (c *mcpCall) toolResult(a insideAnswer) map[string]any {
+	line := a.line
+	if line == "" {
+		line = "HTTP " + strconv.Itoa(a.status)
+		for _, name := range toolLineFields {
+			if v := a.header.Values(name); len(v) > 0 {
+				line += " · " + name + ": " + strings.Join(v, ", ")
+			}
+		}
+	}
+	text := line
+	if len(a.body) > 0 {
+		text += "\n" + string(a.body)
+	}
+	headers := map[string]string{}
+	for name, v := range a.header {
+		headers[name] = strings.Join(v, ", ")
+	}
+	result := map[string]any{
+		"content": []any{map[string]any{"type": "text", "text": text}},
+		"isError": a.status >= 400,
+		"_meta":   map[string]any{"sandbox/http": map[string]any{"status": a.status, "request_id": a.header.Get("Request-Id"), "headers": headers}},
+	}
+	if c.revision >= "2025-06-18" {
+		structured := json.RawMessage(a.body)
+		if len(a.body) == 0 || a.body[0] != '{' {
+			structured = json.RawMessage("{}")
+		}
+		result["structuredContent"] = structured
+	}
+	return result
+}
+
+// checkServer runs the kit for check_server: without base_url, this sandbox with the
+// caller's key, in this process; a base_url on this machine (a loopback address): this
+// sandbox's own origin with the caller's key, any other with the SANDBOX_CHECK_*KEY
+// variables of this process's environment only. Its JSON report, or a problem when the kit
+// cannot judge.
+func (d *mcpDoor) checkServer(c *mcpCall, args []toolArgument) insideAnswer {
+	base, own := c.origin+"/v1", true
+	flags := []string{"-format", "json"}
+	for _, a := range args {
+		var v string
+		json.Unmarshal(a.value, &v)
+		if a.name == "base_url" {
+			base = strings.TrimSuffix(v, "/")
+			if e := checkedBase(base); e != nil {
+				return argumentProblem(e)
+			}
+			own = loopbackOriginOf(base) == loopbackOriginOf(c.origin+"/v1") || loopbackOriginOf(base) == loopbackOriginOf(d.s.origin+"/v1")
+			continue
+		}
+		flags = append(flags, "-"+a.name, v)
+	}
+	env := func(string) string { return "" }
+	if !own {
+		env = func(name string) string {
+			if strings.HasPrefix(name, "SANDBOX_CHECK_") && strings.HasSuffix(name, "KEY") {
+				return d.getenv(name)
+			}
+			return ""
+		}
+	} else {
+		flags = append(flags, "-key", c.key)
+	}
+	cfg, err := parseCheckConfig(append(flags, "-base-url", base), env, io.Discard)
+	if err != nil {
+		param, why := "base_url", "the kit cannot run: "+err.Error()
+		if f := checkFlagFault.FindStringSubmatch(err.Error()); f != nil {
+			param = f[1]
+		} else if !own {
+			why += " (a server other than this sandbox is checked with the keys of this sandbox's environment: start the sandbox with SANDBOX_CHECK_KEY set)"
+		}
+		return argumentProblem(paramError(codeInvalidParameter, param, newKitSecrets(cfg.keys).mask("check_server: "+why+".")))
+	}
+	k := newKit(c.ctx, cfg)
+	if own {
+		k.client.Transport = d.s
+	}
+	rep, err := k.run()
+	if err != nil {
+		return argumentProblem(paramError(codeInvalidParameter, "base_url", k.secrets.mask("check_server: the kit could not judge "+base+": "+err.Error()+".")))
+	}
+	var b bytes.Buffer
+	rep.write(&b, "json")
+	s := rep.Summary
+	h := http.Header{"Content-Type": {jsonContentType}}
+	line := fmt.Sprintf("%d rules: %d passed, %d failed (%d MUST), %d skipped", s.Total, s.Passed, s.Failed, s.FailedMust, s.Skipped)
+	return insideAnswer{status: http.StatusOK, header: h, body: bytes.TrimSpace(b.Bytes()), line: line}
+}
+
+// checkFlagFault finds the flag of the kit a refused argument of check_server named.
+var checkFlagFault = regexp.MustCompile(`flag -(rules|profile|mode)\b`)
+
+// checkedBase refuses a base_url the door may not check: not an http URL of a loopback
+// address.
+func checkedBase(base string) *apiError {
+	u, err := url.Parse(base)
+	if err != nil || u.Scheme != "http" || u.Host == "" || !namesLoopback(strings.ToLower(u.Hostname())) {
+		return paramError(codeInvalidParameter, "base_url", "check_server checks only servers on this machine: base_url is an http URL of a loopback address (127.0.0.1, localhost or [::1]), the API's base, such as http://127.0.0.1:8181/v1.")
+	}
+	return nil
+}
+
+// loopbackOriginOf is a base URL's origin as this door compares them: scheme and host,
+// lower-cased, localhost as 127.0.0.1.
+func loopbackOriginOf(base string) string {
+	u, err := url.Parse(base)
+	if err != nil {
+		return ""
+	}
+	host := strings.ToLower(u.Host)
+	if h, port, ok := strings.Cut(host, ":"); ok && h == "localhost" {
+		host = "127.0.0.1:" + port
+	}
+	return u.Scheme + "://" + host
+}
+
+// ===== The MCP door: the resources =====
+
+// The pages an agent may read, embedded so that the binary (and the image) holds them.
+//
+//go:embed README.md docs/*.md
+var mcpPages embed.FS
+
+// mcpResource is a resource of the door: the document (served as GET /v1/openapi.json
+// serves it, its servers at the origin the request named), the README or a docs page.
+type mcpResource struct {
+	uri, name, title, mimeType string
+	text                       []byte // nil: the document, written for each request's origin
+}
+
+// mcpResources are the door's resources: the document, the README, every docs page.
+func mcpResources() ([]mcpResource, error) {
+	list := []mcpResource{{uri: "sandbox:///openapi.json", name: "openapi.json", title: "The API's OpenAPI 3.1 document", mimeType: jsonContentType}}
+	pages, err := fs.Glob(mcpPages, "docs/*.md")
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range append([]string{"README.md"}, pages...) {
+		text, err := mcpPages.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		heading, _, _ := strings.Cut(string(text), "\n")
+		list = append(list, mcpResource{uri: "sandbox:///" + name, name: name, title: strings.TrimPrefix(heading, "# "), mimeType: "text/markdown", text: text})
+	}
+	return list, nil
+}
+
+// textFor is what reading the resource gives a request named by origin.
+func (r *mcpResource) textFor(d *mcpDoor, origin string) []byte {
+	if r.text != nil {
+		return r.text
+	}
+	return bytes.ReplaceAll(d.s.openAPI.marked, []byte(originMark), []byte(origin))
+}
+
+func (d *mcpDoor) listResources(c *mcpCall) map[string]any {
+	list := make([]any, 0, len(d.resources))
+	for i := range d.resources {
+		r := &d.resources[i]
+		item := map[string]any{"uri": r.uri, "name": r.name, "mimeType": r.mimeType, "size": len(r.textFor(d, c.origin))}
+		if c.revision >= "2025-06-18" {
+			item["title"] = r.title
+		}
+		list = append(list, item)
+	}
+	return c.cached(map[string]any{"resources": list})
+}
+
+// readResource answers resources/read: the resource's text; a URI the door does not serve
+// is -32002 in a legacy revision, -32602 in the stateless one.
+func (d *mcpDoor) readResource(c *mcpCall, msg *rpcMessage) (map[string]any, *mcpFault) {
+	var uri string
+	json.Unmarshal(msg.params["uri"], &uri)
+	for i := range d.resources {
+		if r := &d.resources[i]; r.uri == uri {
+			return c.cached(map[string]any{"contents": []any{map[string]any{"uri": r.uri, "mimeType": r.mimeType, "text": string(r.textFor(d, c.origin))}}}), nil
+		}
+	}
+	message := "Resource not found: " + strconv.Quote(cutField(uri, 128)) + "; resources/list names the resources."
+	if c.stateless {
+		return nil, c.invalidParams(message)
+	}
+	return nil, &mcpFault{http.StatusOK, rpcResourceNotFound, message, map[string]any{"uri": uri}}
 }
 
 // ===== The conformance kit: its command and its flags =====
@@ -6411,7 +8044,7 @@ type reportSummary struct {
 // report is the run's report of the rules reported, in the catalogue's order, with -expect
 // applied.
 func (k *kit) report(results map[string]ruleResult, reported map[string]bool) *checkReport {
-	rep := &checkReport{BaseURL: k.base, Profile: k.cfg.profile, Mode: "safe", World: "discovered", Warnings: slices.Concat([]string{}, k.readWarnings(), k.warnings), Rules: []ruleReport{}}
+	rep := &checkReport{BaseURL: k.base, Profile: k.cfg.profile, Mode: "safe", World: "discovered", Warnings: append(append([]string{}, k.readWarnings()...), k.warnings...), Rules: []ruleReport{}}
 	if k.cfg.full {
 		rep.Mode = "full"
 	}

@@ -79,11 +79,17 @@ import (
 //   - tracking.go: A booking, a shipment created in a sandbox (its next version built there,
 //     the write by main.go's Writes): each rule both ways, the 502 and blind_retry, entries
 //     judged by the version they read, writes racing reads.
+//   - tracking.go: Events arriving for a sandbox's shipment: moves, refused, replayed, at
+//     their bound, racing reads and their sandbox's delete.
 //   - tracking.go: Normalizing raw carrier events, tracking views, the index, the two
 //     operations.
 //   - orders.go: Loading, the index, the query, pages and the two operations.
 //   - cursor.go: Cursors.
 //   - errors.go: Errors, simulated answers and the floor.
+//   - main.go: The MCP door: both transports and every revision with raw JSON-RPC, each
+//     tool's success and error result, each refusal, tool calls journaled and judged, the
+//     schemas held to this file's validator, the resources, go run . mcp in a real
+//     process, what a tool call costs.
 //   - Conformance: the kit against servers right, broken and hostile: every rule caught
 //     failing by a broken server, the hostile servers that attack it, its reports, check
 //     diff, and the bounds of every function.
@@ -181,14 +187,16 @@ type envOptions struct {
 	secret       string // -cursor-secret
 	step         time.Duration
 	extra        []route
-	quiet        bool      // log to io.Discard rather than keep the log
-	cors         string    // -cors-origin
-	remote       bool      // listening where other machines reach it: the page hides the keys
-	start        time.Time // the start instant; zero: testNow
-	faults       string    // -faults; "" for none
-	journal      int       // -journal; 0 here means the default 1,000, -1 means off
-	journalBytes int64     // what all journals may hold; 0: the default 256 MiB
-	wall         bool      // the server reads the machine's clock (a rate limit refills as time passes), not the fake one
+	quiet        bool                // log to io.Discard rather than keep the log
+	cors         string              // -cors-origin
+	remote       bool                // listening where other machines reach it: the page hides the keys
+	start        time.Time           // the start instant; zero: testNow
+	faults       string              // -faults; "" for none
+	journal      int                 // -journal; 0 here means the default 1,000, -1 means off
+	journalBytes int64               // what all journals may hold; 0: the default 256 MiB
+	wall         bool                // the server reads the machine's clock (a rate limit refills as time passes), not the fake one
+	mcpKey       string              // -mcp-key
+	getenv       func(string) string // the process's environment, as the server reads it; nil: none
 }
 
 // env is one sandbox under test. Its methods take the caller's own t, so that a failure
@@ -257,7 +265,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		now = time.Now
 	}
 	s, err := newServer(sb, serverOptions{rate: rate, cursorSecret: o.secret, log: log, access: access, now: now, stopping: stopping,
-		corsOrigin: o.cors, loopback: !o.remote, faults: faults, journal: journal, journalBytes: o.journalBytes})
+		corsOrigin: o.cors, loopback: !o.remote, faults: faults, journal: journal, journalBytes: o.journalBytes, mcpKey: o.mcpKey, getenv: o.getenv})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,8 +548,8 @@ func (d *openAPI) response(r *http.Request, status int) (map[string]any, error) 
 
 // checkResponse validates a response's body and headers against the document.
 func (d *openAPI) checkResponse(r *http.Request, rep reply) error {
-	if r.URL.Path == "/" {
-		return nil // a page for people, which the document does not describe
+	if r.URL.Path == "/" || r.URL.Path == "/mcp" {
+		return nil // a page for people, and the MCP door: the document describes neither
 	}
 	resp, err := d.response(r, rep.status)
 	if err != nil {
@@ -604,8 +612,8 @@ func (d *openAPI) checkResponse(r *http.Request, rep reply) error {
 
 func asMap(v any) map[string]any { m, _ := v.(map[string]any); return m }
 
-// schemaKeywords are the keywords the validator applies; annotations are accepted and
-// ignored; anything else is an error.
+// schemaKeywords are the keywords the validator applies (the document's, and the MCP
+// door's tool schemas'); annotations are accepted and ignored; anything else is an error.
 var annotations = map[string]bool{"description": true, "examples": true, "format": true, "default": true, "title": true, "required": true}
 
 // validate checks v against schema. observe, when set, is told each (schema, property)
@@ -622,7 +630,7 @@ func (d *openAPI) validate(schema, v any, at string, observe func(ref, prop stri
 	}
 	for kw := range s {
 		switch kw {
-		case "type", "enum", "required", "properties", "additionalProperties", "items", "pattern", "minimum", "maximum", "minLength", "maxLength", "oneOf", "minItems", "maxItems":
+		case "type", "enum", "required", "properties", "additionalProperties", "items", "pattern", "minimum", "maximum", "minLength", "maxLength", "oneOf", "anyOf", "minItems", "maxItems", "maxProperties":
 		default:
 			if !annotations[kw] && !strings.HasPrefix(kw, "x-") {
 				return fmt.Errorf("%s: the validator does not know keyword %q", at, kw)
@@ -657,6 +665,13 @@ func (d *openAPI) validate(schema, v any, at string, observe func(ref, prop stri
 			d.validate(holding[0], v, at, observe) // what the one that holds shows
 		}
 	}
+	if list, ok := s["anyOf"].([]any); ok && !slices.ContainsFunc(list, func(sub any) bool { return d.validate(sub, v, at, nil) == nil }) {
+		var why []string
+		for _, sub := range list {
+			why = append(why, d.validate(sub, v, at, nil).Error())
+		}
+		return fmt.Errorf("%s: none of the anyOf schemas holds: %s", at, strings.Join(why, "; "))
+	}
 	if enum, ok := s["enum"].([]any); ok && !slices.ContainsFunc(enum, func(e any) bool { return fmt.Sprint(e) == fmt.Sprint(v) }) {
 		return fmt.Errorf("%s: %v is not one of %v", at, v, enum)
 	}
@@ -689,6 +704,11 @@ func (d *openAPI) validate(schema, v any, at string, observe func(ref, prop stri
 		}
 	}
 	if obj, ok := v.(map[string]any); ok {
+		if n, ok := s["maxProperties"].(json.Number); ok {
+			if max, _ := n.Int64(); int64(len(obj)) > max {
+				return fmt.Errorf("%s: %d properties, more than %d", at, len(obj), max)
+			}
+		}
 		props := asMap(s["properties"])
 		for _, req := range asSlice(s["required"]) {
 			if _, ok := obj[req.(string)]; !ok {
@@ -4977,6 +4997,7 @@ func TestLandingPage(t *testing.T) {
 	}
 	for _, want := range []string{
 		`<link rel="icon" href="data:,">`, "<code>http://127.0.0.1:8080/v1</code>", `href="http://127.0.0.1:8080/v1/openapi.json"`, `href="http://127.0.0.1:8080/healthz"`,
+		"the MCP door is <code>POST http://127.0.0.1:8080/mcp</code>", "<code>go run . mcp</code> over stdio",
 		"curl -s -H &#39;Authorization: Bearer sk_test_sandbox_all&#39; http://127.0.0.1:8080/v1/orders",
 		"<tr><td>sk_test_sandbox_expired<td>tracking:read orders:read<td>expired 2026-01-01T00:00:00Z\n",
 		"<tr><td>sk_live_sandbox_all<td>", "<tr><td>shp_sbx_spring<td>SBX1000000001<td>delivered\n",
@@ -11948,6 +11969,982 @@ func FuzzParseInstant(f *testing.F) {
 			}
 			if err != nil || !testNow.Add(d).Equal(got) || strings.ContainsAny(rel, " \t") {
 				t.Fatalf("parseInstant(%q) = %s; want the start plus %q", s, formatTimestamp(got), rel)
+			}
+		}
+	})
+}
+
+// ===== main.go: The MCP door =====
+
+// main.go's MCP door: both transports and every revision driven with raw JSON-RPC, each
+// tool's success and error result, each refusal, the journal and the findings of tool
+// calls, the schemas held to the test file's validator, the resources, the stdio bridge in a
+// real process, and what a tool call costs.
+
+// mcpRequest is a POST /mcp of body as a client on this machine sends it, with the default
+// dataset's key of both scopes; header pairs set fields ("" deletes one).
+func mcpRequest(body string, headerPairs ...string) *http.Request {
+	r := newBodyRequest(http.MethodPost, "/mcp", "sk_test_sandbox_all", body, "Content-Type", "application/json")
+	r.RemoteAddr = "127.0.0.1:40000"
+	for i := 0; i+1 < len(headerPairs); i += 2 {
+		if headerPairs[i] == "Host" {
+			r.Host = headerPairs[i+1]
+		} else if headerPairs[i+1] == "" {
+			r.Header.Del(headerPairs[i])
+		} else {
+			r.Header.Set(headerPairs[i], headerPairs[i+1])
+		}
+	}
+	return r
+}
+
+// statelessRequest is a request of the stateless revision: the body with its _meta, and the
+// headers that repeat it (name: the tool's or the resource's, "" for none).
+func statelessRequest(id int, method, name, params string) (string, []string) {
+	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
+	if params == "" {
+		params = "{" + meta + "}"
+	} else {
+		params = "{" + meta + "," + strings.TrimPrefix(params, "{")
+	}
+	headers := []string{"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", method}
+	if name != "" {
+		headers = append(headers, "Mcp-Name", name)
+	}
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q,"params":%s}`, id, method, params), headers
+}
+
+// rpcAnswer is a JSON-RPC answer, its numbers kept as written.
+type rpcAnswer struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Result  map[string]any  `json:"result"`
+	Error   *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+		Data    any    `json:"data"`
+	} `json:"error"`
+}
+
+// mcp sends r to the door and checks what holds for each of its answers: the common headers
+// and an exact length, no session, and a body that is one JSON-RPC answer (application/json)
+// or the API's problem (401, 405, 413, 503), or nothing (202).
+func (e *env) mcp(t testing.TB, r *http.Request) (reply, rpcAnswer) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	e.h.ServeHTTP(rec, r)
+	res := rec.Result()
+	rep := reply{status: res.StatusCode, header: res.Header, body: rec.Body.Bytes()}
+	if !requestIDPattern.MatchString(rep.header.Get("Request-Id")) || rep.header.Get("Cache-Control") != "no-store" || rep.header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("the door's answer lacks the common headers: %v", rep.header)
+	}
+	if rep.header.Get("Mcp-Session-Id") != "" {
+		t.Errorf("the door sent Mcp-Session-Id %q: it keeps no sessions", rep.header.Get("Mcp-Session-Id"))
+	}
+	var a rpcAnswer
+	switch ct := rep.header.Get("Content-Type"); {
+	case rep.status == http.StatusAccepted || rep.status == http.StatusNoContent && r.Method == http.MethodOptions:
+		if len(rep.body) != 0 {
+			t.Errorf("a %d with a body: %s", rep.status, rep.body)
+		}
+	case rep.status == 401 || rep.status == 405 || rep.status == 413 || rep.status == 503:
+		checkResponse(t, r, rep)
+	case ct != "application/json" || rep.header.Get("Content-Length") != strconv.Itoa(len(rep.body)):
+		t.Errorf("the door answered %d with Content-Type %q, Content-Length %q: %s", rep.status, ct, rep.header.Get("Content-Length"), rep.body)
+	default:
+		dec := json.NewDecoder(bytes.NewReader(rep.body))
+		dec.UseNumber()
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&a); err != nil || a.JSONRPC != "2.0" || (a.Result == nil) == (a.Error == nil) || a.ID == nil {
+			t.Fatalf("not one JSON-RPC answer (%v): %s", err, rep.body)
+		}
+	}
+	return rep, a
+}
+
+// rpcFault checks that a answers with the JSON-RPC error code, under the HTTP status.
+func rpcFault(t testing.TB, rep reply, a rpcAnswer, status, code int) {
+	t.Helper()
+	if rep.status != status || a.Error == nil || a.Error.Code != code || a.Error.Message == "" {
+		t.Errorf("answered %d %s, want %d with JSON-RPC error %d", rep.status, rep.body, status, code)
+	}
+}
+
+// TestMCPRevisions: each legacy revision's handshake is answered in that revision (any other
+// in 2025-11-25), and what a later request of it is shown is what the revision has; the
+// stateless revision's server/discover, its result members and caching hints; the methods a
+// revision lacks; and no request is refused because no initialize came first.
+func TestMCPRevisions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1})
+	initialize := func(v string) string {
+		return `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"` + v + `","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	}
+	for _, c := range []struct{ asked, answered string }{
+		{"2024-11-05", "2024-11-05"}, {"2025-03-26", "2025-03-26"}, {"2025-06-18", "2025-06-18"}, {"2025-11-25", "2025-11-25"},
+		{"2023-01-01", "2025-11-25"}, {"2026-07-28", "2025-11-25"}, // the stateless revision has no handshake
+	} {
+		t.Run(c.asked, func(t *testing.T) {
+			t.Parallel()
+			rep, a := e.mcp(t, mcpRequest(initialize(c.asked)))
+			info := asMap(a.Result["serverInfo"])
+			_, titled := info["title"]
+			caps, _ := json.Marshal(a.Result["capabilities"])
+			if rep.status != 200 || a.Result["protocolVersion"] != c.answered || string(caps) != `{"resources":{},"tools":{}}` ||
+				info["name"] != "shipping-api-sandbox" || titled != (c.answered >= "2025-06-18") ||
+				!strings.Contains(fmt.Sprint(a.Result["instructions"]), "http://127.0.0.1:8080/v1") || a.Result["resultType"] != nil {
+				t.Fatalf("initialize %s: %s", c.asked, rep.body)
+			}
+			// Later requests name the revision in MCP-Protocol-Version: what it lacks is not sent.
+			_, a = e.mcp(t, mcpRequest(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, "MCP-Protocol-Version", c.answered))
+			tool := asMap(asSlice(a.Result["tools"])[0])
+			_, annotated := tool["annotations"]
+			_, titled = tool["title"]
+			_, typed := tool["outputSchema"]
+			if annotated != (c.answered >= "2025-03-26") || titled != (c.answered >= "2025-06-18") || typed != titled || a.Result["ttlMs"] != nil {
+				t.Errorf("tools/list in %s: annotations %v, title %v, outputSchema %v, ttlMs %v", c.answered, annotated, titled, typed, a.Result["ttlMs"])
+			}
+			_, a = e.mcp(t, mcpRequest(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"get_clock"}}`, "MCP-Protocol-Version", c.answered))
+			if _, structured := a.Result["structuredContent"]; structured != (c.answered >= "2025-06-18") || a.Result["isError"] != false {
+				t.Errorf("tools/call in %s: %v", c.answered, a.Result)
+			}
+			if rep, a := e.mcp(t, mcpRequest(`{"jsonrpc":"2.0","id":"p","method":"ping"}`, "MCP-Protocol-Version", c.answered)); rep.status != 200 || len(a.Result) != 0 || string(a.ID) != `"p"` {
+				t.Errorf("ping: %s", rep.body)
+			}
+		})
+	}
+	t.Run("a legacy request without MCP-Protocol-Version is 2025-03-26's", func(t *testing.T) {
+		t.Parallel()
+		_, a := e.mcp(t, mcpRequest(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`))
+		tool := asMap(asSlice(a.Result["tools"])[0])
+		if _, annotated := tool["annotations"]; !annotated || tool["title"] != nil {
+			t.Errorf("tools/list without a revision: %v", tool)
+		}
+	})
+	t.Run("notifications and the legacy methods", func(t *testing.T) {
+		t.Parallel()
+		if rep, _ := e.mcp(t, mcpRequest(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); rep.status != 202 {
+			t.Errorf("notifications/initialized: %d", rep.status)
+		}
+		for _, method := range []string{"prompts/list", "logging/setLevel", "server/ping"} {
+			rep, a := e.mcp(t, mcpRequest(`{"jsonrpc":"2.0","id":4,"method":"`+method+`"}`, "MCP-Protocol-Version", "2025-11-25"))
+			rpcFault(t, rep, a, 200, -32601)
+		}
+	})
+	t.Run("2026-07-28", func(t *testing.T) {
+		t.Parallel()
+		body, headers := statelessRequest(1, "server/discover", "", "")
+		rep, a := e.mcp(t, mcpRequest(body, headers...))
+		versions, _ := json.Marshal(a.Result["supportedVersions"])
+		caps, _ := json.Marshal(a.Result["capabilities"])
+		info := asMap(asMap(a.Result["_meta"])["io.modelcontextprotocol/serverInfo"])
+		if rep.status != 200 || string(versions) != `["2026-07-28","2025-11-25","2025-06-18","2025-03-26","2024-11-05"]` || string(caps) != `{"resources":{},"tools":{}}` ||
+			a.Result["resultType"] != "complete" || info["name"] != "shipping-api-sandbox" || info["title"] == nil ||
+			fmt.Sprint(a.Result["ttlMs"]) != "3600000" || a.Result["cacheScope"] != "public" || !strings.Contains(fmt.Sprint(a.Result["instructions"]), "create_sandbox") {
+			t.Fatalf("server/discover: %s", rep.body)
+		}
+		for _, c := range []struct {
+			method, name, params string
+			cached               bool
+		}{
+			{"tools/list", "", "", true},
+			{"resources/list", "", "", true},
+			{"resources/templates/list", "", "", true},
+			{"resources/read", "sandbox:///README.md", `{"uri":"sandbox:///README.md"}`, true},
+			{"tools/call", "get_clock", `{"name":"get_clock","arguments":{}}`, false},
+		} {
+			body, headers := statelessRequest(2, c.method, c.name, c.params)
+			rep, a := e.mcp(t, mcpRequest(body, headers...))
+			_, ttl := a.Result["ttlMs"]
+			if rep.status != 200 || a.Result["resultType"] != "complete" || asMap(a.Result["_meta"])["io.modelcontextprotocol/serverInfo"] == nil ||
+				ttl != c.cached || (a.Result["cacheScope"] == "public") != c.cached {
+				t.Errorf("%s: %s", c.method, rep.body)
+			}
+			if c.method == "resources/templates/list" && len(asSlice(a.Result["resourceTemplates"])) != 0 {
+				t.Errorf("resources/templates/list: %s", rep.body)
+			}
+		}
+		for _, method := range []string{"initialize", "ping", "prompts/list", "logging/setLevel"} {
+			body, headers := statelessRequest(3, method, "", "")
+			rep, a := e.mcp(t, mcpRequest(body, headers...))
+			rpcFault(t, rep, a, 404, -32601)
+		}
+	})
+}
+
+// TestMCPRefusals: who may knock (a key of this sandbox, of any scopes; a live key 503;
+// -mcp-key for a loopback client without Authorization; a foreign Origin or, on loopback, a
+// foreign Host 403), the envelope (one JSON-RPC message as application/json, within the body
+// cap) and the stateless revision's headers and _meta.
+func TestMCPRefusals(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1})
+	list := `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`
+	for _, c := range []struct {
+		name    string
+		r       *http.Request
+		status  int
+		code    string // the problem's, or
+		rpcCode int    // the JSON-RPC error's
+	}{
+		{"no key", mcpRequest(list, "Authorization", ""), 401, "missing_api_key", 0},
+		{"an unknown key", mcpRequest(list, "Authorization", "Bearer sk_test_nobody"), 401, "invalid_api_key", 0},
+		{"a revoked key", mcpRequest(list, "Authorization", "Bearer sk_test_sandbox_revoked"), 401, "revoked_api_key", 0},
+		{"an expired key", mcpRequest(list, "Authorization", "Bearer sk_test_sandbox_expired"), 401, "expired_api_key", 0},
+		{"a live key", mcpRequest(list, "Authorization", "Bearer sk_live_sandbox_all"), 503, "live_not_released", 0},
+		{"a key of no scopes knocks", mcpRequest(list, "Authorization", "Bearer sk_test_sandbox_none"), 200, "", 0},
+		{"a foreign Origin", mcpRequest(list, "Origin", "https://evil.example"), 403, "", -32000},
+		{"a file's Origin", mcpRequest(list, "Origin", "null"), 403, "", -32000},
+		{"a loopback Origin", mcpRequest(list, "Origin", "http://localhost:5173"), 200, "", 0},
+		{"a foreign Host", mcpRequest(list, "Host", "evil.example:8080"), 403, "", -32000},
+		{"a rebinding Host", mcpRequest(list, "Host", "127.0.0.1.evil.example"), 403, "", -32000},
+		{"localhost", mcpRequest(list, "Host", "localhost:8080"), 200, "", 0},
+		{"[::1]", mcpRequest(list, "Host", "[::1]:8080"), 200, "", 0},
+		{"text/plain", mcpRequest(list, "Content-Type", "text/plain"), 415, "", -32000},
+		{"no Content-Type", mcpRequest(list, "Content-Type", ""), 415, "", -32000},
+		{"a charset", mcpRequest(list, "Content-Type", "application/json; charset=utf-8"), 200, "", 0},
+		{"a batch", mcpRequest(`[` + list + `]`), 400, "", -32600},
+		{"unparsable", mcpRequest(`{"jsonrpc":"2.0",`), 400, "", -32700},
+		{"not JSON-RPC 2.0", mcpRequest(`{"jsonrpc":"1.0","id":1,"method":"tools/list"}`), 400, "", -32600},
+		{"an id of an object", mcpRequest(`{"jsonrpc":"2.0","id":{},"method":"tools/list"}`), 400, "", -32600},
+		{"params of a string", mcpRequest(`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":"x"}`), 400, "", -32600},
+		{"a notification", mcpRequest(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`), 202, "", 0},
+		{"a response", mcpRequest(`{"jsonrpc":"2.0","id":7,"result":{}}`), 202, "", 0},
+		{"256 KiB + 1", mcpRequest(paddedMessage(maxBodyBytes + 1)), 413, "body_too_large", 0},
+		{"256 KiB", mcpRequest(paddedMessage(maxBodyBytes)), 200, "", 0},
+		{"a session id is ignored", mcpRequest(list, "Mcp-Session-Id", "abc"), 200, "", 0},
+		{"an unsupported revision", mcpRequest(list, "MCP-Protocol-Version", "2099-01-01"), 400, "", -32022},
+		{"an unknown method", mcpRequest(`{"jsonrpc":"2.0","id":1,"method":"nope"}`), 200, "", -32601},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rep, a := e.mcp(t, c.r)
+			switch {
+			case c.code != "":
+				wantProblem(t, rep, c.status, c.code, "")
+				if c.status == 401 && rep.header.Get("WWW-Authenticate") != `Bearer realm="sandbox"` {
+					t.Errorf("a 401 without the Bearer challenge: %v", rep.header)
+				}
+			case c.rpcCode != 0:
+				rpcFault(t, rep, a, c.status, c.rpcCode)
+				if c.rpcCode == -32700 || c.rpcCode == -32600 && c.name != "params of a string" {
+					if string(a.ID) != "null" {
+						t.Errorf("id %s, want null", a.ID)
+					}
+				}
+			case rep.status != c.status:
+				t.Errorf("answered %s, want %d", rep, c.status)
+			}
+		})
+	}
+	t.Run("an unsupported revision names the supported ones", func(t *testing.T) {
+		t.Parallel()
+		_, a := e.mcp(t, mcpRequest(list, "MCP-Protocol-Version", "2099-01-01"))
+		if data, _ := json.Marshal(a.Error.Data); string(data) != `{"requested":"2099-01-01","supported":["2026-07-28","2025-11-25","2025-06-18","2025-03-26","2024-11-05"]}` {
+			t.Errorf("data: %s", data)
+		}
+	})
+	t.Run("the stateless revision's headers and _meta", func(t *testing.T) {
+		t.Parallel()
+		call := `{"name":"get_clock","arguments":{}}`
+		body, headers := statelessRequest(1, "tools/call", "get_clock", call)
+		for _, c := range []struct {
+			name    string
+			body    string
+			headers []string
+			status  int
+			code    int
+		}{
+			{"as sent", body, headers, 200, 0},
+			{"Mcp-Name in base64", body, append(slices.Clone(headers), "Mcp-Name", "=?base64?"+base64.StdEncoding.EncodeToString([]byte("get_clock"))+"?="), 200, 0},
+			{"Mcp-Method unlike the method", body, append(slices.Clone(headers), "Mcp-Method", "tools/list"), 400, -32020},
+			{"no Mcp-Method", body, append(slices.Clone(headers), "Mcp-Method", ""), 400, -32020},
+			{"Mcp-Name unlike the tool", body, append(slices.Clone(headers), "Mcp-Name", "get_timeline"), 400, -32020},
+			{"no Mcp-Name", body, append(slices.Clone(headers), "Mcp-Name", ""), 400, -32020},
+			{"Mcp-Name in broken base64", body, append(slices.Clone(headers), "Mcp-Name", "=?base64?***?="), 400, -32020},
+			{"MCP-Protocol-Version unlike _meta", body, append(slices.Clone(headers), "MCP-Protocol-Version", "2025-11-25"), 400, -32020},
+			{"no MCP-Protocol-Version", body, append(slices.Clone(headers), "MCP-Protocol-Version", ""), 400, -32020},
+			{"_meta of an unsupported revision", strings.Replace(body, `"protocolVersion":"2026-07-28"`, `"protocolVersion":"2099-01-01"`, 1), append(slices.Clone(headers), "MCP-Protocol-Version", "2099-01-01"), 400, -32022},
+			{"_meta without the client's capabilities", strings.Replace(body, `,"io.modelcontextprotocol/clientCapabilities":{}`, ``, 1), headers, 400, -32602},
+			{"no _meta", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":` + call + `}`, headers, 400, -32602},
+			{"an unknown tool", strings.Replace(body, `"name":"get_clock"`, `"name":"nope"`, 1), append(slices.Clone(headers), "Mcp-Name", "nope"), 400, -32602},
+		} {
+			rep, a := e.mcp(t, mcpRequest(c.body, c.headers...))
+			if c.code == 0 {
+				if rep.status != c.status || a.Error != nil {
+					t.Errorf("%s: %s", c.name, rep.body)
+				}
+				continue
+			}
+			t.Run(c.name, func(t *testing.T) { rpcFault(t, rep, a, c.status, c.code) })
+		}
+	})
+	t.Run("GET and DELETE are 405, and OPTIONS without -cors-origin", func(t *testing.T) {
+		t.Parallel()
+		for _, method := range []string{http.MethodGet, http.MethodDelete, http.MethodPut, http.MethodOptions} {
+			rep, _ := e.mcp(t, newRequest(method, "/mcp", "sk_test_sandbox_all"))
+			wantProblem(t, rep, 405, "method_not_allowed", "")
+			if rep.header.Get("Allow") != "POST" {
+				t.Errorf("%s /mcp: Allow %q", method, rep.header.Get("Allow"))
+			}
+		}
+	})
+	t.Run("-mcp-key", func(t *testing.T) {
+		t.Parallel()
+		withKey := newEnv(t, envOptions{rate: -1, mcpKey: "sk_test_sandbox_tracking"})
+		if rep, _ := withKey.mcp(t, mcpRequest(list, "Authorization", "")); rep.status != 200 {
+			t.Errorf("a loopback client without Authorization, with -mcp-key: %s", rep)
+		}
+		remote := mcpRequest(list, "Authorization", "")
+		remote.RemoteAddr = "192.0.2.7:5000"
+		rep, _ := withKey.mcp(t, remote)
+		wantProblem(t, rep, 401, "missing_api_key", "")
+		// The tools act as -mcp-key: the journal of its account has the call.
+		_, a := withKey.mcp(t, mcpRequest(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_order","arguments":{"id":"ord_sbx_0001"}}}`, "Authorization", ""))
+		if line := toolLine(a); !strings.HasPrefix(line, "HTTP 403") {
+			t.Errorf("get_order as sk_test_sandbox_tracking (no orders:read): %s", line)
+		}
+	})
+	t.Run("CORS", func(t *testing.T) {
+		t.Parallel()
+		b := newEnv(t, envOptions{rate: -1, cors: "https://app.example"})
+		pre := newRequest(http.MethodOptions, "/mcp", "", "Origin", "https://app.example", "Access-Control-Request-Method", "POST", "Access-Control-Request-Headers", "authorization, x-other")
+		rep, _ := b.mcp(t, pre)
+		if rep.status != 204 || rep.header.Get("Access-Control-Allow-Methods") != "POST" ||
+			rep.header.Get("Access-Control-Allow-Headers") != "Authorization, Content-Type, MCP-Protocol-Version, Mcp-Method, Mcp-Name" || rep.header.Get("Access-Control-Allow-Origin") != "https://app.example" {
+			t.Errorf("the preflight: %d %v", rep.status, rep.header)
+		}
+		rep, _ = b.mcp(t, mcpRequest(list, "Origin", "https://app.example"))
+		if rep.status != 200 || rep.header.Get("Access-Control-Allow-Origin") != "https://app.example" {
+			t.Errorf("-cors-origin's page: %d %v", rep.status, rep.header)
+		}
+		rep, a := b.mcp(t, mcpRequest(list, "Origin", "https://other.example"))
+		rpcFault(t, rep, a, 403, -32000)
+	})
+	t.Run("a Host of any name when the sandbox listens beyond loopback", func(t *testing.T) {
+		t.Parallel()
+		remote := newEnv(t, envOptions{rate: -1, remote: true})
+		if rep, _ := remote.mcp(t, mcpRequest(list, "Host", "sandbox.lan:8080")); rep.status != 200 {
+			t.Errorf("answered %s", rep)
+		}
+	})
+}
+
+// paddedMessage is a tools/list request of exactly n bytes.
+func paddedMessage(n int) string {
+	head, tail := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"x":"`, `"}}`
+	return head + strings.Repeat("a", n-len(head)-len(tail)) + tail
+}
+
+// toolLine is the first line of a tool result's text.
+func toolLine(a rpcAnswer) string {
+	item := asMap(asSlice(a.Result["content"])[0])
+	line, _, _ := strings.Cut(fmt.Sprint(item["text"]), "\n")
+	return line
+}
+
+// toolOut is a tool's result as the door answered it, checked.
+type toolOut struct {
+	status     int            // the API's status, from _meta["sandbox/http"]
+	line       string         // the text's first line
+	body       string         // the text after it: the API's body as answered
+	structured map[string]any // structuredContent
+	answer     rpcAnswer
+}
+
+// callTool calls a tool in the revision 2025-11-25, with the caller's key of both scopes,
+// and checks its result: one text item whose first line is the status and the headers a
+// client reads, in order, then the body as the API answered it; structuredContent that
+// body ({} for none) and valid against the tool's output schema; isError for a status of
+// 400 or more; _meta["sandbox/http"] the status, the request id and every header.
+func (e *env) callTool(t testing.TB, name, args string) toolOut {
+	t.Helper()
+	rep, a := e.mcp(t, mcpRequest(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"`+name+`","arguments":`+args+`}}`, "MCP-Protocol-Version", "2025-11-25"))
+	if rep.status != 200 || a.Error != nil {
+		t.Fatalf("tools/call %s: %s", name, rep.body)
+	}
+	content := asSlice(a.Result["content"])
+	item := asMap(content[0])
+	text := fmt.Sprint(item["text"])
+	line, body, _ := strings.Cut(text, "\n")
+	meta := asMap(asMap(a.Result["_meta"])["sandbox/http"])
+	status, _ := strconv.Atoi(fmt.Sprint(meta["status"]))
+	headers := asMap(meta["headers"])
+	out := toolOut{status: status, line: line, body: body, structured: asMap(a.Result["structuredContent"]), answer: a}
+	if len(content) != 1 || item["type"] != "text" || a.Result["isError"] != (status >= 400) || out.structured == nil {
+		t.Errorf("tools/call %s: %s", name, rep.body)
+	}
+	if name != "check_server" || status >= 400 {
+		want := "HTTP " + strconv.Itoa(status)
+		for _, field := range []string{"Retry-After", "RateLimit", "Location", "Idempotent-Replayed", "Preference-Applied", "Request-Id"} {
+			if v, ok := headers[http.CanonicalHeaderKey(field)]; ok {
+				want += " · " + field + ": " + fmt.Sprint(v)
+			}
+		}
+		if line != want || meta["request_id"] != headers["Request-Id"] || !requestIDPattern.MatchString(fmt.Sprint(meta["request_id"])) {
+			t.Errorf("tools/call %s: the first line %q, want %q (_meta %v)", name, line, want, meta)
+		}
+	}
+	var fromText any = map[string]any{}
+	if body != "" {
+		dec := json.NewDecoder(strings.NewReader(body))
+		dec.UseNumber()
+		if err := dec.Decode(&fromText); err != nil {
+			t.Fatalf("tools/call %s: the text's body is not JSON: %q", name, body)
+		}
+	}
+	if !reflect.DeepEqual(fromText, any(out.structured)) {
+		t.Errorf("tools/call %s: structuredContent %v is not the text's body %s", name, out.structured, body)
+	}
+	if err := theOpenAPI(t).validate(e.outputSchema(t, name), any(out.structured), "$", nil); err != nil {
+		t.Errorf("tools/call %s: the structured content does not hold to the tool's output schema: %v\n%s", name, err, body)
+	}
+	return out
+}
+
+// outputSchema is a tool's output schema as tools/list shows it.
+func (e *env) outputSchema(t testing.TB, name string) any {
+	t.Helper()
+	for _, tool := range e.listedTools(t, "2025-11-25") {
+		if tool["name"] == name {
+			return tool["outputSchema"]
+		}
+	}
+	t.Fatalf("tools/list has no %s", name)
+	return nil
+}
+
+// listedTools is tools/list in a revision.
+func (e *env) listedTools(t testing.TB, revision string) []map[string]any {
+	t.Helper()
+	_, a := e.mcp(t, mcpRequest(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, "MCP-Protocol-Version", revision))
+	var tools []map[string]any
+	for _, x := range asSlice(a.Result["tools"]) {
+		tools = append(tools, asMap(x))
+	}
+	return tools
+}
+
+// TestMCPTools: each tool's success and its error result, each the API's own answer (or the
+// door's problem for arguments it refuses, or the kit's report), as the door shows it; and
+// every tool of the table has both.
+func TestMCPTools(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, step: -1})
+	shown := map[string][2]bool{} // a tool's success seen, its error seen
+	var key, account string       // the sandbox the first call makes
+	call := func(t *testing.T, name, args string, status int, code, param string) toolOut {
+		t.Helper()
+		out := e.callTool(t, name, strings.NewReplacer("$KEY", key, "$ACCOUNT", account).Replace(args))
+		if out.status != status {
+			t.Fatalf("%s %s: %d %s %s, want %d", name, args, out.status, out.line, out.body, status)
+		}
+		if status >= 400 {
+			var p problem
+			mustDecode(t, []byte(out.body), &p)
+			if string(p.Code) != code || p.paramName() != param {
+				t.Errorf("%s %s: the problem %s, want %s with param %q", name, args, out.body, code, param)
+			}
+		}
+		s := shown[name]
+		s[min(status/400, 1)] = true
+		shown[name] = s
+		return out
+	}
+	steps := []struct {
+		name, tool, args string
+		status           int
+		code, param      string
+		check            func(t *testing.T, out toolOut)
+	}{
+		{"a sandbox made", "create_sandbox", `{"template":"acct_sync","idempotency_key":"mcp-1"}`, 201, "", "", func(t *testing.T, out toolOut) {
+			key = fmt.Sprint(asMap(asSlice(out.structured["keys"])[0])["key"])
+			account = fmt.Sprint(out.structured["account"])
+		}},
+		{"the same, replayed", "create_sandbox", `{"template":"acct_sync","idempotency_key":"mcp-1"}`, 201, "", "", func(t *testing.T, out toolOut) {
+			if !strings.Contains(out.line, " · Idempotent-Replayed: true · ") || out.structured["account"] != account {
+				t.Errorf("a replay: %s %v", out.line, out.structured["account"])
+			}
+		}},
+		{"no idempotency_key", "create_sandbox", `{"template":"acct_sync"}`, 422, "invalid_parameter", "idempotency_key", nil},
+		{"a template that is none", "create_sandbox", `{"template":"acct_nope","idempotency_key":"mcp-2"}`, 422, "invalid_parameter", "template", nil},
+		{"by id", "get_tracking", `{"shipment_id":"shp_sbx_spring"}`, 200, "", "", nil},
+		{"by number, with the sandbox's key", "get_tracking", `{"tracking_number":"SBX1000000001","key":"$KEY"}`, 404, "not_found", "", nil},
+		{"both", "get_tracking", `{"shipment_id":"shp_sbx_spring","tracking_number":"SBX1000000001"}`, 422, "invalid_parameter", "shipment_id", nil},
+		{"neither", "get_tracking", `{}`, 422, "invalid_parameter", "shipment_id", nil},
+		{"an id to escape", "get_tracking", `{"shipment_id":"a/../b?c"}`, 404, "not_found", "", nil},
+		{"an empty id", "get_tracking", `{"shipment_id":""}`, 422, "invalid_parameter", "shipment_id", nil},
+		{"a simulated 429", "get_tracking", `{"shipment_id":"shp_sbx_spring","prefer":"code=429"}`, 429, "rate_limited", "", func(t *testing.T, out toolOut) {
+			if !strings.HasPrefix(out.line, "HTTP 429 · Retry-After: 1 · Preference-Applied: code=429 · Request-Id: req_") {
+				t.Errorf("the 429's first line: %s", out.line)
+			}
+		}},
+		{"a page", "list_orders", `{"limit":2,"status":"unfulfilled","key":"$KEY"}`, 200, "", "", func(t *testing.T, out toolOut) {
+			if len(asSlice(out.structured["data"])) != 2 || asMap(out.structured["pagination"])["next_cursor"] == nil {
+				t.Errorf("a page of 2: %s", out.body)
+			}
+		}},
+		{"a limit given as a string", "list_orders", `{"limit":"3"}`, 200, "", "", nil},
+		{"a limit of 0", "list_orders", `{"limit":0}`, 422, "invalid_parameter", "limit", nil},
+		{"a member it does not take", "list_orders", `{"page":2}`, 422, "unknown_parameter", "page", nil},
+		{"a member sent twice", "list_orders", `{"limit":2,"limit":3}`, 422, "invalid_parameter", "limit", nil},
+		{"a cursor of an object", "list_orders", `{"cursor":{}}`, 422, "invalid_parameter", "cursor", nil},
+		{"a key with a line break", "list_orders", `{"key":"sk_test_sandbox_all\r\nX: y"}`, 422, "invalid_parameter", "key", nil},
+		{"an order", "get_order", `{"id":"ord_sbx_0001"}`, 200, "", "", nil},
+		{"no such order", "get_order", `{"id":"ord_nope"}`, 404, "not_found", "", nil},
+		{"no id", "get_order", `{}`, 422, "invalid_parameter", "id", nil},
+		{"a booking", "book_shipment", `{"key":"$KEY","id":"shp_1","reference":"REF-1","order_id":"ord_sync_0003","idempotency_key":"b-1"}`, 201, "", "", func(t *testing.T, out toolOut) {
+			if !strings.Contains(out.line, " · Location: /v1/shipments/shp_1/tracking · ") {
+				t.Errorf("the first line names no Location: %s", out.line)
+			}
+		}},
+		{"a second link", "book_shipment", `{"key":"$KEY","id":"shp_2","reference":"REF-2","order_id":"ord_sync_0003","idempotency_key":"b-2"}`, 409, "order_already_linked", "order_id", nil},
+		{"a move", "add_shipment_events", `{"key":"$KEY","shipment_id":"shp_1","status":"out_for_delivery","location":"Leeds, GB","idempotency_key":"m-1"}`, 201, "", "", func(t *testing.T, out toolOut) {
+			if out.structured["status"] != "out_for_delivery" {
+				t.Errorf("the move: %s", out.body)
+			}
+		}},
+		{"events and a status", "add_shipment_events", `{"key":"$KEY","shipment_id":"shp_1","status":"delivered","events":[],"idempotency_key":"m-2"}`, 422, "invalid_parameter", "events", nil},
+		{"the clock", "get_clock", `{}`, 200, "", "", nil},
+		{"a live key", "get_clock", `{"key":"sk_live_sandbox_all"}`, 503, "live_not_released", "", nil},
+		{"a freeze", "set_clock", `{"key":"$KEY","frozen_time":"2026-11-22T12:00:00Z"}`, 200, "", "", nil},
+		{"no instant", "set_clock", `{"key":"$KEY"}`, 422, "invalid_parameter", "frozen_time", nil},
+		{"the timeline", "get_timeline", `{"key":"$KEY"}`, 200, "", "", nil},
+		{"a simulated 503", "get_timeline", `{"key":"$KEY","prefer":"code=503"}`, 503, "provider_unavailable", "", nil},
+		{"the journal", "get_requests", `{"key":"$KEY","limit":2}`, 200, "", "", nil},
+		{"a limit of 0", "get_requests", `{"key":"$KEY","limit":0}`, 422, "invalid_parameter", "limit", nil},
+		{"the findings", "get_findings", `{"key":"$KEY"}`, 200, "", "", nil},
+		{"an unknown key", "get_findings", `{"key":"sk_test_nobody"}`, 401, "invalid_api_key", "", nil},
+		{"this sandbox checked", "check_server", `{"rules":"auth.*"}`, 200, "", "", func(t *testing.T, out toolOut) {
+			s := asMap(out.structured["summary"])
+			if fmt.Sprint(s["failed"]) != "0" || fmt.Sprint(s["passed"]) == "0" || out.structured["world"] != "own" || !regexp.MustCompile(`^\d+ rules: \d+ passed, 0 failed \(0 MUST\), \d+ skipped$`).MatchString(out.line) {
+				t.Errorf("check_server: %s\n%s", out.line, out.body)
+			}
+		}},
+		{"a server off this machine", "check_server", `{"base_url":"http://example.com/v1"}`, 422, "invalid_parameter", "base_url", nil},
+		{"a rule that is none", "check_server", `{"rules":"nope.*"}`, 422, "invalid_parameter", "rules", nil},
+		{"the sandbox forgotten", "delete_sandbox", `{"key":"$KEY","account":"$ACCOUNT"}`, 204, "", "", func(t *testing.T, out toolOut) {
+			if out.body != "" || len(out.structured) != 0 {
+				t.Errorf("a 204: %q %v", out.body, out.structured)
+			}
+		}},
+		{"its key now", "delete_sandbox", `{"key":"$KEY","account":"$ACCOUNT"}`, 401, "invalid_api_key", "", nil},
+	}
+	for _, s := range steps {
+		t.Run(s.tool+" "+s.name, func(t *testing.T) {
+			out := call(t, s.tool, s.args, s.status, s.code, s.param)
+			if s.check != nil {
+				s.check(t, out)
+			}
+		})
+	}
+	for _, tool := range mcpToolTable {
+		if s := shown[tool.name]; !s[0] || !s[1] {
+			t.Errorf("%s: success shown %v, error shown %v: the test covers both for every tool", tool.name, s[0], s[1])
+		}
+	}
+	t.Run("RateLimit in the first line", func(t *testing.T) {
+		limited := newEnv(t, envOptions{})
+		if out := limited.callTool(t, "get_clock", `{}`); !regexp.MustCompile(`^HTTP 200 · RateLimit: "default";r=\d+;t=1 · Request-Id: req_`).MatchString(out.line) {
+			t.Errorf("the first line: %s", out.line)
+		}
+	})
+	t.Run("arguments that are not an object", func(t *testing.T) {
+		for _, args := range []string{`[]`, `"x"`, `3`} {
+			rep, a := e.mcp(t, mcpRequest(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_clock","arguments":`+args+`}}`))
+			rpcFault(t, rep, a, 200, -32602)
+		}
+		rep, a := e.mcp(t, mcpRequest(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope"}}`))
+		rpcFault(t, rep, a, 200, -32602)
+	})
+}
+
+// TestMCPCallsAreJournaledAndJudged: a tool's requests are a client's: journaled in the
+// key's account with the run they were tagged with, rate-limited, and judged by the
+// findings, a trap rehearsed through the door included.
+func TestMCPCallsAreJournaledAndJudged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: 2, step: -1})
+	out := e.callTool(t, "create_sandbox", `{"idempotency_key":"j-1"}`)
+	key := fmt.Sprint(asMap(asSlice(out.structured["keys"])[0])["key"])
+	first := e.callTool(t, "get_tracking", `{"key":"`+key+`","shipment_id":"shp_sbx_spring","run":"agent-1","prefer":"code=503"}`)
+	again := e.callTool(t, "get_tracking", `{"key":"`+key+`","shipment_id":"shp_sbx_spring","run":"agent-1"}`)
+	if first.status != 503 || again.status != 200 {
+		t.Fatalf("the rehearsal: %s, then %s", first.line, again.line)
+	}
+	if limited := e.callTool(t, "get_tracking", `{"key":"`+key+`","shipment_id":"shp_sbx_spring"}`); limited.status != 429 || !strings.HasPrefix(limited.line, "HTTP 429 · Retry-After: 1 · RateLimit: ") {
+		t.Errorf("the rate limit of the key, through the door: %s", limited.line)
+	}
+	e.clock.advance(2 * time.Second)
+	requests := e.callTool(t, "get_requests", `{"key":"`+key+`","run":"agent-1"}`)
+	var seen []string
+	for _, x := range asSlice(requests.structured["data"]) {
+		seen = append(seen, fmt.Sprint(asMap(x)["method"], " ", asMap(x)["target"], " ", asMap(x)["status"]))
+	}
+	if want := "GET /v1/shipments/shp_sbx_spring/tracking 503,GET /v1/shipments/shp_sbx_spring/tracking 200"; strings.Join(seen, ",") != want {
+		t.Errorf("the journal of run agent-1: %s, want %s", strings.Join(seen, ","), want)
+	}
+	findings := e.callTool(t, "get_findings", `{"key":"`+key+`","run":"agent-1"}`)
+	data := asSlice(findings.structured["data"])
+	if len(data) != 1 || asMap(data[0])["code"] != "retry_too_soon" {
+		t.Errorf("the findings of run agent-1: %s", findings.body)
+	}
+	// The caller's own journal (sk_test_sandbox_all's account) has the sandbox it made.
+	if own := e.journalOf(t, "sk_test_sandbox_all", ""); len(own.Data) == 0 || own.Data[len(own.Data)-1].Target != "/v1/test_helpers/sandboxes" {
+		t.Errorf("the caller's journal: %+v", own.Data)
+	}
+}
+
+// TestMCPSchemas: each tool's input schema is one flat object (no oneOf, anyOf or allOf at
+// its top, which hosts refuse; no member beyond its properties; no $ref), each member
+// described; each output schema is an object of anyOf a success and a problem, so that a
+// problem validates (TestMCPTools validates both of every tool); every keyword is one the
+// test file's validator knows; the hints are the contract's.
+func TestMCPSchemas(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1})
+	tools := e.listedTools(t, "2025-11-25")
+	if len(tools) != len(mcpToolTable) {
+		t.Fatalf("tools/list lists %d tools, the table %d", len(tools), len(mcpToolTable))
+	}
+	d := theOpenAPI(t)
+	problem := map[string]any{"type": "about:blank", "title": "Not Found", "status": json.Number("404"), "detail": "x", "code": "not_found", "request_id": "req_00000000000000000000"}
+	for i, tool := range tools {
+		name := fmt.Sprint(tool["name"])
+		t.Run(name, func(t *testing.T) {
+			if name != mcpToolTable[i].name {
+				t.Errorf("tools/list's %dth tool is %s, the table's %s", i, name, mcpToolTable[i].name)
+			}
+			in, out := asMap(tool["inputSchema"]), asMap(tool["outputSchema"])
+			for _, combinator := range []string{"oneOf", "anyOf", "allOf", "not", "$ref"} {
+				if _, ok := in[combinator]; ok {
+					t.Errorf("the input schema has %s at its top", combinator)
+				}
+			}
+			if in["type"] != "object" || in["additionalProperties"] != false {
+				t.Errorf("the input schema is not one closed object: %v", in)
+			}
+			for member, schema := range asMap(in["properties"]) {
+				if asMap(schema)["description"] == nil {
+					t.Errorf("the member %s has no description", member)
+				}
+			}
+			for _, schema := range []any{in, out} {
+				raw, _ := json.Marshal(schema)
+				if bytes.Contains(raw, []byte(`"$ref"`)) {
+					t.Errorf("a $ref is left: %s", raw)
+				}
+				if err := d.validate(schema, map[string]any{}, "$", nil); err != nil && strings.Contains(err.Error(), "does not know keyword") {
+					t.Error(err)
+				}
+			}
+			branches := asSlice(out["anyOf"])
+			if out["type"] != "object" || len(branches) != 2 {
+				t.Fatalf("the output schema is not an object of anyOf two: %v", out)
+			}
+			if err := d.validate(out, problem, "$", nil); err != nil {
+				t.Errorf("a problem does not hold to the output schema: %v", err)
+			}
+			if err := d.validate(branches[0], problem, "$", nil); err == nil {
+				t.Errorf("a problem holds to the success branch: the two are not told apart")
+			}
+			hints := asMap(tool["annotations"])
+			_, write := asMap(in["properties"])["idempotency_key"]
+			if hints["readOnlyHint"] != (!write && name != "set_clock" && name != "delete_sandbox") || hints["destructiveHint"] != (name == "delete_sandbox") ||
+				hints["idempotentHint"] != write || hints["openWorldHint"] != (name == "check_server") {
+				t.Errorf("the hints: %v", hints)
+			}
+		})
+	}
+}
+
+// TestMCPResources: the document (as GET /v1/openapi.json serves it), the README and every
+// docs page, each listed with its size in bytes and read whole; another URI refused as each
+// revision says.
+func TestMCPResources(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1})
+	pages, _ := filepath.Glob("docs/*.md")
+	want := []string{"sandbox:///openapi.json", "sandbox:///README.md"}
+	for _, p := range pages {
+		want = append(want, "sandbox:///"+p)
+	}
+	_, a := e.mcp(t, mcpRequest(`{"jsonrpc":"2.0","id":1,"method":"resources/list"}`, "MCP-Protocol-Version", "2025-11-25"))
+	var got []string
+	for _, x := range asSlice(a.Result["resources"]) {
+		r := asMap(x)
+		uri := fmt.Sprint(r["uri"])
+		got = append(got, uri)
+		_, read := e.mcp(t, mcpRequest(`{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"`+uri+`"}}`))
+		contents := asSlice(read.Result["contents"])
+		text := fmt.Sprint(asMap(contents[0])["text"])
+		var served []byte
+		if uri == "sandbox:///openapi.json" {
+			served = e.get(t, "/v1/openapi.json", "").body
+		} else {
+			served, _ = os.ReadFile(strings.TrimPrefix(uri, "sandbox:///"))
+		}
+		if len(contents) != 1 || text != string(served) || fmt.Sprint(r["size"]) != strconv.Itoa(len(served)) || r["name"] == "" || r["title"] == "" || r["title"] == nil ||
+			asMap(contents[0])["mimeType"] != r["mimeType"] || (r["mimeType"] != "text/markdown") != (uri == "sandbox:///openapi.json") {
+			t.Errorf("%s: listed %v; read %d bytes, served %d", uri, r, len(text), len(served))
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("resources/list: %v\nwant %v", got, want)
+	}
+	rep, a := e.mcp(t, mcpRequest(`{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"sandbox:///etc/passwd"}}`))
+	rpcFault(t, rep, a, 200, -32002)
+	body, headers := statelessRequest(4, "resources/read", "file:///x", `{"uri":"file:///x"}`)
+	rep, a = e.mcp(t, mcpRequest(body, headers...))
+	rpcFault(t, rep, a, 400, -32602)
+	if _, a := e.mcp(t, mcpRequest(`{"jsonrpc":"2.0","id":1,"method":"resources/list"}`, "MCP-Protocol-Version", "2025-03-26")); asMap(asSlice(a.Result["resources"])[0])["title"] != nil {
+		t.Errorf("a title sent to 2025-03-26")
+	}
+}
+
+// mcpSession is go run . mcp running as a process: its stdin, its answers read line by line
+// from stdout (each must be a JSON-RPC answer), and its stderr.
+type mcpSession struct {
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	answers chan rpcAnswer
+	stderr  *lockedBuffer
+	junk    atomic.Value // a line of stdout that is not a JSON-RPC answer
+}
+
+func startMCP(t *testing.T, env []string, args ...string) *mcpSession {
+	t.Helper()
+	bin, err := sandboxBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &mcpSession{cmd: exec.Command(bin, append([]string{"mcp"}, args...)...), answers: make(chan rpcAnswer, 16), stderr: &lockedBuffer{}}
+	s.cmd.Env = append(os.Environ(), env...)
+	s.cmd.Stderr = s.stderr
+	s.stdin, _ = s.cmd.StdinPipe()
+	stdout, _ := s.cmd.StdoutPipe()
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.cmd.Process.Kill(); s.cmd.Wait() })
+	go func() {
+		defer close(s.answers)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(nil, 8<<20)
+		for sc.Scan() {
+			var a rpcAnswer
+			dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+			dec.DisallowUnknownFields()
+			if dec.Decode(&a) != nil || a.JSONRPC != "2.0" || a.ID == nil || (a.Result == nil) == (a.Error == nil) {
+				s.junk.Store(sc.Text())
+				continue
+			}
+			s.answers <- a
+		}
+	}()
+	return s
+}
+
+func (s *mcpSession) send(t *testing.T, line string) {
+	t.Helper()
+	if _, err := io.WriteString(s.stdin, line+"\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// next is the next answer, by its id.
+func (s *mcpSession) next(t *testing.T) rpcAnswer {
+	t.Helper()
+	select {
+	case a, ok := <-s.answers:
+		if !ok {
+			t.Fatalf("stdout ended; stderr: %s", s.stderr)
+		}
+		return a
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no answer in 20 s; stderr: %s", s.stderr)
+	}
+	return rpcAnswer{}
+}
+
+// end closes stdin and waits for the exit status.
+func (s *mcpSession) end(t *testing.T) int {
+	t.Helper()
+	s.stdin.Close()
+	_, status := waitExit(t, s.cmd, time.Now(), 20*time.Second)
+	if junk := s.junk.Load(); junk != nil {
+		t.Errorf("stdout held a line that is not a JSON-RPC answer: %q", junk)
+	}
+	return status
+}
+
+// TestMCPOverStdio: go run . mcp in a real process: the sandbox it starts on a free port,
+// its start lines on stderr and nothing but JSON-RPC on stdout; a request it cannot deliver
+// answered with an error for its id; end of input exits 0; a refused key exits 2; the bridge
+// to a running sandbox, and a request it cannot deliver once that sandbox is gone.
+func TestMCPOverStdio(t *testing.T) {
+	t.Parallel()
+	t.Run("its own sandbox", func(t *testing.T) {
+		t.Parallel()
+		s := startMCP(t, nil, "-rate", "0")
+		s.send(t, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+		if a := s.next(t); a.Result["protocolVersion"] != "2025-06-18" {
+			t.Fatalf("initialize: %+v", a)
+		}
+		s.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		s.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"get_tracking","arguments":{"shipment_id":"shp_sbx_spring"}}}`)
+		a := s.next(t)
+		if _, structured := a.Result["structuredContent"]; string(a.ID) != "2" || !strings.HasPrefix(toolLine(a), "HTTP 200 · Request-Id: req_") || !structured {
+			t.Errorf("tools/call in the revision initialize settled (2025-06-18: structured): %+v", a)
+		}
+		s.send(t, `{"jsonrpc":"2.0","id":"big","method":"tools/call","params":{"name":"get_clock","arguments":{"x":"`+strings.Repeat("a", maxBodyBytes)+`"}}}`)
+		if a := s.next(t); string(a.ID) != `"big"` || a.Error == nil || a.Error.Code != -32603 || !strings.Contains(a.Error.Message, "256 KiB") {
+			t.Errorf("a line over 256 KiB: %+v", a)
+		}
+		body, _ := statelessRequest(3, "server/discover", "", "")
+		s.send(t, body)
+		if a := s.next(t); string(a.ID) != "3" || a.Result["resultType"] != "complete" {
+			t.Errorf("server/discover over stdio: %+v", a)
+		}
+		s.send(t, `not json`)
+		if a := s.next(t); string(a.ID) != "null" || a.Error == nil || a.Error.Code != -32700 {
+			t.Errorf("a line that is not JSON: %+v", a)
+		}
+		if status := s.end(t); status != 0 {
+			t.Errorf("end of input: exit %d, want 0; stderr: %s", status, s.stderr)
+		}
+		if !regexp.MustCompile(`http://127\.0\.0\.1:\d+/v1`).MatchString(s.stderr.String()) {
+			t.Errorf("stderr names no base URL: %s", s.stderr)
+		}
+	})
+	t.Run("a refused SANDBOX_MCP_KEY exits 2", func(t *testing.T) {
+		t.Parallel()
+		for _, key := range []string{"sk_test_nobody", "sk_live_sandbox_all"} {
+			s := startMCP(t, []string{"SANDBOX_MCP_KEY=" + key})
+			if _, status := waitExit(t, s.cmd, time.Now(), 20*time.Second); status != 2 || !strings.Contains(s.stderr.String(), "sandbox mcp: SANDBOX_MCP_KEY: the sandbox at http://127.0.0.1:") {
+				t.Errorf("%s: exit %d; stderr: %s", key, status, s.stderr)
+			}
+		}
+	})
+	t.Run("the bridge", func(t *testing.T) {
+		t.Parallel()
+		cmd, base := startServing(t)
+		status, body := httpGet(t, base+"/test_helpers/clock", "Bearer sk_test_sandbox_all")
+		if status != 200 {
+			t.Fatalf("the sandbox: %d %s", status, body)
+		}
+		s := startMCP(t, nil, "-base-url", base)
+		s.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_clock","arguments":{}}}`)
+		if a := s.next(t); !strings.HasPrefix(toolLine(a), "HTTP 200") {
+			t.Errorf("through the bridge: %+v", a)
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+		s.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"get_clock","arguments":{}}}`)
+		if a := s.next(t); string(a.ID) != "2" || a.Error == nil || a.Error.Code != -32603 || !strings.Contains(a.Error.Message, "cannot be reached") {
+			t.Errorf("the sandbox gone: %+v", a)
+		}
+		s.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`) // undeliverable, and no answer: said on stderr
+		if status := s.end(t); status != 0 {
+			t.Errorf("end of input: exit %d", status)
+		}
+		if !strings.Contains(s.stderr.String(), "a notification (notifications/initialized) was not delivered") {
+			t.Errorf("stderr: %s", s.stderr)
+		}
+	})
+	t.Run("a bridge's key refused mid-session", func(t *testing.T) {
+		t.Parallel()
+		_, base := startServing(t)
+		res, err := http.DefaultClient.Do(mustRequest(t, http.MethodPost, base+"/test_helpers/sandboxes", `{}`, "Authorization", "Bearer sk_test_sandbox_all", "Content-Type", "application/json", "Idempotency-Key", "stdio-1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sb sandboxOut
+		json.NewDecoder(res.Body).Decode(&sb)
+		res.Body.Close()
+		s := startMCP(t, []string{"SANDBOX_MCP_KEY=" + sb.Keys[0].Key}, "-base-url", base)
+		s.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"delete_sandbox","arguments":{"account":"`+sb.Account+`"}}}`)
+		if a := s.next(t); !strings.HasPrefix(toolLine(a), "HTTP 204") {
+			t.Errorf("the sandbox deleted: %+v", a)
+		}
+		s.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+		if a := s.next(t); a.Error == nil || a.Error.Code != -32603 || !strings.Contains(a.Error.Message, "401 invalid_api_key") {
+			t.Errorf("a 401 of the door: %+v", a)
+		}
+		if status := s.end(t); status != 0 {
+			t.Errorf("end of input: exit %d", status)
+		}
+	})
+}
+
+// startServing starts the sandbox binary and returns it once it serves, with its base URL.
+func startServing(t *testing.T) (*exec.Cmd, string) {
+	t.Helper()
+	cmd, stdout := startProcess(t, io.Discard)
+	var base string
+	waitFor(t, "the sandbox's banner", func() bool {
+		base = regexp.MustCompile(`http://127\.0\.0\.1:\d+/v1`).FindString(stdout.String())
+		return base != ""
+	})
+	return cmd, base
+}
+
+// mustRequest is a request with a body and header pairs.
+func mustRequest(t *testing.T, method, url, body string, headerPairs ...string) *http.Request {
+	t.Helper()
+	r, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(headerPairs); i += 2 {
+		r.Header.Set(headerPairs[i], headerPairs[i+1])
+	}
+	return r
+}
+
+// BenchmarkMCPGetTracking: a tools/call of get_tracking against a plain GET of the same
+// view: over HTTP (a real socket each), and over stdio (the bridge's carry of one line, to
+// this process's door). The contract: tools/call at most 3 times the GET over HTTP, and over
+// stdio at most the GET.
+func BenchmarkMCPGetTracking(b *testing.B) {
+	e := benchEnv(b, 0)
+	ts := httptest.NewServer(e.h)
+	defer ts.Close()
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_tracking","arguments":{"shipment_id":"shp_sbx_spring"}}}`
+	client := ts.Client()
+	do := func(b *testing.B, r *http.Request) {
+		res, err := client.Do(r)
+		if err != nil || res.StatusCode != 200 {
+			b.Fatal(err, res)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	b.Run("GET over HTTP", func(b *testing.B) {
+		for b.Loop() {
+			r, _ := http.NewRequest(http.MethodGet, ts.URL+"/v1/shipments/shp_sbx_spring/tracking", nil)
+			r.Header.Set("Authorization", "Bearer sk_test_sandbox_all")
+			do(b, r)
+		}
+	})
+	b.Run("tools/call over HTTP", func(b *testing.B) {
+		for b.Loop() {
+			r, _ := http.NewRequest(http.MethodPost, ts.URL+"/mcp", strings.NewReader(call))
+			r.Header.Set("Authorization", "Bearer sk_test_sandbox_all")
+			r.Header.Set("Content-Type", "application/json")
+			r.Header.Set("MCP-Protocol-Version", "2025-11-25")
+			do(b, r)
+		}
+	})
+	b.Run("tools/call over stdio", func(b *testing.B) {
+		var out bytes.Buffer
+		bridge := &mcpBridge{base: ts.URL + "/v1", rt: e.srv, key: "sk_test_sandbox_all", out: &out, say: func(string) {}}
+		line := []byte(call)
+		for b.Loop() {
+			out.Reset()
+			bridge.carry(context.Background(), line)
+			if !bytes.Contains(out.Bytes(), []byte(`HTTP 200`)) {
+				b.Fatal(out.String())
 			}
 		}
 	})
