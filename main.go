@@ -3374,14 +3374,14 @@ type rpcMessage struct {
 // (-32700), a batch or anything but a message (-32600), each with id null.
 func readRPC(body []byte) (*rpcMessage, []byte) {
 	trimmed := bytes.TrimSpace(body)
-	if !json.Valid(trimmed) {
-		return nil, rpcError(nil, rpcParseError, "Parse error: the body is not JSON.", nil)
-	}
-	if len(trimmed) > 0 && trimmed[0] == '[' {
-		return nil, rpcError(nil, rpcInvalidRequest, "Invalid Request: a batch (a JSON array) is not taken; send one message a request.", nil)
-	}
 	var raw map[string]json.RawMessage
-	if json.Unmarshal(trimmed, &raw) != nil || string(raw["jsonrpc"]) != `"2.0"` {
+	err := json.Unmarshal(trimmed, &raw)
+	switch {
+	case err != nil && !json.Valid(trimmed):
+		return nil, rpcError(nil, rpcParseError, "Parse error: the body is not JSON.", nil)
+	case trimmed[0] == '[':
+		return nil, rpcError(nil, rpcInvalidRequest, "Invalid Request: a batch (a JSON array) is not taken; send one message a request.", nil)
+	case err != nil || string(raw["jsonrpc"]) != `"2.0"`:
 		return nil, rpcError(nil, rpcInvalidRequest, `Invalid Request: a JSON-RPC 2.0 message is one object with "jsonrpc":"2.0".`, nil)
 	}
 	msg := &rpcMessage{raw: raw}
@@ -3427,6 +3427,32 @@ func rpcEnvelope(id json.RawMessage, member string, v any) []byte {
 	}
 	b, _ := marshalJSON(map[string]any{"jsonrpc": "2.0", "id": id, member: v})
 	return b
+}
+
+// rpcResult is a JSON-RPC result for id, its members in order of name: a json.RawMessage
+// among them is the door's own, compact, and goes in as it is (id, read off a message that
+// was parsed whole, is a string or a number as sent).
+func rpcResult(id json.RawMessage, result map[string]any) []byte {
+	size := 64
+	for _, v := range result {
+		if raw, ok := v.(json.RawMessage); ok {
+			size += len(raw) + 32
+		}
+	}
+	b := append(append(append(make([]byte, 0, size), `{"jsonrpc":"2.0","id":`...), id...), `,"result":{`...)
+	for i, name := range slices.Sorted(maps.Keys(result)) {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(appendJSONString(b, name), ':')
+		if raw, ok := result[name].(json.RawMessage); ok {
+			b = append(b, raw...)
+		} else {
+			v, _ := marshalJSON(result[name])
+			b = append(b, v...)
+		}
+	}
+	return append(b, "}}"...)
 }
 
 // writeRPC answers with a JSON-RPC body.
@@ -3612,18 +3638,26 @@ func readMessageLine(r *bufio.Reader) ([]byte, error) {
 // JSON-RPC answer as it is; for a request the door could not be reached with (the sandbox
 // gone, a refused key, a 5xx, a line over the cap), a JSON-RPC error of its own for its id.
 func (b *mcpBridge) carry(ctx context.Context, line []byte) {
-	id, method, head := messageHead(line)
+	// The line is read for what the bridge needs of it: a stateless request's headers, an
+	// initialize's revision, an id to answer for; the door reads it whole.
+	var head mcpHead
+	if bytes.Contains(line, []byte(`"_meta"`)) || bytes.Contains(line, []byte(`"initialize"`)) || len(line) > maxBodyBytes {
+		head = messageHead(line)
+	}
 	if len(line) > maxBodyBytes {
-		b.undeliverable(id, method, fmt.Sprintf("the message is over %d bytes (256 KiB), the most the sandbox takes", maxBodyBytes))
+		b.undeliverable(line, head, fmt.Sprintf("the message is over %d bytes (256 KiB), the most the sandbox takes", maxBodyBytes))
 		return
 	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, originOfBase(b.base)+"/mcp", bytes.NewReader(line))
+	if _, inside := b.rt.(*server); inside {
+		req.RequestURI, req.RemoteAddr = "/mcp", "127.0.0.1:0"
+	}
 	req.Header.Set("Content-Type", jsonContentType)
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("Authorization", "Bearer "+b.key)
 	if head.revision != "" {
 		req.Header.Set("MCP-Protocol-Version", head.revision)
-		req.Header.Set("Mcp-Method", method)
+		req.Header.Set("Mcp-Method", head.method)
 		if head.name != nil {
 			req.Header.Set("Mcp-Name", encodeMcpName(*head.name))
 		}
@@ -3632,39 +3666,58 @@ func (b *mcpBridge) carry(ctx context.Context, line []byte) {
 	}
 	res, err := b.rt.RoundTrip(req)
 	if err != nil {
-		b.undeliverable(id, method, "the sandbox at "+b.base+" cannot be reached: "+err.Error())
+		b.undeliverable(line, head, "the sandbox at "+b.base+" cannot be reached: "+err.Error())
 		return
 	}
 	defer res.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
-	var answer struct {
-		JSONRPC string `json:"jsonrpc"`
-		Result  struct {
-			ProtocolVersion string `json:"protocolVersion"`
-		} `json:"result"`
-	}
+	var buf bytes.Buffer
+	buf.Grow(int(min(max(res.ContentLength, 0), 64<<20)))
+	_, err = buf.ReadFrom(io.LimitReader(res.Body, 64<<20))
+	body := buf.Bytes()
 	switch {
 	case res.StatusCode == http.StatusAccepted:
-	case err == nil && json.Unmarshal(body, &answer) == nil && answer.JSONRPC == "2.0":
-		if method == "initialize" && answer.Result.ProtocolVersion != "" {
+	case err == nil && b.isAnswer(res, body):
+		var answer struct {
+			Result struct{ ProtocolVersion string } `json:"result"`
+		}
+		if head.method == "initialize" && json.Unmarshal(body, &answer) == nil && answer.Result.ProtocolVersion != "" {
 			b.revision.Store(&answer.Result.ProtocolVersion)
 		}
 		b.write(body)
 	default:
 		var p struct{ Code, Detail string }
 		json.Unmarshal(body, &p)
-		b.undeliverable(id, method, fmt.Sprintf("the sandbox answered %d %s: %s", res.StatusCode, p.Code, cmp.Or(p.Detail, http.StatusText(res.StatusCode))))
+		b.undeliverable(line, head, fmt.Sprintf("the sandbox answered %d %s: %s", res.StatusCode, p.Code, cmp.Or(p.Detail, http.StatusText(res.StatusCode))))
 	}
+}
+
+// isAnswer reports whether a door's answer is a JSON-RPC answer to write to stdout: one of
+// this process's door is (what is not, a problem, says application/problem+json); one of
+// another's (-base-url) is read first.
+func (b *mcpBridge) isAnswer(res *http.Response, body []byte) bool {
+	if res.Header.Get("Content-Type") != jsonContentType {
+		return false
+	}
+	if _, inside := b.rt.(*server); inside {
+		return true
+	}
+	var answer struct {
+		JSONRPC string `json:"jsonrpc"`
+	}
+	return json.Unmarshal(body, &answer) == nil && answer.JSONRPC == "2.0"
 }
 
 // undeliverable answers a request the bridge could not deliver with a JSON-RPC error for
 // its id; a notification's (no id) is only said on stderr.
-func (b *mcpBridge) undeliverable(id json.RawMessage, method, why string) {
-	if id == nil {
-		b.say("a notification (" + cutField(method, 64) + ") was not delivered: " + why)
+func (b *mcpBridge) undeliverable(line []byte, head mcpHead, why string) {
+	if !head.read {
+		head = messageHead(line)
+	}
+	if head.id == nil {
+		b.say("a notification (" + cutField(head.method, 64) + ") was not delivered: " + why)
 		return
 	}
-	b.write(rpcError(id, rpcInternalError, "Internal error: "+why+".", nil))
+	b.write(rpcError(head.id, rpcInternalError, "Internal error: "+why+".", nil))
 }
 
 // write writes one answer, a line, to stdout.
@@ -3674,16 +3727,19 @@ func (b *mcpBridge) write(answer []byte) {
 	b.out.Write(append(bytes.TrimSpace(answer), '\n'))
 }
 
-// mcpHead is what the bridge sends in the headers of a stateless request: the revision its
-// _meta names, and the name Mcp-Name mirrors.
+// mcpHead is what the bridge reads of a line: its id and method, and what it sends in the
+// headers of a stateless request: the revision its _meta names, the name Mcp-Name mirrors.
 type mcpHead struct {
+	read     bool
+	id       json.RawMessage // nil: none (a notification), or none readable
+	method   string
 	revision string
 	name     *string
 }
 
 // messageHead reads a line's id, method, and the stateless revision's headers, as far as
 // the line can be read: a line cut at the cap still gives the id it names before the cut.
-func messageHead(line []byte) (id json.RawMessage, method string, head mcpHead) {
+func messageHead(line []byte) mcpHead {
 	var msg struct {
 		ID     json.RawMessage `json:"id"`
 		Method string          `json:"method"`
@@ -3694,18 +3750,17 @@ func messageHead(line []byte) (id json.RawMessage, method string, head mcpHead) 
 		} `json:"params"`
 	}
 	if json.Unmarshal(line, &msg) != nil {
-		return idBeforeCut(line), "", head
+		return mcpHead{read: true, id: idBeforeCut(line)}
 	}
+	head := mcpHead{read: true, id: msg.ID, method: msg.Method, name: msg.Params.Name}
 	json.Unmarshal(msg.Params.Meta[metaRevision], &head.revision)
-	head.name = msg.Params.Name
 	if msg.Method == "resources/read" {
 		head.name = msg.Params.URI
 	}
-	id = msg.ID
-	if string(id) == "null" {
-		id = nil
+	if string(head.id) == "null" {
+		head.id = nil
 	}
-	return id, msg.Method, head
+	return head
 }
 
 // idBeforeCut is the id a line names among its first members, before the point where it
@@ -3796,7 +3851,7 @@ func (d *mcpDoor) answer(c *mcpCall, msg *rpcMessage) (int, []byte) {
 		meta[metaServerInfo] = serverInfo(c.revision)
 		result["_meta"] = meta
 	}
-	return http.StatusOK, rpcEnvelope(msg.id, "result", result)
+	return http.StatusOK, rpcResult(msg.id, result)
 }
 
 // resolveRevision sets the revision c is answered in: the stateless revision's when the
@@ -4555,6 +4610,10 @@ func (w *insideWriter) WriteHeader(status int) {
 
 func (w *insideWriter) Write(b []byte) (int, error) {
 	w.WriteHeader(http.StatusOK)
+	if w.body == nil { // the whole answer, as its Content-Length says
+		n, _ := strconv.Atoi(w.header.Get("Content-Length"))
+		w.body = make([]byte, 0, max(n, len(b)))
+	}
 	w.body = append(w.body, b...)
 	return len(b), nil
 }
@@ -4606,21 +4665,31 @@ func (c *mcpCall) toolResult(a insideAnswer) map[string]any {
 			}
 		}
 	}
-	text := line
+	// Written by hand, as the API writes its bodies (compact): the answer's envelope takes
+	// them as they are (BenchmarkMCPGetTracking: encoding/json cost a fifth of a call). The
+	// text is the line, then the body: one JSON string of the two.
+	content := appendJSONString(append(make([]byte, 0, len(line)+len(a.body)*9/8+64), `[{"type":"text","text":`...), line)
 	if len(a.body) > 0 {
-		text += "\n" + string(a.body)
+		content = append(content[:len(content)-1], `\n`...)
+		open := len(content)
+		content = appendJSONString(content, a.body)
+		content = append(content[:open], content[open+1:]...) // the body's opening quote: the string goes on
 	}
-	headers := map[string]string{}
-	for name, v := range a.header {
-		headers[name] = strings.Join(v, ", ")
+	h := append(append(append(make([]byte, 0, 512), `{"status":`...), strconv.Itoa(a.status)...), `,"request_id":`...)
+	h = append(appendJSONString(h, a.header.Get("Request-Id")), `,"headers":{`...)
+	for i, name := range slices.Sorted(maps.Keys(a.header)) {
+		if i > 0 {
+			h = append(h, ',')
+		}
+		h = appendJSONString(append(appendJSONString(h, name), ':'), strings.Join(a.header[name], ", "))
 	}
 	result := map[string]any{
-		"content": []any{map[string]any{"type": "text", "text": text}},
+		"content": json.RawMessage(append(content, "}]"...)),
 		"isError": a.status >= 400,
-		"_meta":   map[string]any{"sandbox/http": map[string]any{"status": a.status, "request_id": a.header.Get("Request-Id"), "headers": headers}},
+		"_meta":   map[string]any{"sandbox/http": json.RawMessage(append(h, "}}"...))},
 	}
 	if c.revision >= "2025-06-18" {
-		structured := json.RawMessage(a.body)
+		structured := json.RawMessage(a.body) // the API's body: compact JSON, an object
 		if len(a.body) == 0 || a.body[0] != '{' {
 			structured = json.RawMessage("{}")
 		}

@@ -12902,6 +12902,56 @@ func mustRequest(t *testing.T, method, url, body string, headerPairs ...string) 
 	return r
 }
 
+// FuzzMCPMessage: whatever a client sends the door (a body, a revision, a name), it answers
+// with one JSON-RPC answer or the API's problem, never a 500 of its own, and a tool's result
+// is the API's answer or the door's problem.
+func FuzzMCPMessage(f *testing.F) {
+	for _, seed := range []struct{ body, revision, name string }{
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_tracking","arguments":{"shipment_id":"shp_sbx_spring"}}}`, "2025-11-25", ""},
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_orders","arguments":{"limit":2,"limit":3,"x":null}}}`, "", ""},
+		{`{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"book_shipment","arguments":{"reference":"R","idempotency_key":"k","events":[{}]}}}`, "2025-06-18", ""},
+		{`{"jsonrpc":"2.0","id":2,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`, "2026-07-28", ""},
+		{`{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}},"uri":"sandbox:///README.md"}}`, "2026-07-28", "=?base64?c2FuZGJveDovLy9SRUFETUUubWQ=?="},
+		{`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":7}}`, "", ""},
+		{`[{"jsonrpc":"2.0"}]`, "", ""}, {`{"jsonrpc":"2.0","method":"x"}`, "", ""}, {``, "", ""}, {`{"jsonrpc":"2.0","id":1e400,"method":"ping"}`, "", ""},
+	} {
+		f.Add(seed.body, seed.revision, seed.name)
+	}
+	e := newEnv(f, envOptions{rate: -1, quiet: true, step: -1})
+	f.Fuzz(func(t *testing.T, body, revision, name string) {
+		r := mcpRequest(body)
+		if revision != "" && httpguts(revision) {
+			r.Header.Set("MCP-Protocol-Version", revision)
+			r.Header.Set("Mcp-Method", "tools/call")
+		}
+		if name != "" && httpguts(name) {
+			r.Header.Set("Mcp-Name", name)
+		}
+		rec := httptest.NewRecorder()
+		e.h.ServeHTTP(rec, r)
+		switch ct := rec.Header().Get("Content-Type"); {
+		case rec.Code == 202:
+		case rec.Code == 413 && ct == "application/problem+json":
+		case ct != "application/json" || (rec.Code != 200 && rec.Code != 400 && rec.Code != 404):
+			t.Fatalf("%q answered %d %s: %s", body, rec.Code, ct, rec.Body)
+		default:
+			var a rpcAnswer
+			if err := json.Unmarshal(rec.Body.Bytes(), &a); err != nil || a.JSONRPC != "2.0" || (a.Result == nil) == (a.Error == nil) {
+				t.Fatalf("%q answered %d, not one JSON-RPC answer: %s", body, rec.Code, rec.Body)
+			}
+			if a.Error != nil && a.Error.Code == -32603 {
+				t.Fatalf("%q: an internal error: %s", body, rec.Body)
+			}
+		}
+	})
+}
+
+// httpguts reports whether v may be sent as a header field's value (visible ASCII and
+// spaces), as a client's transport would send it.
+func httpguts(v string) bool {
+	return !strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r > 0x7e })
+}
+
 // BenchmarkMCPGetTracking: a tools/call of get_tracking against a plain GET of the same
 // view: over HTTP (a real socket each), and over stdio (the bridge's carry of one line, to
 // this process's door). The contract: tools/call at most 3 times the GET over HTTP, and over
