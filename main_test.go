@@ -4885,8 +4885,9 @@ func TestReadmeDatasetExample(t *testing.T) {
 // says to build (CGO_ENABLED=0 go build -trimpath -o sandbox .), which is static (a scratch
 // image has no loader or libraries), and runs as the image runs it: its ENTRYPOINT with
 // the image's ENV alone, in an empty folder, listening on every interface and saying so;
-// SIGTERM (what podman and docker stop send) drains it and it exits 0. Building and
-// running the image itself needs podman or docker, which go test does not assume.
+// SIGTERM (what podman and docker stop send) drains it and it exits 0; its MCP door answers,
+// and its mcp command carries a message over stdio. Building and running the image itself
+// needs podman or docker, which go test does not assume.
 func TestContainerImage(t *testing.T) {
 	t.Parallel()
 	text, err := os.ReadFile("Containerfile")
@@ -4978,9 +4979,26 @@ func TestContainerImage(t *testing.T) {
 	if status, _ := httpGet(t, "http://127.0.0.1:"+port+"/v1/orders", "Bearer sk_test_sandbox_all"); status != 200 {
 		t.Errorf("GET /v1/orders of the image's sandbox = %d", status)
 	}
+	// The MCP door of the image's sandbox: every interface, so any Host; a key, as ever.
+	door, _ := http.NewRequest(http.MethodPost, "http://127.0.0.1:"+port+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_clock","arguments":{}}}`))
+	door.Host = "sandbox.lan:" + port
+	door.Header.Set("Authorization", "Bearer sk_test_sandbox_all")
+	door.Header.Set("Content-Type", "application/json")
+	if res, err := http.DefaultClient.Do(door); err != nil || res.StatusCode != 200 {
+		t.Errorf("POST /mcp of the image's sandbox: %v %v", err, res)
+	} else {
+		res.Body.Close()
+	}
 	image.Process.Signal(syscall.SIGTERM)
 	if _, status := waitExit(t, image, time.Now(), 15*time.Second); status != 0 {
 		t.Errorf("SIGTERM: exit status %d, want 0\n%s", status, stderr.String())
+	}
+	// podman run -i IMAGE mcp: the door over stdio, the image's ENV and all.
+	stdio := exec.Command(dir+"/sandbox", "mcp")
+	stdio.Dir, stdio.Env, stdio.SysProcAttr = empty, image.Env, image.SysProcAttr
+	stdio.Stdin = strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}` + "\n")
+	if out, err := stdio.Output(); err != nil || string(out) != `{"jsonrpc":"2.0","id":1,"result":{}}`+"\n" {
+		t.Errorf("the image's binary, mcp: %v %q", err, out)
 	}
 }
 
@@ -12900,6 +12918,126 @@ func mustRequest(t *testing.T, method, url, body string, headerPairs ...string) 
 		r.Header.Set(headerPairs[i], headerPairs[i+1])
 	}
 	return r
+}
+
+// TestMCPDocsPage: docs/mcp.md's table of tools is the door's table (each tool's name,
+// title, arguments with the required marked and the rule between two, hints), its hosts'
+// configurations are what the hosts read, and its Inspector session runs as written and
+// prints what the page shows: the Inspector itself needs Node.js, which go test does not
+// assume, so a stand-in of its command line (one JSON-RPC request a run, its result printed as
+// JSON) takes its place; the session was run with the real Inspector too.
+func TestMCPDocsPage(t *testing.T) {
+	t.Parallel()
+	text, err := os.ReadFile("docs/mcp.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(text)
+	t.Run("the table of tools", func(t *testing.T) {
+		t.Parallel()
+		var want []string
+		for _, tool := range mcpToolTable {
+			var args []string
+			for _, m := range tool.members {
+				name := "`" + m.name + "`"
+				if m.required {
+					name += "!"
+				}
+				args = append(args, name)
+			}
+			list := strings.Join(args, ", ")
+			if len(tool.exactlyOne) == 2 {
+				list += " (one of the two)"
+			}
+			var hints []string
+			for _, h := range []struct {
+				on   bool
+				name string
+			}{{tool.readOnly, "read-only"}, {tool.destructive, "destructive"}, {tool.idempotent, "idempotent"}, {tool.openWorld, "open world"}} {
+				if h.on {
+					hints = append(hints, h.name)
+				}
+			}
+			row := fmt.Sprintf("| `%s` | %s | %s | %s |", tool.name, tool.title, list, strings.Join(hints, ", "))
+			want = append(want, strings.ReplaceAll(row, "|  |", "| |")) // an empty cell
+		}
+		got := regexp.MustCompile("(?m)^\\| `[a-z_]+` \\|.*\\|$").FindAllString(page, -1)
+		if !slices.Equal(got, want) {
+			t.Errorf("docs/mcp.md's table of tools:\n%s\nthe door's table:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	})
+	t.Run("the hosts' configurations", func(t *testing.T) {
+		t.Parallel()
+		blocks := regexp.MustCompile("(?s)```json\n(.*?)```").FindAllStringSubmatch(page, -1)
+		if len(blocks) != 2 {
+			t.Fatalf("%d JSON blocks, want VS Code's and Cursor's", len(blocks))
+		}
+		for i, top := range []string{"servers", "mcpServers"} {
+			var config map[string]map[string]struct {
+				Type    string   `json:"type"`
+				Command string   `json:"command"`
+				Args    []string `json:"args"`
+			}
+			if err := json.Unmarshal([]byte(blocks[i][1]), &config); err != nil || len(config) != 1 {
+				t.Fatalf("%s: %v", blocks[i][1], err)
+			}
+			s, ok := config[top]["shipping-api-sandbox"]
+			if !ok || !strings.HasSuffix(s.Command, "/bin/shipping-api-sandbox") || !slices.Equal(s.Args, []string{"mcp"}) || (i == 0) != (s.Type == "stdio") {
+				t.Errorf("%s's configuration: %+v", top, config)
+			}
+		}
+		if !strings.Contains(page, "claude mcp add shipping-api-sandbox -- \"$HOME/bin/shipping-api-sandbox\" mcp\n") ||
+			!strings.Contains(page, "go build -o \"$HOME/bin/shipping-api-sandbox\" .\n") {
+			t.Error("Claude Code's command, or the build of the binary it names, is not on the page")
+		}
+	})
+	t.Run("the Inspector session", func(t *testing.T) {
+		t.Parallel()
+		needTools(t, "bash", "curl", "jq")
+		var session []string
+		for _, b := range shellBlocks(page) {
+			if strings.Contains(b[1], "@modelcontextprotocol/inspector") {
+				session = b
+			}
+		}
+		if session == nil || !strings.Contains(page, "```sh\ngo run . -rate 0 -mcp-key sk_test_sandbox_all\n```") {
+			t.Fatal("no Inspector session on the page, or not its sandbox")
+		}
+		e := newEnv(t, envOptions{rate: -1, quiet: true, mcpKey: "sk_test_sandbox_all", wall: true})
+		ts := httptest.NewServer(e.h)
+		defer ts.Close()
+		bin := t.TempDir()
+		inspector := `#!/usr/bin/env bash
+# The MCP Inspector's command line, as far as the session uses it: one method a run, its
+# result printed as JSON.
+set -euo pipefail
+[ "$1" = --yes ] && [ "$2" = @modelcontextprotocol/inspector ] && [ "$3" = --cli ] || { echo "npx: $*?" >&2; exit 1; }
+url=$4; shift 4
+method= tool= args='{}'
+while [ $# -gt 0 ]; do
+  case $1 in
+    --method) method=$2; shift 2 ;;
+    --tool-name) tool=$2; shift 2 ;;
+    --tool-arg) args=$(jq -c --arg k "${2%%=*}" --arg v "${2#*=}" '. + {($k): $v}' <<<"$args"); shift 2 ;;
+    *) echo "inspector: $1?" >&2; exit 1 ;;
+  esac
+done
+params='{}'
+[ "$method" = tools/call ] && params=$(jq -nc --arg n "$tool" --argjson a "$args" '{name: $n, arguments: $a}')
+curl -sf "$url" -H 'Content-Type: application/json' -H 'MCP-Protocol-Version: 2025-11-25' \
+  -d "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"$method\",\"params\":$params}" | jq '.result'
+`
+		if err := os.WriteFile(filepath.Join(bin, "npx"), []byte(inspector), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		sh := exec.Command("bash", "-euo", "pipefail", "-c", strings.ReplaceAll(session[1], "http://127.0.0.1:8080", ts.URL))
+		sh.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err := sh.CombinedOutput()
+		ids := regexp.MustCompile(`req_[0-9a-z]{20}`)
+		if got, want := ids.ReplaceAllString(string(out), "req_ID"), ids.ReplaceAllString(session[2], "req_ID")+"\n"; err != nil || got != want {
+			t.Errorf("the session: %v\n%s\nthe page shows:\n%s", err, got, want)
+		}
+	})
 }
 
 // FuzzMCPMessage: whatever a client sends the door (a body, a revision, a name), it answers
