@@ -2527,9 +2527,6 @@ type sandboxAccount struct {
 
 // The body of POST /v1/test_helpers/sandboxes, read as a dataset's records are.
 
-// sandboxMembers are the members of the body, each at most once.
-var sandboxMembers = []string{"template", "shipments", "orders", "keys", "profile"}
-
 // A shipment and a key as a request body sends them: their owner is the sandbox that holds
 // them, and a key's text is made for it.
 var (

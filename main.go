@@ -3261,7 +3261,9 @@ func groupDigits(n int) string {
 type mcpDoor struct {
 	s         *server
 	tools     []mcpTool
+	listed    map[string]json.RawMessage // each revision's tool list, written once at start
 	resources []mcpResource
+	docMarks  int                 // the origins the document names: its size is known without writing it
 	key       string              // -mcp-key: what a request from a loopback address without Authorization acts as
 	getenv    func(string) string // the process's environment: check_server's keys for another server
 }
@@ -4141,7 +4143,7 @@ func newMCPDoor(s *server, key string, getenv func(string) string) (*mcpDoor, er
 	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
 		return nil, err
 	}
-	d := &mcpDoor{s: s, key: key, getenv: getenv, tools: slices.Clone(mcpToolTable)}
+	d := &mcpDoor{s: s, key: key, getenv: getenv, tools: slices.Clone(mcpToolTable), docMarks: bytes.Count(s.openAPI.marked, []byte(originMark))}
 	for i := range d.tools {
 		t := &d.tools[i]
 		if t.api {
@@ -4157,7 +4159,10 @@ func newMCPDoor(s *server, key string, getenv func(string) string) (*mcpDoor, er
 	}
 	resources, err := mcpResources()
 	d.resources = resources
-	return d, err
+	if err != nil {
+		return nil, err
+	}
+	return d, d.listEach()
 }
 
 // inputSchema is a tool's arguments as one flat object: each member's schema and
@@ -4342,11 +4347,24 @@ func (t *mcpTool) listed(revision string) map[string]any {
 }
 
 func (d *mcpDoor) listTools(c *mcpCall) map[string]any {
-	tools := make([]any, 0, len(d.tools))
-	for i := range d.tools {
-		tools = append(tools, d.tools[i].listed(c.revision))
+	return c.cached(map[string]any{"tools": d.listed[c.revision]})
+}
+
+// listEach writes each revision's tool list once, as tools/list answers it.
+func (d *mcpDoor) listEach() error {
+	d.listed = map[string]json.RawMessage{}
+	for _, revision := range mcpRevisions {
+		tools := make([]any, 0, len(d.tools))
+		for i := range d.tools {
+			tools = append(tools, d.tools[i].listed(revision))
+		}
+		b, err := marshalJSON(tools)
+		if err != nil {
+			return err
+		}
+		d.listed[revision] = b
 	}
-	return c.cached(map[string]any{"tools": tools})
+	return nil
 }
 
 // ===== The MCP door: a tool's call, its API requests, and its result =====
@@ -4772,15 +4790,7 @@ func checkedBase(base string) *apiError {
 // loopbackOriginOf is a base URL's origin as this door compares them: scheme and host,
 // lower-cased, localhost as 127.0.0.1.
 func loopbackOriginOf(base string) string {
-	u, err := url.Parse(base)
-	if err != nil {
-		return ""
-	}
-	host := strings.ToLower(u.Host)
-	if h, port, ok := strings.Cut(host, ":"); ok && h == "localhost" {
-		host = "127.0.0.1:" + port
-	}
-	return u.Scheme + "://" + host
+	return strings.Replace(strings.ToLower(originOfBase(base)), "://localhost:", "://127.0.0.1:", 1)
 }
 
 // ===== The MCP door: the resources =====
@@ -4827,7 +4837,11 @@ func (d *mcpDoor) listResources(c *mcpCall) map[string]any {
 	list := make([]any, 0, len(d.resources))
 	for i := range d.resources {
 		r := &d.resources[i]
-		item := map[string]any{"uri": r.uri, "name": r.name, "mimeType": r.mimeType, "size": len(r.textFor(d, c.origin))}
+		size := len(r.text)
+		if r.text == nil { // the document, as textFor writes it
+			size = len(d.s.openAPI.marked) + d.docMarks*(len(c.origin)-len(originMark))
+		}
+		item := map[string]any{"uri": r.uri, "name": r.name, "mimeType": r.mimeType, "size": size}
 		if c.revision >= "2025-06-18" {
 			item["title"] = r.title
 		}

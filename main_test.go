@@ -9472,13 +9472,14 @@ func (e *env) book(t testing.TB, key, body, idem string, headerPairs ...string) 
 	return e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/shipments", key, body, headers...))
 }
 
-// syncCopy is a copy of acct_sync made with its key, and the copy's key: its start is the
-// env's clock.
-func (e *env) syncCopy(t testing.TB, idem string) string {
+// copyOf is a copy of the account of key (a dataset key), made with it, and the copy's
+// first key: its start is the env's clock. acct_sync's (sk_test_sync_all) is the marketplace
+// that moves; in acct_sandbox's (sk_test_sandbox_all), shp_sbx_unlabelled has no event.
+func (e *env) copyOf(t testing.TB, key, idem string) string {
 	t.Helper()
-	rep, sb := e.postSandbox(t, "sk_test_sync_all", `{}`, idem)
+	rep, sb := e.postSandbox(t, key, `{}`, idem)
 	if rep.status != http.StatusCreated {
-		t.Fatalf("a copy of acct_sync: %s", rep)
+		t.Fatalf("a copy of the account of %s: %s", key, rep)
 	}
 	return sb.Keys[0].Key
 }
@@ -9506,7 +9507,7 @@ func shownLink(t testing.TB, e *env, key, id string, headerPairs ...string) stri
 func TestBooking(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
-	key := e.syncCopy(t, "copy-1")
+	key := e.copyOf(t, "sk_test_sync_all", "copy-1")
 	if got := shownLink(t, e, key, "ord_sync_0003"); got != "null" {
 		t.Fatalf("before the booking ord_sync_0003 shows shipment_id %s", got)
 	}
@@ -9583,7 +9584,7 @@ func TestBooking(t *testing.T) {
 		}
 	}
 	// Another sandbox of the same template, and the dataset, are not touched.
-	other := e.syncCopy(t, "copy-2")
+	other := e.copyOf(t, "sk_test_sync_all", "copy-2")
 	if got := shownLink(t, e, other, "ord_sync_0003"); got != "null" {
 		t.Errorf("a booking in one copy links the order in another: %s", got)
 	}
@@ -9597,7 +9598,7 @@ func TestBooking(t *testing.T) {
 func TestBookingRefusals(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
-	key := e.syncCopy(t, "copy")
+	key := e.copyOf(t, "sk_test_sync_all", "copy")
 	if rep := e.book(t, key, `{"id":"shp_a","reference":"A","order_id":"ord_sync_0004"}`, "first"); rep.status != 201 {
 		t.Fatalf("the first booking: %s", rep)
 	}
@@ -9722,7 +9723,7 @@ func TestBookingSeededOrders(t *testing.T) {
 func TestBookingIdempotency(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
-	key := e.syncCopy(t, "copy")
+	key := e.copyOf(t, "sk_test_sync_all", "copy")
 	body := `{"id":"shp_4","reference":"REF-4","order_id":"ord_sync_0004"}`
 	unconfirmed := e.book(t, key, body, "k-4", "Prefer", "code=502")
 	wantProblem(t, unconfirmed, 502, "provider_not_confirmed", "")
@@ -9778,7 +9779,7 @@ func TestBookingIdempotency(t *testing.T) {
 func TestBlindRetry(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
-	key := e.syncCopy(t, "copy")
+	key := e.copyOf(t, "sk_test_sync_all", "copy")
 	body := `{"reference":"REF-5","order_id":"ord_sync_0005"}`
 	e.book(t, key, body, "a", "Prefer", "code=502")           // 1: done, answered 502
 	e.book(t, key, body, "a")                                 // 2: the same key: its 201
@@ -9826,7 +9827,7 @@ func TestBookingIsJudgedByTheVersionItRead(t *testing.T) {
 	// instant moves, which only the version does.
 	for i, linked := range []string{"start", "start-2m"} {
 		t.Run(linked, func(t *testing.T) {
-			key := e.syncCopy(t, "copy-"+linked)
+			key := e.copyOf(t, "sk_test_sync_all", "copy-"+linked)
 			later := []string{"Prefer", `clock="start+10m", run="r"`}
 			e.get(t, "/v1/orders/ord_sync_0003", key, later...) // 1: unlinked, at +10 min
 			e.get(t, "/v1/orders/ord_sync_0004", key, later...) // 2: the latest read
@@ -9917,7 +9918,7 @@ func TestTimelineMergesABookingsHappenings(t *testing.T) {
 func TestBookingMakesANumberAmbiguous(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
-	key := e.syncCopy(t, "copy")
+	key := e.copyOf(t, "sk_test_sync_all", "copy")
 	at := []string{"Prefer", `clock="start+2m"`}
 	if rep := e.get(t, "/v1/tracking/SYNC1000000001", key, at...); rep.status != 200 { // 1: shp_sync_1
 		t.Fatalf("before the booking: %s", rep)
@@ -10172,7 +10173,7 @@ func FuzzBookingBody(f *testing.F) {
 	n := 0
 	f.Fuzz(func(t *testing.T, body string) {
 		if n%500 == 0 { // a fresh copy now and then: each write copies what the sandbox holds
-			key = e.syncCopy(t, "fuzz-copy-"+strconv.Itoa(n))
+			key = e.copyOf(t, "sk_test_sync_all", "fuzz-copy-"+strconv.Itoa(n))
 		}
 		n++
 		tenant := e.srv.keys.sandboxes.find(sha256.Sum256([]byte(key)), e.clock.now()).tenant
@@ -10357,16 +10358,6 @@ func (e *env) move(t testing.TB, key, id, body, idem string, headerPairs ...stri
 	return e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/shipments/"+id+"/events", key, body, headers...))
 }
 
-// sandboxCopy is a copy of acct_sandbox, its key: shp_sbx_unlabelled has no event.
-func (e *env) sandboxCopy(t testing.TB, idem string) string {
-	t.Helper()
-	rep, sb := e.postSandbox(t, "sk_test_sandbox_all", `{}`, idem)
-	if rep.status != http.StatusCreated {
-		t.Fatalf("a copy of acct_sandbox: %s", rep)
-	}
-	return sb.Keys[0].Key
-}
-
 // viewOf decodes a tracking view, of a 200 or a 201, strictly.
 func viewOf(t testing.TB, rep reply) trackingView {
 	t.Helper()
@@ -10390,7 +10381,7 @@ func viewOf(t testing.TB, rep reply) trackingView {
 func TestMovingAShipment(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
-	key := e.sandboxCopy(t, "copy")
+	key := e.copyOf(t, "sk_test_sandbox_all", "copy")
 	rep := e.move(t, key, "shp_sbx_unlabelled", `{"status":"out_for_delivery"}`, "m-1")
 	if rep.status != 201 || rep.header.Get("Location") != "/v1/shipments/shp_sbx_unlabelled/tracking" ||
 		string(rep.body) != `{"shipment_id":"shp_sbx_unlabelled","reference":"SBX-REF-1004","tracking_number":null,"status":"out_for_delivery","events":[{"status":"out_for_delivery","description":"Out for delivery","timestamp":"2026-11-22T12:00:00Z","location":""}]}` {
@@ -10447,7 +10438,7 @@ func TestMovingAShipment(t *testing.T) {
 func TestMovingOnTheSandboxClock(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
-	key := e.sandboxCopy(t, "copy")
+	key := e.copyOf(t, "sk_test_sandbox_all", "copy")
 	at := func(offset string) []string { return []string{"Prefer", `clock="start+` + offset + `"`} }
 	rep := e.move(t, key, "shp_sbx_unlabelled", `{"events":[{"status":"delivered","description":"Delivered","after":"2h"}]}`, "later", at("1h")...)
 	if v := viewOf(t, rep); len(v.Events) != 0 || v.Status != "pre_transit" || rep.header.Get("Preference-Applied") != `clock="2026-11-22T13:00:00Z"` {
@@ -10485,8 +10476,8 @@ func TestMovingOnTheSandboxClock(t *testing.T) {
 func TestMovingRefusals(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
-	key := e.sandboxCopy(t, "copy")
-	other := e.sandboxCopy(t, "other")
+	key := e.copyOf(t, "sk_test_sandbox_all", "copy")
+	other := e.copyOf(t, "sk_test_sandbox_all", "other")
 	if rep := e.book(t, other, `{"id":"shp_theirs","reference":"T"}`, "theirs"); rep.status != 201 {
 		t.Fatalf("another sandbox's shipment: %s", rep)
 	}
@@ -10563,7 +10554,7 @@ func TestMovingRefusals(t *testing.T) {
 func TestMovingIdempotency(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
-	key := e.sandboxCopy(t, "copy")
+	key := e.copyOf(t, "sk_test_sandbox_all", "copy")
 	first := e.move(t, key, "shp_sbx_unlabelled", `{"status":"in_transit"}`, "k")
 	again := e.move(t, key, "shp_sbx_unlabelled", `{"status":"in_transit"}`, "k")
 	if first.status != 201 || again.status != 201 || !bytes.Equal(first.body, again.body) || again.header.Get("Idempotent-Replayed") != "true" || again.header.Get("Location") != first.header.Get("Location") {
@@ -10608,7 +10599,7 @@ func TestMovingIdempotency(t *testing.T) {
 func TestMovingAtTheBound(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
-	key := e.sandboxCopy(t, "copy")
+	key := e.copyOf(t, "sk_test_sandbox_all", "copy")
 	events := func(from, n int) string {
 		var list []string
 		for i := from; i < from+n; i++ {
@@ -10637,7 +10628,7 @@ func TestMovingAtTheBound(t *testing.T) {
 func TestMovesRacingReads(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
-	key := e.sandboxCopy(t, "copy")
+	key := e.copyOf(t, "sk_test_sandbox_all", "copy")
 	const posts = 200
 	var wg sync.WaitGroup
 	done := make(chan struct{})
