@@ -131,6 +131,7 @@ func main() {
 		os.Exit(status)
 	}
 	if len(os.Args) > 1 && os.Args[1] == "mcp" { // the MCP door over stdio
+		signal.Ignore(syscall.SIGPIPE) // a closed stdout is a write's error, and ends the session cleanly
 		status := runMCP(ctx, os.Args[2:], os.Getenv, os.Stdin, os.Stdout, os.Stderr, boundHeapGrowth)
 		stop()
 		os.Exit(status)
@@ -3471,7 +3472,18 @@ func writeRPC(w http.ResponseWriter, status int, body []byte) {
 // sk_test_sandbox_all), checked once at start: refused, exit 2. End of input: the requests
 // in flight answered, the sandbox drained, exit 0.
 func runMCP(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer, tuneHeap heapTuner) int {
-	say := func(s string) { fmt.Fprintln(stderr, "sandbox mcp: "+s) }
+	lines := newConsole(stderr) // never waits on a stderr that stopped reading
+	status := carryStdio(ctx, args, getenv, stdin, stdout, stderr, tuneHeap, func(s string) { lines.say("sandbox mcp: " + s + "\n") })
+	lines.close(time.Now().Add(finalLineWait))
+	return status
+}
+
+// carryStdio is runMCP but its lines on stderr. The way out, at the end of input, a signal,
+// or a stdout that is closed: the sandbox it started drains as on SIGTERM, and the answers in
+// flight get as long as a drain (-drain's 10 s) to be written, both from the end: exit 0 when
+// every request was answered, 1 when an answer could not be written (stdout stalled or
+// closed) or the sandbox did not stop cleanly.
+func carryStdio(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer, tuneHeap heapTuner, say func(string)) int {
 	cfg, err := parseConfigFor(args, getenv, stderr, true)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -3480,31 +3492,35 @@ func runMCP(ctx context.Context, args []string, getenv func(string) string, stdi
 		say(err.Error())
 		return 2
 	}
-	b := &mcpBridge{key: cmp.Or(cfg.mcpKey, defaultMCPKey), out: stdout, say: say}
-	keyName := "-mcp-key"
-	if cfg.mcpKeyName != "" {
-		keyName = cfg.mcpKeyName
-	}
-	if cfg.bridgeTo != "" {
-		b.base, b.rt = cfg.bridgeTo, &http.Transport{Proxy: nil, ResponseHeaderTimeout: time.Minute}
-	} else {
-		stopSandbox, served, err := startForMCP(ctx, cfg, getenv, stderr, tuneHeap)
-		if err != nil {
+	var rt http.RoundTripper = &http.Transport{Proxy: nil, ResponseHeaderTimeout: time.Minute}
+	base, stop := cfg.bridgeTo, func() error { return nil }
+	if base == "" {
+		var served servedSandbox
+		if stop, served, err = startForMCP(ctx, cfg, getenv, stderr, tuneHeap); err != nil {
 			say(err.Error())
 			return 1
 		}
-		defer func() {
-			if err := stopSandbox(); err != nil {
-				say(err.Error())
-			}
-		}()
-		b.base, b.rt = served.base, served.srv
+		base, rt = served.base, served.srv
 	}
+	b := newMCPBridge(base, rt, cmp.Or(cfg.mcpKey, defaultMCPKey), stdout, say)
 	if why := b.checkKey(ctx); why != "" {
-		say(keyName + ": " + why)
+		say(cmp.Or(cfg.mcpKeyName, "-mcp-key") + ": " + why)
+		stop()
 		return 2
 	}
-	b.carryAll(ctx, stdin)
+	answered := b.carryAll(ctx, stdin)
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	unanswered := answered(time.Now().Add(cfg.drainTimeout))
+	err = <-stopped
+	switch {
+	case unanswered > 0:
+		say(fmt.Sprintf("%d answers were not written: standard output stopped reading, or was closed", unanswered))
+		return 1
+	case err != nil:
+		say(err.Error())
+		return 1
+	}
 	return 0
 }
 
@@ -3549,8 +3565,19 @@ type mcpBridge struct {
 	key      string
 	revision atomic.Pointer[string] // the legacy revision initialize settled
 	out      io.Writer
-	outMu    sync.Mutex // one line at a time on stdout
+	outMu    sync.Mutex    // one line at a time on stdout
+	pending  atomic.Int64  // messages carried whose answer is not written yet
+	lost     atomic.Int64  // answers stdout refused
+	closed   chan struct{} // closed when stdout refuses a write: nothing more can be answered
+	once     sync.Once
 	say      func(string)
+}
+
+// maxInFlight bounds the messages carried at once.
+const maxInFlight = 64
+
+func newMCPBridge(base string, rt http.RoundTripper, key string, out io.Writer, say func(string)) *mcpBridge {
+	return &mcpBridge{base: base, rt: rt, key: key, out: out, say: say, closed: make(chan struct{})}
 }
 
 // checkKey asks the sandbox whether it takes the bridge's key: "" when it does, else why
@@ -3573,10 +3600,64 @@ func (b *mcpBridge) checkKey(ctx context.Context) string {
 	return ""
 }
 
-// carryAll carries each line of stdin until its end (or a signal), then waits for the
-// answers in flight. An initialize is carried alone: what it settles, the next requests
-// send.
-func (b *mcpBridge) carryAll(ctx context.Context, stdin io.Reader) {
+// carryAll carries each line of stdin, up to maxInFlight at once, until its end, a signal, or
+// a stdout that is closed, and returns what waits for the answers in flight until a deadline
+// and says how many were not written. An initialize is carried before the next line: what
+// it settles, the next requests send. A request in flight at a signal is answered, as a drain
+// answers it.
+func (b *mcpBridge) carryAll(ctx context.Context, stdin io.Reader) (answered func(deadline time.Time) int64) {
+	lines := readLines(ctx, stdin)
+	carrying := context.WithoutCancel(ctx)
+	var inFlight sync.WaitGroup
+	slots := make(chan struct{}, maxInFlight)
+	answered = func(deadline time.Time) int64 {
+		done := make(chan struct{})
+		go func() { inFlight.Wait(); close(done) }()
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		return b.pending.Load() + b.lost.Load()
+	}
+	for {
+		var line []byte
+		var ok bool
+		select {
+		case line, ok = <-lines:
+		case <-ctx.Done():
+		case <-b.closed:
+		}
+		if !ok {
+			return answered
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return answered
+		case <-b.closed:
+			return answered
+		}
+		b.pending.Add(1)
+		inFlight.Add(1)
+		done := make(chan struct{})
+		go func() {
+			defer func() { b.pending.Add(-1); <-slots; inFlight.Done(); close(done) }()
+			b.carry(carrying, line)
+		}()
+		if bytes.Contains(line[:min(len(line), 256)], []byte(`"initialize"`)) {
+			select {
+			case <-done:
+			case <-ctx.Done():
+			case <-b.closed:
+			}
+		}
+	}
+}
+
+// readLines sends each line of stdin that holds anything, until its end or a signal.
+func readLines(ctx context.Context, stdin io.Reader) <-chan []byte {
 	lines := make(chan []byte)
 	go func() {
 		defer close(lines)
@@ -3595,30 +3676,7 @@ func (b *mcpBridge) carryAll(ctx context.Context, stdin io.Reader) {
 			}
 		}
 	}()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	slots := make(chan struct{}, 64) // messages in flight at once
-	for {
-		var line []byte
-		var ok bool
-		select {
-		case line, ok = <-lines:
-		case <-ctx.Done():
-		}
-		if !ok {
-			return
-		}
-		if bytes.Contains(line[:min(len(line), 256)], []byte(`"initialize"`)) {
-			b.carry(ctx, line)
-			continue
-		}
-		slots <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-slots; wg.Done() }()
-			b.carry(ctx, line)
-		}()
-	}
+	return lines
 }
 
 // readMessageLine reads one line of stdin, without its end of line: at most one byte past
@@ -3689,7 +3747,7 @@ func (b *mcpBridge) carry(ctx context.Context, line []byte) {
 	default:
 		var p struct{ Code, Detail string }
 		json.Unmarshal(body, &p)
-		b.undeliverable(line, head, fmt.Sprintf("the sandbox answered %d %s: %s", res.StatusCode, p.Code, cmp.Or(p.Detail, http.StatusText(res.StatusCode))))
+		b.undeliverable(line, head, strings.TrimSpace(fmt.Sprintf("the sandbox answered %d %s", res.StatusCode, p.Code))+": "+cmp.Or(p.Detail, http.StatusText(res.StatusCode)))
 	}
 }
 
@@ -3722,11 +3780,18 @@ func (b *mcpBridge) undeliverable(line []byte, head mcpHead, why string) {
 	b.write(rpcError(head.id, rpcInternalError, "Internal error: "+why+".", nil))
 }
 
-// write writes one answer, a line, to stdout.
+// write writes one answer, a line, to stdout; one that stdout refuses is lost, and ends the
+// session (go run . mcp ignores SIGPIPE, so a closed stdout is an error here).
 func (b *mcpBridge) write(answer []byte) {
 	b.outMu.Lock()
 	defer b.outMu.Unlock()
-	b.out.Write(append(bytes.TrimSpace(answer), '\n'))
+	if _, err := b.out.Write(append(bytes.TrimSpace(answer), '\n')); err != nil {
+		b.lost.Add(1)
+		b.once.Do(func() {
+			b.say("standard output refused an answer (" + err.Error() + "): the session ends")
+			close(b.closed)
+		})
+	}
 }
 
 // mcpHead is what the bridge reads of a line: its id and method, and what it sends in the

@@ -12898,6 +12898,130 @@ func startServing(t *testing.T) (*exec.Cmd, string) {
 	return cmd, base
 }
 
+// TestMCPBridgeAnswersEveryID: whatever stands behind the bridge (a sandbox gone, a 401, a
+// 413, a 5xx, an answer that is not JSON-RPC), a request gets one JSON-RPC error for its id
+// on stdout, -32603 with the reason, and a notification gets nothing there (its reason goes
+// to stderr): stdout carries nothing but JSON-RPC.
+func TestMCPBridgeAnswersEveryID(t *testing.T) {
+	t.Parallel()
+	answer := func(status int, contentType, body string) bridgeTransport {
+		return func(*http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: status, Header: http.Header{"Content-Type": {contentType}}, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body))}, nil
+		}
+	}
+	problem := func(status int, code string) bridgeTransport {
+		return answer(status, "application/problem+json", `{"type":"about:blank","status":`+strconv.Itoa(status)+`,"detail":"why","code":"`+code+`"}`)
+	}
+	for _, c := range []struct {
+		name string
+		rt   bridgeTransport
+		why  string
+	}{
+		{"the sandbox gone", func(*http.Request) (*http.Response, error) { return nil, errors.New("connect: connection refused") }, "cannot be reached: connect: connection refused"},
+		{"a 401", problem(401, "invalid_api_key"), "the sandbox answered 401 invalid_api_key: why"},
+		{"a 413", problem(413, "body_too_large"), "the sandbox answered 413 body_too_large: why"},
+		{"a 500", problem(500, "internal_error"), "the sandbox answered 500 internal_error: why"},
+		{"a 502 of a proxy, in HTML", answer(502, "text/html", "<h1>Bad Gateway</h1>"), "the sandbox answered 502: Bad Gateway"},
+		{"JSON that is not JSON-RPC", answer(200, "application/json", `{"hello":"world"}`), "the sandbox answered 200: OK"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var out, said lockedBuffer
+			b := newMCPBridge("http://127.0.0.1:1/v1", c.rt, "sk_test_sandbox_all", &out, func(s string) { said.Write([]byte(s + "\n")) })
+			b.carry(context.Background(), []byte(`{"jsonrpc":"2.0","id":"x-1","method":"tools/list"}`))
+			b.carry(context.Background(), []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
+			var a rpcAnswer
+			lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+			if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &a) != nil || string(a.ID) != `"x-1"` || a.Error == nil || a.Error.Code != -32603 || !strings.Contains(a.Error.Message, c.why) {
+				t.Errorf("stdout: %q, want one -32603 for x-1 saying %q", out.String(), c.why)
+			}
+			if !strings.Contains(said.String(), "a notification (notifications/initialized) was not delivered") {
+				t.Errorf("stderr: %q", said.String())
+			}
+		})
+	}
+}
+
+// bridgeTransport stands behind the bridge in TestMCPBridgeAnswersEveryID.
+type bridgeTransport func(*http.Request) (*http.Response, error)
+
+func (f bridgeTransport) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestMCPOverStdioWayOut: go run . mcp's way out is bounded whatever its outputs do. At the
+// end of input a request in flight is answered and the exit is 0; a stdout that stalls (an
+// answer stuck in a pipe nobody reads) gives up after the drain's 10 s and exits 1, saying
+// so; a stdout that is closed ends the session at once, exit 1, not SIGPIPE; and with stdout
+// and stderr both stalled and every core busy, SIGTERM ends it within 15 s.
+func TestMCPOverStdioWayOut(t *testing.T) {
+	t.Parallel()
+	bin, err := sandboxBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(t *testing.T, stdout, stderr io.Writer) (*exec.Cmd, io.WriteCloser) {
+		t.Helper()
+		cmd := exec.Command(bin, "mcp", "-rate", "0")
+		cmd.Stdout, cmd.Stderr = stdout, stderr
+		stdin, _ := cmd.StdinPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd, stdin
+	}
+	list := `{"jsonrpc":"2.0","id":1,"method":"tools/list"}` + "\n" // 55 KB: more than a full pipe takes
+	t.Run("a request in flight at the end of input is answered", func(t *testing.T) {
+		t.Parallel()
+		stdout, stderr := &lockedBuffer{}, &lockedBuffer{}
+		cmd, stdin := start(t, stdout, stderr)
+		io.WriteString(stdin, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"get_clock","arguments":{"prefer":"delay=1500"}}}`+"\n")
+		stdin.Close()
+		if _, status := waitExit(t, cmd, time.Now(), 15*time.Second); status != 0 || !strings.HasPrefix(stdout.String(), `{"jsonrpc":"2.0","id":7,"result":`) {
+			t.Errorf("exit %d, stdout %.80s; stderr: %s", status, stdout, stderr)
+		}
+	})
+	t.Run("a stdout that stalls", func(t *testing.T) {
+		t.Parallel()
+		stderr := &lockedBuffer{}
+		cmd, stdin := start(t, stalledPipe(t), stderr)
+		io.WriteString(stdin, list)
+		time.Sleep(200 * time.Millisecond) // its answer stuck in the pipe
+		stdin.Close()
+		took, status := waitExit(t, cmd, time.Now(), 15*time.Second)
+		if status != 1 || !strings.Contains(stderr.String(), "sandbox mcp: 1 answers were not written") {
+			t.Errorf("exit %d after %v; stderr: %s", status, took, stderr)
+		}
+	})
+	t.Run("a stdout that is closed", func(t *testing.T) {
+		t.Parallel()
+		stderr := &lockedBuffer{}
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+		cmd, stdin := start(t, w, stderr)
+		w.Close()
+		io.WriteString(stdin, list)
+		if _, status := waitExit(t, cmd, time.Now(), 15*time.Second); status != 1 || !strings.Contains(stderr.String(), "standard output refused an answer") {
+			t.Errorf("exit %d (a SIGPIPE is -1); stderr: %s", status, stderr)
+		}
+	})
+	t.Run("every output stalled, every core busy, SIGTERM", func(t *testing.T) {
+		stalled := stalledPipe(t)
+		cmd, stdin := start(t, stalled, stalled)
+		defer stdin.Close()
+		busyCores(t)
+		io.WriteString(stdin, list)
+		time.Sleep(time.Second) // the sandbox up, its answer stuck
+		cmd.Process.Signal(syscall.SIGTERM)
+		signalled := time.Now()
+		if took, _ := waitExit(t, cmd, signalled, 15*time.Second); took > 15*time.Second {
+			t.Errorf("exited %v after SIGTERM, want within 15 s", took)
+		}
+	})
+}
+
 // mustRequest is a request with a body and header pairs.
 func mustRequest(t *testing.T, method, url, body string, headerPairs ...string) *http.Request {
 	t.Helper()
@@ -12991,7 +13115,7 @@ func TestMCPDocsPage(t *testing.T) {
 				session = b
 			}
 		}
-		if session == nil || !strings.Contains(page, "```sh\ngo run . -rate 0 -mcp-key sk_test_sandbox_all\n```") {
+		if session == nil || !strings.Contains(page, "```sh\ngo run . -addr 127.0.0.1:8090 -rate 0 -mcp-key sk_test_sandbox_all\n```") {
 			t.Fatal("no Inspector session on the page, or not its sandbox")
 		}
 		e := newEnv(t, envOptions{rate: -1, quiet: true, mcpKey: "sk_test_sandbox_all", wall: true})
@@ -13021,7 +13145,7 @@ curl -sf "$url" -H 'Content-Type: application/json' -H 'MCP-Protocol-Version: 20
 		if err := os.WriteFile(filepath.Join(bin, "npx"), []byte(inspector), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		sh := exec.Command("bash", "-euo", "pipefail", "-c", strings.ReplaceAll(session[1], "http://127.0.0.1:8080", ts.URL))
+		sh := exec.Command("bash", "-euo", "pipefail", "-c", strings.ReplaceAll(session[1], "http://127.0.0.1:8090", ts.URL))
 		sh.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 		out, err := sh.CombinedOutput()
 		ids := regexp.MustCompile(`req_[0-9a-z]{20}`)
@@ -13117,7 +13241,7 @@ func BenchmarkMCPGetTracking(b *testing.B) {
 	})
 	b.Run("tools/call over stdio", func(b *testing.B) {
 		var out bytes.Buffer
-		bridge := &mcpBridge{base: ts.URL + "/v1", rt: e.srv, key: "sk_test_sandbox_all", out: &out, say: func(string) {}}
+		bridge := newMCPBridge(ts.URL+"/v1", e.srv, "sk_test_sandbox_all", &out, func(string) {})
 		line := []byte(call)
 		for b.Loop() {
 			out.Reset()
