@@ -3480,7 +3480,7 @@ func runMCP(ctx context.Context, args []string, getenv func(string) string, stdi
 
 // carryStdio is runMCP but its lines on stderr. The way out, at the end of input, a signal,
 // or a stdout that is closed: the sandbox it started drains as on SIGTERM, and the answers in
-// flight get as long as a drain (-drain's 10 s) to be written, both from the end: exit 0 when
+// flight get as long as a drain (10 s, the drain timeout) to be written, both from the end: exit 0 when
 // every request was answered, 1 when an answer could not be written (stdout stalled or
 // closed) or the sandbox did not stop cleanly.
 func carryStdio(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer, tuneHeap heapTuner, say func(string)) int {
