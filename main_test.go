@@ -14556,7 +14556,9 @@ func TestConformanceKeepsItsPaceWithinBounds(t *testing.T) {
 					tt.answer(r, a, made.at(0))
 				}
 			}})
-			status, _, out, errs := kitRun(t, t.Context(), nil, "-base-url", base, "-key", "sk_test_sandbox_all", "-timeout", "50ms")
+			// -timeout bounds each wait the server asks for; 300 ms also leaves a request room on
+			// a machine whose every core is busy (at 50 ms the first read could time out there).
+			status, _, out, errs := kitRun(t, t.Context(), nil, "-base-url", base, "-key", "sk_test_sandbox_all", "-timeout", "300ms")
 			if status != 2 || !strings.Contains(errs, tt.want) || out != "" {
 				t.Errorf("exit status %d, stderr %q; want 2 saying %q", status, errs, tt.want)
 			}
