@@ -5269,6 +5269,9 @@ type kit struct {
 	deleted  int          // the kit's sandboxes deleted
 	judged   []*exchange  // the answers the rules that judge every answer judge
 	bursted  []*exchange  // the rate limit's burst, once sent
+	// The current rule's first request cut by -timeout: the rule ends there, failing, and
+	// sends nothing more (a server that stalls every read costs a -timeout a rule).
+	cut atomic.Pointer[exchange]
 }
 
 // The bounds of what the kit reads of an answer: more fails the rule that read it.
@@ -5282,6 +5285,7 @@ var (
 	errAnswerTooLarge  = fmt.Errorf("the answer's body is over %d bytes (1 MiB), the most the kit reads", maxKitAnswer)
 	errHeadersTooLarge = fmt.Errorf("the answer's header fields are over %d bytes (64 KiB), the most the kit reads", maxKitHeaders)
 	errPaceRefused     = errors.New("the server refused the kit's pace")
+	errRuleCut         = errors.New("not sent: an earlier request of this rule got no answer within -timeout")
 )
 
 func newKit(ctx context.Context, cfg checkConfig) *kit {
@@ -5332,6 +5336,9 @@ func (k *kit) get(role kitRole, target string, status int, code string) *exchang
 // current rule's. A 429 is waited out (as its Retry-After says, at most -timeout) and r
 // sent again, at most three times; 10 requests in a row still answered 429 end the run.
 func (k *kit) send(r kitRequest) *exchange {
+	if k.cut.Load() != nil {
+		return &exchange{req: r, rule: k.rule, err: errRuleCut}
+	}
 	id := string(r.role) + " " + r.unknownKey + " " + r.method + " " + r.target
 	cacheable := r.method == http.MethodGet && r.body == nil && r.header == nil
 	if ex := k.cache[id]; ex != nil && cacheable {
@@ -5339,7 +5346,7 @@ func (k *kit) send(r kitRequest) *exchange {
 		return ex
 	}
 	ex := k.sendOnce(r)
-	for tries := 0; ex.status == http.StatusTooManyRequests && tries < 3 && k.ctx.Err() == nil; tries++ {
+	for tries := 0; ex.status == http.StatusTooManyRequests && tries < 3 && k.ctx.Err() == nil && k.cut.Load() == nil; tries++ {
 		k.retried++
 		k.wait(retryAfter(ex.header, time.Now()))
 		ex = k.sendOnce(r)
@@ -5383,6 +5390,7 @@ func (k *kit) sendOnce(r kitRequest) *exchange {
 			err = errHeadersTooLarge
 		}
 		ex.err = err
+		k.noteCut(ex)
 		return ex
 	}
 	defer res.Body.Close()
@@ -5391,11 +5399,21 @@ func (k *kit) sendOnce(r kitRequest) *exchange {
 	switch {
 	case err != nil:
 		ex.err = err
+		k.noteCut(ex)
 	case len(ex.body) > maxKitAnswer:
 		ex.body, ex.err = ex.body[:maxKitAnswer], errAnswerTooLarge
 	}
 	k.pace.note(key, res.Header)
 	return ex
+}
+
+// noteCut notes ex as the current rule's first request cut by -timeout, if it was one. The
+// first read and the world are not rules: a cut there is judged where it happens.
+func (k *kit) noteCut(ex *exchange) {
+	var timeout net.Error
+	if errors.As(ex.err, &timeout) && timeout.Timeout() && !strings.HasPrefix(k.rule, "(") {
+		k.cut.CompareAndSwap(nil, ex)
+	}
 }
 
 // httpRequest is r as sent to the base URL's host, with key.
@@ -6776,7 +6794,14 @@ func (k *kit) judgeRule(r *kitRule, reported map[string]bool) ruleResult {
 		}
 	}
 	k.rule = r.id
-	return r.judge(k).settled()
+	k.cut.Store(nil)
+	v := r.judge(k)
+	if ex := k.cut.Load(); ex != nil {
+		v = ruleResult{}
+		v.fail(k, ex, fmt.Sprintf("an answer within -timeout %v", k.cfg.timeout), "")
+		v.evidence[0].Seen += "; the rule ends at this request, and sent nothing more"
+	}
+	return v.settled()
 }
 
 // firstRead makes the kit's first request, GET {base}/orders?limit=1 with -key: a server it
@@ -7669,11 +7694,14 @@ func judgeRetrieve(k *kit) ruleResult {
 		if !r.wantStatus(k, ex, http.StatusOK, "the order "+cutField(o.ID, 64)+", which the list shows") {
 			continue
 		}
-		doc, _ := readJSON(ex.body)
+		doc, err := readJSON(ex.body)
 		sent := k.world.sentOrder(o.ID)
+		item, shown := listed[o.ID] // in the kit's world, an order sent that the list did not show is orders.cursor_walk's to judge
 		switch {
-		case !doc.equal(listed[o.ID]):
-			r.fail(k, ex, "the order as the list shows it: "+cutField(listed[o.ID].String(), maxKitField), "another order")
+		case err != nil:
+			r.fail(k, ex, "the order, one JSON object", "a body that is not JSON: "+err.Error())
+		case shown && !doc.equal(item):
+			r.fail(k, ex, "the order as the list shows it: "+cutField(item.String(), maxKitField), "another order")
 		case sent != nil && unlikeSent(orderOf(doc), *sent, "") != "":
 			r.fail(k, ex, "the order as the kit sent it", unlikeSent(orderOf(doc), *sent, ""))
 		}
@@ -8433,6 +8461,8 @@ type reportDiff struct {
 	New     diffServer   `json:"new"`
 	Rules   []ruleChange `json:"rules"`
 	Summary diffSummary  `json:"summary"`
+
+	warnings [2][]string // each report's warnings, which the text says before the rules
 }
 
 type diffServer struct {
@@ -8553,7 +8583,7 @@ func readKitReport(file string) (*checkReport, error) {
 // diffReports compares two reports rule by rule, in NEW's order, then the rules OLD alone
 // holds; all lists the rules that are the same too.
 func diffReports(old, new *checkReport, all bool) *reportDiff {
-	d := &reportDiff{Old: serverOf(old), New: serverOf(new), Rules: []ruleChange{}}
+	d := &reportDiff{Old: serverOf(old), New: serverOf(new), Rules: []ruleChange{}, warnings: [2][]string{old.Warnings, new.Warnings}}
 	olds := map[string]*ruleReport{}
 	for i := range old.Rules {
 		olds[old.Rules[i].ID] = &old.Rules[i]
@@ -8576,16 +8606,17 @@ func serverOf(rep *checkReport) diffServer {
 	return diffServer{rep.BaseURL, rep.Profile, rep.Mode, rep.World}
 }
 
-// changeOf is the change of one rule from o to n (either nil where the report lacks it).
+// changeOf is the change of one rule from o to n (either nil where the report lacks it),
+// with why: NEW's reason (a skip's, an expectation's) or its first evidence, else OLD's.
 func changeOf(o, n *ruleReport) ruleChange {
 	c := ruleChange{}
 	if o != nil {
-		c.ID, c.Old = o.ID, &o.Result
+		c.ID, c.Old, c.Reason = o.ID, &o.Result, whyOf(o, "OLD ")
 	}
 	if n != nil {
-		c.ID, c.New, c.Reason = n.ID, &n.Result, n.Reason
-		if c.Reason == nil && len(n.Evidence) > 0 {
-			c.Reason = ptr("expected: " + n.Evidence[0].Expected + "; seen: " + n.Evidence[0].Seen)
+		c.ID, c.New = n.ID, &n.Result
+		if why := whyOf(n, ""); why != nil || o == nil || o.Result == n.Result {
+			c.Reason = why
 		}
 	}
 	switch {
@@ -8603,6 +8634,18 @@ func changeOf(o, n *ruleReport) ruleChange {
 		c.Change = "changed"
 	}
 	return c
+}
+
+// whyOf is what a report says of a rule's result: its reason, or its first evidence, each
+// prefixed by who said it; nil for a pass without either.
+func whyOf(r *ruleReport, who string) *string {
+	switch {
+	case r.Reason != nil:
+		return ptr(who + "reason: " + *r.Reason)
+	case len(r.Evidence) > 0:
+		return ptr(who + "expected: " + r.Evidence[0].Expected + "; seen: " + r.Evidence[0].Seen)
+	}
+	return nil
 }
 
 // add counts a rule's change, and lists it unless it is the same (with all, every one).
@@ -8629,7 +8672,16 @@ func writeDiff(out string, stdout io.Writer, d *reportDiff, format string) error
 		server := func(s diffServer) string {
 			return fmt.Sprintf("%s (profile %s, mode %s, world %s)", printable(s.BaseURL), printable(s.Profile), printable(s.Mode), printable(s.World))
 		}
-		fmt.Fprintf(&b, "OLD %s, NEW %s\n", server(d.Old), server(d.New))
+		fmt.Fprintf(&b, "OLD %s, NEW %s", server(d.Old), server(d.New))
+		if d.Old.Profile != d.New.Profile {
+			b.WriteString("; the profiles differ: check diff compares verdicts, so a rule whose profile lets it answer otherwise (404 against 409) is same")
+		}
+		b.WriteString("\n")
+		for i, who := range []string{"OLD", "NEW"} {
+			for _, w := range d.warnings[i] {
+				fmt.Fprintf(&b, "%s warning: %s\n", who, printable(cutField(w, 4*maxKitField)))
+			}
+		}
 		for _, c := range d.Rules {
 			fmt.Fprintf(&b, "%-9s %s  %s -> %s", c.Change, printable(c.ID), cmp.Or(derefOr(c.Old), "-"), cmp.Or(derefOr(c.New), "-"))
 			if c.Reason != nil {

@@ -14586,6 +14586,115 @@ func TestConformanceKeepsItsPaceWithinBounds(t *testing.T) {
 	}
 }
 
+// FuzzKitJudges: whatever a server answers (any status, header fields and bytes, to any of
+// the kit's requests from some point on), the kit ends without a panic and writes each of
+// its reports. The server is the sandbox in this process, its answers replaced from the
+// from-th request on, every every-th (0: only that one), so that the judges meet both the
+// sandbox's answers and arbitrary ones.
+func FuzzKitJudges(f *testing.F) {
+	page := `{"data":[{"id":"o1","merchant_reference":"m","platform":"etsy","status":"fulfilled","shipment_id":null,"created_at":"2026-01-01T00:00:00Z"}],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`
+	view := `{"shipment_id":"s","reference":"r","tracking_number":null,"status":"delivered","events":[{"status":"delivered","description":"d","timestamp":"2026-01-01T00:00:00Z","location":""}]}`
+	for _, seed := range []struct {
+		from, every uint8
+		status      uint16
+		header      string
+		body        string
+	}{
+		{0, 0, 200, "Content-Type: application/json", page}, {3, 1, 200, "Content-Type: application/json", page}, {5, 2, 200, "Content-Type: application/json", view},
+		{9, 0, 200, "Content-Type: application/json", `{"data":[null,1,{"id":7}],"pagination":null}`}, {12, 3, 404, "", "<html>"},
+		{2, 1, 201, "Content-Type: application/json", `{"account":"acct_x","keys":[{"key":"sk_test_0123456789"}]}`},
+		{20, 1, 429, "Retry-After: 0\nRateLimit: \"default\";r=0;t=0", ``}, {30, 5, 200, "", `{"events":[{"timestamp":7}],"status":null}`},
+		{40, 1, 400, "Content-Type: application/problem+json", `{"type":"about:blank","status":"400","code":7}`}, {1, 1, 200, "", "\xff\xfe"},
+	} {
+		f.Add(seed.from, seed.every, seed.status, seed.header, []byte(seed.body))
+	}
+	f.Fuzz(kitFuzzOnce)
+}
+
+var kitFuzzEnv = sync.OnceValue(func() *env { return newEnv(&testing.T{}, envOptions{rate: -1, quiet: true, wall: true}) })
+
+func kitFuzzOnce(t *testing.T, from, every uint8, status uint16, header string, body []byte) {
+	e := kitFuzzEnv()
+	{
+		var n atomic.Int64
+		rt := bridgeTransport(func(r *http.Request) (*http.Response, error) {
+			res, err := e.srv.RoundTrip(r)
+			if i := n.Add(1); err != nil || i < int64(from) || i > int64(from) && (every == 0 || (i-int64(from))%int64(every) != 0) {
+				return res, err
+			}
+			h := http.Header{}
+			for _, line := range strings.Split(header, "\n") {
+				if name, value, ok := strings.Cut(line, ":"); ok && httpguts(name) && httpguts(value) && name != "" {
+					h.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+				}
+			}
+			code := 100 + int(status)%500
+			return &http.Response{Status: strconv.Itoa(code), StatusCode: code, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h,
+				Body: io.NopCloser(bytes.NewReader(body)), ContentLength: -1, Request: r}, nil
+		})
+		cfg, err := parseCheckConfig([]string{"-base-url", "http://127.0.0.1:1/v1", "-key", "sk_test_sandbox_all", "-timeout", "20ms"}, func(string) string { return "" }, io.Discard) // each wait a server asks for cut short
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := newKit(t.Context(), cfg)
+		k.client.Transport = rt
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				buf := make([]byte, 1<<20)
+				panic("hung:\n" + string(buf[:runtime.Stack(buf, true)]))
+			}
+		}()
+		rep, err := k.run()
+		if err != nil {
+			return // the kit could not judge, and said so
+		}
+		for _, format := range []string{"text", "json", "junit"} {
+			if err := rep.write(io.Discard, format); err != nil {
+				t.Errorf("the %s report: %v", format, err)
+			}
+		}
+	}
+}
+
+// TestConformanceEndsARuleAtItsFirstStall: a server that stalls every tracking read costs
+// one -timeout a rule, not one a request: each rule that reads a view fails at its first
+// request cut by -timeout, saying so, and sends nothing more; and a page of 64 MiB fails
+// the rules that read it (the kit reads 1 MiB), with no panic.
+func TestConformanceEndsARuleAtItsFirstStall(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1, quiet: true})
+	var views atomic.Int64
+	stalling := brokenServer{request: func(r *http.Request) {
+		if isView(r) {
+			views.Add(1)
+			<-r.Context().Done() // the kit gives up at -timeout
+		}
+	}}
+	status, rep, out, errs := kitRun(t, t.Context(), nil, "-base-url", kitServer(t, e, stalling), "-key", "sk_test_sandbox_all", "-timeout", "300ms", "-format", "json")
+	cut := 0
+	for _, r := range rep.Rules {
+		if r.Result == "fail" && len(r.Evidence) == 1 && strings.Contains(r.Evidence[0].Seen, "the rule ends at this request, and sent nothing more") {
+			cut++
+		}
+	}
+	if status != 1 || cut == 0 || views.Load() > int64(cut) {
+		t.Errorf("exit %d; %d rules ended at a stall, %d views asked for (want at most one a rule)\n%s%s", status, cut, views.Load(), out, errs)
+	}
+	huge := brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
+		if isOrders(r) && strings.Contains(r.URL.RawQuery, "limit=100") {
+			a.body = append(append([]byte(`{"data":[`), bytes.Repeat([]byte(`{"id":"x"},`), 64<<20/11)...), `{"id":"x"}],"pagination":{"limit":100,"next_cursor":null,"has_more":false}}`...)
+		}
+	}}
+	status, rep, out, errs = kitRun(t, t.Context(), nil, "-base-url", kitServer(t, e, huge), "-key", "sk_test_sandbox_all", "-format", "json")
+	if status != 1 || !slices.Contains(rep.results("fail"), "orders.max_limit") || !strings.Contains(out, "the most the kit reads") {
+		t.Errorf("a page of 64 MiB: exit %d, failed %v\n%.2000s%s", status, rep.results("fail"), out, errs)
+	}
+}
+
 // TestConformanceSaysWhatItCouldNotDelete: the kit's sandboxes are deleted at once, each
 // within its own bound: one whose DELETE stalls, or answers 500, is named (its account, never
 // its key) in the report's warnings and on standard error, and the other is deleted; a 201
@@ -14979,14 +15088,23 @@ func TestTheKitMasksEscapesAndReadsFields(t *testing.T) {
 // -all, -out, exit 1 on a regression, 2 for a file that is not a report, saying which and why.
 func TestCheckDiff(t *testing.T) {
 	t.Parallel()
-	report := func(rules ...string) string {
+	profiled := func(profile, warning string, rules ...string) string {
 		var rs []string
 		for _, r := range rules {
 			id, result, _ := strings.Cut(r, "=")
-			rs = append(rs, fmt.Sprintf(`{"id":%q,"level":"MUST","title":"t","spec":"s","result":%q,"reason":null,"evidence":[{"expected":"e","seen":"the seen of %s","status":404,"curl":"curl","request_id":""}]}`, id, result, id))
+			why := fmt.Sprintf(`"reason":null,"evidence":[{"expected":"e","seen":"the seen of %s","status":404,"curl":"curl","request_id":""}]`, id)
+			switch result {
+			case "skip":
+				why = fmt.Sprintf(`"reason":"the reason of %s","evidence":[]`, id)
+			case "pass":
+				why = `"reason":null,"evidence":[]`
+			}
+			rs = append(rs, fmt.Sprintf(`{"id":%q,"level":"MUST","title":"t","spec":"s","result":%q,%s}`, id, result, why))
 		}
-		return writeTemp(t, `{"base_url":"http://127.0.0.1:8080/v1","profile":"sandbox","mode":"safe","world":"own","warnings":[],"rules":[`+strings.Join(rs, ",")+`],"summary":{}}`)
+		warnings, _ := json.Marshal(slices.DeleteFunc([]string{warning}, func(w string) bool { return w == "" }))
+		return writeTemp(t, `{"base_url":"http://127.0.0.1:8080/v1","profile":"`+profile+`","mode":"safe","world":"own","warnings":`+string(warnings)+`,"rules":[`+strings.Join(rs, ",")+`],"summary":{}}`)
 	}
+	report := func(rules ...string) string { return profiled("sandbox", "", rules...) }
 	old := report("a.same=pass", "a.worse=pass", "a.better=fail", "a.other=skip", "a.gone=pass")
 	new := report("a.same=pass", "a.worse=fail", "a.better=pass", "a.other=expected", "a.new=pass")
 	diff := func(t *testing.T, args ...string) (int, string, string) {
@@ -14997,9 +15115,9 @@ func TestCheckDiff(t *testing.T) {
 	status, text, _ := diff(t, old, new)
 	want := `OLD http://127.0.0.1:8080/v1 (profile sandbox, mode safe, world own), NEW http://127.0.0.1:8080/v1 (profile sandbox, mode safe, world own)
 regressed a.worse  pass -> fail  expected: e; seen: the seen of a.worse
-improved  a.better  fail -> pass  expected: e; seen: the seen of a.better
+improved  a.better  fail -> pass  OLD expected: e; seen: the seen of a.better
 changed   a.other  skip -> expected  expected: e; seen: the seen of a.other
-added     a.new  - -> pass  expected: e; seen: the seen of a.new
+added     a.new  - -> pass
 removed   a.gone  pass -> -
 6 rules: 1 same, 1 regressed, 1 improved, 1 changed, 1 added, 1 removed
 `
@@ -15008,6 +15126,17 @@ removed   a.gone  pass -> -
 	}
 	if status, text, _ := diff(t, "-all", old, new); status != 1 || !strings.Contains(text, "same      a.same  pass -> pass") {
 		t.Errorf("-all: %d\n%s", status, text)
+	}
+	// Why a rule changed, and what each report warned of; profiles that differ, said.
+	status, text, _ = diff(t, profiled("sandbox", "", "b.skipped=pass", "b.back=skip"), profiled("domain_adapter", "the world could not be made", "b.skipped=skip", "b.back=pass"))
+	want = `OLD http://127.0.0.1:8080/v1 (profile sandbox, mode safe, world own), NEW http://127.0.0.1:8080/v1 (profile domain_adapter, mode safe, world own); the profiles differ: check diff compares verdicts, so a rule whose profile lets it answer otherwise (404 against 409) is same
+NEW warning: the world could not be made
+changed   b.skipped  pass -> skip  reason: the reason of b.skipped
+changed   b.back  skip -> pass  OLD reason: the reason of b.back
+2 rules: 0 same, 0 regressed, 0 improved, 2 changed, 0 added, 0 removed
+`
+	if status != 0 || text != want {
+		t.Errorf("check diff of a skip: exit %d\n%s\nwant\n%s", status, text, want)
 	}
 	out := filepath.Join(t.TempDir(), "diff.json")
 	if status, text, _ := diff(t, old, new, "-format", "json", "-out", out); status != 1 || text != "" {
