@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
@@ -197,6 +198,7 @@ type envOptions struct {
 	wall         bool                // the server reads the machine's clock (a rate limit refills as time passes), not the fake one
 	mcpKey       string              // -mcp-key
 	getenv       func(string) string // the process's environment, as the server reads it; nil: none
+	writeTimeout time.Duration       // the listener's, as the MCP door reads it; 0: the default 30 s
 }
 
 // env is one sandbox under test. Its methods take the caller's own t, so that a failure
@@ -265,7 +267,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		now = time.Now
 	}
 	s, err := newServer(sb, serverOptions{rate: rate, cursorSecret: o.secret, log: log, access: access, now: now, stopping: stopping,
-		corsOrigin: o.cors, loopback: !o.remote, faults: faults, journal: journal, journalBytes: o.journalBytes, mcpKey: o.mcpKey, getenv: o.getenv})
+		corsOrigin: o.cors, loopback: !o.remote, faults: faults, journal: journal, journalBytes: o.journalBytes, mcpKey: o.mcpKey, getenv: o.getenv, writeTimeout: o.writeTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1139,16 +1141,22 @@ func waitExit(t *testing.T, cmd *exec.Cmd, since time.Time, limit time.Duration)
 	}
 }
 
+// loadedMargin is what a test of a time bound adds to it: a machine whose every core is busy,
+// with a cold build cache, may take that much longer to schedule the way out. The bounds
+// themselves are measured, and written in docs/development.md; a test holds that the way out
+// is bounded at all, and not slower than a busy machine explains.
+const loadedMargin = 20 * time.Second
+
 // signalAndWait sends cmd SIGTERM while it is doing what, and wants it to exit 1 within
-// bound: its outputs are stalled, so lines were lost.
+// bound (and loadedMargin): its outputs are stalled, so lines were lost.
 func signalAndWait(t *testing.T, cmd *exec.Cmd, what string, bound time.Duration) {
 	t.Helper()
 	signalled := time.Now()
 	cmd.Process.Signal(syscall.SIGTERM)
-	took, status := waitExit(t, cmd, signalled, bound)
-	t.Logf("exited %v after the signal, status %d", took, status)
-	if took > bound || status != 1 {
-		t.Errorf("stalled outputs, busy cores, a signal while %s: exit status %d after %v; want 1 within %v", what, status, took, bound)
+	took, status := waitExit(t, cmd, signalled, bound+loadedMargin)
+	t.Logf("exited %v after the signal, status %d (the bound: %v)", took, status, bound)
+	if took > bound+loadedMargin || status != 1 {
+		t.Errorf("stalled outputs, busy cores, a signal while %s: exit status %d after %v; want 1 within %v and the margin of a busy machine", what, status, took, bound)
 	}
 }
 
@@ -1570,7 +1578,8 @@ func TestRunServesTheDefaultSandbox(t *testing.T) {
 }
 
 // TestMainExitsNonZero runs main in a child process: a refused start prints one line that
-// names the flag and exits 1.
+// names the flag and exits 1; flags unsafe together (any page's origin, with a key that a
+// request without Authorization acts as) exit 2.
 func TestMainExitsNonZero(t *testing.T) {
 	t.Parallel()
 	if args := os.Getenv("SANDBOX_TEST_MAIN_ARGS"); args != "" {
@@ -1578,10 +1587,15 @@ func TestMainExitsNonZero(t *testing.T) {
 		main()
 		return
 	}
-	for args, want := range map[string]string{
-		"-rate fast":         `sandbox: invalid value "fast" for flag -rate: want a whole number from 0 to 1000000000`,
-		"-seed-orders -5":    `sandbox: invalid value "-5" for flag -seed-orders: want a whole number from 0 to 5000000`,
-		"-data nowhere.json": `sandbox: -data: open nowhere.json: no such file or directory`,
+	for args, want := range map[string]struct {
+		status int
+		line   string
+	}{
+		"-rate fast":         {1, `sandbox: invalid value "fast" for flag -rate: want a whole number from 0 to 1000000000`},
+		"-seed-orders -5":    {1, `sandbox: invalid value "-5" for flag -seed-orders: want a whole number from 0 to 5000000`},
+		"-data nowhere.json": {1, `sandbox: -data: open nowhere.json: no such file or directory`},
+		"-cors-origin * -mcp-key sk_test_sandbox_all":                   {2, `sandbox: -cors-origin '*' with -mcp-key: any web page could then drive the MCP door as that key (a page's request carries no Authorization, and acts as -mcp-key); name your app's origin with -cors-origin, or drop -mcp-key`},
+		"-addr 127.0.0.1:0 -mcp-key sk_test_sandbox_all -cors-origin *": {2, `sandbox: -cors-origin '*' with -mcp-key: any web page could then drive the MCP door as that key (a page's request carries no Authorization, and acts as -mcp-key); name your app's origin with -cors-origin, or drop -mcp-key`},
 	} {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestMainExitsNonZero$")
 		cmd.Env = append(os.Environ(), "SANDBOX_TEST_MAIN_ARGS="+args)
@@ -1589,9 +1603,15 @@ func TestMainExitsNonZero(t *testing.T) {
 		cmd.Stderr = &stderr
 		err := cmd.Run()
 		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 1 || strings.TrimSpace(stderr.String()) != want {
-			t.Errorf("sandbox %s: %v, stderr %q; want exit 1 and %q", args, err, stderr.String(), want)
+		if !errors.As(err, &exit) || exit.ExitCode() != want.status || strings.TrimSpace(stderr.String()) != want.line {
+			t.Errorf("sandbox %s: %v, stderr %q; want exit %d and %q", args, err, stderr.String(), want.status, want.line)
 		}
+	}
+	_, err := parseConfig(nil, func(name string) string {
+		return map[string]string{"SANDBOX_CORS_ORIGIN": "*", "SANDBOX_MCP_KEY": "sk_test_sandbox_all"}[name]
+	}, io.Discard)
+	if want := "SANDBOX_CORS_ORIGIN '*' with SANDBOX_MCP_KEY: "; !strings.HasPrefix(fmt.Sprint(err), want) {
+		t.Errorf("from the environment: %v, want %q...", err, want)
 	}
 }
 
@@ -2859,7 +2879,8 @@ func TestAccessLog(t *testing.T) {
 		{"GET", "/v1/shipments/x/tracking", "sk_test_sandbox_all", line{Method: "GET", Route: "/v1/shipments/{id}/tracking", Status: 404, Account: "acct_sandbox", Environment: "test"}},
 		{"GET", "/v1/tracking/SBX9000000001", "sk_live_sandbox_all", line{Method: "GET", Route: "/v1/tracking/{tracking_number}", Status: 503, Account: "acct_sandbox", Environment: "live"}},
 		{"GET", "/v1/orders", "sk_test_nope", line{Method: "GET", Route: "/v1/orders", Status: 401}},
-		{"HEAD", "/v1/nope", "", line{Method: "HEAD", Route: "/", Status: 404}},
+		{"HEAD", "/v1/nope", "", line{Method: "HEAD", Route: "/v1/nope", Status: 404}},
+		{"GET", "/.well-known/oauth-authorization-server/sk_test_sandbox_all/x%2Fy", "", line{Method: "GET", Route: "/.well-known/oauth-authorization-server/{key}/x%2Fy", Status: 404}},
 		{"DELETE", "/v1/orders", "", line{Method: "DELETE", Route: "/v1/orders", Status: 405}},
 		{"GET", "/healthz", "", line{Method: "GET", Route: "/healthz", Status: 200}},
 	}
@@ -3333,6 +3354,12 @@ func TestPreferDelay(t *testing.T) {
 		t.Errorf("a delay during shutdown took %v, want an answer at once", took)
 	}
 	wantProblem(t, shut, 503, "provider_unavailable", "")
+	if got := shut.header.Get("Preference-Applied"); got != "code=503" {
+		t.Errorf("a delay cut short by a shutdown: Preference-Applied %q, want code=503 (the delay was not applied)", got)
+	}
+	if got := e.get(t, "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all", "Prefer", "delay=4000").header.Values("Preference-Applied"); len(got) != 0 {
+		t.Errorf("a delay alone, cut short: Preference-Applied %q, want none", got)
+	}
 }
 
 // TestPreferCodeTimes: code=503; times=2 fails the first two requests of a sequence (the
@@ -10458,6 +10485,19 @@ func TestMovingOnTheSandboxClock(t *testing.T) {
 	if !found {
 		t.Errorf("no timeline entry for the event to come: %+v", tl.ToCome)
 	}
+	// The boundary: an event at the request's instant is shown at once, no entry of what comes;
+	// one a nanosecond after it is to come, an entry of the timeline.
+	e.move(t, key, "shp_sbx_pickup", `{"events":[{"status":"delivered","description":"At once","timestamp":"2026-11-22T17:00:00Z"},{"status":"delivered","description":"A nanosecond on","timestamp":"2026-11-22T17:00:00.000000001Z"}]}`, "boundary", at("5h")...)
+	strict(t, e.get(t, "/v1/test_helpers/timeline", key, "Prefer", `clock="2026-11-22T16:59:59Z"`), &tl)
+	var coming []string
+	for _, en := range tl.ToCome {
+		if en.ID == "shp_sbx_pickup" {
+			coming = append(coming, en.At)
+		}
+	}
+	if !slices.Equal(coming, []string{"2026-11-22T17:00:00.000000001Z"}) {
+		t.Errorf("the entries to come of events at the request's instant and a nanosecond after: %v, want the second only", coming)
+	}
 	// A shipment created an hour on is not found before then.
 	if rep := e.book(t, key, `{"id":"shp_later","reference":"L"}`, "book", at("1h")...); rep.status != 201 {
 		t.Fatalf("the booking: %s", rep)
@@ -10511,6 +10551,8 @@ func TestMovingRefusals(t *testing.T) {
 		{"an event without description", key, "shp_sbx_spring", `{"events":[{"status":"delivered"}]}`, nil, 422, "invalid_parameter", "events[0].description"},
 		{"a timestamp and an after", key, "shp_sbx_spring", `{"events":[{"status":"delivered","description":"D","timestamp":"2026-11-22T12:00:00Z","after":"1h"}]}`, nil, 422, "invalid_parameter", "events[0].after"},
 		{"an after that is no duration", key, "shp_sbx_spring", `{"events":[{"status":"delivered","description":"D"},{"status":"delivered","description":"D","after":"soon"}]}`, nil, 422, "invalid_parameter", "events[1].after"},
+		{"an after past the year 9999", key, "shp_sbx_spring", `{"events":[{"status":"delivered","description":"D","after":"48h"}]}`, []string{"Prefer", `clock="9999-12-31T00:00:00Z"`}, 422, "invalid_parameter", "events[0].after"},
+		{"a timestamp past the year 9999 in UTC", key, "shp_sbx_spring", `{"events":[{"status":"delivered","description":"D","timestamp":"9999-12-31T23:00:00-02:00"}]}`, nil, 422, "invalid_parameter", "events[0].timestamp"},
 		{"a bad member, and an unknown shipment", key, "shp_nowhere", `{"status":"lost"}`, nil, 422, "invalid_parameter", "status"},
 		{"an unknown shipment", key, "shp_nowhere", `{"status":"delivered"}`, nil, 404, "not_found", ""},
 		{"another account's shipment", key, "shp_theirs", `{"status":"delivered"}`, nil, 404, "not_found", ""},
@@ -12224,6 +12266,10 @@ func TestMCPRefusals(t *testing.T) {
 		{"a session id is ignored", mcpRequest(list, "Mcp-Session-Id", "abc"), 200, "", 0},
 		{"an unsupported revision", mcpRequest(list, "MCP-Protocol-Version", "2099-01-01"), 400, "", -32022},
 		{"an unknown method", mcpRequest(`{"jsonrpc":"2.0","id":1,"method":"nope"}`), 200, "", -32601},
+		{"bearer in lower case", mcpRequest(list, "Authorization", "bearer sk_test_sandbox_all"), 200, "", 0},
+		{"BEARER", mcpRequest(list, "Authorization", "BEARER sk_test_sandbox_all"), 200, "", 0},
+		{"an id that is not UTF-8", mcpRequest("{\"jsonrpc\":\"2.0\",\"id\":\"\xff\xfe\",\"method\":\"tools/list\"}"), 400, "", -32700},
+		{"a string that is not UTF-8", mcpRequest("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"get_order\",\"arguments\":{\"id\":\"\xc3\"}}}"), 400, "", -32700},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -12252,6 +12298,32 @@ func TestMCPRefusals(t *testing.T) {
 		if data, _ := json.Marshal(a.Error.Data); string(data) != `{"requested":"2099-01-01","supported":["2026-07-28","2025-11-25","2025-06-18","2025-03-26","2024-11-05"]}` {
 			t.Errorf("data: %s", data)
 		}
+		// A legacy revision named in _meta: _meta names the stateless revision only, and the
+		// message says how a legacy one is reached.
+		body, headers := statelessRequest(1, "tools/list", "", "")
+		rep, a := e.mcp(t, mcpRequest(strings.Replace(body, `protocolVersion":"2026-07-28"`, `protocolVersion":"2025-06-18"`, 1), append(headers, "MCP-Protocol-Version", "2025-06-18")...))
+		rpcFault(t, rep, a, 400, -32022)
+		if data, _ := json.Marshal(a.Error.Data); string(data) != `{"requested":"2025-06-18","supported":["2026-07-28"]}` || !strings.Contains(a.Error.Message, "negotiated by initialize") {
+			t.Errorf("a legacy revision in _meta: %s, data %s", a.Error.Message, data)
+		}
+	})
+	t.Run("a method the stateless revision lacks is -32601 whatever its _meta", func(t *testing.T) {
+		t.Parallel()
+		for _, method := range []string{"ping", "initialize", "prompts/list", "logging/setLevel"} {
+			rep, a := e.mcp(t, mcpRequest(`{"jsonrpc":"2.0","id":1,"method":"`+method+`"}`, "MCP-Protocol-Version", "2026-07-28", "Mcp-Method", method))
+			rpcFault(t, rep, a, 404, -32601)
+		}
+	})
+	t.Run("the access log names the account a call acts as", func(t *testing.T) {
+		t.Parallel()
+		logged := newEnv(t, envOptions{rate: -1})
+		logged.mcp(t, mcpRequest(list, "Authorization", "bearer sk_test_other_all"))
+		logged.do(t, newRequest(http.MethodGet, "/.well-known/oauth-authorization-server", ""))
+		for _, want := range []string{`"route":"/mcp","status":200,`, `"account":"acct_other","environment":"test"}`, `"route":"/.well-known/oauth-authorization-server","status":404,`} {
+			if !strings.Contains(logged.logs.String(), want) {
+				t.Errorf("the access log lacks %s:\n%s", want, logged.logs)
+			}
+		}
 	})
 	t.Run("the stateless revision's headers and _meta", func(t *testing.T) {
 		t.Parallel()
@@ -12273,7 +12345,7 @@ func TestMCPRefusals(t *testing.T) {
 			{"Mcp-Name in broken base64", body, append(slices.Clone(headers), "Mcp-Name", "=?base64?***?="), 400, -32020},
 			{"MCP-Protocol-Version unlike _meta", body, append(slices.Clone(headers), "MCP-Protocol-Version", "2025-11-25"), 400, -32020},
 			{"no MCP-Protocol-Version", body, append(slices.Clone(headers), "MCP-Protocol-Version", ""), 400, -32020},
-			{"_meta of an unsupported revision", strings.Replace(body, `"protocolVersion":"2026-07-28"`, `"protocolVersion":"2099-01-01"`, 1), append(slices.Clone(headers), "MCP-Protocol-Version", "2099-01-01"), 400, -32022},
+			{"_meta of an unsupported revision", strings.Replace(body, `protocolVersion":"2026-07-28"`, `protocolVersion":"2099-01-01"`, 1), append(slices.Clone(headers), "MCP-Protocol-Version", "2099-01-01"), 400, -32022},
 			{"_meta without the client's capabilities", strings.Replace(body, `,"io.modelcontextprotocol/clientCapabilities":{}`, ``, 1), headers, 400, -32602},
 			{"no _meta", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":` + call + `}`, headers, 400, -32602},
 			{"an unknown tool", strings.Replace(body, `"name":"get_clock"`, `"name":"nope"`, 1), append(slices.Clone(headers), "Mcp-Name", "nope"), 400, -32602},
@@ -12498,6 +12570,7 @@ func TestMCPTools(t *testing.T) {
 		{"a member it does not take", "list_orders", `{"page":2}`, 422, "unknown_parameter", "page", nil},
 		{"a member sent twice", "list_orders", `{"limit":2,"limit":3}`, 422, "invalid_parameter", "limit", nil},
 		{"a cursor of an object", "list_orders", `{"cursor":{}}`, 422, "invalid_parameter", "cursor", nil},
+		{"a malformed cursor: a 400 is an error result", "list_orders", `{"cursor":"not-a-cursor"}`, 400, "invalid_cursor", "cursor", nil},
 		{"a key with a line break", "list_orders", `{"key":"sk_test_sandbox_all\r\nX: y"}`, 422, "invalid_parameter", "key", nil},
 		{"an order", "get_order", `{"id":"ord_sbx_0001"}`, 200, "", "", nil},
 		{"no such order", "get_order", `{"id":"ord_nope"}`, 404, "not_found", "", nil},
@@ -12558,6 +12631,16 @@ func TestMCPTools(t *testing.T) {
 			t.Errorf("the first line: %s", out.line)
 		}
 	})
+	t.Run("the key as the API reads it: bearer in lower case", func(t *testing.T) {
+		_, a := e.mcp(t, mcpRequest(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"check_server","arguments":{"rules":"auth.missing_key"}}}`, "Authorization", "bearer sk_test_sandbox_all"))
+		if line := toolLine(a); line != "1 rules: 1 passed, 0 failed (0 MUST), 0 skipped" || a.Result["isError"] != false {
+			t.Errorf("check_server with bearer in lower case: %s %v", line, a.Result["content"])
+		}
+		_, a = e.mcp(t, mcpRequest(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_order","arguments":{"id":"ord_sbx_0001"}}}`, "Authorization", "BEARER sk_test_sandbox_all"))
+		if line := toolLine(a); !strings.HasPrefix(line, "HTTP 200") {
+			t.Errorf("get_order with BEARER: %s", line)
+		}
+	})
 	t.Run("arguments that are not an object", func(t *testing.T) {
 		for _, args := range []string{`[]`, `"x"`, `3`} {
 			rep, a := e.mcp(t, mcpRequest(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_clock","arguments":`+args+`}}`))
@@ -12566,6 +12649,89 @@ func TestMCPTools(t *testing.T) {
 		rep, a := e.mcp(t, mcpRequest(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope"}}`))
 		rpcFault(t, rep, a, 200, -32602)
 	})
+}
+
+// TestMCPCheckServerKeepsTheCallersKey: check_server carries the caller's key to this
+// sandbox only; another server on this machine is checked with the SANDBOX_CHECK_* keys of
+// the sandbox's environment, and never sees the caller's.
+func TestMCPCheckServerKeepsTheCallersKey(t *testing.T) {
+	t.Parallel()
+	other := newEnv(t, envOptions{rate: -1, quiet: true})
+	var seen lockedBuffer
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.Write([]byte(r.Header.Get("Authorization") + "\n"))
+		other.h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	args := `{"base_url":"` + ts.URL + `/v1","rules":"auth.missing_key,orders.unknown"}`
+	without := newEnv(t, envOptions{rate: -1, quiet: true})
+	out := without.callTool(t, "check_server", args)
+	if out.status != 422 || !strings.Contains(out.body, "SANDBOX_CHECK_KEY") {
+		t.Errorf("another server, no SANDBOX_CHECK_KEY: %d %s", out.status, out.body)
+	}
+	with := newEnv(t, envOptions{rate: -1, quiet: true, getenv: func(name string) string {
+		return map[string]string{"SANDBOX_CHECK_KEY": "sk_test_other_all"}[name]
+	}})
+	out = with.callTool(t, "check_server", args)
+	if out.status != 200 || out.line != "2 rules: 2 passed, 0 failed (0 MUST), 0 skipped" {
+		t.Errorf("another server, with SANDBOX_CHECK_KEY: %d %s %s", out.status, out.line, out.body)
+	}
+	if !strings.Contains(seen.String(), "Bearer sk_test_other_all") || strings.Contains(seen.String(), "sk_test_sandbox_all") {
+		t.Errorf("the other server saw these keys, the caller's (sk_test_sandbox_all) among them or SANDBOX_CHECK_KEY's missing:\n%s", seen.String())
+	}
+}
+
+// TestMCPCheckServerAnswersInTime: a check_server call is answered before the listener's
+// write timeout: the kit stops judging 5 s before it, and the rules not judged by then are
+// skipped saying that the call's time ran out (a result, not an error).
+func TestMCPCheckServerAnswersInTime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: 2, wall: true, quiet: true, writeTimeout: checkServerMargin + 1500*time.Millisecond})
+	start := time.Now()
+	out := e.callTool(t, "check_server", `{}`)
+	took := time.Since(start)
+	skipped := 0
+	for _, r := range asSlice(out.structured["rules"]) {
+		if rule := asMap(r); rule["result"] == "skip" && strings.Contains(fmt.Sprint(rule["reason"]), "the call's time ran out") {
+			skipped++
+		}
+	}
+	if out.status != 200 || out.answer.Result["isError"] != false || skipped == 0 {
+		t.Errorf("check_server at 2 requests a second, 1.5 s to judge: %d, %d rules skipped as out of time\n%s", out.status, skipped, out.body)
+	}
+	if took > checkServerMargin+1500*time.Millisecond {
+		t.Logf("answered after %v, past the write timeout (a busy machine?)", took)
+	}
+	if n := e.srv.registry.count(e.srv.now()); n != 0 {
+		t.Errorf("%d of the kit's sandboxes left", n)
+	}
+}
+
+// TestMCPNeverLogs200OfACutAnswer: an answer of the door cut by the listener's write timeout
+// is logged as cut (499), never as the 200 it would have been.
+func TestMCPNeverLogs200OfACutAnswer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{rate: -1})
+	cfg := defaultConfig()
+	cfg.writeTimeout = 200 * time.Millisecond
+	ts := httptest.NewUnstartedServer(e.h)
+	ts.Config = newHTTPServer(cfg, e.h, slog.New(slog.DiscardHandler))
+	ts.Start()
+	t.Cleanup(ts.Close)
+	r, _ := http.NewRequest(http.MethodPost, ts.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_clock","arguments":{"prefer":"delay=600"}}}`))
+	r.Header.Set("Authorization", "Bearer sk_test_sandbox_all")
+	r.Header.Set("Content-Type", "application/json")
+	if res, err := http.DefaultClient.Do(r); err == nil {
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err == nil {
+			t.Fatalf("an answer after the write timeout came whole: %d %s", res.StatusCode, body)
+		}
+	}
+	waitFor(t, "the call's log line", func() bool { return strings.Contains(e.logs.String(), `"route":"/mcp"`) })
+	if !strings.Contains(e.logs.String(), `"route":"/mcp","status":499,`) {
+		t.Errorf("the log of a cut answer:\n%s", e.logs)
+	}
 }
 
 // TestMCPCallsAreJournaledAndJudged: a tool's requests are a client's: journaled in the
@@ -12636,6 +12802,9 @@ func TestMCPSchemas(t *testing.T) {
 			for member, schema := range asMap(in["properties"]) {
 				if asMap(schema)["description"] == nil {
 					t.Errorf("the member %s has no description", member)
+				}
+				if types, ok := asMap(schema)["type"].([]any); ok && (slices.Contains(types, "array") || slices.Contains(types, "object")) {
+					t.Errorf("the member %s is of types %v: an array or an object member is of that one type (the Inspector sends a nullable array as a string)", member, types)
 				}
 			}
 			for _, schema := range []any{in, out} {
@@ -12742,9 +12911,11 @@ func startMCP(t *testing.T, env []string, args ...string) *mcpSession {
 		sc.Buffer(nil, 8<<20)
 		for sc.Scan() {
 			var a rpcAnswer
+			var compact bytes.Buffer
 			dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
 			dec.DisallowUnknownFields()
-			if dec.Decode(&a) != nil || a.JSONRPC != "2.0" || a.ID == nil || (a.Result == nil) == (a.Error == nil) {
+			if dec.Decode(&a) != nil || a.JSONRPC != "2.0" || a.ID == nil || (a.Result == nil) == (a.Error == nil) ||
+				json.Compact(&compact, sc.Bytes()) != nil || !bytes.Equal(compact.Bytes(), sc.Bytes()) { // one line of compact JSON
 				s.junk.Store(sc.Text())
 				continue
 			}
@@ -12810,10 +12981,20 @@ func TestMCPOverStdio(t *testing.T) {
 		if a := s.next(t); string(a.ID) != `"big"` || a.Error == nil || a.Error.Code != -32603 || !strings.Contains(a.Error.Message, "256 KiB") {
 			t.Errorf("a line over 256 KiB: %+v", a)
 		}
+		// The official TypeScript SDK writes id last: found past the cut, past nested ids.
+		s.send(t, `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"book_shipment","arguments":{"reference":"`+strings.Repeat("r", maxBodyBytes)+`","events":[{"id":7}]}},"id":"la\u0073t"}`)
+		if a := s.next(t); string(a.ID) != `"la\u0073t"` || a.Error == nil || a.Error.Code != -32603 || !strings.Contains(a.Error.Message, "256 KiB") {
+			t.Errorf("a line over 256 KiB, its id last: %+v", a)
+		}
 		body, _ := statelessRequest(3, "server/discover", "", "")
 		s.send(t, body)
 		if a := s.next(t); string(a.ID) != "3" || a.Result["resultType"] != "complete" {
 			t.Errorf("server/discover over stdio: %+v", a)
+		}
+		body, _ = statelessRequest(4, "resources/read", "", `{"uri":"sandbox:///docs/mcp.md"}`) // Mcp-Name mirrored by the bridge, as the door's rule says
+		s.send(t, body)
+		if a := s.next(t); string(a.ID) != "4" || a.Error != nil || len(asSlice(a.Result["contents"])) != 1 {
+			t.Errorf("resources/read of the stateless revision over stdio: %+v", a)
 		}
 		s.send(t, `not json`)
 		if a := s.next(t); string(a.ID) != "null" || a.Error == nil || a.Error.Code != -32700 {
@@ -12833,6 +13014,52 @@ func TestMCPOverStdio(t *testing.T) {
 			if _, status := waitExit(t, s.cmd, time.Now(), 20*time.Second); status != 2 || !strings.Contains(s.stderr.String(), "sandbox mcp: SANDBOX_MCP_KEY: the sandbox at http://127.0.0.1:") {
 				t.Errorf("%s: exit %d; stderr: %s", key, status, s.stderr)
 			}
+		}
+	})
+	t.Run("the bridge's start check takes a 200 only", func(t *testing.T) {
+		t.Parallel()
+		_, base := startServing(t)
+		s := startMCP(t, nil, "-base-url", strings.TrimSuffix(base, "/v1"))
+		if _, status := waitExit(t, s.cmd, time.Now(), 20*time.Second); status != 2 || !strings.Contains(s.stderr.String(), "answered 404 route_not_found") || !strings.Contains(s.stderr.String(), "is /v1 missing?") {
+			t.Errorf("-base-url without /v1: exit %d; stderr: %s", status, s.stderr)
+		}
+		stall := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "100")
+			w.WriteHeader(200)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done() // headers, then a body that never comes
+		}))
+		t.Cleanup(stall.Close)
+		s = startMCP(t, nil, "-base-url", stall.URL+"/v1")
+		time.Sleep(time.Second)
+		s.cmd.Process.Signal(syscall.SIGTERM)
+		if _, status := waitExit(t, s.cmd, time.Now(), 20*time.Second); status != 2 || !strings.Contains(s.stderr.String(), "answered 200, but its body did not arrive whole") {
+			t.Errorf("a start check whose body stalls, then SIGTERM: exit %d; stderr: %s", status, s.stderr)
+		}
+	})
+	t.Run("the bridge at the end of input: a request its sandbox never answers is answered", func(t *testing.T) {
+		t.Parallel()
+		_, base := startServing(t)
+		target, _ := url.Parse(strings.TrimSuffix(base, "/v1"))
+		proxy := httputil.NewSingleHostReverseProxy(target)
+		stall := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/mcp" {
+				proxy.ServeHTTP(w, r)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(200)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		}))
+		t.Cleanup(stall.Close)
+		s := startMCP(t, nil, "-base-url", stall.URL+"/v1")
+		s.send(t, `{"jsonrpc":"2.0","id":9,"method":"tools/list"}`)
+		status := s.end(t)
+		a := s.next(t)
+		if status != 0 || string(a.ID) != "9" || a.Error == nil || a.Error.Code != -32603 || !strings.Contains(a.Error.Message, "had not arrived when the session ended") ||
+			!strings.Contains(s.stderr.String(), "1 requests were still waiting for the sandbox at "+stall.URL+"/v1 when the session ended") || strings.Contains(s.stderr.String(), "standard output") {
+			t.Errorf("exit %d, %+v; stderr: %s", status, a, s.stderr)
 		}
 	})
 	t.Run("the bridge", func(t *testing.T) {
@@ -12886,6 +13113,99 @@ func TestMCPOverStdio(t *testing.T) {
 	})
 }
 
+// TestMCPOverStdioEveryAnswerIsOneLine: over stdio every answer of every tool (its success
+// and, for check_server, the whole report, the largest), resource and method is one line of
+// compact JSON: hosts frame stdio by newlines. A tool of the table without a call here fails.
+func TestMCPOverStdioEveryAnswerIsOneLine(t *testing.T) {
+	t.Parallel()
+	s := startMCP(t, nil, "-rate", "0")
+	id := 0
+	ask := func(t *testing.T, method, params string) rpcAnswer {
+		t.Helper()
+		id++
+		s.send(t, `{"jsonrpc":"2.0","id":`+strconv.Itoa(id)+`,"method":"`+method+`","params":`+cmp.Or(params, "{}")+`}`)
+		a := s.next(t)
+		if string(a.ID) != strconv.Itoa(id) {
+			t.Fatalf("%s: the answer of id %s, want %d", method, a.ID, id)
+		}
+		return a
+	}
+	ask(t, "initialize", `{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}`)
+	made := ask(t, "tools/call", `{"name":"create_sandbox","arguments":{"template":"acct_sync","idempotency_key":"one-line"}}`)
+	sb := asMap(made.Result["structuredContent"])
+	key, account := fmt.Sprint(asMap(asSlice(sb["keys"])[0])["key"]), fmt.Sprint(sb["account"])
+	calls := map[string]string{
+		"create_sandbox":      `{"template":"acct_sync","idempotency_key":"one-line"}`,
+		"get_tracking":        `{"shipment_id":"shp_sbx_spring"}`,
+		"list_orders":         `{"limit":100}`,
+		"get_order":           `{"id":"ord_sbx_0001"}`,
+		"book_shipment":       `{"key":"` + key + `","id":"shp_line","reference":"R","order_id":"ord_sync_0003","idempotency_key":"b-1"}`,
+		"add_shipment_events": `{"key":"` + key + `","shipment_id":"shp_line","status":"delivered","idempotency_key":"m-1"}`,
+		"get_clock":           `{}`,
+		"set_clock":           `{"key":"` + key + `","frozen_time":null}`,
+		"get_timeline":        `{}`,
+		"get_requests":        `{"limit":1000}`,
+		"get_findings":        `{}`,
+		"check_server":        `{}`,
+		"delete_sandbox":      `{"key":"` + key + `","account":"` + account + `"}`,
+	}
+	tools := slices.Clone(mcpToolTable)
+	last := func(tool mcpTool) int { return map[bool]int{true: 1}[tool.name == "delete_sandbox"] }
+	slices.SortStableFunc(tools, func(a, b mcpTool) int { return cmp.Compare(last(a), last(b)) })
+	for _, tool := range tools {
+		args, ok := calls[tool.name]
+		if !ok {
+			t.Errorf("the tool %s has no call in this test", tool.name)
+			continue
+		}
+		if a := ask(t, "tools/call", `{"name":"`+tool.name+`","arguments":`+args+`}`); a.Result["isError"] != false {
+			t.Errorf("%s: %v", tool.name, a.Result["content"])
+		}
+	}
+	for _, r := range []string{"sandbox:///openapi.json", "sandbox:///README.md", "sandbox:///docs/mcp.md"} {
+		ask(t, "resources/read", `{"uri":"`+r+`"}`)
+	}
+	for _, method := range []string{"tools/list", "resources/list", "resources/templates/list", "ping", "nope"} {
+		ask(t, method, "")
+	}
+	body, _ := statelessRequest(id+1, "server/discover", "", "")
+	id++
+	s.send(t, body)
+	s.next(t)
+	if status := s.end(t); status != 0 { // end fails the test on any line that is not one compact JSON-RPC answer
+		t.Errorf("exit %d; stderr: %s", status, s.stderr)
+	}
+}
+
+// TestIDFinder: a line's top-level id, wherever it stands, read a chunk at a time: not an id
+// nested in its params, not an object or a list, the last when given twice.
+func TestIDFinder(t *testing.T) {
+	t.Parallel()
+	for line, want := range map[string]string{
+		`{"id":1,"method":"x"}`: `1`,
+		`{"method":"x","params":{"id":7,"a":[{"id":8}]},"id":"last"}`: `"last"`,
+		`{"params":{"x":"}\"id\":9,"},"id":-2.5e3}`:                   `-2.5e3`,
+		`{"\u0069d":"escaped name","method":"x"}`:                     `"escaped name"`,
+		`{"id":{"a":1}}`:      ``,
+		`{"id":[1]}`:          ``,
+		`{"id":null}`:         ``,
+		`{"id":"a","id":"b"}`: `"b"`,
+		`{"id":"q\"uote}"}`:   `"q\"uote}"`,
+		`["id",1]`:            ``,
+		`{"method":"x","params":{"r":"` + strings.Repeat("a", 100) + `"}`: ``,
+	} {
+		for _, chunk := range []int{1, 7, 4096} {
+			var f idFinder
+			for b := []byte(line); len(b) > 0; b = b[min(chunk, len(b)):] {
+				f.write(b[:min(chunk, len(b))])
+			}
+			if string(f.id) != want {
+				t.Errorf("the id of %s, in chunks of %d: %s, want %s", line, chunk, f.id, want)
+			}
+		}
+	}
+}
+
 // startServing starts the sandbox binary and returns it once it serves, with its base URL.
 func startServing(t *testing.T) (*exec.Cmd, string) {
 	t.Helper()
@@ -12899,11 +13219,14 @@ func startServing(t *testing.T) (*exec.Cmd, string) {
 }
 
 // TestMCPBridgeAnswersEveryID: whatever stands behind the bridge (a sandbox gone, a 401, a
-// 413, a 5xx, an answer that is not JSON-RPC), a request gets one JSON-RPC error for its id
-// on stdout, -32603 with the reason, and a notification gets nothing there (its reason goes
-// to stderr): stdout carries nothing but JSON-RPC.
+// 413, a 5xx, an answer that is not JSON-RPC, one for another id, a 202 to a request, a body
+// that stalls, is not UTF-8 or is over 4 MiB), a request gets one JSON-RPC error for its id on
+// stdout, -32603 with the reason and never the key, and a notification gets nothing there
+// (its reason goes to stderr): stdout carries nothing but JSON-RPC, one compact line a
+// message, an upstream's answer re-encoded so.
 func TestMCPBridgeAnswersEveryID(t *testing.T) {
 	t.Parallel()
+	const key = "sk_test_q2w3e4r5t6y7u2i3"
 	answer := func(status int, contentType, body string) bridgeTransport {
 		return func(*http.Request) (*http.Response, error) {
 			return &http.Response{StatusCode: status, Header: http.Header{"Content-Type": {contentType}}, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body))}, nil
@@ -12912,35 +13235,109 @@ func TestMCPBridgeAnswersEveryID(t *testing.T) {
 	problem := func(status int, code string) bridgeTransport {
 		return answer(status, "application/problem+json", `{"type":"about:blank","status":`+strconv.Itoa(status)+`,"detail":"why","code":"`+code+`"}`)
 	}
+	stalled := func(*http.Request) (*http.Response, error) {
+		r, _ := io.Pipe() // never written: the body stalls
+		return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: r, ContentLength: -1}, nil
+	}
+	huge := func(*http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(io.MultiReader(strings.NewReader(`{"jsonrpc":"2.0","id":"x-1","result":{"x":"`), zeros{})), ContentLength: -1}, nil
+	}
 	for _, c := range []struct {
 		name string
 		rt   bridgeTransport
-		why  string
+		why  string // "": the request is answered, with the line want
+		want string
 	}{
-		{"the sandbox gone", func(*http.Request) (*http.Response, error) { return nil, errors.New("connect: connection refused") }, "cannot be reached: connect: connection refused"},
-		{"a 401", problem(401, "invalid_api_key"), "the sandbox answered 401 invalid_api_key: why"},
-		{"a 413", problem(413, "body_too_large"), "the sandbox answered 413 body_too_large: why"},
-		{"a 500", problem(500, "internal_error"), "the sandbox answered 500 internal_error: why"},
-		{"a 502 of a proxy, in HTML", answer(502, "text/html", "<h1>Bad Gateway</h1>"), "the sandbox answered 502: Bad Gateway"},
-		{"JSON that is not JSON-RPC", answer(200, "application/json", `{"hello":"world"}`), "the sandbox answered 200: OK"},
+		{"the sandbox gone", func(*http.Request) (*http.Response, error) { return nil, errors.New("connect: connection refused") }, "cannot be reached: connect: connection refused", ""},
+		{"a 401", problem(401, "invalid_api_key"), "the sandbox answered 401 invalid_api_key: why", ""},
+		{"a 413", problem(413, "body_too_large"), "the sandbox answered 413 body_too_large: why", ""},
+		{"a 500", problem(500, "internal_error"), "the sandbox answered 500 internal_error: why", ""},
+		{"a 502 of a proxy, in HTML", answer(502, "text/html", "<h1>Bad Gateway</h1>"), "the sandbox answered 502: Bad Gateway", ""},
+		{"JSON that is not JSON-RPC", answer(200, "application/json", `{"hello":"world"}`), `not one JSON-RPC response: no "jsonrpc":"2.0"`, ""},
+		{"a bare message", answer(200, "application/json", `{"jsonrpc":"2.0"}`), "neither or both of result and error", ""},
+		{"both result and error", answer(200, "application/json", `{"jsonrpc":"2.0","id":"x-1","result":{},"error":{}}`), "neither or both of result and error", ""},
+		{"another id", answer(200, "application/json", `{"jsonrpc":"2.0","id":"x-2","result":{}}`), `another id ("x-2")`, ""},
+		{"a 202 to a request", answer(202, "application/json", ``), "202 Accepted, with no answer to the request", ""},
+		{"not UTF-8", answer(200, "application/json", "{\"jsonrpc\":\"2.0\",\"id\":\"x-1\",\"result\":{\"a\":\"\xff\"}}"), "not UTF-8", ""},
+		{"over 4 MiB", huge, "over 4194304 bytes (4 MiB)", ""},
+		{"over 4 MiB, as declared", answer(200, "application/json", strings.Repeat(" ", 4<<20+1)), "over 4194304 bytes (4 MiB)", ""},
+		{"a body that stalls", stalled, "its body did not arrive within 200ms", ""},
+		{"a detail that echoes the key", answer(401, "application/problem+json", `{"code":"invalid_api_key","detail":"bad key `+key+` (`+key[:12]+`)"}`), "bad key $SANDBOX_MCP_KEY ([key])", ""},
+		{"an answer spread over lines", answer(200, "application/json", "{\n  \"jsonrpc\": \"2.0\",\n  \"id\": \"x-1\",\n  \"result\": {\n    \"tools\": []\n  }\n}"), "", `{"jsonrpc":"2.0","id":"x-1","result":{"tools":[]}}`},
+		{"an error for an id it could not read", answer(400, "application/json", `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"m"}}`), "", `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"m"}}`},
 	} {
-		t.Run(c.name, func(t *testing.T) {
+		t.Run(caseName(c.name), func(t *testing.T) {
 			t.Parallel()
 			var out, said lockedBuffer
-			b := newMCPBridge("http://127.0.0.1:1/v1", c.rt, "sk_test_sandbox_all", &out, func(s string) { said.Write([]byte(s + "\n")) })
-			b.carry(context.Background(), []byte(`{"jsonrpc":"2.0","id":"x-1","method":"tools/list"}`))
-			b.carry(context.Background(), []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
+			b := newMCPBridge("http://127.0.0.1:1/v1", c.rt, key, &out, func(s string) { said.Write([]byte(s + "\n")) })
+			b.exchange = 200 * time.Millisecond
+			b.carry(context.Background(), stdinLine{text: []byte(`{"jsonrpc":"2.0","id":"x-1","method":"tools/list"}`)})
 			var a rpcAnswer
 			lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
-			if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &a) != nil || string(a.ID) != `"x-1"` || a.Error == nil || a.Error.Code != -32603 || !strings.Contains(a.Error.Message, c.why) {
+			switch {
+			case len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &a) != nil || strings.Contains(out.String(), key[:8]):
+				t.Errorf("stdout: %q, want one JSON-RPC line holding no key", out.String())
+			case c.why == "" && lines[0] != c.want:
+				t.Errorf("stdout: %s, want %s", lines[0], c.want)
+			case c.why != "" && (string(a.ID) != `"x-1"` || a.Error == nil || a.Error.Code != -32603 || !strings.Contains(a.Error.Message, c.why)):
 				t.Errorf("stdout: %q, want one -32603 for x-1 saying %q", out.String(), c.why)
 			}
-			if !strings.Contains(said.String(), "a notification (notifications/initialized) was not delivered") {
-				t.Errorf("stderr: %q", said.String())
+			if c.why != "" && c.want == "" {
+				b.carry(context.Background(), stdinLine{text: []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)})
+				if out.String() != lines[0]+"\n" || c.name != "a 202 to a request" && !strings.Contains(said.String(), "a notification (notifications/initialized) was not delivered") {
+					t.Errorf("a notification: stdout %q, stderr %q", out.String(), said.String())
+				}
 			}
 		})
 	}
 }
+
+// zeros is a body that never ends.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { return len(p), nil }
+
+// TestMCPBridgeHoldsAtMost64MiB: another sandbox's answers are read within the bridge's
+// budget: of twenty answers of 4 MiB in flight at once, sixteen are read (64 MiB) and the rest
+// wait for room; each is answered once room is made.
+func TestMCPBridgeHoldsAtMost64MiB(t *testing.T) {
+	t.Parallel()
+	var reading atomic.Int64
+	release := make(chan struct{})
+	rt := bridgeTransport(func(*http.Request) (*http.Response, error) {
+		body := io.MultiReader(readerFunc(func(p []byte) (int, error) { // its first read says it is being read, then waits
+			reading.Add(1)
+			<-release
+			return 0, io.EOF
+		}))
+		return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(body), ContentLength: 4 << 20}, nil
+	})
+	var out lockedBuffer
+	b := newMCPBridge("http://127.0.0.1:1/v1", rt, "sk_test_sandbox_all", &out, func(string) {})
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.carry(context.Background(), stdinLine{text: []byte(`{"jsonrpc":"2.0","id":` + strconv.Itoa(i) + `,"method":"tools/list"}`)})
+		}()
+	}
+	waitFor(t, "sixteen answers read at once", func() bool { return reading.Load() >= 16 })
+	time.Sleep(100 * time.Millisecond) // room for a seventeenth, were there any
+	if n := reading.Load(); n != 16 {
+		t.Errorf("%d answers of 4 MiB read at once, want 16 (64 MiB)", n)
+	}
+	close(release)
+	wg.Wait()
+	if n := strings.Count(out.String(), "\n"); n != 20 {
+		t.Errorf("%d answers written, want 20", n)
+	}
+}
+
+// readerFunc is a reader of a function.
+type readerFunc func(p []byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
 
 // bridgeTransport stands behind the bridge in TestMCPBridgeAnswersEveryID.
 type bridgeTransport func(*http.Request) (*http.Response, error)
@@ -13016,8 +13413,10 @@ func TestMCPOverStdioWayOut(t *testing.T) {
 		time.Sleep(time.Second) // the sandbox up, its answer stuck
 		cmd.Process.Signal(syscall.SIGTERM)
 		signalled := time.Now()
-		if took, _ := waitExit(t, cmd, signalled, 15*time.Second); took > 15*time.Second {
-			t.Errorf("exited %v after SIGTERM, want within 15 s", took)
+		took, _ := waitExit(t, cmd, signalled, 15*time.Second+loadedMargin)
+		t.Logf("exited %v after SIGTERM (the bound: 15 s)", took)
+		if took > 15*time.Second+loadedMargin {
+			t.Errorf("exited %v after SIGTERM, want within 15 s and the margin of a busy machine", took)
 		}
 	})
 }
@@ -13242,7 +13641,7 @@ func BenchmarkMCPGetTracking(b *testing.B) {
 	b.Run("tools/call over stdio", func(b *testing.B) {
 		var out bytes.Buffer
 		bridge := newMCPBridge(ts.URL+"/v1", e.srv, "sk_test_sandbox_all", &out, func(string) {})
-		line := []byte(call)
+		line := stdinLine{text: []byte(call)}
 		for b.Loop() {
 			out.Reset()
 			bridge.carry(context.Background(), line)
@@ -13310,7 +13709,7 @@ func (r kitReport) reason(id string) string {
 func kitRun(t *testing.T, ctx context.Context, env map[string]string, args ...string) (int, kitReport, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	status := runCheck(ctx, args, func(name string) string { return env[name] }, &stdout, &stderr)
+	status := runCheck(ctx, args, func(name string) string { return env[name] }, &stdout, &stderr, startSelfCheck)
 	var rep kitReport
 	if slices.Contains(args, "json") && status < 2 {
 		dec := json.NewDecoder(bytes.NewReader(stdout.Bytes()))
@@ -14183,7 +14582,7 @@ func TestConformanceSelectsRulesAndExpectations(t *testing.T) {
 	t.Run("junit", func(t *testing.T) {
 		var junit bytes.Buffer
 		expect := writeTemp(t, `{"orders.default_limit":"live pages 25"}`)
-		runCheck(t.Context(), []string{"-base-url", base, "-key", "sk_test_sandbox_all", "-format", "junit", "-rules", "orders.default_limit,tracking.no_offset,http.no_store", "-expect", expect}, func(string) string { return "" }, &junit, io.Discard)
+		runCheck(t.Context(), []string{"-base-url", base, "-key", "sk_test_sandbox_all", "-format", "junit", "-rules", "orders.default_limit,tracking.no_offset,http.no_store", "-expect", expect}, func(string) string { return "" }, &junit, io.Discard, startSelfCheck)
 		suite := junitSuite(t, junit.Bytes())
 		if len(suite.Cases) != 3 {
 			t.Fatalf("junit: %d cases\n%s", len(suite.Cases), junit.String())
@@ -14295,7 +14694,7 @@ func TestConformanceExitStatuses(t *testing.T) {
 		t.Errorf("a live key: %d, warnings %v\n%s", status, rep.Warnings, out)
 	}
 	var usage bytes.Buffer
-	if status := runCheck(t.Context(), []string{"-h"}, func(string) string { return "" }, &usage, io.Discard); status != 0 || !strings.Contains(usage.String(), "-alt-key") || !strings.Contains(usage.String(), "SANDBOX_CHECK_<NAME>") {
+	if status := runCheck(t.Context(), []string{"-h"}, func(string) string { return "" }, &usage, io.Discard, startSelfCheck); status != 0 || !strings.Contains(usage.String(), "-alt-key") || !strings.Contains(usage.String(), "SANDBOX_CHECK_<NAME>") {
 		t.Errorf("check -h: %d\n%s", status, usage.String())
 	}
 }
@@ -14342,7 +14741,7 @@ func runHostile(t *testing.T, e *env, b brokenServer, args ...string) []hostileR
 	var runs []hostileRun
 	for _, format := range []string{"text", "json", "junit"} {
 		var stdout, stderr bytes.Buffer
-		status := runCheck(t.Context(), append([]string{"-base-url", base, "-key", "sk_test_sandbox_all", "-alt-key", "sk_test_other_all", "-format", format}, args...), func(string) string { return "" }, &stdout, &stderr)
+		status := runCheck(t.Context(), append([]string{"-base-url", base, "-key", "sk_test_sandbox_all", "-alt-key", "sk_test_other_all", "-format", format}, args...), func(string) string { return "" }, &stdout, &stderr, startSelfCheck)
 		run := hostileRun{status: status, text: stdout.String(), err: stderr.String()}
 		switch format {
 		case "json":
@@ -14636,7 +15035,7 @@ func kitFuzzOnce(t *testing.T, from, every uint8, status uint16, header string, 
 		if err != nil {
 			t.Fatal(err)
 		}
-		k := newKit(t.Context(), cfg)
+		k := newKit(t.Context(), cfg, time.Time{})
 		k.client.Transport = rt
 		done := make(chan struct{})
 		defer close(done)
@@ -15109,7 +15508,7 @@ func TestCheckDiff(t *testing.T) {
 	new := report("a.same=pass", "a.worse=fail", "a.better=pass", "a.other=expected", "a.new=pass")
 	diff := func(t *testing.T, args ...string) (int, string, string) {
 		var stdout, stderr bytes.Buffer
-		status := runCheck(t.Context(), append([]string{"diff"}, args...), func(string) string { return "" }, &stdout, &stderr)
+		status := runCheck(t.Context(), append([]string{"diff"}, args...), func(string) string { return "" }, &stdout, &stderr, startSelfCheck)
 		return status, stdout.String(), stderr.String()
 	}
 	status, text, _ := diff(t, old, new)
@@ -15237,7 +15636,7 @@ func benchKit(b *testing.B, args ...string) {
 	requests := 0
 	for b.Loop() {
 		var out bytes.Buffer
-		if status := runCheck(b.Context(), append(args, "-format", "json"), func(string) string { return "" }, &out, io.Discard); status != 0 {
+		if status := runCheck(b.Context(), append(args, "-format", "json"), func(string) string { return "" }, &out, io.Discard, startSelfCheck); status != 0 {
 			b.Fatalf("exit status %d\n%s", status, out.String())
 		}
 		var rep struct{ Summary struct{ Requests int } }
@@ -15251,13 +15650,13 @@ func benchKit(b *testing.B, args ...string) {
 // 50 ms).
 func BenchmarkCheckDiff(b *testing.B) {
 	var out bytes.Buffer
-	runCheck(b.Context(), []string{"-format", "json", "-mode", "safe"}, func(string) string { return "" }, &out, io.Discard)
+	runCheck(b.Context(), []string{"-format", "json", "-mode", "safe"}, func(string) string { return "" }, &out, io.Discard, startSelfCheck)
 	dir := b.TempDir()
 	old, new := filepath.Join(dir, "old.json"), filepath.Join(dir, "new.json")
 	os.WriteFile(old, out.Bytes(), 0o644)
 	os.WriteFile(new, bytes.Replace(out.Bytes(), []byte(`"result": "pass"`), []byte(`"result": "fail"`), 3), 0o644)
 	for b.Loop() {
-		if status := runCheck(b.Context(), []string{"diff", old, new}, func(string) string { return "" }, io.Discard, io.Discard); status != 1 {
+		if status := runCheck(b.Context(), []string{"diff", old, new}, func(string) string { return "" }, io.Discard, io.Discard, startSelfCheck); status != 1 {
 			b.Fatalf("check diff: exit %d", status)
 		}
 	}

@@ -433,6 +433,11 @@ func readEvents(path string, raw []rawEvent, start time.Time) ([]rawEvent, error
 		if err := readAfter(epath, &raw[i], start); err != nil {
 			return nil, err
 		}
+		if ts := raw[i].Timestamp; ts.isString {
+			if _, err := parseTimestamp(ts.text); errors.Is(err, errOutOfRFC3339) { // RFC 3339, but an instant none can write: refused, as an after past it is
+				return nil, &datasetError{path: epath + ".timestamp", reason: strconv.Quote(ts.text) + " places the event outside the years 0000 to 9999 in UTC, which RFC 3339 cannot write"}
+			}
+		}
 	}
 	return raw, nil
 }
