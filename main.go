@@ -8967,6 +8967,8 @@ type ruleChange struct {
 	Old    *string `json:"old"`
 	New    *string `json:"new"`
 	Reason *string `json:"reason"`
+
+	oldWhy *string // OLD's reason or first evidence, which the text says when NEW gives none
 }
 
 type diffSummary struct {
@@ -9096,17 +9098,18 @@ func serverOf(rep *checkReport) diffServer {
 }
 
 // changeOf is the change of one rule from o to n (either nil where the report lacks it),
-// with why: NEW's reason (a skip's, an expectation's) or its first evidence, else OLD's.
+// with why: NEW's reason (a skip's, an expectation's) or its first evidence; and OLD's, for
+// the text, where NEW gives none.
 func changeOf(o, n *ruleReport) ruleChange {
 	c := ruleChange{}
 	if o != nil {
-		c.ID, c.Old, c.Reason = o.ID, &o.Result, whyOf(o, "OLD ")
+		c.ID, c.Old = o.ID, &o.Result
 	}
 	if n != nil {
-		c.ID, c.New = n.ID, &n.Result
-		if why := whyOf(n, ""); why != nil || o == nil || o.Result == n.Result {
-			c.Reason = why
-		}
+		c.ID, c.New, c.Reason = n.ID, &n.Result, whyOf(n)
+	}
+	if o != nil && c.Reason == nil && (n == nil || o.Result != n.Result) {
+		c.oldWhy = whyOf(o)
 	}
 	switch {
 	case o == nil:
@@ -9125,16 +9128,13 @@ func changeOf(o, n *ruleReport) ruleChange {
 	return c
 }
 
-// whyOf is what a report says of a rule's result: its reason, or its first evidence, each
-// prefixed by who said it; nil for a pass without either.
-func whyOf(r *ruleReport, who string) *string {
-	switch {
-	case r.Reason != nil:
-		return ptr(who + "reason: " + *r.Reason)
-	case len(r.Evidence) > 0:
-		return ptr(who + "expected: " + r.Evidence[0].Expected + "; seen: " + r.Evidence[0].Seen)
+// whyOf is what a report says of a rule's result: its reason, or its first evidence; nil for
+// a pass without either.
+func whyOf(r *ruleReport) *string {
+	if r.Reason == nil && len(r.Evidence) > 0 {
+		return ptr("expected: " + r.Evidence[0].Expected + "; seen: " + r.Evidence[0].Seen)
 	}
-	return nil
+	return r.Reason
 }
 
 // add counts a rule's change, and lists it unless it is the same (with all, every one).
@@ -9173,8 +9173,11 @@ func writeDiff(out string, stdout io.Writer, d *reportDiff, format string) error
 		}
 		for _, c := range d.Rules {
 			fmt.Fprintf(&b, "%-9s %s  %s -> %s", c.Change, printable(c.ID), cmp.Or(derefOr(c.Old), "-"), cmp.Or(derefOr(c.New), "-"))
-			if c.Reason != nil {
+			switch {
+			case c.Reason != nil:
 				fmt.Fprintf(&b, "  %s", printable(cutField(*c.Reason, 4*maxKitField)))
+			case c.oldWhy != nil:
+				fmt.Fprintf(&b, "  OLD: %s", printable(cutField(*c.oldWhy, 4*maxKitField)))
 			}
 			b.WriteString("\n")
 		}

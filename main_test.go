@@ -15514,7 +15514,7 @@ func TestCheckDiff(t *testing.T) {
 	status, text, _ := diff(t, old, new)
 	want := `OLD http://127.0.0.1:8080/v1 (profile sandbox, mode safe, world own), NEW http://127.0.0.1:8080/v1 (profile sandbox, mode safe, world own)
 regressed a.worse  pass -> fail  expected: e; seen: the seen of a.worse
-improved  a.better  fail -> pass  OLD expected: e; seen: the seen of a.better
+improved  a.better  fail -> pass  OLD: expected: e; seen: the seen of a.better
 changed   a.other  skip -> expected  expected: e; seen: the seen of a.other
 added     a.new  - -> pass
 removed   a.gone  pass -> -
@@ -15530,8 +15530,8 @@ removed   a.gone  pass -> -
 	status, text, _ = diff(t, profiled("sandbox", "", "b.skipped=pass", "b.back=skip"), profiled("domain_adapter", "the world could not be made", "b.skipped=skip", "b.back=pass"))
 	want = `OLD http://127.0.0.1:8080/v1 (profile sandbox, mode safe, world own), NEW http://127.0.0.1:8080/v1 (profile domain_adapter, mode safe, world own); the profiles differ: check diff compares verdicts, so a rule whose profile lets it answer otherwise (404 against 409) is same
 NEW warning: the world could not be made
-changed   b.skipped  pass -> skip  reason: the reason of b.skipped
-changed   b.back  skip -> pass  OLD reason: the reason of b.back
+changed   b.skipped  pass -> skip  the reason of b.skipped
+changed   b.back  skip -> pass  OLD: the reason of b.back
 2 rules: 0 same, 0 regressed, 0 improved, 2 changed, 0 added, 0 removed
 `
 	if status != 0 || text != want {
