@@ -3573,7 +3573,7 @@ func carryStdio(ctx context.Context, args []string, getenv func(string) string, 
 		base, rt = served.base, served.srv
 	}
 	key := cmp.Or(cfg.mcpKey, defaultMCPKey)
-	b := newMCPBridge(base, rt, key, stdout, func(s string) { say(printable(newKitSecrets(map[kitRole]string{"SANDBOX_MCP_KEY": key}).mask(s))) })
+	b := newMCPBridge(base, rt, key, stdout, say)
 	if why := b.checkKey(ctx); why != "" {
 		say(cmp.Or(cfg.mcpKeyName, "-mcp-key") + ": " + why)
 		stop()
@@ -3661,11 +3661,16 @@ type mcpBridge struct {
 	closed   chan struct{} // closed when stdout refuses a write: nothing more can be answered
 	once     sync.Once
 	say      func(string) // a line on stderr, masked and escaped
+	secrets  *kitSecrets  // its key, which nothing it writes holds
 }
 
+// newMCPBridge is a bridge to the door of the sandbox at base, reached through rt, acting as
+// key; what it says on stderr (say) holds no key and no control character.
 func newMCPBridge(base string, rt http.RoundTripper, key string, out io.Writer, say func(string)) *mcpBridge {
 	_, inside := rt.(*server)
-	return &mcpBridge{base: base, rt: rt, inside: inside, exchange: bridgeExchange, key: key, out: out, say: say, closed: make(chan struct{}), held: newByteBudget(bridgeHeld)}
+	secrets := newKitSecrets(map[kitRole]string{"SANDBOX_MCP_KEY": key})
+	return &mcpBridge{base: base, rt: rt, inside: inside, exchange: bridgeExchange, key: key, out: out, closed: make(chan struct{}), held: newByteBudget(bridgeHeld),
+		secrets: secrets, say: func(s string) { say(printable(secrets.mask(s))) }}
 }
 
 // checkKey asks the sandbox whether it takes the bridge's key, within an exchange's time: ""
@@ -4120,7 +4125,7 @@ func (b *mcpBridge) undeliverable(head mcpHead, what, why string) {
 		b.say(cmp.Or(what, "a notification ("+cutField(head.method, 64)+")") + " was not delivered: " + why)
 		return
 	}
-	message := newKitSecrets(map[kitRole]string{"SANDBOX_MCP_KEY": b.key}).mask(strings.ToValidUTF8(cutField(why, 1024), "\ufffd"))
+	message := b.secrets.mask(strings.ToValidUTF8(cutField(why, 1024), "\ufffd"))
 	b.write(rpcError(head.id, rpcInternalError, "Internal error: "+message+".", nil))
 }
 

@@ -13262,7 +13262,7 @@ func TestMCPBridgeAnswersEveryID(t *testing.T) {
 		{"over 4 MiB", huge, "over 4194304 bytes (4 MiB)", ""},
 		{"over 4 MiB, as declared", answer(200, "application/json", strings.Repeat(" ", 4<<20+1)), "over 4194304 bytes (4 MiB)", ""},
 		{"a body that stalls", stalled, "its body did not arrive within 200ms", ""},
-		{"a detail that echoes the key", answer(401, "application/problem+json", `{"code":"invalid_api_key","detail":"bad key `+key+` (`+key[:12]+`)"}`), "bad key $SANDBOX_MCP_KEY ([key])", ""},
+		{"a detail that echoes the key", answer(401, "application/problem+json", `{"code":"invalid_api_key","detail":"bad key `+key+` (`+key[:12]+`) \u001b[2J"}`), "bad key $SANDBOX_MCP_KEY ([key])", ""},
 		{"an answer spread over lines", answer(200, "application/json", "{\n  \"jsonrpc\": \"2.0\",\n  \"id\": \"x-1\",\n  \"result\": {\n    \"tools\": []\n  }\n}"), "", `{"jsonrpc":"2.0","id":"x-1","result":{"tools":[]}}`},
 		{"an error for an id it could not read", answer(400, "application/json", `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"m"}}`), "", `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"m"}}`},
 	} {
@@ -13284,7 +13284,8 @@ func TestMCPBridgeAnswersEveryID(t *testing.T) {
 			}
 			if c.why != "" && c.want == "" {
 				b.carry(context.Background(), stdinLine{text: []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)})
-				if out.String() != lines[0]+"\n" || c.name != "a 202 to a request" && !strings.Contains(said.String(), "a notification (notifications/initialized) was not delivered") {
+				if out.String() != lines[0]+"\n" || c.name != "a 202 to a request" && !strings.Contains(said.String(), "a notification (notifications/initialized) was not delivered") ||
+					strings.Contains(said.String(), key[:8]) || strings.Contains(said.String(), "\x1b") {
 					t.Errorf("a notification: stdout %q, stderr %q", out.String(), said.String())
 				}
 			}
