@@ -3,12 +3,14 @@
 // and API keys with their scopes. What it remembers of each, all owned by the caller's
 // tenant: the versions of its data and the one seam that writes the next; its sandbox clock
 // and timeline; its rate limit (a key's); its rehearsals counted (Prefer times); its journal
-// of requests and the findings judged from it; its stored answers (main.go's writes keep
-// them); and the registry that bounds what all tenants remember together and keeps the
-// sandboxes. Its sections, each under a banner (grep '^// =====' *.go):
+// of requests and the findings judged from it; its stored answers (the answers of writes
+// kept under their Idempotency-Keys); and the registry that bounds what all tenants
+// remember together and keeps the sandboxes. Its sections, each under a banner (grep
+// '^// =====' *.go):
 //
 //   - Tenants: accounts and environments, one owner of what each holds
 //   - The registry: the bounds every tenant shares, and the sandboxes it keeps
+//   - Stored answers: a tenant's Idempotency-Keys, within the registry's bounds
 //   - A bounded least-recently-used list
 //   - Loading: records filed under their tenants
 //   - Keys and scopes
@@ -92,7 +94,7 @@ func newTenant(id tenantID, start time.Time) *tenant {
 // tenantData is what a tenant shows: its shipments, its orders and the timeline of what
 // they schedule, built once (a dataset's tenant at start-up, a sandbox when it is made) and
 // never edited in place. A write (a shipment created in a sandbox) builds the next version
-// and swaps it in whole (tenant.write), so a request reads one version, once, and all it
+// and swaps it in whole (tenant.writeNext), so a request reads one version, once, and all it
 // answers is of that one. Writes add shipments and links, never an order: an order's place
 // in the list is the same in every version.
 type tenantData struct {
@@ -131,12 +133,12 @@ func (d *tenantData) bytes() int64 {
 	return n
 }
 
-// write builds the tenant's next version of its data from the one it holds with build, a
+// writeNext builds the tenant's next version of its data from the one it holds with build, a
 // pure function of that data, and swaps it in whole: one write of a tenant at a time, while
 // reads take no lock and see the version before or the one after. The registry charges the
 // version's bytes as it swaps it in; a sandbox forgotten meanwhile is not written
 // (errForgotten), nor one that would hold more than every sandbox together may.
-func (t *tenant) write(b *tenantRegistry, build func(d *tenantData) (*tenantData, error)) (*tenantData, error) {
+func (t *tenant) writeNext(b *tenantRegistry, build func(d *tenantData) (*tenantData, error)) (*tenantData, error) {
 	t.writing.Lock()
 	defer t.writing.Unlock()
 	next, err := build(t.current())
@@ -556,6 +558,121 @@ func (b *tenantRegistry) largest(weight func(t *tenant) int64) *tenant {
 		consider(t)
 	}
 	return most
+}
+
+// ===== Stored answers: a tenant's Idempotency-Keys, within the registry's bounds =====
+
+// The spec's writes each carry one stored, unique idempotency value (main.go's writes read
+// the Idempotency-Key). What a tenant keeps under one, from its claim to its settling, and
+// the bound of every tenant's stored answers together, which the registry keeps.
+
+const (
+	storedAnswerLife     = 24 * time.Hour
+	maxStoredAnswers     = 10000    // a tenant's; beyond, the least recently used is forgotten
+	maxStoredAnswerBytes = 64 << 20 // every tenant's together
+)
+
+// storedAnswer is the answer of a write that was done, as stored under its
+// Idempotency-Key: never changed once made.
+type storedAnswer struct {
+	status      int
+	contentType string
+	location    string
+	body        []byte
+	shown       showing // what it showed, for the journal: the shipment a booking created
+}
+
+// idempotencyEntry is what a tenant keeps under an Idempotency-Key: the digest of the
+// request that claimed it (its method, path and body; a repeat must be the same request),
+// and, once its write is done, the write's answer and when it was stored; answer is nil
+// while the write is in progress.
+type idempotencyEntry struct {
+	request [sha256.Size]byte
+	answer  *storedAnswer
+	stored  time.Time // by the wall clock: kept storedAnswerLife
+}
+
+// cost is what an answer stored under key holds, as the registry counts it.
+func (a *storedAnswer) cost(key string) int64 {
+	return int64(len(key)+len(a.body)+len(a.location)) + int64(unsafe.Sizeof(idempotencyEntry{})+unsafe.Sizeof(storedAnswer{})) + 96
+}
+
+// claim claims the Idempotency-Key key of t for a request at now: what is stored under it
+// (found true; read under t's lock, and never changed after), or, when nothing is, the key
+// held in progress for this request, pinned in t's list until settle. A tenant forgotten
+// meanwhile has no keys (errForgotten).
+func (b *tenantRegistry) claim(t *tenant, key string, request [sha256.Size]byte, now time.Time) (idempotencyEntry, bool, *apiError) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if b.hooks.claiming != nil {
+		b.hooks.claiming(t)
+	}
+	if t.gone.Load() {
+		return idempotencyEntry{}, false, errForgotten
+	}
+	if e, ok := t.answers.get(key); ok {
+		if e.answer == nil || now.Sub(e.stored) < storedAnswerLife {
+			return e, true, nil
+		}
+		_, w, _ := t.answers.remove(key) // past its day: the key is new again
+		b.unstore(t, w)
+	}
+	t.answers.add(key, idempotencyEntry{request: request}, 0, true)
+	b.unstore(t, t.answers.trim())
+	return idempotencyEntry{}, false, nil
+}
+
+// settle ends the write that claimed key of t: its answer is stored, when the write was
+// done (written), else the key is free again. Past the bytes of every tenant's stored
+// answers, the oldest of the tenant that holds the most go; a forgotten tenant keeps none.
+func (b *tenantRegistry) settle(t *tenant, key string, written *storedAnswer, now time.Time) {
+	t.mu.Lock()
+	e, ok := t.answers.peek(key)
+	if t.gone.Load() || !ok || e.answer != nil {
+		t.mu.Unlock()
+		return
+	}
+	over := false
+	if written == nil {
+		_, w, _ := t.answers.remove(key)
+		b.unstore(t, w)
+	} else {
+		cost := written.cost(key)
+		t.answers.set(key, idempotencyEntry{e.request, written, now}, cost, false)
+		t.answerBytes.Add(cost)
+		over = b.answerTotal.Add(cost) > b.maxAnswerBytes
+	}
+	b.unstore(t, t.answers.trim()) // back within its count, once its entries in progress end
+	t.mu.Unlock()
+	if over {
+		b.makeAnswerRoom()
+	}
+}
+
+// unstore takes what t's stored answers no longer hold off the counts; t.mu is held.
+func (b *tenantRegistry) unstore(t *tenant, freed int64) {
+	t.answerBytes.Add(-freed)
+	b.answerTotal.Add(-freed)
+}
+
+// makeAnswerRoom forgets the oldest stored answers of the tenant that holds the most until
+// every tenant's together are within the bound (entries in progress hold nothing).
+func (b *tenantRegistry) makeAnswerRoom() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for b.answerTotal.Load() > b.maxAnswerBytes {
+		t := b.largest(func(t *tenant) int64 { return t.answerBytes.Load() })
+		if t == nil {
+			return
+		}
+		t.mu.Lock()
+		freed := t.answers.shed(b.answerTotal.Load() - b.maxAnswerBytes)
+		b.unstore(t, freed)
+		t.mu.Unlock()
+		if freed == 0 {
+			return
+		}
+	}
 }
 
 // ===== A bounded least-recently-used list =====
@@ -1246,7 +1363,7 @@ type clockHelpers struct {
 
 // get answers GET /v1/test_helpers/clock: the tenant's clock as the request read it.
 func (h clockHelpers) get(w http.ResponseWriter, t *tenant, clock clockReading) error {
-	return h.write(w, t, clock)
+	return h.answer(w, t, clock)
 }
 
 // set answers POST /v1/test_helpers/clock: it freezes the tenant's clock at the body's
@@ -1262,11 +1379,11 @@ func (h clockHelpers) set(w http.ResponseWriter, b []byte, t *tenant) error {
 		set.since = now
 	}
 	t.clock.setting.Store(set)
-	return h.write(w, t, set.read(func() time.Time { return now })) // as set, not as read again
+	return h.answer(w, t, set.read(func() time.Time { return now })) // as set, not as read again
 }
 
-// write answers with one reading of a tenant's clock: frozen_time and now always agree.
-func (h clockHelpers) write(w http.ResponseWriter, t *tenant, clock clockReading) error {
+// answer answers with one reading of a tenant's clock: frozen_time and now always agree.
+func (h clockHelpers) answer(w http.ResponseWriter, t *tenant, clock clockReading) error {
 	a := clockAnswer{Now: formatTimestamp(clock.now), StartedAt: formatTimestamp(t.start)}
 	if clock.frozen {
 		a.FrozenTime = &a.Now
@@ -1847,7 +1964,7 @@ func (d *tenantData) written(es []journalEntry, f *rawFinding) finding {
 	}
 	switch a := &es[f.cited[0]]; {
 	case f.m >= 0:
-		id := d.orders.movingID(int(f.m))
+		id := d.orders.timedID(int(f.m))
 		w.ID = &id
 	case f.kind == findingBlindRetry && a.shown.kind == showsWritten: // the shipment the 502's write created
 		w.ID = &a.shown.ship.id
@@ -2103,7 +2220,7 @@ func blindDetail(_ *tenantData, es []journalEntry, f *rawFinding) string {
 // the journal holds.
 func (d *tenantData) orderFindings(es []journalEntry) []rawFinding {
 	ix := &d.orders
-	seen := make([]int32, ix.movingCount()) // each order with a timeline: the entry that showed it at the latest instant (ties: the higher seq), plus one
+	seen := make([]int32, ix.timedCount()) // each order with a timeline: the entry that showed it at the latest instant (ties: the higher seq), plus one
 	var pages []readPage
 	latest := -1 // the read judged at the latest instant (ties: the highest seq)
 	see := func(m, i int) {
@@ -2121,12 +2238,12 @@ func (d *tenantData) orderFindings(es []journalEntry) []rawFinding {
 		}
 		switch e.shown.kind {
 		case showsOrder:
-			if m, ok := ix.movingOf(int(e.shown.order)); ok {
+			if m, ok := ix.timedOf(int(e.shown.order)); ok {
 				see(m, i)
 			}
 		case showsPage:
 			pages = append(pages, readPage{at: e.clock, page: &e.shown.page, entry: int32(i)})
-			ix.pageMoving(&e.shown.page, e.clock, func(m int) { see(m, i) })
+			ix.pageTimed(&e.shown.page, e.clock, func(m int) { see(m, i) })
 		}
 	}
 	if latest < 0 {
@@ -2134,8 +2251,8 @@ func (d *tenantData) orderFindings(es []journalEntry) []rawFinding {
 	}
 	held, last := ix.newHeldPages(pages), es[latest].clock
 	var fs []rawFinding
-	for m := range ix.movingCount() {
-		held.reach(int(ix.moving[m]))
+	for m := range ix.timedCount() {
+		held.reach(int(ix.timed[m]))
 		if s := int(seen[m]) - 1; s >= 0 {
 			if d.staleOrder(m, &es[s], &es[latest], held) {
 				fs = append(fs, rawFinding{kind: findingStaleOrder, cited: [2]int32{int32(s), int32(latest)}, m: int32(m)})
@@ -2159,17 +2276,17 @@ func laterRead(a, b *journalEntry) bool {
 // and by last, whose filter its status then left, reached its place (a client that polls
 // one status learns of a change when the order leaves it).
 func (d *tenantData) staleOrder(m int, seen, last *journalEntry, held *heldPages) bool {
-	then, _ := d.orders.movingState(m, seen.clock, seen.writes)
-	now, _ := d.orders.movingState(m, last.clock, last.writes)
+	then, _ := d.orders.timedState(m, seen.clock, seen.writes)
+	now, _ := d.orders.timedState(m, last.clock, last.writes)
 	return (then.status != now.status || then.linked != now.linked) && !held.leftBetween(m, seen.clock, last.clock)
 }
 
 func staleDetail(d *tenantData, es []journalEntry, f *rawFinding) string {
 	ix, m, s, latest := &d.orders, int(f.m), &es[f.cited[0]], &es[f.cited[1]]
-	then, _ := ix.movingState(m, s.clock, s.writes)
-	now, _ := ix.movingState(m, latest.clock, latest.writes)
+	then, _ := ix.timedState(m, s.clock, s.writes)
+	now, _ := ix.timedState(m, latest.clock, latest.writes)
 	return fmt.Sprintf("Order %s was last seen %s (request %d, at %s), but at %s (request %d) it is %s: keep re-reading the orders you follow (by id, or with a window that looks back) until they settle.",
-		ix.movingID(m), ix.stateText(m, then), s.seq, formatInstant(s.clock), formatInstant(latest.clock), latest.seq, ix.stateText(m, now))
+		ix.timedID(m), ix.stateText(m, then), s.seq, formatInstant(s.clock), formatInstant(latest.clock), latest.seq, ix.stateText(m, now))
 }
 
 // missedImport judges the m-th order with a timeline, which no read showed: it was missed
@@ -2177,7 +2294,7 @@ func staleDetail(d *tenantData, es []journalEntry, f *rawFinding) string {
 // import held its place with a filter it then matched. It returns that page's entry (of
 // them, the highest seq), or -1.
 func (d *tenantData) missedImport(m int, last instant, held *heldPages) int {
-	created, imported := d.orders.movingInstants(m)
+	created, imported := d.orders.timedInstants(m)
 	if !imported.after(created) || imported.after(last) {
 		return -1
 	}
@@ -2186,9 +2303,9 @@ func (d *tenantData) missedImport(m int, last instant, held *heldPages) int {
 
 func missedDetail(d *tenantData, es []journalEntry, f *rawFinding) string {
 	ix, m, held, latest := &d.orders, int(f.m), &es[f.cited[0]], &es[f.cited[1]]
-	created, imported := ix.movingInstants(m)
+	created, imported := ix.timedInstants(m)
 	return fmt.Sprintf("Order %s (created_at %s) was imported at %s, behind what request %d had listed, and no request judged after its import showed it (the last read, request %d, was judged at %s): a created_from watermark misses orders imported late, so re-read a window that looks back further than imports can be late.",
-		ix.movingID(m), formatInstant(created), formatInstant(imported), held.seq, latest.seq, formatInstant(latest.clock))
+		ix.timedID(m), formatInstant(created), formatInstant(imported), held.seq, latest.seq, formatInstant(latest.clock))
 }
 
 // plural is one or many, as n says.

@@ -106,7 +106,6 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
-	"unsafe"
 )
 
 //go:embed dataset.json
@@ -132,7 +131,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "mcp" { // the MCP door over stdio
 		signal.Ignore(syscall.SIGPIPE) // a closed stdout is a write's error, and ends the session cleanly
-		status := runMCP(ctx, os.Args[2:], os.Getenv, os.Stdin, os.Stdout, os.Stderr, boundHeapGrowth)
+		status := runMCP(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr, func(ctx context.Context, args []string, usage io.Writer) (bridgeTarget, error) {
+			return openBridgeTarget(ctx, args, os.Getenv, usage, boundHeapGrowth)
+		})
 		stop()
 		os.Exit(status)
 	}
@@ -302,7 +303,7 @@ func doorFlags(fs *flag.FlagSet, cfg *config, mcp bool) {
 	})
 	if mcp {
 		fs.Func("base-url", "carry the messages to the sandbox that runs at this API base `URL` (its /mcp), such as http://127.0.0.1:8080/v1, rather than start one (default: start one)", func(v string) (err error) {
-			cfg.bridgeTo, err = checkBaseURL(v)
+			cfg.bridgeTo, err = apiBaseURL(v)
 			return err
 		})
 	}
@@ -465,6 +466,50 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	return runConfigured(ctx, cfg, getenv, stdout, stderr, tuneHeap)
 }
+
+// openBridgeTarget is go run . mcp's opener (the MCP book's runMCP asks it): its flags, then
+// this sandbox started on a free loopback port by default, as go run . would start it with
+// its start lines and logs on stderr; or, with -base-url, the sandbox that runs there.
+func openBridgeTarget(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, tuneHeap heapTuner) (bridgeTarget, error) {
+	cfg, err := parseConfigFor(args, getenv, stderr, true)
+	if errors.Is(err, flag.ErrHelp) {
+		return bridgeTarget{}, err
+	}
+	if err != nil {
+		return bridgeTarget{}, &usageError{err}
+	}
+	session := bridgeTarget{base: cfg.bridgeTo, rt: &http.Transport{Proxy: nil, ResponseHeaderTimeout: bridgeExchange}, key: cmp.Or(cfg.mcpKey, defaultMCPKey),
+		keyName: cmp.Or(cfg.mcpKeyName, "-mcp-key"), drain: cfg.drainTimeout, stop: func() error { return nil }}
+	if session.base != "" {
+		return session, nil
+	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	served := make(chan servedSandbox, 1)
+	cfg.serving = func(srv *server, base string) { served <- servedSandbox{base, srv} }
+	done := make(chan error, 1)
+	go func() { done <- runConfigured(runCtx, cfg, getenv, stderr, stderr, tuneHeap) }()
+	select {
+	case sb := <-served:
+		session.base, session.rt, session.inside = sb.base, sb.srv, true
+		session.stop = func() error { stopRun(); return <-done }
+		return session, nil
+	case err := <-done:
+		stopRun()
+		return bridgeTarget{}, cmp.Or(err, errors.New("the sandbox stopped before it served"))
+	}
+}
+
+// servedSandbox is a sandbox go run . mcp started: its base URL, and its server, which
+// answers the bridge's messages in this process.
+type servedSandbox struct {
+	base string
+	srv  *server
+}
+
+// usageError is a flag refused: go run . mcp exits 2 for it.
+type usageError struct{ error }
+
+func (e *usageError) Unwrap() error { return e.error }
 
 // runConfigured is run once the configuration is read.
 func runConfigured(ctx context.Context, cfg config, getenv func(string) string, stdout, stderr io.Writer, tuneHeap heapTuner) error {
@@ -1109,8 +1154,38 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 	if o.getenv == nil {
 		o.getenv = func(string) string { return "" }
 	}
-	srv.mcp, err = newMCPDoor(srv, o.mcpKey, o.getenv)
+	marks := bytes.Count(doc.marked, []byte(originMark))
+	srv.mcp, err = newMCPDoor(doorway{service: srv, knock: srv.knockMCP, document: srv.openAPI.forOrigin,
+		documentSize: func(origin string) int { return len(doc.marked) + marks*(len(origin)-len(originMark)) },
+		corsOrigin:   o.corsOrigin, loopback: o.loopback, origin: srv.origin, writeTimeout: o.writeTimeout, mcpKey: o.mcpKey, getenv: o.getenv})
 	return srv, err
+}
+
+// serveMCP hands POST /mcp to the MCP door, and notes in the call whom the request acted as
+// (its log line names the account) and whether its answer was cut.
+func (s *server) serveMCP(w http.ResponseWriter, r *http.Request, c *call) {
+	var cut bool
+	if c.key, cut = s.mcp.serveHTTP(w, r, c.body, c.arrived); cut {
+		c.status = statusClientClosedRequest
+	}
+}
+
+// knockMCP judges the key a request to the MCP door names, as the test helpers judge a key:
+// a test key of this sandbox of any scopes, the scheme read as the API reads it (bearer and
+// BEARER are Bearer), its expiry by the wall clock; a live key is 503. It returns the key and
+// its text.
+func (s *server) knockMCP(h http.Header) (*apiKey, string, *apiError) {
+	k, err := s.keys.authenticate(h)
+	switch {
+	case err != nil:
+		return nil, "", err
+	case k.expiredAt(s.now()):
+		return nil, "", errExpiredKey
+	case k.tenant.live:
+		return nil, "", errLive
+	}
+	token, _ := bearerToken(h)
+	return k, token, nil
 }
 
 // route is one method and path the server answers, as a ServeMux pattern.
@@ -1131,10 +1206,10 @@ func (s *server) routes() []route {
 		{"GET /v1/test_helpers/timeline", s.testHelper(withClock, getTimeline)},
 		{"GET /v1/test_helpers/requests", s.journalReader(s.readRequests)},
 		{"GET /v1/test_helpers/findings", s.journalReader(s.readFindings)},
-		{"POST /v1/test_helpers/sandboxes", s.write(codeAndDelay, s.postSandbox)},
+		{"POST /v1/test_helpers/sandboxes", s.idempotentWrite(codeAndDelay, s.postSandbox)},
 		{"DELETE /v1/test_helpers/sandboxes/{account}", s.testHelper(codeAndDelay, s.deleteSandbox)},
-		{"POST /v1/test_helpers/shipments", s.write(withClock, s.createShipment)},
-		{"POST /v1/test_helpers/shipments/{id}/events", s.write(withClock, s.postEvents)},
+		{"POST /v1/test_helpers/shipments", s.idempotentWrite(withClock, s.createShipment)},
+		{"POST /v1/test_helpers/shipments/{id}/events", s.idempotentWrite(withClock, s.addShipmentEvents)},
 		{"GET /v1/openapi.json", s.keyless(s.serveOpenAPI)},
 		{"GET /v1/healthz", s.keyless(s.serveHealth)},
 		{"POST /mcp", s.keyless(s.serveMCP)},       // the MCP door: its own checks
@@ -2177,20 +2252,16 @@ const statusClientClosedRequest = 499
 // runs, or the same key with another method, path or body, is 409. Only a write that was
 // done is stored: after any other answer the key is free again.
 
-const (
-	maxIdempotencyKey    = 255
-	storedAnswerLife     = 24 * time.Hour
-	maxStoredAnswers     = 10000    // a tenant's; beyond, the least recently used is forgotten
-	maxStoredAnswerBytes = 64 << 20 // every tenant's together
-)
+// maxIdempotencyKey is the longest Idempotency-Key a write may carry.
+const maxIdempotencyKey = 255
 
-// write wraps a write in the checks of the contract, in its order: (route and method by the
+// idempotentWrite wraps a write in the checks of the contract, in its order: (route and method by the
 // mux), declared body size (413), key (401, its expiry by the wall clock), live environment
 // (503), rate limit (429), Idempotency-Key (400), Prefer (422), the body to its cap (413),
 // the idempotency store (the first answer again, or 409), Prefer's delay (the key held
 // meanwhile) and code 429, 500 or 503 (nothing written); then h, which judges the query, the
 // body and the state and writes; a Prefer code=502 answers last, once the write is done.
-func (s *server) write(reads preferences, h writeHandler) callHandler {
+func (s *server) idempotentWrite(reads preferences, h writeHandler) callHandler {
 	return chain(s.serveWrite(h), capDeclared, requireKey(&s.keys, s.now, wallClock, s.registry.journaling()), refuseLive, limitRate(s.rate, s.now),
 		requireIdempotencyKey, s.readPreferences(reads), s.readBody, s.idempotent, s.applyPreferences(false, true))
 }
@@ -2238,109 +2309,6 @@ func requireIdempotencyKey(next callHandler) callHandler {
 	}
 }
 
-// storedAnswer is the answer of a write that was done, as stored under its
-// Idempotency-Key: never changed once made.
-type storedAnswer struct {
-	status      int
-	contentType string
-	location    string
-	body        []byte
-	shown       showing // what it showed, for the journal: the shipment a booking created
-}
-
-// idempotencyEntry is what a tenant keeps under an Idempotency-Key: the digest of the
-// request that claimed it (its method, path and body; a repeat must be the same request),
-// and, once its write is done, the write's answer and when it was stored; answer is nil
-// while the write is in progress.
-type idempotencyEntry struct {
-	request [sha256.Size]byte
-	answer  *storedAnswer
-	stored  time.Time // by the wall clock: kept storedAnswerLife
-}
-
-// cost is what an answer stored under key holds, as the registry counts it.
-func (a *storedAnswer) cost(key string) int64 {
-	return int64(len(key)+len(a.body)+len(a.location)) + int64(unsafe.Sizeof(idempotencyEntry{})+unsafe.Sizeof(storedAnswer{})) + 96
-}
-
-// claim claims the Idempotency-Key key of t for a request at now: what is stored under it
-// (found true; read under t's lock, and never changed after), or, when nothing is, the key
-// held in progress for this request, pinned in t's list until settle. A tenant forgotten
-// meanwhile has no keys (errForgotten).
-func (b *tenantRegistry) claim(t *tenant, key string, request [sha256.Size]byte, now time.Time) (idempotencyEntry, bool, *apiError) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if b.hooks.claiming != nil {
-		b.hooks.claiming(t)
-	}
-	if t.gone.Load() {
-		return idempotencyEntry{}, false, errForgotten
-	}
-	if e, ok := t.answers.get(key); ok {
-		if e.answer == nil || now.Sub(e.stored) < storedAnswerLife {
-			return e, true, nil
-		}
-		_, w, _ := t.answers.remove(key) // past its day: the key is new again
-		b.unstore(t, w)
-	}
-	t.answers.add(key, idempotencyEntry{request: request}, 0, true)
-	b.unstore(t, t.answers.trim())
-	return idempotencyEntry{}, false, nil
-}
-
-// settle ends the write that claimed key of t: its answer is stored, when the write was
-// done (written), else the key is free again. Past the bytes of every tenant's stored
-// answers, the oldest of the tenant that holds the most go; a forgotten tenant keeps none.
-func (b *tenantRegistry) settle(t *tenant, key string, written *storedAnswer, now time.Time) {
-	t.mu.Lock()
-	e, ok := t.answers.peek(key)
-	if t.gone.Load() || !ok || e.answer != nil {
-		t.mu.Unlock()
-		return
-	}
-	over := false
-	if written == nil {
-		_, w, _ := t.answers.remove(key)
-		b.unstore(t, w)
-	} else {
-		cost := written.cost(key)
-		t.answers.set(key, idempotencyEntry{e.request, written, now}, cost, false)
-		t.answerBytes.Add(cost)
-		over = b.answerTotal.Add(cost) > b.maxAnswerBytes
-	}
-	b.unstore(t, t.answers.trim()) // back within its count, once its entries in progress end
-	t.mu.Unlock()
-	if over {
-		b.makeAnswerRoom()
-	}
-}
-
-// unstore takes what t's stored answers no longer hold off the counts; t.mu is held.
-func (b *tenantRegistry) unstore(t *tenant, freed int64) {
-	t.answerBytes.Add(-freed)
-	b.answerTotal.Add(-freed)
-}
-
-// makeAnswerRoom forgets the oldest stored answers of the tenant that holds the most until
-// every tenant's together are within the bound (entries in progress hold nothing).
-func (b *tenantRegistry) makeAnswerRoom() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for b.answerTotal.Load() > b.maxAnswerBytes {
-		t := b.largest(func(t *tenant) int64 { return t.answerBytes.Load() })
-		if t == nil {
-			return
-		}
-		t.mu.Lock()
-		freed := t.answers.shed(b.answerTotal.Load() - b.maxAnswerBytes)
-		b.unstore(t, freed)
-		t.mu.Unlock()
-		if freed == 0 {
-			return
-		}
-	}
-}
-
 // errUnconfirmedWrite is a write's Prefer: code=502, answered once the write is done.
 var errUnconfirmedWrite = &apiError{code: codeProviderNotConfirmed, detail: "Simulated at your request (Prefer: code=502): the provider did not confirm the operation, which may have been done. Do not retry it blindly: send it again with the same Idempotency-Key, which answers the first write's result."}
 
@@ -2376,13 +2344,13 @@ func (s *server) idempotent(next callHandler) callHandler {
 		default:
 			w.Header().Set("Idempotent-Replayed", "true")
 			c.shown = stored.answer.shown
-			stored.answer.write(w)
+			stored.answer.replay(w)
 		}
 	}
 }
 
-// write sends a stored answer: its status, Content-Type, Location and body.
-func (a *storedAnswer) write(w http.ResponseWriter) {
+// replay sends a stored answer: its status, Content-Type, Location and body.
+func (a *storedAnswer) replay(w http.ResponseWriter) {
 	if a.location != "" {
 		w.Header().Set("Location", a.location)
 	}
@@ -2420,7 +2388,7 @@ func (s *server) serveWrite(h writeHandler) callHandler {
 			c.fail(w, c.unconfirmed)
 			return
 		}
-		written.write(w)
+		written.replay(w)
 	}
 }
 
@@ -2454,7 +2422,7 @@ func ambiguousNumber(n int) *apiError {
 }
 
 // writeView answers with a tracking view of s, or returns the error found instead.
-func writeView(w http.ResponseWriter, c *call, v view, s *shipment, err error) error {
+func writeView(w http.ResponseWriter, c *call, v viewParts, s *shipment, err error) error {
 	if err != nil {
 		return err
 	}
@@ -2587,14 +2555,16 @@ func (s *server) createShipment(c *call) (*storedAnswer, error) {
 	return s.writeShipment(c, func(d *tenantData) (*tenantData, *shipment, error) { return d.withShipment(rec, c.at) })
 }
 
-// postEvents answers POST /v1/test_helpers/shipments/{id}/events: carrier events arrived
+// addShipmentEvents answers POST /v1/test_helpers/shipments/{id}/events: carrier events arrived
 // for a shipment of the caller's sandbox at the request's instant.
-func (s *server) postEvents(c *call) (*storedAnswer, error) {
-	raw, err := readEventsBody(c.body, c.at)
+func (s *server) addShipmentEvents(c *call) (*storedAnswer, error) {
+	raw, err := readShipmentEvents(c.body, c.at)
 	if err != nil {
 		return nil, err
 	}
-	return s.writeShipment(c, func(d *tenantData) (*tenantData, *shipment, error) { return d.withEvents(c.wildcard, raw, c.at) })
+	return s.writeShipment(c, func(d *tenantData) (*tenantData, *shipment, error) {
+		return d.withShipmentEvents(c.wildcard, raw, c.at)
+	})
 }
 
 // writeShipment writes the caller's tenant's next version of its data, which build makes
@@ -2602,7 +2572,7 @@ func (s *server) postEvents(c *call) (*storedAnswer, error) {
 // as GET shows it at the request's instant.
 func (s *server) writeShipment(c *call, build func(d *tenantData) (*tenantData, *shipment, error)) (*storedAnswer, error) {
 	var written *shipment
-	d, err := c.key.tenant.write(s.registry, func(d *tenantData) (next *tenantData, err error) {
+	d, err := c.key.tenant.writeNext(s.registry, func(d *tenantData) (next *tenantData, err error) {
 		next, written, err = build(d)
 		return next, err
 	})
@@ -2960,7 +2930,12 @@ func newOpenAPIDoc() (*openAPIDoc, error) {
 // serveOpenAPI answers GET /v1/openapi.json: the document, its servers at the address the
 // request used.
 func (s *server) serveOpenAPI(w http.ResponseWriter, r *http.Request, c *call) {
-	writeBody(w, http.StatusOK, jsonContentType, bytes.ReplaceAll(s.openAPI.marked, []byte(originMark), []byte(originOf(r, s.origin))))
+	writeBody(w, http.StatusOK, jsonContentType, s.openAPI.forOrigin(originOf(r, s.origin)))
+}
+
+// forOrigin is the document as a request that named origin is served it.
+func (doc *openAPIDoc) forOrigin(origin string) []byte {
+	return bytes.ReplaceAll(doc.marked, []byte(originMark), []byte(origin))
 }
 
 // routeNotFound answers a path that no route serves, naming the document and the page at
@@ -3319,13 +3294,27 @@ func groupDigits(n int) string {
 
 // mcpDoor is the door, built once at start: the tools with their schemas, the resources.
 type mcpDoor struct {
-	s         *server
+	doorway
 	tools     []mcpTool
 	listed    map[string]json.RawMessage // each revision's tool list, written once at start
 	resources []mcpResource
-	docMarks  int                 // the origins the document names: its size is known without writing it
-	key       string              // -mcp-key: what a request from a loopback address without Authorization acts as
-	getenv    func(string) string // the process's environment: check_server's keys for another server
+}
+
+// doorway is what the door is given of the sandbox it opens, once, at start: the one way in
+// for its tools' requests (the whole service in this process, as a transport), how the
+// sandbox judges a caller's key, its document as an origin names it, and the settings that
+// decide who may knock. The door reaches the server through nothing else.
+type doorway struct {
+	service      http.RoundTripper                                // the whole service, in this process: every API request of a tool, and check_server's
+	knock        func(h http.Header) (*apiKey, string, *apiError) // the key a request's Authorization names, judged as the test helpers judge it, and its text
+	document     func(origin string) []byte                       // GET /v1/openapi.json's answer for a request that named origin
+	documentSize func(origin string) int                          // its size, known without writing it
+	corsOrigin   string                                           // -cors-origin: "" for none, or * for any page
+	loopback     bool                                             // the sandbox listens on loopback only
+	origin       string                                           // the banner's origin: what a request names the sandbox by when its Host does not
+	writeTimeout time.Duration                                    // the listener's: a call is answered before it
+	mcpKey       string                                           // -mcp-key: what a request from a loopback address without Authorization acts as
+	getenv       func(string) string                              // the process's environment: check_server's keys for another server
 }
 
 // JSON-RPC's error codes, and MCP's.
@@ -3344,48 +3333,49 @@ const (
 // mcpAllowHeaders are the header fields a browser's page may send to /mcp.
 const mcpAllowHeaders = "Authorization, Content-Type, MCP-Protocol-Version, Mcp-Method, Mcp-Name"
 
-// serveMCP answers POST /mcp: who may knock (the Host and the Origin a page elsewhere could
-// forge, then the key), the envelope (one JSON-RPC message as application/json), then the
-// message: a notification or a response is taken (202), a request answered.
-func (s *server) serveMCP(w http.ResponseWriter, r *http.Request, c *call) {
-	d := s.mcp
+// serveHTTP answers POST /mcp, its body read (within the body cap) when it arrived: who may
+// knock (the Host and the Origin a page elsewhere could forge, then the key), the envelope
+// (one JSON-RPC message as application/json), then the message: a notification or a
+// response is taken (202), a request answered. It returns the key the request acted as (nil
+// when refused), and whether its answer was cut (the write timeout, a client gone), so that
+// the log never says 200 of it.
+func (d *mcpDoor) serveHTTP(w http.ResponseWriter, r *http.Request, body []byte, arrived time.Time) (caller *apiKey, cut bool) {
 	if why := d.refusal(r); why != "" {
 		writeRPC(w, http.StatusForbidden, rpcError(nil, rpcTransportError, why, nil))
-		return
+		return nil, false
 	}
-	k, key, err := d.callerKey(r)
+	caller, key, err := d.callerKey(r)
 	if err != nil {
-		c.fail(w, err)
-		return
+		writeProblem(w, w.Header().Get("Request-Id"), err)
+		return nil, false
 	}
-	c.key = k // its log line names the account it acts as
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
 		writeRPC(w, http.StatusUnsupportedMediaType, rpcError(nil, rpcTransportError, "Unsupported Media Type: send one JSON-RPC message with Content-Type: application/json.", nil))
-		return
+		return caller, false
 	}
-	msg, refused := readRPC(c.body)
+	msg, refused := readRPC(body)
 	switch {
 	case refused != nil:
 		writeRPC(w, http.StatusBadRequest, refused)
 	case msg.id == nil:
 		w.WriteHeader(http.StatusAccepted)
 	default:
-		status, body := d.answer(&mcpCall{ctx: r.Context(), arrived: c.arrived, key: key, header: r.Header, origin: originOf(r, s.origin), host: r.Host, remote: r.RemoteAddr}, msg)
-		writeRPC(w, status, body)
-		if err := http.NewResponseController(w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-			c.status = statusClientClosedRequest // cut (the write timeout, a client gone): the log never says 200 of it
-		}
+		status, answer := d.answer(&mcpCall{ctx: r.Context(), arrived: arrived, key: key, header: r.Header, origin: originOf(r, d.origin), host: r.Host, remote: r.RemoteAddr}, msg)
+		writeRPC(w, status, answer)
+		err := http.NewResponseController(w).Flush()
+		cut = err != nil && !errors.Is(err, http.ErrNotSupported)
 	}
+	return caller, cut
 }
 
 // refusal says why a request may not knock, "" when it may: an Origin that is neither a
 // loopback page's nor -cors-origin's; while the sandbox listens on loopback, a Host that is
 // not a loopback name (a page elsewhere reaching it under its own name: DNS rebinding).
 func (d *mcpDoor) refusal(r *http.Request) string {
-	if o := r.Header.Get("Origin"); o != "" && !loopbackOrigin(o) && (d.s.cors == nil || d.s.cors.origin != "*" && d.s.cors.origin != o) {
+	if o := r.Header.Get("Origin"); o != "" && !loopbackOrigin(o) && d.corsOrigin != "*" && d.corsOrigin != o {
 		return "Forbidden: Origin " + strconv.Quote(cutField(o, 64)) + " may not call this door: a page of another origin (-cors-origin names the one that may)."
 	}
-	if host, _, ok := splitHostPort(strings.ToLower(r.Host)); d.s.loopback && (!ok || !namesLoopback(host)) {
+	if host, _, ok := splitHostPort(strings.ToLower(r.Host)); d.loopback && (!ok || !namesLoopback(host)) {
 		return "Forbidden: Host " + strconv.Quote(cutField(r.Host, 64)) + " is not a loopback name, and the sandbox listens on loopback: a page elsewhere may not reach this door under a name of its own (DNS rebinding)."
 	}
 	return ""
@@ -3400,27 +3390,15 @@ func loopbackOrigin(o string) bool {
 	return namesLoopback(strings.ToLower(u.Hostname()))
 }
 
-// callerKey is the key a request acts as: its Authorization's, read as the API reads it
-// (bearer and BEARER are Bearer), a test key of this sandbox of any scopes (its expiry
-// judged by the wall clock, as the test helpers judge it); without one, a request from a
-// loopback address acts as -mcp-key when it is set. A live key is 503. The tools act as the
-// key alone.
+// callerKey is the key a request acts as: its Authorization's, as the sandbox judges it
+// (knock); without one, a request from a loopback address acts as -mcp-key when it is set.
+// The tools act as the key alone.
 func (d *mcpDoor) callerKey(r *http.Request) (*apiKey, string, *apiError) {
 	h := r.Header
-	if h.Get("Authorization") == "" && d.key != "" && loopbackRemote(r.RemoteAddr) {
-		h = http.Header{"Authorization": {"Bearer " + d.key}}
+	if h.Get("Authorization") == "" && d.mcpKey != "" && loopbackRemote(r.RemoteAddr) {
+		h = http.Header{"Authorization": {"Bearer " + d.mcpKey}}
 	}
-	k, err := d.s.keys.authenticate(h)
-	switch {
-	case err != nil:
-		return nil, "", err
-	case k.expiredAt(d.s.now()):
-		return nil, "", errExpiredKey
-	case k.tenant.live:
-		return nil, "", errLive
-	}
-	token, _ := bearerToken(h)
-	return k, token, nil
+	return d.knock(h)
 }
 
 // loopbackRemote reports whether a client's address is this machine's loopback.
@@ -3535,16 +3513,34 @@ func writeRPC(w http.ResponseWriter, status int, body []byte) {
 // ===== The MCP door: stdio, and the bridge =====
 
 // runMCP is go run . mcp: newline-delimited JSON-RPC on stdin and stdout, carried to a
-// door: this sandbox, started as go run . starts it but on a free loopback port by default,
-// its start lines and logs on stderr, reached in this process; or, with -base-url, the /mcp
-// of a sandbox that runs already. Its requests act as -mcp-key (default
-// sk_test_sandbox_all), checked once at start: refused, exit 2. End of input: the requests
-// in flight answered, the sandbox drained, exit 0.
-func runMCP(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer, tuneHeap heapTuner) int {
+// door that open makes ready (main hands it the serve book's openBridgeTarget): this
+// sandbox, started as go run . starts it but on a free loopback port by default, its start
+// lines and logs on stderr, reached in this process; or, with -base-url, the /mcp of a
+// sandbox that runs already. Its requests act as -mcp-key (default sk_test_sandbox_all),
+// checked once at start: refused, exit 2. End of input: the requests in flight answered, the
+// sandbox drained, exit 0.
+func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, open bridgeOpener) int {
 	lines := newConsole(stderr) // never waits on a stderr that stopped reading
-	status := carryStdio(ctx, args, getenv, stdin, stdout, stderr, tuneHeap, func(s string) { lines.say("sandbox mcp: " + s + "\n") })
+	status := carryStdio(ctx, args, stdin, stdout, stderr, open, func(s string) { lines.say("sandbox mcp: " + s + "\n") })
 	lines.close(time.Now().Add(finalLineWait))
 	return status
+}
+
+// bridgeOpener reads go run . mcp's flags and makes its door ready: -h written to usage
+// (flag.ErrHelp), a flag refused (a *usageError), or a sandbox that would not start.
+type bridgeOpener func(ctx context.Context, args []string, usage io.Writer) (bridgeTarget, error)
+
+// bridgeTarget is the door a stdio session carries its messages to: the sandbox's base URL and
+// the transport that reaches it (this process's server, whose door the bridge trusts, or
+// the network to another's), the key its requests act as and what the user set it with, how
+// long the way out gives the answers in flight, and what stops the sandbox it started.
+type bridgeTarget struct {
+	base         string
+	rt           http.RoundTripper
+	inside       bool
+	key, keyName string
+	drain        time.Duration
+	stop         func() error
 }
 
 // carryStdio is runMCP but its lines on stderr. The way out, at the end of input, a signal,
@@ -3553,39 +3549,32 @@ func runMCP(ctx context.Context, args []string, getenv func(string) string, stdi
 // a request still waiting for its sandbox then is answered -32603. Exit 0 when every request
 // was answered, 1 when an answer could not be written (stdout stalled or closed) or the
 // sandbox did not stop cleanly.
-func carryStdio(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer, tuneHeap heapTuner, say func(string)) int {
-	cfg, err := parseConfigFor(args, getenv, stderr, true)
-	if errors.Is(err, flag.ErrHelp) {
+func carryStdio(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, open bridgeOpener, say func(string)) int {
+	session, err := open(ctx, args, stderr)
+	var usage *usageError
+	switch {
+	case errors.Is(err, flag.ErrHelp):
 		return 0
-	}
-	if err != nil {
+	case errors.As(err, &usage):
 		say(err.Error())
 		return 2
+	case err != nil:
+		say(err.Error())
+		return 1
 	}
-	var rt http.RoundTripper = &http.Transport{Proxy: nil, ResponseHeaderTimeout: bridgeExchange}
-	base, stop := cfg.bridgeTo, func() error { return nil }
-	if base == "" {
-		var served servedSandbox
-		if stop, served, err = startForMCP(ctx, cfg, getenv, stderr, tuneHeap); err != nil {
-			say(err.Error())
-			return 1
-		}
-		base, rt = served.base, served.srv
-	}
-	key := cmp.Or(cfg.mcpKey, defaultMCPKey)
-	b := newMCPBridge(base, rt, key, stdout, say)
+	b := newMCPBridge(session.base, session.rt, session.inside, session.key, stdout, say)
 	if why := b.checkKey(ctx); why != "" {
-		say(cmp.Or(cfg.mcpKeyName, "-mcp-key") + ": " + why)
-		stop()
+		say(session.keyName + ": " + why)
+		session.stop()
 		return 2
 	}
 	answered := b.carryAll(ctx, stdin)
 	stopped := make(chan error, 1)
-	go func() { stopped <- stop() }()
-	waiting, lost := answered(time.Now().Add(cfg.drainTimeout))
+	go func() { stopped <- session.stop() }()
+	waiting, lost := answered(time.Now().Add(session.drain))
 	err = <-stopped
 	if waiting > 0 {
-		say(fmt.Sprintf("%d requests were still waiting for the sandbox at %s when the session ended: each was answered -32603", waiting, base))
+		say(fmt.Sprintf("%d requests were still waiting for the sandbox at %s when the session ended: each was answered -32603", waiting, session.base))
 	}
 	switch {
 	case lost > 0:
@@ -3601,34 +3590,6 @@ func carryStdio(ctx context.Context, args []string, getenv func(string) string, 
 // defaultMCPKey is the key a stdio session acts as by default: the default dataset's key
 // of both scopes.
 const defaultMCPKey = "sk_test_sandbox_all"
-
-// servedSandbox is a sandbox go run . mcp started: its base URL, and its server, which
-// answers the bridge's messages in this process.
-type servedSandbox struct {
-	base string
-	srv  *server
-}
-
-// startForMCP starts the sandbox of a stdio session, as go run . would with its start lines
-// and its logs on stderr, and returns once it serves, with what stops it (drained, as on
-// SIGTERM).
-func startForMCP(ctx context.Context, cfg config, getenv func(string) string, stderr io.Writer, tuneHeap heapTuner) (func() error, servedSandbox, error) {
-	runCtx, stopRun := context.WithCancel(ctx)
-	served := make(chan servedSandbox, 1)
-	cfg.serving = func(srv *server, base string) { served <- servedSandbox{base, srv} }
-	done := make(chan error, 1)
-	go func() { done <- runConfigured(runCtx, cfg, getenv, stderr, stderr, tuneHeap) }()
-	select {
-	case s := <-served:
-		return func() error { stopRun(); return <-done }, s, nil
-	case err := <-done:
-		stopRun()
-		if err == nil {
-			err = errors.New("the sandbox stopped before it served")
-		}
-		return nil, servedSandbox{}, err
-	}
-}
 
 // The bridge's bounds: each exchange with a sandbox, its answer's body included, takes at
 // most bridgeExchange; an answer is at most maxBridgeAnswer; the answers held at once, at
@@ -3661,14 +3622,14 @@ type mcpBridge struct {
 	closed   chan struct{} // closed when stdout refuses a write: nothing more can be answered
 	once     sync.Once
 	say      func(string) // a line on stderr, masked and escaped
-	secrets  *kitSecrets  // its key, which nothing it writes holds
+	secrets  *secrets     // its key, which nothing it writes holds
 }
 
-// newMCPBridge is a bridge to the door of the sandbox at base, reached through rt, acting as
-// key; what it says on stderr (say) holds no key and no control character.
-func newMCPBridge(base string, rt http.RoundTripper, key string, out io.Writer, say func(string)) *mcpBridge {
-	_, inside := rt.(*server)
-	secrets := newKitSecrets(map[kitRole]string{"SANDBOX_MCP_KEY": key})
+// newMCPBridge is a bridge to the door of the sandbox at base, reached through rt (this
+// process's server when inside), acting as key; what it says on stderr (say) holds no key
+// and no control character.
+func newMCPBridge(base string, rt http.RoundTripper, inside bool, key string, out io.Writer, say func(string)) *mcpBridge {
+	secrets := newSecrets(map[string]string{"SANDBOX_MCP_KEY": key})
 	return &mcpBridge{base: base, rt: rt, inside: inside, exchange: bridgeExchange, key: key, out: out, closed: make(chan struct{}), held: newByteBudget(bridgeHeld),
 		secrets: secrets, say: func(s string) { say(printable(secrets.mask(s))) }}
 }
@@ -3813,7 +3774,7 @@ func readMessageLine(r *bufio.Reader) (stdinLine, error) {
 		if room := maxBodyBytes + 1 - len(line.text); room > 0 {
 			line.text = append(line.text, chunk[:min(len(chunk), room)]...)
 		}
-		ids.write(chunk)
+		ids.feed(chunk)
 		if err != bufio.ErrBufferFull {
 			line.text = bytes.TrimRight(line.text, "\r\n")
 			if line.over = len(line.text) > maxBodyBytes; line.over {
@@ -3844,7 +3805,7 @@ const (
 	maxFoundID = 1024
 )
 
-func (f *idFinder) write(p []byte) {
+func (f *idFinder) feed(p []byte) {
 	for _, c := range p {
 		f.step(c)
 	}
@@ -3939,7 +3900,7 @@ func (b *mcpBridge) carry(ctx context.Context, line stdinLine) {
 		b.undeliverable(head, "a line over 256 KiB with no id that could be read", fmt.Sprintf("the message is over %d bytes (256 KiB), the most the sandbox takes", maxBodyBytes))
 		return
 	case !utf8.Valid(line.text):
-		b.write(rpcError(nil, rpcParseError, "Parse error: the message is not UTF-8, as JSON must be.", nil))
+		b.writeLine(rpcError(nil, rpcParseError, "Parse error: the message is not UTF-8, as JSON must be.", nil))
 		return
 	case !b.inside || bytes.Contains(line.text, []byte(`"_meta"`)) || bytes.Contains(line.text, []byte(`"initialize"`)):
 		head = messageHead(line.text)
@@ -3975,7 +3936,7 @@ func (b *mcpBridge) carry(ctx context.Context, line stdinLine) {
 				b.revision.Store(&settled.Result.ProtocolVersion)
 			}
 		}
-		b.write(answer)
+		b.writeLine(answer)
 	}
 }
 
@@ -4126,12 +4087,12 @@ func (b *mcpBridge) undeliverable(head mcpHead, what, why string) {
 		return
 	}
 	message := b.secrets.mask(strings.ToValidUTF8(cutField(why, 1024), "\ufffd"))
-	b.write(rpcError(head.id, rpcInternalError, "Internal error: "+message+".", nil))
+	b.writeLine(rpcError(head.id, rpcInternalError, "Internal error: "+message+".", nil))
 }
 
-// write writes one answer, a line, to stdout; one that stdout refuses is lost, and ends the
+// writeLine writes one answer, a line, to stdout; one that stdout refuses is lost, and ends the
 // session (go run . mcp ignores SIGPIPE, so a closed stdout is an error here).
-func (b *mcpBridge) write(answer []byte) {
+func (b *mcpBridge) writeLine(answer []byte) {
 	b.outMu.Lock()
 	defer b.outMu.Unlock()
 	if _, err := b.out.Write(append(bytes.TrimSpace(answer), '\n')); err != nil {
@@ -4464,7 +4425,7 @@ func (d *mcpDoor) initialize(c *mcpCall) map[string]any {
 	return map[string]any{"protocolVersion": c.revision, "capabilities": mcpCapabilities, "serverInfo": serverInfo(c.revision), "instructions": d.instructions(c)}
 }
 
-// discover answers server/discover: the revisions the door speaks, newest first, what it
+// readWorld answers server/discover: the revisions the door speaks, newest first, what it
 // offers, and how to start.
 func (d *mcpDoor) discover(c *mcpCall) map[string]any {
 	return c.cached(map[string]any{"supportedVersions": mcpRevisions, "capabilities": mcpCapabilities, "instructions": d.instructions(c)})
@@ -4588,12 +4549,12 @@ func (d *mcpDoor) tool(name string) *mcpTool {
 
 // newMCPDoor builds the door once, at start: each tool's input and output schemas from the
 // document (its $refs inlined), and the resources.
-func newMCPDoor(s *server, key string, getenv func(string) string) (*mcpDoor, error) {
+func newMCPDoor(w doorway) (*mcpDoor, error) {
 	var doc map[string]any
 	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
 		return nil, err
 	}
-	d := &mcpDoor{s: s, key: key, getenv: getenv, tools: slices.Clone(mcpToolTable), docMarks: bytes.Count(s.openAPI.marked, []byte(originMark))}
+	d := &mcpDoor{doorway: w, tools: slices.Clone(mcpToolTable)}
 	for i := range d.tools {
 		t := &d.tools[i]
 		if t.api {
@@ -4838,7 +4799,7 @@ func (d *mcpDoor) callTool(c *mcpCall, msg *rpcMessage) (map[string]any, *mcpFau
 	if err != nil {
 		return nil, c.invalidParams("Invalid params: the arguments of " + t.name + " are one JSON object: " + err.Error() + ".")
 	}
-	if fault := t.judge(args); fault != nil {
+	if fault := t.argumentFault(args); fault != nil {
 		return c.toolResult(argumentProblem(fault)), nil
 	}
 	if t.name == "check_server" {
@@ -4848,11 +4809,35 @@ func (d *mcpDoor) callTool(c *mcpCall, msg *rpcMessage) (map[string]any, *mcpFau
 	if fault != nil {
 		return c.toolResult(argumentProblem(fault)), nil
 	}
-	a, ok := d.s.serveInside(req)
-	if !ok {
+	a, err := d.ask(req)
+	if err != nil {
 		return nil, &mcpFault{c.errorStatus(http.StatusInternalServerError), rpcInternalError, "Internal error: the API request of " + t.name + " was cut off (the client went away?).", nil}
 	}
 	return c.toolResult(a), nil
+}
+
+// toolAnswer is an answer a tool's call got: the API's to its request, or the door's own (a
+// problem with the arguments, the kit's report and its summary line).
+type toolAnswer struct {
+	status int
+	header http.Header
+	body   []byte
+	line   string // the first line of the tool's text, when it is not the headers' (the kit's summary)
+}
+
+// ask sends a tool's API request through the service, in this process, and reads its answer
+// whole.
+func (d *mcpDoor) ask(req *http.Request) (toolAnswer, error) {
+	res, err := d.service.RoundTrip(req)
+	if err != nil {
+		return toolAnswer{}, err
+	}
+	defer res.Body.Close()
+	body := make([]byte, max(res.ContentLength, 0))
+	if _, err := io.ReadFull(res.Body, body); err != nil {
+		return toolAnswer{}, err
+	}
+	return toolAnswer{status: res.StatusCode, header: res.Header, body: body}, nil
 }
 
 // invalidParams is -32602 as c's revision answers it: 400 in the stateless one, 200 else.
@@ -4897,10 +4882,10 @@ func toolArguments(raw json.RawMessage) ([]toolArgument, error) {
 	return args, nil
 }
 
-// judge is what is wrong in a call's arguments, as the API would name it, or nil: a member
+// argumentFault is what is wrong in a call's arguments, as the API would name it, or nil: a member
 // the tool does not take, one sent twice, one it needs missing, a value of the wrong type
 // for where the request carries it, and the rule between members (one of the two).
-func (t *mcpTool) judge(args []toolArgument) *apiError {
+func (t *mcpTool) argumentFault(args []toolArgument) *apiError {
 	seen := map[string]bool{}
 	for _, a := range args {
 		m := t.member(a.name)
@@ -4971,10 +4956,10 @@ func (m *mcpMember) valueFault(v json.RawMessage) string {
 
 // argumentProblem is the answer to arguments the door refuses before any request: the
 // API's problem, as the API would write it.
-func argumentProblem(e *apiError) insideAnswer {
+func argumentProblem(e *apiError) toolAnswer {
 	id := newRequestID()
 	h := http.Header{"Content-Type": {problemContentType}, "Request-Id": {id}}
-	return insideAnswer{status: e.status(), header: h, body: appendProblem(nil, e, id)}
+	return toolAnswer{status: e.status(), header: h, body: appendProblem(nil, e, id)}
 }
 
 // request is the API request a tool's call makes: its path (the first of the tool's whose
@@ -5065,7 +5050,6 @@ type insideAnswer struct {
 	status int
 	header http.Header
 	body   []byte
-	line   string // the first line of a tool's text, when it is not the headers' (the kit's summary)
 }
 
 // insideWriter is what a request made in this process is answered to.
@@ -5128,7 +5112,7 @@ var toolLineFields = []string{"Retry-After", "RateLimit", "Location", "Idempoten
 // client reads of the headers, then the body; the body as structured content (from
 // 2025-06-18; {} for an answer without one); isError for a status of 400 or more; and the
 // answer's status and headers in _meta["sandbox/http"].
-func (c *mcpCall) toolResult(a insideAnswer) map[string]any {
+func (c *mcpCall) toolResult(a toolAnswer) map[string]any {
 	line := a.line
 	if line == "" {
 		line = "HTTP " + strconv.Itoa(a.status)
@@ -5176,7 +5160,7 @@ func (c *mcpCall) toolResult(a insideAnswer) map[string]any {
 // sandbox's own origin with the caller's key, any other with the SANDBOX_CHECK_*KEY
 // variables of this process's environment only. Its JSON report, or a problem when the kit
 // cannot judge.
-func (d *mcpDoor) checkServer(c *mcpCall, args []toolArgument) insideAnswer {
+func (d *mcpDoor) checkServer(c *mcpCall, args []toolArgument) toolAnswer {
 	base, own := c.origin+"/v1", true
 	flags := []string{"-format", "json"}
 	for _, a := range args {
@@ -5187,14 +5171,14 @@ func (d *mcpDoor) checkServer(c *mcpCall, args []toolArgument) insideAnswer {
 			if e := checkedBase(base); e != nil {
 				return argumentProblem(e)
 			}
-			own = loopbackOriginOf(base) == loopbackOriginOf(c.origin+"/v1") || loopbackOriginOf(base) == loopbackOriginOf(d.s.origin+"/v1")
+			own = loopbackOriginOf(base) == loopbackOriginOf(c.origin+"/v1") || loopbackOriginOf(base) == loopbackOriginOf(d.origin+"/v1")
 			continue
 		}
 		flags = append(flags, "-"+a.name, v)
 	}
-	call := kitCall{args: append(flags, "-base-url", base), getenv: func(string) string { return "" }, until: c.arrived.Add(d.s.writeTimeout - checkServerMargin)}
+	call := kitCall{args: append(flags, "-base-url", base), getenv: func(string) string { return "" }, until: c.arrived.Add(d.writeTimeout - checkServerMargin)}
 	if own {
-		call.args, call.transport = append(call.args, "-key", c.key), d.s
+		call.args, call.transport = append(call.args, "-key", c.key), d.service
 	} else {
 		call.getenv = func(name string) string {
 			if strings.HasPrefix(name, "SANDBOX_CHECK_") && strings.HasSuffix(name, "KEY") {
@@ -5204,27 +5188,18 @@ func (d *mcpDoor) checkServer(c *mcpCall, args []toolArgument) insideAnswer {
 		}
 	}
 	ran := runKit(c.ctx, call)
-	switch {
-	case ran.usage != nil:
-		param, why := strings.ReplaceAll(ran.flag, "-", "_"), "the kit cannot run: "+ran.usage.Error()
-		if !slices.Contains([]string{"rules", "profile", "mode"}, param) {
-			param = "base_url"
-			if !own {
-				why += " (a server other than this sandbox is checked with the keys of this sandbox's environment: start the sandbox with SANDBOX_CHECK_KEY set)"
-			}
-		}
-		return argumentProblem(paramError(codeInvalidParameter, param, "check_server: "+why+"."))
-	case ran.err != nil || ran.report == nil:
-		return argumentProblem(paramError(codeInvalidParameter, "base_url", "check_server: the kit could not judge "+base+": "+cmp.Or(ran.err, errors.New("the call was cut off")).Error()+"."))
+	report, summary, flagAtFault, err := ran.jsonReport()
+	switch param := strings.ReplaceAll(flagAtFault, "-", "_"); {
+	case flagAtFault != "" && slices.ContainsFunc(mcpToolTable, func(t mcpTool) bool { return t.name == "check_server" && t.member(param) != nil }):
+		return argumentProblem(paramError(codeInvalidParameter, param, "check_server: the kit cannot run: "+err.Error()+"."))
+	case flagAtFault != "" && own:
+		return argumentProblem(paramError(codeInvalidParameter, "base_url", "check_server: the kit cannot run: "+err.Error()+"."))
+	case flagAtFault != "":
+		return argumentProblem(paramError(codeInvalidParameter, "base_url", "check_server: the kit cannot run: "+err.Error()+" (a server other than this sandbox is checked with the keys of this sandbox's environment: start the sandbox with SANDBOX_CHECK_KEY set)."))
+	case err != nil:
+		return argumentProblem(paramError(codeInvalidParameter, "base_url", "check_server: the kit could not judge "+base+": "+err.Error()+"."))
 	}
-	var b bytes.Buffer
-	ran.report.write(&b, "json")
-	var compact bytes.Buffer // one line: over stdio, a message is a line
-	json.Compact(&compact, b.Bytes())
-	s := ran.report.Summary
-	h := http.Header{"Content-Type": {jsonContentType}}
-	line := fmt.Sprintf("%d rules: %d passed, %d failed (%d MUST), %d skipped", s.Total, s.Passed, s.Failed, s.FailedMust, s.Skipped)
-	return insideAnswer{status: http.StatusOK, header: h, body: compact.Bytes(), line: line}
+	return toolAnswer{status: http.StatusOK, header: http.Header{"Content-Type": {jsonContentType}}, body: report, line: summary}
 }
 
 // checkServerMargin is how long before the listener's write timeout check_server stops
@@ -5284,7 +5259,7 @@ func (r *mcpResource) textFor(d *mcpDoor, origin string) []byte {
 	if r.text != nil {
 		return r.text
 	}
-	return bytes.ReplaceAll(d.s.openAPI.marked, []byte(originMark), []byte(origin))
+	return d.document(origin)
 }
 
 func (d *mcpDoor) listResources(c *mcpCall) map[string]any {
@@ -5293,7 +5268,7 @@ func (d *mcpDoor) listResources(c *mcpCall) map[string]any {
 		r := &d.resources[i]
 		size := len(r.text)
 		if r.text == nil { // the document, as textFor writes it
-			size = len(d.s.openAPI.marked) + d.docMarks*(len(c.origin)-len(originMark))
+			size = d.documentSize(c.origin)
 		}
 		item := map[string]any{"uri": r.uri, "name": r.name, "mimeType": r.mimeType, "size": size}
 		if c.revision >= "2025-06-18" {
@@ -5402,10 +5377,10 @@ type checkConfig struct {
 	strict     bool
 }
 
-// minKitKey is the shortest key the kit carries: it masks every part of a key of this
+// minMaskedKey is the shortest key the kit carries: it masks every part of a key of this
 // length or more in what it writes, and a shorter one could not be masked without
 // garbling the report.
-const minKitKey = 8
+const minMaskedKey = 8
 
 // kitUsageError is a usage error of the kit, naming its flag ("" when it names none, as an
 // unknown flag or an argument): the door's check_server names the argument at fault by it.
@@ -5433,7 +5408,7 @@ func parseCheckConfig(args []string, getenv func(string) string, usage io.Writer
 		})
 	}
 	judged("base-url", "the server under check: the API's base, an absolute http or https `URL` such as http://127.0.0.1:8080/v1 (default: this sandbox, started in this process)", func(v string) (err error) {
-		cfg.baseURL, err = checkBaseURL(v)
+		cfg.baseURL, err = apiBaseURL(v)
 		return err
 	})
 	for _, r := range kitRoles {
@@ -5505,10 +5480,10 @@ func oneOfFlag(dst *string, values ...string) func(string) error {
 	}
 }
 
-// checkBaseURL is the base URL of a server under check, its one trailing / dropped: an
+// apiBaseURL is the base URL of a server under check, its one trailing / dropped: an
 // absolute http or https URL with a host, and no user, query or fragment (the kit appends
 // the spec's paths to it).
-func checkBaseURL(v string) (string, error) {
+func apiBaseURL(v string) (string, error) {
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
 		return "", errors.New("want an absolute http or https URL, the API's base, such as http://127.0.0.1:8080/v1")
@@ -5523,8 +5498,8 @@ func kitKeyFault(key string) error {
 	if body == "" || strings.Trim(body, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~+/") != "" {
 		return errors.New("not sendable as a Bearer credential: letters, digits and - . _ ~ + / (then = padding only)")
 	}
-	if len(key) < minKitKey {
-		return fmt.Errorf("shorter than %d characters: the kit masks every key in what it writes, and cannot mask a shorter one", minKitKey)
+	if len(key) < minMaskedKey {
+		return fmt.Errorf("shorter than %d characters: the kit masks every key in what it writes, and cannot mask a shorter one", minMaskedKey)
 	}
 	return nil
 }
@@ -5614,7 +5589,7 @@ func runKit(ctx context.Context, call kitCall) kitRan {
 	case ran.help:
 		return ran
 	case errors.As(err, &usage):
-		ran.flag, ran.usage = usage.flag, errors.New(newKitSecrets(cfg.keys).mask(err.Error()))
+		ran.flag, ran.usage = usage.flag, errors.New(newSecrets(cfg.keys).mask(err.Error()))
 		return ran
 	case cfg.baseURL == "" && call.selfCheck == nil:
 		ran.flag, ran.usage = "base-url", errors.New("-base-url: the server under check is required here")
@@ -5644,6 +5619,25 @@ func runKit(ctx context.Context, call kitCall) kitRan {
 		ran.err = errors.New(k.secrets.mask(err.Error()))
 	}
 	return ran
+}
+
+// jsonReport is what the MCP door's check_server answers of a run: its report as one line
+// of compact JSON (over stdio a message is a line) and the summary's line; or the flag a
+// usage error names ("-" for one that names none), and the error.
+func (ran kitRan) jsonReport() (report []byte, summary, flagAtFault string, err error) {
+	switch {
+	case ran.usage != nil:
+		return nil, "", cmp.Or(ran.flag, "-"), ran.usage
+	case ran.err != nil:
+		return nil, "", "", ran.err
+	case ran.report == nil:
+		return nil, "", "", errors.New("the call was cut off")
+	}
+	var b, compact bytes.Buffer
+	ran.report.render(&b, "json")
+	json.Compact(&compact, b.Bytes())
+	s := ran.report.Summary
+	return compact.Bytes(), fmt.Sprintf("%d rules: %d passed, %d failed (%d MUST), %d skipped", s.Total, s.Passed, s.Failed, s.FailedMust, s.Skipped), "", nil
 }
 
 // runCheck is the kit's command: check diff, or a run (runKit), its report and its exit
@@ -5684,7 +5678,7 @@ func runCheck(ctx context.Context, args []string, getenv func(string) string, st
 // writeCheckReport writes the report in format to the file out, or to stdout.
 func writeCheckReport(out string, stdout io.Writer, rep *checkReport, format string) error {
 	var b bytes.Buffer
-	if err := rep.write(&b, format); err != nil {
+	if err := rep.render(&b, format); err != nil {
 		return err
 	}
 	if out == "" {
@@ -5730,7 +5724,7 @@ type kit struct {
 	host     string // the base URL's host: keys go there only
 	client   *http.Client
 	keys     map[kitRole]string // the run's keys by role: those given, then its own world's
-	secrets  *kitSecrets        // every key the run was given or made: what it writes never holds
+	secrets  *secrets           // every key the run was given or made: what it writes never holds
 	world    *kitWorld
 	rule     string                 // the rule whose requests are being sent
 	used     map[string][]*exchange // each rule's answers, reused ones included
@@ -5764,7 +5758,7 @@ var (
 
 func newKit(ctx context.Context, cfg checkConfig, until time.Time) *kit {
 	u, _ := url.Parse(cfg.baseURL)
-	k := &kit{cfg: cfg, base: cfg.baseURL, host: u.Host, keys: maps.Clone(cfg.keys), secrets: newKitSecrets(cfg.keys),
+	k := &kit{cfg: cfg, base: cfg.baseURL, host: u.Host, keys: maps.Clone(cfg.keys), secrets: newSecrets(cfg.keys),
 		used: map[string][]*exchange{}, cache: map[string]*exchange{}, pace: kitPace{next: map[string]time.Time{}}}
 	k.release = func() {}
 	if !until.IsZero() {
@@ -5837,8 +5831,8 @@ func (k *kit) send(r kitRequest) *exchange {
 	return ex
 }
 
-// keyOf is the key r is sent with: its role's, or the unknown key it names.
-func (k *kit) keyOf(r kitRequest) string {
+// keyFor is the key r is sent with: its role's, or the unknown key it names.
+func (k *kit) keyFor(r kitRequest) string {
 	if r.unknownKey != "" {
 		return r.unknownKey
 	}
@@ -5848,7 +5842,7 @@ func (k *kit) keyOf(r kitRequest) string {
 // sendOnce sends r once, no faster than the server's RateLimit says its key may.
 func (k *kit) sendOnce(r kitRequest) *exchange {
 	ex := &exchange{req: r, rule: k.rule}
-	key := k.keyOf(r)
+	key := k.keyFor(r)
 	if at := k.pace.turn(key); time.Now().Before(at) {
 		k.wait(time.Until(at))
 	}
@@ -6053,60 +6047,59 @@ func parseRateLimitField(lines []string) ([]rateLimitItem, error) {
 
 // ===== The conformance kit: what it writes, masked and escaped =====
 
-// kitSecrets are the keys of a run, which nothing the kit writes may hold: a key whole is
-// written as the variable of its role ($KEY), and any part of one of minKitKey characters or
-// more (a key cut short, or run into other text) as [key]. Every key is at least minKitKey
-// long: a shorter one could not be masked without garbling what is written. A key reaches
-// what the kit writes only through what a server sent or the user gave (evidence, reasons,
-// warnings, the base URL, messages): those are masked, field by field; the kit's own words
-// (a rule's id, title and spec) hold none, and are not, so that a key that shares a word
-// with them (sk_test_sandbox_tracking and tracking.utc) garbles nothing of the catalogue.
-type kitSecrets struct {
+// secrets are keys that nothing a command writes may hold (the kit's, the bridge's): a key
+// whole is written as the variable it is named by ($KEY, $SANDBOX_MCP_KEY), and any part of
+// one of minMaskedKey characters or more (a key cut short, or run into other text) as [key].
+// A key shorter than minMaskedKey is not masked: it could not be without garbling what is
+// written (the kit refuses one). What a server sent or the user gave is masked, field by
+// field; a command's own words are not, so that a key that shares a word with them
+// (sk_test_sandbox_tracking and tracking.utc) garbles nothing of the kit's catalogue.
+type secrets struct {
 	mu    sync.Mutex
-	whole []kitSecret     // longest first
-	parts map[string]bool // every minKitKey-byte part of every key
+	whole []secret        // longest first
+	parts map[string]bool // every minMaskedKey-byte part of every key
 }
 
-type kitSecret struct {
-	text string
-	role kitRole
+type secret struct {
+	text, name string
 }
 
-func newKitSecrets(keys map[kitRole]string) *kitSecrets {
-	s := &kitSecrets{parts: map[string]bool{}}
-	for role, key := range keys {
-		s.add(key, role)
+// newSecrets are the keys of keys, each by the name it is written as.
+func newSecrets[N ~string](keys map[N]string) *secrets {
+	s := &secrets{parts: map[string]bool{}}
+	for name, key := range keys {
+		s.add(key, string(name))
 	}
 	return s
 }
 
-// add keeps key, of role, to be masked.
-func (s *kitSecrets) add(key string, role kitRole) {
-	if len(key) < minKitKey {
+// add keeps key, named name, to be masked.
+func (s *secrets) add(key, name string) {
+	if len(key) < minMaskedKey {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.whole = append(s.whole, kitSecret{key, role})
-	slices.SortStableFunc(s.whole, func(a, b kitSecret) int { return len(b.text) - len(a.text) })
-	for i := 0; i+minKitKey <= len(key); i++ {
-		s.parts[key[i:i+minKitKey]] = true
+	s.whole = append(s.whole, secret{key, name})
+	slices.SortStableFunc(s.whole, func(a, b secret) int { return len(b.text) - len(a.text) })
+	for i := 0; i+minMaskedKey <= len(key); i++ {
+		s.parts[key[i:i+minMaskedKey]] = true
 	}
 }
 
-// mask is text with every key whole written as its variable, and every run of text that
-// parts of keys cover written as [key].
-func (s *kitSecrets) mask(text string) string {
+// mask is text with every key whole written as its name's variable, and every run of text
+// that parts of keys cover written as [key].
+func (s *secrets) mask(text string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, k := range s.whole {
-		text = strings.ReplaceAll(text, k.text, "$"+string(k.role))
+		text = strings.ReplaceAll(text, k.text, "$"+k.name)
 	}
 	covered := make([]bool, len(text))
 	found := false
-	for i := 0; i+minKitKey <= len(text); i++ {
-		if s.parts[text[i:i+minKitKey]] {
-			for j := i; j < i+minKitKey; j++ {
+	for i := 0; i+minMaskedKey <= len(text); i++ {
+		if s.parts[text[i:i+minMaskedKey]] {
+			for j := i; j < i+minMaskedKey; j++ {
 				covered[j] = true
 			}
 			found = true
@@ -6482,11 +6475,11 @@ func (v *jsonValue) equal(w *jsonValue) bool {
 // String is v as compact JSON, for evidence.
 func (v *jsonValue) String() string {
 	var b strings.Builder
-	v.write(&b)
+	v.encode(&b)
 	return b.String()
 }
 
-func (v *jsonValue) write(b *strings.Builder) {
+func (v *jsonValue) encode(b *strings.Builder) {
 	switch v.typ {
 	case typeNull:
 		b.WriteString("null")
@@ -6503,7 +6496,7 @@ func (v *jsonValue) write(b *strings.Builder) {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			x.write(b)
+			x.encode(b)
 		}
 		b.WriteByte(']')
 	case typeObject:
@@ -6515,7 +6508,7 @@ func (v *jsonValue) write(b *strings.Builder) {
 			q, _ := json.Marshal(m.name)
 			b.Write(q)
 			b.WriteByte(':')
-			m.value.write(b)
+			m.value.encode(b)
 		}
 		b.WriteByte('}')
 	}
@@ -6823,7 +6816,7 @@ func (k *kit) makeWorld() *kitWorld {
 	}
 	keys, ok := k.requestSandbox(w, body, roles)
 	if !ok {
-		return k.discover(w)
+		return k.readWorld(w)
 	}
 	for i, role := range roles {
 		k.keys[role] = keys[i]
@@ -6875,7 +6868,7 @@ func (k *kit) requestSandbox(w *kitWorld, body any, roles []kitRole) ([]string, 
 	sb := kitSandbox{account: account}
 	for i, key := range keys {
 		if kitKeyFault(key) == nil {
-			k.secrets.add(key, roles[min(i, n-1)])
+			k.secrets.add(key, string(roles[min(i, n-1)]))
 			sb.key = cmp.Or(sb.key, key)
 		}
 	}
@@ -6926,10 +6919,10 @@ const (
 	deleteWait  = time.Second
 )
 
-// deleteSandboxes deletes the kit's sandboxes, all at once, each with a key of its own and
+// deleteOwnSandboxes deletes the kit's sandboxes, all at once, each with a key of its own and
 // within deleteBound whatever the run's context and -timeout say (an interrupt deletes them,
 // then exits), and notes each it could not delete (its account, never its key).
-func (k *kit) deleteSandboxes() {
+func (k *kit) deleteOwnSandboxes() {
 	if k.world == nil {
 		return
 	}
@@ -6937,7 +6930,7 @@ func (k *kit) deleteSandboxes() {
 	var wg sync.WaitGroup
 	for i, sb := range k.world.made {
 		wg.Add(1)
-		go func() { defer wg.Done(); failed[i] = k.deleteSandbox(sb) }()
+		go func() { defer wg.Done(); failed[i] = k.deleteOwnSandbox(sb) }()
 	}
 	wg.Wait()
 	for _, f := range failed {
@@ -6951,10 +6944,10 @@ func (k *kit) deleteSandboxes() {
 	k.world.made = nil
 }
 
-// deleteSandbox deletes one of the kit's sandboxes, and says why it did not, if it did not.
+// deleteOwnSandbox deletes one of the kit's sandboxes, and says why it did not, if it did not.
 // It keeps the server's pace as every request does (its turn by RateLimit, a 429 waited out
 // as Retry-After says), within deleteBound.
-func (k *kit) deleteSandbox(sb kitSandbox) string {
+func (k *kit) deleteOwnSandbox(sb kitSandbox) string {
 	account := cutField(sb.account, 64)
 	if sb.key == "" {
 		return "The kit's sandbox " + account + " was not deleted: the server's answer gave no key the kit can send. It is forgotten once idle."
@@ -7012,9 +7005,9 @@ func (k *kit) cleanupSummary() string {
 	return "the kit made no sandbox"
 }
 
-// discover reads what the main key can read: the orders, at most maxKitPages pages of 100,
+// readWorld reads what the main key can read: the orders, at most maxKitPages pages of 100,
 // the shipments they are linked to (at most 20), and those shipments' tracking numbers.
-func (k *kit) discover(w *kitWorld) *kitWorld {
+func (k *kit) readWorld(w *kitWorld) *kitWorld {
 	w.own, w.numbers = false, map[string]string{}
 	for _, p := range k.walk("?limit=100") {
 		w.orders = append(w.orders, p.orders...)
@@ -7249,7 +7242,7 @@ func (k *kit) run() (*checkReport, error) {
 			}
 		}
 	}
-	k.deleteSandboxes()
+	k.deleteOwnSandboxes()
 	cause := context.Cause(k.ctx)
 	if err == nil && cause == errTimeUp { // the rules not judged are skipped, saying why
 		for _, r := range plan {
@@ -7913,8 +7906,8 @@ var (
 // maxKitPages is the most pages the kit walks along one list.
 const maxKitPages = 10
 
-// page reads the page of target (the path and query after the base URL) with the main key.
-func (k *kit) page(target string) *kitPage {
+// readPage reads the page of target (the path and query after the base URL) with the main key.
+func (k *kit) readPage(target string) *kitPage {
 	p := &kitPage{ex: k.get(roleMain, target, http.StatusOK, "")}
 	doc, err := readJSON(p.ex.body)
 	if p.ex.status != http.StatusOK || p.ex.err != nil || err != nil || doc.typ != typeObject {
@@ -7946,7 +7939,7 @@ func orderOf(v *jsonValue) kitOrder {
 func (k *kit) walk(query string) []*kitPage {
 	var pages []*kitPage
 	for target := "/orders" + query; len(pages) < maxKitPages; {
-		p := k.page(target)
+		p := k.readPage(target)
 		pages = append(pages, p)
 		if p.doc == nil || p.next == nil || !p.hasMore || len(*p.next) > 4096 {
 			break
@@ -8236,7 +8229,7 @@ func (k *kit) pageSizeFault(p *kitPage, limit int64) string {
 
 func judgeDefaultLimit(k *kit) ruleResult {
 	var r ruleResult
-	if p := k.page("/orders"); k.pageSizeFault(p, 20) != "" {
+	if p := k.readPage("/orders"); k.pageSizeFault(p, 20) != "" {
 		r.fail(k, p.ex, "limit 20 when none is sent: at most 20 orders, 20 when more follow", k.pageSizeFault(p, 20))
 	}
 	return r
@@ -8244,10 +8237,10 @@ func judgeDefaultLimit(k *kit) ruleResult {
 
 func judgeMaxLimit(k *kit) ruleResult {
 	var r ruleResult
-	if p := k.page("/orders?limit=100"); k.pageSizeFault(p, 100) != "" {
+	if p := k.readPage("/orders?limit=100"); k.pageSizeFault(p, 100) != "" {
 		r.fail(k, p.ex, "limit=100 applied: at most 100 orders, 100 when more follow", k.pageSizeFault(p, 100))
 	}
-	over := k.page("/orders?limit=101")
+	over := k.readPage("/orders?limit=101")
 	applied, ok := over.limit.integer()
 	switch {
 	case over.ex.status >= 400 && over.ex.status < 500:
@@ -8422,7 +8415,7 @@ func judgeCursorFilters(k *kit) ruleResult {
 	var r ruleResult
 	sent := 0
 	other := func(query, changed string) {
-		p := k.page("/orders" + query)
+		p := k.readPage("/orders" + query)
 		if p.next == nil || len(*p.next) > 4096 {
 			return
 		}
@@ -8762,7 +8755,7 @@ func (k *kit) report(results map[string]ruleResult, reported map[string]bool) *c
 
 // maskReport masks what a report holds of what a server sent or the user gave: the base
 // URL, the warnings, and each rule's reason and evidence.
-func (s *kitSecrets) maskReport(rep *checkReport) {
+func (s *secrets) maskReport(rep *checkReport) {
 	rep.BaseURL = s.mask(rep.BaseURL)
 	for i := range rep.Warnings {
 		rep.Warnings[i] = s.mask(rep.Warnings[i])
@@ -8837,8 +8830,8 @@ func (k *kit) readWarnings() []string {
 	return []string{fmt.Sprintf("%d of the %d reads the kit expected to succeed were refused or failed (%s): a rule that passed on them judged little; check the keys (-key and the others), the rate limit and the environment (a live key answers 503 while live is not released)", n, reads, strings.Join(counts, ", "))}
 }
 
-// write writes the report in format: text, json or junit.
-func (rep *checkReport) write(w io.Writer, format string) error {
+// render writes the report in format: text, json or junit.
+func (rep *checkReport) render(w io.Writer, format string) error {
 	switch format {
 	case "json":
 		b, err := json.MarshalIndent(rep, "", "  ")

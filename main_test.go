@@ -2243,7 +2243,7 @@ func FuzzLoadDataset(f *testing.F) {
 			}
 			for sid, place := range tn.shipments.byID {
 				sh := tn.shipments.list[place]
-				if checkID("$", "", sid) != nil || !json.Valid(sh.full) || !json.Valid(sh.view(0)) {
+				if checkID("$", "", sid) != nil || !json.Valid(sh.full) || !json.Valid(sh.joinedView(0)) {
 					t.Fatalf("shipment %q loaded as %s", sid, sh.full)
 				}
 			}
@@ -5909,9 +5909,9 @@ func TestClockGovernsTracking(t *testing.T) {
 	}
 }
 
-// TestMovingShipment: shp_sbx_moving's events happen after the start instant; the first
+// TestShipmentEvents: shp_sbx_moving's events happen after the start instant; the first
 // two minutes take it from label to delivery.
-func TestMovingShipment(t *testing.T) {
+func TestShipmentEvents(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{step: -1, rate: -1})
 	const key = "sk_test_sandbox_all"
@@ -7659,7 +7659,7 @@ func TestOrderFindingsAgreeWithTheirDefinition(t *testing.T) {
 			es := tn.journalPart(journalRead{}).entries
 			var got []string
 			for _, f := range tn.current().orderFindings(es) {
-				got = append(got, fmt.Sprintf("%s %s %d %d", findingKinds[f.kind].code, tn.current().orders.movingID(int(f.m)), es[f.cited[0]].seq, es[f.cited[1]].seq))
+				got = append(got, fmt.Sprintf("%s %s %d %d", findingKinds[f.kind].code, tn.current().orders.timedID(int(f.m)), es[f.cited[0]].seq, es[f.cited[1]].seq))
 			}
 			want, left := orderFindingsByDefinition(tn.current(), es)
 			slices.Sort(got)
@@ -7703,16 +7703,16 @@ func orderFindingsByDefinition(d *tenantData, es []journalEntry) (out []string, 
 			ix.pageOrders(&e.shown.page, e.clock, func(i int) { shown = append(shown, i) })
 		}
 		for _, i := range shown {
-			if m, ok := ix.movingOf(i); ok && (seen[m] == nil || laterRead(e, seen[m])) {
+			if m, ok := ix.timedOf(i); ok && (seen[m] == nil || laterRead(e, seen[m])) {
 				seen[m] = e
 			}
 		}
 	}
-	for m := range ix.movingCount() {
-		i, tl := int(ix.moving[m]), &ix.timelines[m]
+	for m := range ix.timedCount() {
+		i, tl := int(ix.timed[m]), &ix.timelines[m]
 		if s := seen[m]; s != nil {
-			then, _ := ix.movingState(m, s.clock, s.writes)
-			now, _ := ix.movingState(m, latest.clock, latest.writes)
+			then, _ := ix.timedState(m, s.clock, s.writes)
+			now, _ := ix.timedState(m, latest.clock, latest.writes)
 			if then.status == now.status && then.linked == now.linked {
 				continue
 			}
@@ -7725,11 +7725,11 @@ func orderFindingsByDefinition(d *tenantData, es []journalEntry) (out []string, 
 			if left {
 				excused++
 			} else {
-				out = append(out, fmt.Sprintf("stale_order %s %d %d", ix.movingID(m), s.seq, latest.seq))
+				out = append(out, fmt.Sprintf("stale_order %s %d %d", ix.timedID(m), s.seq, latest.seq))
 			}
 			continue
 		}
-		created, imported := ix.movingInstants(m)
+		created, imported := ix.timedInstants(m)
 		if !imported.after(created) || imported.after(latest.clock) {
 			continue
 		}
@@ -7741,7 +7741,7 @@ func orderFindingsByDefinition(d *tenantData, es []journalEntry) (out []string, 
 			}
 		}
 		if held != nil {
-			out = append(out, fmt.Sprintf("missed_import %s %d %d", ix.movingID(m), held.seq, latest.seq))
+			out = append(out, fmt.Sprintf("missed_import %s %d %d", ix.timedID(m), held.seq, latest.seq))
 		}
 	}
 	return out, excused
@@ -8059,7 +8059,7 @@ func TestFindingsAreOneTable(t *testing.T) {
 // cancelled: each page spans every order (a page of it takes some 0.4 ms to list).
 func BenchmarkFindings(b *testing.B) {
 	b.Run("walk", func(b *testing.B) {
-		e, mid := movingOrders(b, 100000, true)
+		e, mid := timedOrders(b, 100000, true)
 		benchFindings(b, e, "/v1/orders?limit=100", func(i int) time.Time { return mid.Add(time.Duration(i) * time.Minute) })
 	})
 	b.Run("rare_status", func(b *testing.B) {
@@ -10374,9 +10374,9 @@ func BenchmarkSandboxReads(b *testing.B) {
 
 // ===== tracking.go: Events arriving for a sandbox's shipment =====
 
-// move posts events (or the shorthand) for the shipment id of key's sandbox, under the
+// addEvents posts events (or the shorthand) for the shipment id of key's sandbox, under the
 // Idempotency-Key idem ("" for none).
-func (e *env) move(t testing.TB, key, id, body, idem string, headerPairs ...string) reply {
+func (e *env) addEvents(t testing.TB, key, id, body, idem string, headerPairs ...string) reply {
 	t.Helper()
 	headers := append([]string{"Content-Type", "application/json"}, headerPairs...)
 	if idem != "" {
@@ -10409,7 +10409,7 @@ func TestMovingAShipment(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
 	key := e.copyOf(t, "sk_test_sandbox_all", "copy")
-	rep := e.move(t, key, "shp_sbx_unlabelled", `{"status":"out_for_delivery"}`, "m-1")
+	rep := e.addEvents(t, key, "shp_sbx_unlabelled", `{"status":"out_for_delivery"}`, "m-1")
 	if rep.status != 201 || rep.header.Get("Location") != "/v1/shipments/shp_sbx_unlabelled/tracking" ||
 		string(rep.body) != `{"shipment_id":"shp_sbx_unlabelled","reference":"SBX-REF-1004","tracking_number":null,"status":"out_for_delivery","events":[{"status":"out_for_delivery","description":"Out for delivery","timestamp":"2026-11-22T12:00:00Z","location":""}]}` {
 		t.Fatalf("the shorthand: %s %s", rep, rep.header)
@@ -10425,7 +10425,7 @@ func TestMovingAShipment(t *testing.T) {
 		`{"timestamp":"2026-11-22T10:00:00","status":"in_transit","description":"Naive","location":"Leeds, GB"},` +
 		`{"timestamp":"2026-11-22T09:00:00-03:00","status":"in_transit","description":"Departed facility","location":"Leeds, GB"},` +
 		`{"timestamp":"2026-11-22T12:00:00Z","status":"in_transit","description":"Departed facility","location":"York, GB"}]}`
-	v := viewOf(t, e.move(t, key, "shp_sbx_unlabelled", body, "m-2"))
+	v := viewOf(t, e.addEvents(t, key, "shp_sbx_unlabelled", body, "m-2"))
 	var got []string
 	for _, ev := range v.Events {
 		got = append(got, ev.Timestamp+" "+ev.Status+" "+ev.Description+" "+ev.Location)
@@ -10441,7 +10441,7 @@ func TestMovingAShipment(t *testing.T) {
 		t.Errorf("at 12:30: %+v", v)
 	}
 	// With its location; its entry names the shipment.
-	v = viewOf(t, e.move(t, key, "shp_sbx_pickup", `{"location":"York, GB","status":"delivered"}`, "m-3"))
+	v = viewOf(t, e.addEvents(t, key, "shp_sbx_pickup", `{"location":"York, GB","status":"delivered"}`, "m-3"))
 	if last := v.Events[len(v.Events)-1]; v.Status != "delivered" || last.Description != "Delivered" || last.Location != "York, GB" {
 		t.Errorf("the shorthand with a location: %+v", v)
 	}
@@ -10458,16 +10458,16 @@ func TestMovingAShipment(t *testing.T) {
 	}
 }
 
-// TestMovingOnTheSandboxClock: an event after the request's instant is shown from its instant
+// TestShipmentEventsOnTheSandboxClock: an event after the request's instant is shown from its instant
 // on, a timeline entry of kind event; a request judged at its own instant (Prefer: clock), as
 // the post and as the reads, sees each event from its own instant only; a shipment created
 // later is not found before its creation.
-func TestMovingOnTheSandboxClock(t *testing.T) {
+func TestShipmentEventsOnTheSandboxClock(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
 	key := e.copyOf(t, "sk_test_sandbox_all", "copy")
 	at := func(offset string) []string { return []string{"Prefer", `clock="start+` + offset + `"`} }
-	rep := e.move(t, key, "shp_sbx_unlabelled", `{"events":[{"status":"delivered","description":"Delivered","after":"2h"}]}`, "later", at("1h")...)
+	rep := e.addEvents(t, key, "shp_sbx_unlabelled", `{"events":[{"status":"delivered","description":"Delivered","after":"2h"}]}`, "later", at("1h")...)
 	if v := viewOf(t, rep); len(v.Events) != 0 || v.Status != "pre_transit" || rep.header.Get("Preference-Applied") != `clock="2026-11-22T13:00:00Z"` {
 		t.Fatalf("an event two hours after the post's instant, in its 201: %+v %s", v, rep.header)
 	}
@@ -10487,7 +10487,7 @@ func TestMovingOnTheSandboxClock(t *testing.T) {
 	}
 	// The boundary: an event at the request's instant is shown at once, no entry of what comes;
 	// one a nanosecond after it is to come, an entry of the timeline.
-	e.move(t, key, "shp_sbx_pickup", `{"events":[{"status":"delivered","description":"At once","timestamp":"2026-11-22T17:00:00Z"},{"status":"delivered","description":"A nanosecond on","timestamp":"2026-11-22T17:00:00.000000001Z"}]}`, "boundary", at("5h")...)
+	e.addEvents(t, key, "shp_sbx_pickup", `{"events":[{"status":"delivered","description":"At once","timestamp":"2026-11-22T17:00:00Z"},{"status":"delivered","description":"A nanosecond on","timestamp":"2026-11-22T17:00:00.000000001Z"}]}`, "boundary", at("5h")...)
 	strict(t, e.get(t, "/v1/test_helpers/timeline", key, "Prefer", `clock="2026-11-22T16:59:59Z"`), &tl)
 	var coming []string
 	for _, en := range tl.ToCome {
@@ -10502,18 +10502,18 @@ func TestMovingOnTheSandboxClock(t *testing.T) {
 	if rep := e.book(t, key, `{"id":"shp_later","reference":"L"}`, "book", at("1h")...); rep.status != 201 {
 		t.Fatalf("the booking: %s", rep)
 	}
-	wantProblem(t, e.move(t, key, "shp_later", `{"status":"delivered"}`, "early", at("30m")...), 404, "not_found", "")
-	if rep := e.move(t, key, "shp_later", `{"status":"delivered"}`, "in-time", at("1h")...); rep.status != 201 {
+	wantProblem(t, e.addEvents(t, key, "shp_later", `{"status":"delivered"}`, "early", at("30m")...), 404, "not_found", "")
+	if rep := e.addEvents(t, key, "shp_later", `{"status":"delivered"}`, "in-time", at("1h")...); rep.status != 201 {
 		t.Errorf("once created: %s", rep)
 	}
 }
 
-// TestMovingRefusals: every refusal of the events' write, each in a request with a second
+// TestShipmentEventsRefusals: every refusal of the events' write, each in a request with a second
 // fault that a later check would find: the earlier check answers, in the order of a booking's
 // (route, method, declared size, key, live, rate, Idempotency-Key, Prefer, body size, the
 // store, Prefer code, query, JSON, members in the order sent, the shipment, the write).
 // Nothing refused is stored: the key of a refusal is free again.
-func TestMovingRefusals(t *testing.T) {
+func TestShipmentEventsRefusals(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
 	key := e.copyOf(t, "sk_test_sandbox_all", "copy")
@@ -10584,29 +10584,29 @@ func TestMovingRefusals(t *testing.T) {
 	if v := viewOf(t, e.get(t, "/v1/shipments/shp_sbx_spring/tracking", key)); len(v.Events) != 5 {
 		t.Errorf("after the refusals shp_sbx_spring holds %d events, want its 5", len(v.Events))
 	}
-	if rep := e.move(t, key, "shp_sbx_spring", `{"status":"delivered"}`, "refused-24"); rep.status != 201 { // the key of a refusal is free
+	if rep := e.addEvents(t, key, "shp_sbx_spring", `{"status":"delivered"}`, "refused-24"); rep.status != 201 { // the key of a refusal is free
 		t.Errorf("a refusal's key again: %s", rep)
 	}
 }
 
-// TestMovingIdempotency: the events' write is a write: a repeat after it is done answers its
+// TestShipmentEventsIdempotency: the events' write is a write: a repeat after it is done answers its
 // 201 again, byte for byte, and stores nothing more; the key with another body is 409
 // idempotency_key_reused; a repeat while it runs, 409 idempotency_key_in_use; code=502
 // stores the events and answers 502, its retry with the key the 201.
-func TestMovingIdempotency(t *testing.T) {
+func TestShipmentEventsIdempotency(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
 	key := e.copyOf(t, "sk_test_sandbox_all", "copy")
-	first := e.move(t, key, "shp_sbx_unlabelled", `{"status":"in_transit"}`, "k")
-	again := e.move(t, key, "shp_sbx_unlabelled", `{"status":"in_transit"}`, "k")
+	first := e.addEvents(t, key, "shp_sbx_unlabelled", `{"status":"in_transit"}`, "k")
+	again := e.addEvents(t, key, "shp_sbx_unlabelled", `{"status":"in_transit"}`, "k")
 	if first.status != 201 || again.status != 201 || !bytes.Equal(first.body, again.body) || again.header.Get("Idempotent-Replayed") != "true" || again.header.Get("Location") != first.header.Get("Location") {
 		t.Fatalf("a repeat: %s %s\nthe first: %s", again, again.header, first)
 	}
 	if v := viewOf(t, e.get(t, "/v1/shipments/shp_sbx_unlabelled/tracking", key)); len(v.Events) != 1 {
 		t.Errorf("after a repeat: %d events, want 1", len(v.Events))
 	}
-	wantProblem(t, e.move(t, key, "shp_sbx_unlabelled", `{"status":"delivered"}`, "k"), 409, "idempotency_key_reused", "")
-	wantProblem(t, e.move(t, key, "shp_sbx_pickup", `{"status":"in_transit"}`, "k"), 409, "idempotency_key_reused", "") // another path
+	wantProblem(t, e.addEvents(t, key, "shp_sbx_unlabelled", `{"status":"delivered"}`, "k"), 409, "idempotency_key_reused", "")
+	wantProblem(t, e.addEvents(t, key, "shp_sbx_pickup", `{"status":"in_transit"}`, "k"), 409, "idempotency_key_reused", "") // another path
 	claimed, release := make(chan struct{}), make(chan struct{})
 	e.srv.registry.hooks.claimed = func(_ *tenant, k string) {
 		if k == "slow" {
@@ -10616,7 +10616,7 @@ func TestMovingIdempotency(t *testing.T) {
 	}
 	slow := e.serveAsync(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/shipments/shp_sbx_failed/events", key, `{"status":"delivered"}`, "Idempotency-Key", "slow"))
 	<-claimed // the slow move holds its key in progress
-	rep := e.move(t, key, "shp_sbx_failed", `{"status":"delivered"}`, "slow")
+	rep := e.addEvents(t, key, "shp_sbx_failed", `{"status":"delivered"}`, "slow")
 	wantProblem(t, rep, 409, "idempotency_key_in_use", "")
 	if rep.header.Get("Retry-After") != "1" {
 		t.Errorf("in use without Retry-After: 1: %s", rep.header)
@@ -10625,20 +10625,20 @@ func TestMovingIdempotency(t *testing.T) {
 	if rep := within(t, "the slow move", slow); rep.status != 201 {
 		t.Errorf("the slow move: %s", rep)
 	}
-	unconfirmed := e.move(t, key, "shp_sbx_cancelled", `{"status":"delivered"}`, "u", "Prefer", "code=502")
+	unconfirmed := e.addEvents(t, key, "shp_sbx_cancelled", `{"status":"delivered"}`, "u", "Prefer", "code=502")
 	wantProblem(t, unconfirmed, 502, "provider_not_confirmed", "")
 	if v := viewOf(t, e.get(t, "/v1/shipments/shp_sbx_cancelled/tracking", key)); v.Status != "delivered" {
 		t.Errorf("after a 502 the events are stored: %s", v.Status)
 	}
-	if rep := e.move(t, key, "shp_sbx_cancelled", `{"status":"delivered"}`, "u"); rep.status != 201 || rep.header.Get("Idempotent-Replayed") != "true" {
+	if rep := e.addEvents(t, key, "shp_sbx_cancelled", `{"status":"delivered"}`, "u"); rep.status != 201 || rep.header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("the 502's retry: %s", rep)
 	}
 }
 
-// TestMovingAtTheBound: a shipment holds at most 1,000 events: the events that would take it
+// TestShipmentEventsAtTheBound: a shipment holds at most 1,000 events: the events that would take it
 // past are refused, 422 capability_unavailable, and none of them is stored; an event it
 // holds again is no event more.
-func TestMovingAtTheBound(t *testing.T) {
+func TestShipmentEventsAtTheBound(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1})
 	key := e.copyOf(t, "sk_test_sandbox_all", "copy")
@@ -10650,24 +10650,24 @@ func TestMovingAtTheBound(t *testing.T) {
 		return `{"events":[` + strings.Join(list, ",") + `]}`
 	}
 	for round := range maxShipmentEvents / maxPostedEvents {
-		if rep := e.move(t, key, "shp_sbx_unlabelled", events(round*maxPostedEvents, maxPostedEvents), fmt.Sprint("r-", round)); rep.status != 201 {
+		if rep := e.addEvents(t, key, "shp_sbx_unlabelled", events(round*maxPostedEvents, maxPostedEvents), fmt.Sprint("r-", round)); rep.status != 201 {
 			t.Fatalf("round %d: %s", round, rep)
 		}
 	}
-	p := wantProblem(t, e.move(t, key, "shp_sbx_unlabelled", events(maxShipmentEvents-1, 2), "past"), 422, "capability_unavailable", "")
+	p := wantProblem(t, e.addEvents(t, key, "shp_sbx_unlabelled", events(maxShipmentEvents-1, 2), "past"), 422, "capability_unavailable", "")
 	if !strings.Contains(p.Detail, "would hold 1001, past the 1000 a shipment holds: nothing was stored") {
 		t.Errorf("the bound's detail: %s", p.Detail)
 	}
-	if rep := e.move(t, key, "shp_sbx_unlabelled", events(0, 5), "held"); rep.status != 201 || len(viewOf(t, rep).Events) != maxShipmentEvents {
+	if rep := e.addEvents(t, key, "shp_sbx_unlabelled", events(0, 5), "held"); rep.status != 201 || len(viewOf(t, rep).Events) != maxShipmentEvents {
 		t.Errorf("events it holds, at the bound: %s", rep.String()[:100])
 	}
 }
 
-// TestMovesRacingReads: 200 posts of one event each to one shipment, at once, beside readers
+// TestShipmentEventsRacingReads: 200 posts of one event each to one shipment, at once, beside readers
 // of its view (run with -race): every post is stored exactly once, and every view read is
 // whole: well-formed, oldest first, each event once, its status its last event's, never
 // fewer events than a read before it.
-func TestMovesRacingReads(t *testing.T) {
+func TestShipmentEventsRacingReads(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
 	key := e.copyOf(t, "sk_test_sandbox_all", "copy")
@@ -10703,7 +10703,7 @@ func TestMovesRacingReads(t *testing.T) {
 			defer writers.Done()
 			status := []string{"in_transit", "out_for_delivery", "failure"}[i%3]
 			body := fmt.Sprintf(`{"events":[{"timestamp":"2026-11-20T%02d:%02d:00Z","status":%q,"description":"Scan %d"}]}`, i/60, i%60, status, i)
-			if rep := e.move(t, key, "shp_sbx_unlabelled", body, fmt.Sprint("p-", i)); rep.status != 201 {
+			if rep := e.addEvents(t, key, "shp_sbx_unlabelled", body, fmt.Sprint("p-", i)); rep.status != 201 {
 				t.Errorf("post %d: %s", i, rep)
 			}
 		}()
@@ -10724,10 +10724,10 @@ func TestMovesRacingReads(t *testing.T) {
 	}
 }
 
-// TestMovesRacingTheirDelete: posts to a sandbox's shipment sent at once with its DELETE:
+// TestShipmentEventsRacingTheirDelete: posts to a sandbox's shipment sent at once with its DELETE:
 // each post is stored (201) or answers 401 invalid_api_key, never anything else, and the
 // DELETE 204; afterwards the registry holds nothing of the sandbox.
-func TestMovesRacingTheirDelete(t *testing.T) {
+func TestShipmentEventsRacingTheirDelete(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{rate: -1, step: -1, quiet: true})
 	for round := range 50 {
@@ -10738,7 +10738,7 @@ func TestMovesRacingTheirDelete(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				rep := e.move(t, key, "shp_sbx_unlabelled", `{"status":"delivered"}`, fmt.Sprint("m-", i))
+				rep := e.addEvents(t, key, "shp_sbx_unlabelled", `{"status":"delivered"}`, fmt.Sprint("m-", i))
 				if rep.status != 201 && !(rep.status == 401 && bytes.Contains(rep.body, []byte(`"code":"invalid_api_key"`))) {
 					t.Errorf("a post racing its sandbox's DELETE: %s", rep)
 				}
@@ -10754,17 +10754,17 @@ func TestMovesRacingTheirDelete(t *testing.T) {
 	}
 }
 
-// FuzzEventsBody: whatever the body of an events' post, it is read without a panic: events
+// FuzzShipmentEventsBody: whatever the body of an events' post, it is read without a panic: events
 // it returns are each of the vocabulary with a description, 1 to 100, or a problem of 400
 // or 422.
-func FuzzEventsBody(f *testing.F) {
+func FuzzShipmentEventsBody(f *testing.F) {
 	for _, seed := range []string{`{"status":"delivered"}`, `{"status":"delivered","location":"Leeds"}`, `{"events":[{"status":"delivered","description":"D","after":"2h"}]}`,
 		`{"events":[{"status":"in_transit","description":"D","timestamp":"2026-11-22T12:00:00+01:00"}]}`, `{}`, `[]`, `{"events":[],"status":"x"}`, `{"location":null}`} {
 		f.Add([]byte(seed))
 	}
 	at := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, body []byte) {
-		raw, err := readEventsBody(body, at)
+		raw, err := readShipmentEvents(body, at)
 		if err != nil {
 			if e := asAPIError(err); e == nil || e.status() != 400 && e.status() != 422 {
 				t.Fatalf("%q: %v", body, err)
@@ -10782,10 +10782,10 @@ func FuzzEventsBody(f *testing.F) {
 	})
 }
 
-// BenchmarkMoveAShipment: one event posted to a shipment of a sandbox of 10,000 shipments
+// BenchmarkShipmentEvents: one event posted to a shipment of a sandbox of 10,000 shipments
 // (the contract: at most 2 ms, median), the shorthand and a list of 100; each shipment of the
 // sandbox moved in turn, so that none nears its bound.
-func BenchmarkMoveAShipment(b *testing.B) {
+func BenchmarkShipmentEvents(b *testing.B) {
 	e := benchEnvOf(b, bigMovingDataset(maxSandboxShipments), 0, time.Now().Add(-time.Hour))
 	var hundred []string
 	for i := range maxPostedEvents {
@@ -10804,12 +10804,12 @@ func BenchmarkMoveAShipment(b *testing.B) {
 	}
 }
 
-// BenchmarkReadsBesideMoves: GET by id of a dataset's order and shipment, alone and while a
+// BenchmarkReadsBesideShipmentEvents: GET by id of a dataset's order and shipment, alone and while a
 // goroutine posts events to a sandbox of 10,000 shipments, 100 a second (a test suite that
 // moves its parcels) or as fast as it can (one of the two cores given to moves): the reads
 // take no lock a move takes (each tenant's data is a version swapped in whole); what they
 // share with the moves is the machine, and its collector.
-func BenchmarkReadsBesideMoves(b *testing.B) {
+func BenchmarkReadsBesideShipmentEvents(b *testing.B) {
 	e := benchEnvOf(b, bigMovingDataset(maxSandboxShipments), 0, time.Now().Add(-time.Hour))
 	key := benchSandbox(b, e, "sk_test_moving_all")
 	for _, pace := range []struct {
@@ -11525,22 +11525,22 @@ func checkOrderIndex(t testing.TB, ix *orderIndex) {
 		t.Fatal("the id table finds an order that does not exist")
 	}
 	// Each order is in its status's list, or, with a timeline, in the list of those that move.
-	total := len(ix.moving)
+	total := len(ix.timed)
 	for s, list := range ix.byValue[0] {
 		for k, i := range list {
-			if int(ix.records[i].status) != s || ix.records[i].moves || k > 0 && list[k-1] >= i {
+			if int(ix.records[i].status) != s || ix.records[i].timed || k > 0 && list[k-1] >= i {
 				t.Fatalf("the %s list holds order %d (%s) at %d", orderStatuses[s], i, orderStatuses[ix.records[i].status], k)
 			}
 		}
 		total += len(list)
 	}
-	for k, i := range ix.moving {
+	for k, i := range ix.timed {
 		tl := ix.timelines[k]
-		if !ix.records[i].moves || k > 0 && ix.moving[k-1] >= i || tl.first >= tl.end || ix.states[tl.first].from != dawn {
+		if !ix.records[i].timed || k > 0 && ix.timed[k-1] >= i || tl.first >= tl.end || ix.states[tl.first].from != dawn {
 			t.Fatalf("order %d is at %d of those that move, with timeline %+v", i, k, tl)
 		}
 	}
-	if total != ix.count() || len(ix.imports) != len(ix.moving) {
+	if total != ix.count() || len(ix.imports) != len(ix.timed) {
 		t.Fatalf("the status lists and those that move hold %d orders, the list of all %d", total, ix.count())
 	}
 }
@@ -11643,12 +11643,12 @@ func BenchmarkListOrders(b *testing.B) {
 	}
 }
 
-// movingOrders is a sandbox whose acct_sandbox/test holds n orders like the seeded ones,
+// timedOrders is a sandbox whose acct_sandbox/test holds n orders like the seeded ones,
 // of which, when moving, every tenth changes status once (at an instant spread evenly over
 // the hour after its creation) and every hundredth is imported up to an hour late, loaded
 // from a dataset as a user's would be. It returns the instant half-way through their
 // creation.
-func movingOrders(b *testing.B, n int, moving bool) (*env, time.Time) {
+func timedOrders(b *testing.B, n int, moving bool) (*env, time.Time) {
 	every := 0
 	if moving {
 		every = 10
@@ -11710,7 +11710,7 @@ func ordersOf(b *testing.B, n, changeEvery int, status func(k int) string) (*env
 // same orders without timelines: each should cost at most twice as much.
 func BenchmarkListOrdersWithTimelines(b *testing.B) {
 	for _, moving := range []bool{false, true} {
-		e, mid := movingOrders(b, 1000000, moving)
+		e, mid := timedOrders(b, 1000000, moving)
 		e.sb.tenants.byID[seedTenant].clock.freeze(mid)
 		for _, query := range []string{"limit=100", "limit=100&status=unfulfilled", "limit=100&status=partially_fulfilled", "limit=100&status=fulfilled", "limit=100&status=cancelled"} {
 			name := strings.TrimPrefix(strings.TrimPrefix(query, "limit=100"), "&status=")
@@ -13197,7 +13197,7 @@ func TestIDFinder(t *testing.T) {
 		for _, chunk := range []int{1, 7, 4096} {
 			var f idFinder
 			for b := []byte(line); len(b) > 0; b = b[min(chunk, len(b)):] {
-				f.write(b[:min(chunk, len(b))])
+				f.feed(b[:min(chunk, len(b))])
 			}
 			if string(f.id) != want {
 				t.Errorf("the id of %s, in chunks of %d: %s, want %s", line, chunk, f.id, want)
@@ -13269,7 +13269,7 @@ func TestMCPBridgeAnswersEveryID(t *testing.T) {
 		t.Run(caseName(c.name), func(t *testing.T) {
 			t.Parallel()
 			var out, said lockedBuffer
-			b := newMCPBridge("http://127.0.0.1:1/v1", c.rt, key, &out, func(s string) { said.Write([]byte(s + "\n")) })
+			b := newMCPBridge("http://127.0.0.1:1/v1", c.rt, false, key, &out, func(s string) { said.Write([]byte(s + "\n")) })
 			b.exchange = 200 * time.Millisecond
 			b.carry(context.Background(), stdinLine{text: []byte(`{"jsonrpc":"2.0","id":"x-1","method":"tools/list"}`)})
 			var a rpcAnswer
@@ -13314,7 +13314,7 @@ func TestMCPBridgeHoldsAtMost64MiB(t *testing.T) {
 		return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(body), ContentLength: 4 << 20}, nil
 	})
 	var out lockedBuffer
-	b := newMCPBridge("http://127.0.0.1:1/v1", rt, "sk_test_sandbox_all", &out, func(string) {})
+	b := newMCPBridge("http://127.0.0.1:1/v1", rt, false, "sk_test_sandbox_all", &out, func(string) {})
 	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Add(1)
@@ -13641,7 +13641,7 @@ func BenchmarkMCPGetTracking(b *testing.B) {
 	})
 	b.Run("tools/call over stdio", func(b *testing.B) {
 		var out bytes.Buffer
-		bridge := newMCPBridge(ts.URL+"/v1", e.srv, "sk_test_sandbox_all", &out, func(string) {})
+		bridge := newMCPBridge(ts.URL+"/v1", e.srv, true, "sk_test_sandbox_all", &out, func(string) {})
 		line := stdinLine{text: []byte(call)}
 		for b.Loop() {
 			out.Reset()
@@ -14772,8 +14772,8 @@ func runHostile(t *testing.T, e *env, b brokenServer, args ...string) []hostileR
 // holdsKey reports whether s holds a key, or a part of one of 8 characters or more.
 func holdsKey(s string, keys []string) string {
 	for _, key := range keys {
-		for i := 0; i+minKitKey <= len(key); i++ {
-			if part := key[i : i+minKitKey]; strings.Contains(s, part) {
+		for i := 0; i+minMaskedKey <= len(key); i++ {
+			if part := key[i : i+minMaskedKey]; strings.Contains(s, part) {
 				return part
 			}
 		}
@@ -15053,7 +15053,7 @@ func kitFuzzOnce(t *testing.T, from, every uint8, status uint16, header string, 
 			return // the kit could not judge, and said so
 		}
 		for _, format := range []string{"text", "json", "junit"} {
-			if err := rep.write(io.Discard, format); err != nil {
+			if err := rep.render(io.Discard, format); err != nil {
 				t.Errorf("the %s report: %v", format, err)
 			}
 		}
@@ -15452,7 +15452,7 @@ func TestConformanceKeysFromTheEnvironment(t *testing.T) {
 // them.
 func TestTheKitMasksEscapesAndReadsFields(t *testing.T) {
 	t.Parallel()
-	s := newKitSecrets(map[kitRole]string{roleMain: "sk_test_q2w3e4r5t6y7u2i3", roleAlt: "alt_key_abcdefgh"})
+	s := newSecrets(map[kitRole]string{roleMain: "sk_test_q2w3e4r5t6y7u2i3", roleAlt: "alt_key_abcdefgh"})
 	for in, want := range map[string]string{
 		"Bearer sk_test_q2w3e4r5t6y7u2i3 done":          "Bearer $KEY done",
 		"cut: sk_test_q2w3":                             "cut: [key]",

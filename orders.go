@@ -464,11 +464,11 @@ func appendPadded(b []byte, n, width int) []byte {
 	return append(b, s...)
 }
 
-// moves reports whether what the order shows depends on the instant beyond its created_at:
+// timed reports whether what the order shows depends on the instant beyond its created_at:
 // an import after it, a change of status, or a link that appears after its import; or on
 // the version of the data, a link a write made (the findings judge an entry by the version
 // it read).
-func (o *loadingOrder) moves() bool {
+func (o *loadingOrder) timed() bool {
 	return o.importedAt != o.createdAt || len(o.changes) > 0 || o.shipmentID != "" && (o.linkedAt.after(o.importedAt) || o.linkWrite > 0)
 }
 
@@ -547,7 +547,7 @@ func (ix *orderIndex) build() error {
 	ix.ids = make([]byte, 0, n*16)
 	for k, ef := range equalityFilters {
 		ix.byValue[k] = make([][]int32, len(ef.vocabulary))
-		ix.movingBy[k] = make([][]int32, len(ef.vocabulary))
+		ix.timedBy[k] = make([][]int32, len(ef.vocabulary))
 	}
 	var given, seed loadingOrder // the next of each, newest first
 	var idBuf, refBuf [32]byte
@@ -593,16 +593,16 @@ func (ix *orderIndex) store(o *loadingOrder) error {
 	}
 	i := int32(len(ix.records))
 	ix.records = append(ix.records, storedOrder{sec: o.createdAt.sec, nsec: o.createdAt.nsec, off: uint32(start),
-		idOff: uint32(len(ix.ids)), idLen: uint8(len(o.id)), status: last, moves: o.moves()})
+		idOff: uint32(len(ix.ids)), idLen: uint8(len(o.id)), status: last, timed: o.timed()})
 	ix.ids = append(ix.ids, o.id...)
-	if !o.moves() {
+	if !o.timed() {
 		for k, ef := range equalityFilters {
 			v := ef.value(&ix.records[i], nil)
 			ix.byValue[k][v] = append(ix.byValue[k][v], i)
 		}
 		return nil
 	}
-	ix.moving = append(ix.moving, i)
+	ix.timed = append(ix.timed, i)
 	ix.imports = append(ix.imports, o.importedAt)
 	tl := orderTimeline{imported: o.importedAt, first: uint32(len(ix.states)), shipmentID: o.shipmentID, linkWrite: o.linkWrite}
 	// A state begins at dawn, at each change, and when the link appears. The changes are
@@ -637,8 +637,8 @@ func (ix *orderIndex) store(o *loadingOrder) error {
 	for k, ef := range equalityFilters {
 		for s := tl.first; s < tl.end; s++ {
 			v := ef.value(&ix.records[i], &ix.states[s])
-			if l := ix.movingBy[k][v]; len(l) == 0 || l[len(l)-1] != m { // each place once: places come in order
-				ix.movingBy[k][v] = append(l, m)
+			if l := ix.timedBy[k][v]; len(l) == 0 || l[len(l)-1] != m { // each place once: places come in order
+				ix.timedBy[k][v] = append(l, m)
 			}
 		}
 	}
@@ -738,7 +738,7 @@ func (ix *orderIndex) linkable(id string, at time.Time) error {
 // in storage the garbage collector need not walk: every order's JSON in one block, a
 // fixed-size record per order, the lists per status as indexes, and the ids in an
 // open-addressing table of indexes. No part of it holds a pointer per order. The few
-// orders whose showing moves with the clock (a late import, a change, a link that appears)
+// orders whose showing changes with the clock (a late import, a change, a link that appears)
 // keep a timeline beside: the states they pass through, each with its JSON.
 type orderIndex struct {
 	tenantName string                          // the account and environment, as messages name them
@@ -756,8 +756,8 @@ type orderIndex struct {
 	ids        []byte                          // each order's id, in list order
 	byValue    [len(equalityFilters)][][]int32 // for each equality filter, the orders without a timeline of each value, in list order
 	table      idTable
-	moving     []int32                         // indexes of the orders with a timeline, in list order
-	movingBy   [len(equalityFilters)][][]int32 // for each equality filter and value, the places in moving of those whose states ever take it
+	timed      []int32                         // indexes of the orders with a timeline, in list order
+	timedBy    [len(equalityFilters)][][]int32 // for each equality filter and value, the places in timed of those whose states ever take it
 	timelines  []orderTimeline                 // theirs, in the same order
 	states     []orderState                    // every timeline's states, in order
 	stateJSON  []byte                          // every state's JSON
@@ -772,7 +772,7 @@ type orderIndex struct {
 func (ix *orderIndex) bytes() int64 {
 	const i32 = 4
 	n := len(ix.tenantName) + len(ix.block) + len(ix.ids) + len(ix.stateJSON) +
-		len(ix.records)*int(unsafe.Sizeof(storedOrder{})) + len(ix.table.slots)*i32 + len(ix.moving)*i32 +
+		len(ix.records)*int(unsafe.Sizeof(storedOrder{})) + len(ix.table.slots)*i32 + len(ix.timed)*i32 +
 		len(ix.timelines)*int(unsafe.Sizeof(orderTimeline{})) + len(ix.states)*int(unsafe.Sizeof(orderState{})) +
 		len(ix.imports)*int(unsafe.Sizeof(instant{})) + len(ix.happenings)*int(unsafe.Sizeof(happening{})) +
 		len(ix.pending)*int(unsafe.Sizeof(pendingOrder{})) + len(ix.changes)*int(unsafe.Sizeof(statusChange{})) +
@@ -781,7 +781,7 @@ func (ix *orderIndex) bytes() int64 {
 		for _, l := range ix.byValue[k] {
 			n += len(l) * i32
 		}
-		for _, l := range ix.movingBy[k] {
+		for _, l := range ix.timedBy[k] {
 			n += len(l) * i32
 		}
 	}
@@ -809,7 +809,7 @@ type storedOrder struct {
 	idOff  uint32 // where its id starts in ids
 	idLen  uint8
 	status uint8
-	moves  bool // it has a timeline
+	timed  bool // it has a timeline
 }
 
 // orderTimeline is when an order is imported and the states it passes through.
@@ -1157,7 +1157,7 @@ func (ix *orderIndex) span(f *orderFilter, after *cursorPosition, at instant) (l
 // no order outside [lo, hi) and, beyond what it yields, only orders with a timeline and,
 // where f has several equality filters, those its narrowest keeps.
 func (ix *orderIndex) listed(f *orderFilter, lo, hi int, at instant, yield func(i, j int, body []byte) bool) {
-	m, mEnd := searchIndexes(ix.moving, lo), searchIndexes(ix.moving, hi)
+	m, mEnd := searchIndexes(ix.timed, lo), searchIndexes(ix.timed, hi)
 	k := f.narrowest()
 	var still []int32 // the orders without a timeline that the narrowest equality filter keeps
 	if k >= 0 {
@@ -1167,7 +1167,7 @@ func (ix *orderIndex) listed(f *orderFilter, lo, hi int, at instant, yield func(
 	for pos := lo; ; m++ {
 		next := hi // the next order with a timeline
 		if m < mEnd {
-			next = int(ix.moving[m])
+			next = int(ix.timed[m])
 		}
 		if k < 0 {
 			if pos < next && !yield(pos, next, nil) {
@@ -1199,7 +1199,7 @@ func searchIndexes(list []int32, i int) int {
 // the list f keeps shows at at between lo and hi. It returns the record index of the
 // page's last order, and whether more follow.
 func (ix *orderIndex) appendPage(b []byte, f *orderFilter, limit, lo, hi int, at instant) ([]byte, int, bool) {
-	if searchIndexes(ix.moving, lo) == searchIndexes(ix.moving, hi) && f.equalities() <= 1 {
+	if searchIndexes(ix.timed, lo) == searchIndexes(ix.timed, hi) && f.equalities() <= 1 {
 		return ix.appendStill(b, f, limit, lo, hi)
 	}
 	n, last, more := 0, -1, false
@@ -1265,7 +1265,7 @@ func (ix *orderIndex) visible(at instant) int {
 // without a timeline created by then, and those with one imported by then.
 func (ix *orderIndex) listedCount(at instant) int {
 	lo := ix.visible(at)
-	still := len(ix.records) - lo - (len(ix.moving) - searchIndexes(ix.moving, lo))
+	still := len(ix.records) - lo - (len(ix.timed) - searchIndexes(ix.timed, lo))
 	return still + sort.Search(len(ix.imports), func(k int) bool { return ix.imports[k].after(at) })
 }
 
@@ -1295,7 +1295,7 @@ func (ix *orderIndex) firstListed(at time.Time, n int) ([]listedOrder, int) {
 
 // timelineOf is the timeline of order i, which has one.
 func (ix *orderIndex) timelineOf(i int) *orderTimeline {
-	return &ix.timelines[searchIndexes(ix.moving, i)]
+	return &ix.timelines[searchIndexes(ix.timed, i)]
 }
 
 // ===== The two operations: GET /v1/orders/{id} and GET /v1/orders =====
@@ -1309,7 +1309,7 @@ func (ix *orderIndex) get(id string, at time.Time) ([]byte, int, error) {
 	if i < 0 || ix.after(i, at) {
 		return nil, -1, errOrderNotFound
 	}
-	if !ix.records[i].moves {
+	if !ix.records[i].timed {
 		return ix.resource(i), i, nil
 	}
 	st, ok := ix.showsAs(ix.timelineOf(i), instantOf(at))
@@ -1380,20 +1380,20 @@ func (ix *orderIndex) pageOrders(p *listedPage, at instant, yield func(i int)) {
 	})
 }
 
-// pageMoving calls yield with each order with a timeline (its place m among them) that
+// pageTimed calls yield with each order with a timeline (its place m among them) that
 // page p showed at at.
-func (ix *orderIndex) pageMoving(p *listedPage, at instant, yield func(m int)) {
+func (ix *orderIndex) pageTimed(p *listedPage, at instant, yield func(m int)) {
 	if p.last < 0 {
 		return
 	}
 	visit := func(m int) {
-		if st, ok := ix.showsAs(&ix.timelines[m], at); ok && p.filter.keeps(&ix.records[ix.moving[m]], st) {
+		if st, ok := ix.showsAs(&ix.timelines[m], at); ok && p.filter.keeps(&ix.records[ix.timed[m]], st) {
 			yield(m)
 		}
 	}
-	lo, hi := searchIndexes(ix.moving, int(p.first)), searchIndexes(ix.moving, int(p.last)+1)
+	lo, hi := searchIndexes(ix.timed, int(p.first)), searchIndexes(ix.timed, int(p.last)+1)
 	if k := p.filter.narrowest(); k >= 0 { // only those that ever take the value: a page of a rare status spans many others
-		list := ix.movingBy[k][p.filter.equal[k]]
+		list := ix.timedBy[k][p.filter.equal[k]]
 		for _, m := range list[searchIndexes(list, lo):searchIndexes(list, hi)] {
 			visit(int(m))
 		}
@@ -1404,26 +1404,26 @@ func (ix *orderIndex) pageMoving(p *listedPage, at instant, yield func(m int)) {
 	}
 }
 
-func (ix *orderIndex) movingCount() int { return len(ix.moving) }
+func (ix *orderIndex) timedCount() int { return len(ix.timed) }
 
-// movingOf is the place among the orders with a timeline of the order at position i, if
+// timedOf is the place among the orders with a timeline of the order at position i, if
 // it has one.
-func (ix *orderIndex) movingOf(i int) (int, bool) {
-	m := searchIndexes(ix.moving, i)
-	return m, m < len(ix.moving) && int(ix.moving[m]) == i
+func (ix *orderIndex) timedOf(i int) (int, bool) {
+	m := searchIndexes(ix.timed, i)
+	return m, m < len(ix.timed) && int(ix.timed[m]) == i
 }
 
-func (ix *orderIndex) movingID(m int) string { return string(ix.idOf(int(ix.moving[m]))) }
+func (ix *orderIndex) timedID(m int) string { return string(ix.idOf(int(ix.timed[m]))) }
 
-// movingInstants is the created_at and the import of the m-th order with a timeline.
-func (ix *orderIndex) movingInstants(m int) (created, imported instant) {
-	return ix.records[ix.moving[m]].created(), ix.timelines[m].imported
+// timedInstants is the created_at and the import of the m-th order with a timeline.
+func (ix *orderIndex) timedInstants(m int) (created, imported instant) {
+	return ix.records[ix.timed[m]].created(), ix.timelines[m].imported
 }
 
-// movingState is the m-th order with a timeline as it stands at at in the version of the
+// timedState is the m-th order with a timeline as it stands at at in the version of the
 // data that held writes writes (a link a later write made does not show), and whether it
 // is imported by then.
-func (ix *orderIndex) movingState(m int, at instant, writes uint32) (orderState, bool) {
+func (ix *orderIndex) timedState(m int, at instant, writes uint32) (orderState, bool) {
 	tl := &ix.timelines[m]
 	st, ok := ix.showsAs(tl, at)
 	if !ok {
@@ -1550,7 +1550,7 @@ func (h *heldPages) ranksFrom(at instant) int {
 // of the order in that span asked of each set of values that excludes it.
 func (h *heldPages) leftBetween(m int, from, until instant) bool {
 	ix := h.ix
-	r, tl := &ix.records[ix.moving[m]], &ix.timelines[m]
+	r, tl := &ix.records[ix.timed[m]], &ix.timelines[m]
 	states := ix.states[tl.first:tl.end]
 	lo, hi := h.ranksAfter(from), h.ranksAfter(until)
 	first := sort.Search(len(states), func(k int) bool { return states[k].from.after(from) }) - 1
@@ -1580,7 +1580,7 @@ func (h *heldPages) leftBetween(m int, from, until instant) bool {
 // filter that keeps it as it stands at its import; -1 for none.
 func (h *heldPages) heldBefore(m int, before instant) int {
 	ix := h.ix
-	r, tl := &ix.records[ix.moving[m]], &ix.timelines[m]
+	r, tl := &ix.records[ix.timed[m]], &ix.timelines[m]
 	st, _ := ix.showsAs(tl, tl.imported)
 	hi, best := h.ranksFrom(before), int32(0)
 	for _, g := range h.groups {

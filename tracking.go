@@ -70,17 +70,6 @@ type trackingEvent struct {
 	Location    string `json:"location"`
 }
 
-// trackingView is the body both tracking operations answer with. Events is its last member,
-// and must stay so: newShipment writes each view's head once, up to "events":[, and a view
-// is that head, then its events (a view that does not end in its events is refused there).
-type trackingView struct {
-	ShipmentID     string          `json:"shipment_id"`
-	Reference      string          `json:"reference"`
-	TrackingNumber *string         `json:"tracking_number"`
-	Status         string          `json:"status"`
-	Events         []trackingEvent `json:"events"`
-}
-
 // normalization counts what normalizing a shipment's raw events left out.
 type normalization struct {
 	dropped    int // timestamp not interpretable
@@ -204,10 +193,22 @@ func (rec *shipmentRecord) decode(d *jsonReader, path string) error {
 
 // ===== A shipment's tracking view, prepared once =====
 
+// trackingView is the body both tracking operations answer with. Events is its last member,
+// and must stay so: viewPrefix writes each view's head once, up to "events":[, and a view
+// is that head, then its events (a view that does not end in its events is refused there).
+type trackingView struct {
+	ShipmentID     string          `json:"shipment_id"`
+	Reference      string          `json:"reference"`
+	TrackingNumber *string         `json:"tracking_number"`
+	Status         string          `json:"status"`
+	Events         []trackingEvent `json:"events"`
+}
+
 // shipment is a stored shipment, its tracking view prepared once: the view with every event
 // (the usual answer, written as it is), and, for a clock that hides later events, the
-// parts a view of the first k events is made of. A view is a head (which names the status,
-// so there is one per status) and the first k events' JSON, which is one slice of events.
+// parts a view of the first k events is made of. A view is a head (the view up to its
+// events, which names the status: one for pre_transit, and one for each status its events
+// take) and the first k events' JSON, which is one slice of events.
 type shipment struct {
 	id             string
 	trackingNumber *string
@@ -235,28 +236,44 @@ func (s *shipment) bytes() int64 {
 	return int64(n)
 }
 
-// newShipment prepares a shipment's view. Each event is encoded once.
+// newShipment prepares a shipment's view: created at load, or in a sandbox. Each event is
+// encoded once.
 func newShipment(rec shipmentRecord, events []stampedEvent) (*shipment, error) {
+	prefix, err := viewPrefix(rec)
+	if err != nil {
+		return nil, err
+	}
+	laid := make([]laidEvent, 0, len(events))
+	for _, e := range events {
+		le, err := laidOf(e)
+		if err != nil {
+			return nil, err
+		}
+		laid = append(laid, le)
+	}
+	return laidShipment(&shipment{id: rec.ID, trackingNumber: rec.TrackingNumber}, prefix, laid), nil
+}
+
+// viewPrefix is the view of a shipment up to "status": its head but for the status and
+// the events, which follow it.
+func viewPrefix(rec shipmentRecord) ([]byte, error) {
 	view, err := marshalJSON(trackingView{ShipmentID: rec.ID, Reference: rec.Reference, TrackingNumber: rec.TrackingNumber, Status: trackingStatuses[0], Events: []trackingEvent{}})
 	if err != nil {
 		return nil, err
 	}
-	prefix, ok := bytes.CutSuffix(view, []byte(`"status":"`+trackingStatuses[0]+`","events":[]}`))
+	prefix, ok := bytes.CutSuffix(view, []byte(headTail(0)+`]}`))
 	if !ok {
 		return nil, errors.New("a tracking view must end in its status and its events: trackingView's last members are Status and Events")
 	}
-	laid := make([]laidEvent, 0, len(events))
-	for _, e := range events {
-		b, err := marshalJSON(e.trackingEvent)
-		if err != nil {
-			return nil, err
-		}
-		laid = append(laid, laidEvent{instantOf(e.at), uint8(slices.Index(trackingStatuses, e.Status)), b})
-	}
-	s := &shipment{id: rec.ID, trackingNumber: rec.TrackingNumber}
-	s.lay(prefix, laid)
-	return s, nil
+	return prefix, nil
 }
+
+// headTail is what follows a view's prefix in its head of the status of index st: the
+// status, then the events' opening.
+func headTail(st int) string { return `"status":"` + trackingStatuses[st] + `","events":[` }
+
+// prefix is s's view up to "status", as viewPrefix wrote it: what every head begins with.
+func (s *shipment) prefix() []byte { return s.heads[0][:len(s.heads[0])-len(headTail(0))] }
 
 // laidEvent is a stored event as a shipment lays it out: its instant, its status (an index
 // into trackingStatuses) and its JSON.
@@ -266,10 +283,24 @@ type laidEvent struct {
 	json   []byte
 }
 
+// laidOf is a normalized event as a shipment stores it: its JSON written once, the one
+// encoding of an event, at load and when events arrive.
+func laidOf(e stampedEvent) (laidEvent, error) {
+	b, err := marshalJSON(e.trackingEvent)
+	return laidEvent{instantOf(e.at), uint8(slices.Index(trackingStatuses, e.Status)), b}, err
+}
+
+// laidShipment is s, which names the shipment, with its view laid out from prefix (the view
+// up to "status") and its events, oldest first: the one builder of a shipment's view.
+func laidShipment(s *shipment, prefix []byte, events []laidEvent) *shipment {
+	s.lay(prefix, events)
+	return s
+}
+
 // lay lays out s's view: its events' JSON joined, and the heads a view shows (pre_transit,
 // and its events' statuses), each prefix (the view up to "status") then the status, cut from
 // one buffer: sandboxes hold thousands of shipments, and every byte and object kept is one
-// the collector marks at each cycle (sandbox_cost.sh).
+// the collector marks at each cycle.
 func (s *shipment) lay(prefix []byte, events []laidEvent) {
 	s.events, s.ends, s.instants, s.statuses = nil, make([]int, 0, len(events)), make([]instant, 0, len(events)), make([]uint8, 0, len(events))
 	for _, e := range events {
@@ -283,9 +314,9 @@ func (s *shipment) lay(prefix []byte, events []laidEvent) {
 	}
 	var heads []byte
 	ends := make([]int, len(trackingStatuses))
-	for i, status := range trackingStatuses {
+	for i := range trackingStatuses {
 		if i == 0 || slices.Contains(s.statuses, uint8(i)) {
-			heads = append(append(heads, prefix...), `"status":"`+status+`","events":[`...)
+			heads = append(append(heads, prefix...), headTail(i)...)
 		}
 		ends[i] = len(heads)
 	}
@@ -296,11 +327,11 @@ func (s *shipment) lay(prefix []byte, events []laidEvent) {
 			s.heads[i], from = heads[from:end:end], end
 		}
 	}
-	s.full = s.view(len(events))
+	s.full = s.joinedView(len(events))
 }
 
-// view is the tracking view of the first k events, as one slice.
-func (s *shipment) view(k int) []byte {
+// joinedView is the tracking view of the first k events, as one slice.
+func (s *shipment) joinedView(k int) []byte {
 	head, events := s.parts(k)
 	return append(append(append([]byte(nil), head...), events...), "]}"...)
 }
@@ -331,18 +362,18 @@ func (s *shipment) statusAt(at time.Time) string {
 	return trackingStatuses[0]
 }
 
-// view is a tracking view as an answer writes it: its parts, one after another, so that a
+// viewParts is a tracking view as an answer writes it: its parts, one after another, so that a
 // view the clock cuts short is not assembled first.
-type view [3][]byte
+type viewParts [3][]byte
 
 // viewAt is the view as the clock shows it at at: the events at or before at.
-func (s *shipment) viewAt(at time.Time) view {
+func (s *shipment) viewAt(at time.Time) viewParts {
 	k := s.shown(at)
 	if k == len(s.instants) {
-		return view{s.full}
+		return viewParts{s.full}
 	}
 	head, events := s.parts(k)
-	return view{head, events, viewEnd}
+	return viewParts{head, events, viewEnd}
 }
 
 // viewEnd closes a tracking view's events and the view; never modified.
@@ -847,10 +878,10 @@ var shorthandDescriptions = map[string]string{
 	"failure": "Delivery failed", "cancelled": "Cancelled", "unknown": "Status unknown",
 }
 
-// eventsBody is the body as read: events, or the shorthand's status and location, at the
+// shipmentEventsBody is the body as read: events, or the shorthand's status and location, at the
 // request's instant (an event's after counts from it; one with neither a timestamp nor an
 // after happens at it); and which of events and status came first.
-type eventsBody struct {
+type shipmentEventsBody struct {
 	at       time.Time
 	events   []rawEvent
 	status   *string
@@ -858,12 +889,12 @@ type eventsBody struct {
 	sent     []string // events and status, in the order sent
 }
 
-var errEventsBody = &apiError{code: codeMalformedJSON, detail: `The body must be one JSON object: {"events":[...]} (raw carrier events), or {"status":"delivered"}.`}
+var errShipmentEventsBody = &apiError{code: codeMalformedJSON, detail: `The body must be one JSON object: {"events":[...]} (raw carrier events), or {"status":"delivered"}.`}
 
-// eventsBodyShape is the members of the body, one row a member, each judged first by its
+// shipmentEventsShape is the members of the body, one row a member, each judged first by its
 // value, then (events and status) by being the second of the two: the later is the fault.
-var eventsBodyShape = shapeOf(
-	member[eventsBody]{"events", func(d *jsonReader, path, name string, b *eventsBody) error {
+var shipmentEventsShape = shapeOf(
+	member[shipmentEventsBody]{"events", func(d *jsonReader, path, name string, b *shipmentEventsBody) error {
 		if err := readList(d, path+"."+name, &b.events); err != nil {
 			return err
 		}
@@ -875,7 +906,7 @@ var eventsBodyShape = shapeOf(
 		}
 		return b.one(name)
 	}},
-	member[eventsBody]{"status", func(d *jsonReader, path, name string, b *eventsBody) error {
+	member[shipmentEventsBody]{"status", func(d *jsonReader, path, name string, b *shipmentEventsBody) error {
 		v, err := d.str(path, name)
 		if err == nil {
 			_, err = oneOf(path, name, "tracking status", v, trackingStatuses)
@@ -886,30 +917,30 @@ var eventsBodyShape = shapeOf(
 		b.status = &v
 		return b.one(name)
 	}},
-	member[eventsBody]{"location", func(d *jsonReader, path, name string, b *eventsBody) (err error) {
+	member[shipmentEventsBody]{"location", func(d *jsonReader, path, name string, b *shipmentEventsBody) (err error) {
 		b.location, err = d.optStr(path, name)
 		return err
 	}},
 )
 
 // one notes events or status as sent: the second of the two is a fault.
-func (b *eventsBody) one(name string) error {
+func (b *shipmentEventsBody) one(name string) error {
 	if b.sent = append(b.sent, name); len(b.sent) > 1 {
 		return paramError(codeInvalidParameter, name, "Send events (raw carrier events) or status (one event of that status), not both.")
 	}
 	return nil
 }
 
-// readEventsBody reads the body of POST /v1/test_helpers/shipments/{id}/events at the
+// readShipmentEvents reads the body of POST /v1/test_helpers/shipments/{id}/events at the
 // request's instant at: its JSON syntax (400), then its members in the order sent (422,
 // named by their path in the body); and returns the raw events it sends.
-func readEventsBody(body []byte, at time.Time) ([]rawEvent, error) {
+func readShipmentEvents(body []byte, at time.Time) ([]rawEvent, error) {
 	if !oneJSONObject(body) {
-		return nil, errEventsBody
+		return nil, errShipmentEventsBody
 	}
-	b := &eventsBody{at: at}
+	b := &shipmentEventsBody{at: at}
 	d := newJSONReader(bytes.NewReader(body), maxBodyBytes)
-	if err := d.document(eventsBodyShape.names, func(name string) error { return eventsBodyShape.member(d, "$", name, b) }); err != nil {
+	if err := d.document(shipmentEventsShape.names, func(name string) error { return shipmentEventsShape.member(d, "$", name, b) }); err != nil {
 		return nil, bodyFault(err)
 	}
 	switch {
@@ -930,25 +961,25 @@ func readEventsBody(body []byte, at time.Time) ([]rawEvent, error) {
 }
 
 var (
-	errMovingUnknown = &apiError{code: codeNotFound, detail: "No shipment with this ID is found in this sandbox at the request's instant: events arrive for a shipment it shows (created by then, and of this account)."}
-	errDatasetMoves  = &apiError{code: codeCapabilityUnavailable, detail: "A dataset's account is fixed: make a sandbox (POST /v1/test_helpers/sandboxes) and move its shipments with its keys."}
+	errShipmentEventsUnknown = &apiError{code: codeNotFound, detail: "No shipment with this ID is found in this sandbox at the request's instant: events arrive for a shipment it shows (created by then, and of this account)."}
+	errShipmentEventsDataset = &apiError{code: codeCapabilityUnavailable, detail: "A dataset's account is fixed: make a sandbox (POST /v1/test_helpers/sandboxes) and move its shipments with its keys."}
 )
 
-// withEvents is d with the raw events arrived, at the instant at, for the shipment id: the
+// withShipmentEvents is d with the raw events arrived, at the instant at, for the shipment id: the
 // next version of a sandbox's data, the shipment rebuilt at its place in a copy of the list
 // (the maps, the tree and the orders shared), its timeline with the events that come after
 // at; and the shipment. Or why there is none: a shipment not found at at (404), a dataset's
 // tenant (422), a shipment past maxShipmentEvents (422).
-func (d *tenantData) withEvents(id string, raw []rawEvent, at time.Time) (*tenantData, *shipment, error) {
+func (d *tenantData) withShipmentEvents(id string, raw []rawEvent, at time.Time) (*tenantData, *shipment, error) {
 	place, ok := d.shipments.byID[id]
 	switch {
 	case !ok || !d.shipments.list[place].existsAt(at):
-		return nil, nil, errMovingUnknown
+		return nil, nil, errShipmentEventsUnknown
 	case d.source == nil:
-		return nil, nil, errDatasetMoves
+		return nil, nil, errShipmentEventsDataset
 	}
 	events, _ := normalizeEvents(raw)
-	s, err := d.shipments.list[place].withEvents(events)
+	s, err := d.shipments.list[place].withAdded(events)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -967,10 +998,10 @@ func (d *tenantData) withEvents(id string, raw []rawEvent, at time.Time) (*tenan
 	return &next, s, nil
 }
 
-// withEvents is s with events (normalized) joined to its stored ones: an event of an instant
+// withAdded is s with events (normalized) joined to its stored ones: an event of an instant
 // and description s holds is that one; the events stay oldest first, those it held first
 // among those of one instant. Past maxShipmentEvents, none is stored.
-func (s *shipment) withEvents(events []stampedEvent) (*shipment, error) {
+func (s *shipment) withAdded(events []stampedEvent) (*shipment, error) {
 	laid := make([]laidEvent, 0, len(s.instants)+len(events))
 	for k := range s.instants {
 		laid = append(laid, laidEvent{s.instants[k], s.statuses[k], s.eventJSON(k)})
@@ -980,11 +1011,11 @@ func (s *shipment) withEvents(events []stampedEvent) (*shipment, error) {
 		if s.holds(e) {
 			continue
 		}
-		b, err := marshalJSON(e.trackingEvent)
+		le, err := laidOf(e)
 		if err != nil {
 			return nil, err
 		}
-		laid = append(laid, laidEvent{instantOf(e.at), uint8(slices.Index(trackingStatuses, e.Status)), b})
+		laid = append(laid, le)
 	}
 	if len(laid) > maxShipmentEvents {
 		return nil, &apiError{code: codeCapabilityUnavailable, detail: fmt.Sprintf("With these events the shipment would hold %d, past the %d a shipment holds: nothing was stored. Move another shipment, or make another sandbox.", len(laid), maxShipmentEvents)}
@@ -999,9 +1030,7 @@ func (s *shipment) withEvents(events []stampedEvent) (*shipment, error) {
 		}
 	}
 	merged = append(append(merged, old...), fresh...)
-	next := &shipment{id: s.id, trackingNumber: s.trackingNumber, createdAt: s.createdAt, dropped: s.dropped}
-	next.lay(bytes.TrimSuffix(s.heads[0], []byte(`"status":"`+trackingStatuses[0]+`","events":[`)), merged)
-	return next, nil
+	return laidShipment(&shipment{id: s.id, trackingNumber: s.trackingNumber, createdAt: s.createdAt, dropped: s.dropped}, s.prefix(), merged), nil
 }
 
 // eventJSON is the JSON of s's k-th event.
@@ -1035,10 +1064,10 @@ var (
 
 // viewByID is GET /v1/shipments/{id}/tracking as the tenant's clock shows it at at: a
 // shipment is found from its creation on, and the events after at are not shown yet.
-func (ix *shipmentIndex) viewByID(id string, at time.Time) (view, *shipment, error) {
+func (ix *shipmentIndex) viewByID(id string, at time.Time) (viewParts, *shipment, error) {
 	s := ix.find(id)
 	if s == nil || !s.existsAt(at) {
-		return view{}, nil, errShipmentNotFound
+		return viewParts{}, nil, errShipmentNotFound
 	}
 	return s.viewAt(at), s, nil
 }
@@ -1047,10 +1076,10 @@ func (ix *shipmentIndex) viewByID(id string, at time.Time) (view, *shipment, err
 // tracking number of the one shipment of the key's account and environment found at at.
 // The shipment is the one shown, or, for a number several hold (errTrackingAmbiguous), the
 // first of them.
-func (ix *shipmentIndex) viewByNumber(number string, at time.Time) (view, *shipment, error) {
+func (ix *shipmentIndex) viewByNumber(number string, at time.Time) (viewParts, *shipment, error) {
 	s, err := ix.holder(number, at)
 	if err != nil {
-		return view{}, s, err
+		return viewParts{}, s, err
 	}
 	return s.viewAt(at), s, nil
 }
