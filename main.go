@@ -1,62 +1,65 @@
 // Command sandbox serves the local sandbox of the Shipment Tracking and Imported Orders API,
 // opens it to coding agents (POST /mcp, and go run . mcp over stdio), and judges any server
-// that claims the API (go run . check). main.go holds the commands, one after the other.
+// that claims the API (go run . check). main.go holds four books, one a program, in the order
+// main dispatches them, each entered by one door: every banner names its book, so
+// grep '^// ===== mcp:' main.go is the door's table of contents. A book reaches another only
+// through that door (the server's serveInside and openers, the door's doorway, the kit's
+// runKit), and what two books use stands in the shared section before them.
 //
-// First the server: the process and the path of a request through it, in the order a
-// request meets it: the route table, then the clean-path check, the route, the checks in
-// the contract's order, the body, the handlers, writing the answer and the log line; then
-// what needs no key. What one operation needs lives with it.
+// shared: what two books use (the body cap, request ids, flags, hosts and origins, the lines a
+// command writes, masking and escaping).
+//   - shared: what two books use, kept here so that neither reaches into the other
 //
-// Then the MCP door, a coding agent's way in, in one contiguous part, in the order a
-// message meets it: its transports (POST /mcp, then stdio and the bridge), the revision it
-// speaks and its method, the tool from one table, the API requests the tool makes in this
-// process with the caller's key, the result; then the resources.
+// serve (go run .): the process, then the path of a request through the server in the order
+// a request meets it, then what needs no key, and the service inside this process that the
+// other books come in by. What one operation needs lives with it (tracking.go, orders.go,
+// auth.go).
+//   - serve: flags and environment
+//   - serve: loading, serving and the way out
+//   - serve: the collector
+//   - serve: the server and its route table
+//   - serve: every request: a clean path, its route, its call, a panic made a 500
+//   - serve: browsers: CORS
+//   - serve: the checks, in their order: declared size, key, live environment, rate limit, scope
+//   - serve: Prefer: a simulated answer, a delay, an instant of one's own
+//   - serve: faults for clients that cannot send a header
+//   - serve: the body: read once, up to its cap
+//   - serve: writes: Idempotency-Key, and the answers stored under it
+//   - serve: the handlers: the four operations, the test helpers and the MCP door
+//   - serve: writing an answer: a problem, and the journal's entry
+//   - serve: the access log
+//   - serve: what needs no key: health, the document, and what no route serves
+//   - serve: the service inside this process: the door other books come in by
 //
-// Then the conformance kit, a client of the API in one contiguous part, in the order a run
-// meets it: its command and flags, its requests and their results, its world, the catalogue with
-// each rule's judge under its prefix, its reports, and check diff. It shares with the server
-// only the contract's words (paths, codes, vocabularies, limits), and none of its types.
+// landing: the page a browser opens at /, a view of the server's tenants.
+//   - landing: the page a browser opens at /
 //
-// Its sections, each under a banner (grep '^// =====' *.go lists the sections of every
-// file):
+// mcp (POST /mcp, go run . mcp): the MCP door, in the order a POST meets it, then the
+// transports over it.
+//   - mcp: POST /mcp, who may knock, and the envelope
+//   - mcp: the revision, and the method
+//   - mcp: the tools, one table
+//   - mcp: a tool's call, its API requests, and its result
+//   - mcp: the resources
+//   - mcp: stdio and the bridge, the transports over the door
 //
-//   - The process: flags and environment
-//   - The process: hosts and origins
-//   - The process: loading, serving and the way out
-//   - The process: the collector
-//   - The server and its route table
-//   - Every request: a clean path, its route, its call, a panic made a 500
-//   - Browsers: CORS
-//   - The checks, in their order: declared size, key, live environment, rate limit, scope
-//   - Prefer: a simulated answer, a delay, an instant of one's own
-//   - Faults for clients that cannot send a header
-//   - The body: read once, up to its cap
-//   - Writes: Idempotency-Key, and the answers stored under it
-//   - The handlers: the four operations and the test helpers
-//   - Writing an answer: a problem, and the journal's entry
-//   - The access log
-//   - What needs no key: health, the document, and what no route serves
-//   - The landing page
-//   - The MCP door: POST /mcp, who may knock, and the envelope
-//   - The MCP door: stdio, and the bridge
-//   - The MCP door: the revision, and the method
-//   - The MCP door: the tools, one table
-//   - The MCP door: a tool's call, its API requests, and its result
-//   - The MCP door: the resources
-//   - The conformance kit: its command and its flags
-//   - The conformance kit: its requests, and what it keeps of their answers
-//   - The conformance kit: its pace
-//   - The conformance kit: what it writes, masked and escaped
-//   - The conformance kit: results and their evidence
-//   - The conformance kit: JSON, read with its own eyes
-//   - The conformance kit: its world
-//   - The conformance kit: the catalogue, and a run of it
-//   - The conformance kit: the catalogue's judges of auth.*
-//   - The conformance kit: the catalogue's judges of tracking.*
-//   - The conformance kit: the catalogue's judges of orders.*
-//   - The conformance kit: the catalogue's judges of http.*, errors.* and limits.*
-//   - The conformance kit: its reports
-//   - The conformance kit: check diff, two reports side by side
+// check (go run . check): the conformance kit, a client of the API, in the order a run meets
+// it. It shares with the server only the contract's words (paths, codes, vocabularies,
+// limits) and the shared section: it decodes answers into types of its own, and main hands
+// it what starts this sandbox for its self-check.
+//   - check: its command and its flags
+//   - check: its requests, and what it keeps of their answers
+//   - check: its pace
+//   - check: results and their evidence, each request a curl command
+//   - check: JSON, read with its own eyes
+//   - check: its world
+//   - check: the catalogue, and a run of it
+//   - check: the catalogue's judges of auth.*
+//   - check: the catalogue's judges of tracking.*
+//   - check: the catalogue's judges of orders.*
+//   - check: the catalogue's judges of http.*, errors.* and limits.*
+//   - check: its reports
+//   - check: check diff, two reports side by side
 package main
 
 import (
@@ -119,44 +122,370 @@ const defaultBaseURL = "http://127.0.0.1:8080/v1"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	if len(os.Args) > 1 && os.Args[1] == "check" { // the conformance kit
-		// Go's HTTP transport writes what a server sends unasked on an idle connection to
-		// the standard logger ("Unsolicited response received on idle HTTP channel starting
-		// with ..."): a hostile server's bytes, the keys it echoes among them. Nothing else of
-		// the kit uses that logger, and what the kit writes it masks: it is silenced.
-		log.SetOutput(io.Discard)
-		status := runCheck(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr, startSelfCheck)
-		stop()
-		os.Exit(status)
-	}
-	if len(os.Args) > 1 && os.Args[1] == "mcp" { // the MCP door over stdio
+	var status int
+	switch commandOf(os.Args) {
+	case "serve": // the sandbox: go run . and its flags
+		status = serveMain(ctx)
+	case "mcp": // the MCP door over stdio
 		signal.Ignore(syscall.SIGPIPE) // a closed stdout is a write's error, and ends the session cleanly
-		status := runMCP(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr, func(ctx context.Context, args []string, usage io.Writer) (bridgeTarget, error) {
+		status = runMCP(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr, func(ctx context.Context, args []string, usage io.Writer) (bridgeTarget, error) {
 			return openBridgeTarget(ctx, args, os.Getenv, usage, boundHeapGrowth)
 		})
-		stop()
-		os.Exit(status)
+	case "check": // the conformance kit
+		// Go's HTTP transport writes what a server sends unasked on an idle connection to the
+		// standard logger ("Unsolicited response received on idle HTTP channel starting with
+		// ..."): a hostile server's bytes, the keys it echoes among them. Nothing else of the
+		// kit uses that logger, and what the kit writes it masks: it is silenced.
+		log.SetOutput(io.Discard)
+		status = runCheck(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr, startSelfCheck)
 	}
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, boundHeapGrowth)
 	stop()
-	if err != nil {
-		// run has left finalLineWait of its bound for this line.
-		errs := newConsole(os.Stderr)
-		errs.say("sandbox: " + err.Error() + "\n")
-		errs.close(time.Now().Add(finalLineWait))
-		if errors.As(err, new(*refusedSetting)) {
-			os.Exit(2)
+	os.Exit(status)
+}
+
+// commandOf is the command args name: mcp or check as the first argument, else serve (go run .
+// and its flags).
+func commandOf(args []string) string {
+	if len(args) > 1 && (args[1] == "mcp" || args[1] == "check") {
+		return args[1]
+	}
+	return "serve"
+}
+
+// serveMain is go run .: the sandbox served until a signal, its exit status 1 when it could
+// not start or stop cleanly (2 for flags unsafe together), the reason on stderr.
+func serveMain(ctx context.Context) int {
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, boundHeapGrowth)
+	if err == nil {
+		return 0
+	}
+	// run has left finalLineWait of its bound for this line.
+	errs := newConsole(os.Stderr)
+	errs.say("sandbox: " + err.Error() + "\n")
+	errs.close(time.Now().Add(finalLineWait))
+	if errors.As(err, new(*refusedSetting)) {
+		return 2
+	}
+	return 1
+}
+
+// ===== shared: what two books use, kept here so that neither reaches into the other =====
+
+// A helper two books use stands here, not in either book: a book reaches another only
+// through that book's one door (the server's serveInside, the door's doorway, the kit's
+// runKit). What is here: the body cap and request ids (the server, and the door's problems
+// and bridge); flags (every command's); hosts, origins and base URLs (the server, the page,
+// the door, the kit); the lines a command writes for a person, which never wait on a stalled
+// terminal (main, the server, the stdio session); and what a command writes of what a server
+// or a user sent: masked (no key), escaped (no control character) and cut.
+
+// usageError is a flag refused: go run . mcp exits 2 for it.
+type usageError struct{ error }
+
+func (e *usageError) Unwrap() error { return e.error }
+
+// maxBodyBytes is the request body limit: 256 KiB.
+const maxBodyBytes = 256 << 10
+
+// newRequestID returns "req_" and 20 random base-32 characters (100 bits). The ids
+// are for correlation, not secrets, so the runtime's per-thread generator serves.
+func newRequestID() string {
+	const alphabet = "0123456789abcdefghjkmnpqrstvwxyz"
+	var b [24]byte
+	copy(b[:], "req_")
+	hi, lo := mrand.Uint64(), mrand.Uint64()
+	for i := 4; i < 24; i++ {
+		b[i] = alphabet[hi&31]
+		hi = hi>>5 | lo<<59
+		lo >>= 5
+	}
+	return string(b[:])
+}
+
+// splitHostPort splits a valid host[:port] (lower-case); ok is false for anything else.
+func splitHostPort(s string) (host, port string, ok bool) {
+	if strings.HasPrefix(s, "[") {
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return "", "", false
 		}
-		os.Exit(1)
+		host, port = s[:end+1], strings.TrimPrefix(s[end+1:], ":")
+		if len(s) > end+1 && s[end+1] != ':' {
+			return "", "", false
+		}
+		ip, err := netip.ParseAddr(host[1:end])
+		ok = err == nil && ip.Is6() && ip.Zone() == "" && validPort(port, len(s) > end+1)
+		return host, port, ok
+	}
+	host, port, hasPort := strings.Cut(s, ":")
+	return host, port, validHostName(host) && validPort(port, hasPort)
+}
+
+// validPort reports whether port is 1 to 65535 without leading zeros, or absent (given false).
+func validPort(port string, given bool) bool {
+	if !given {
+		return true
+	}
+	n, ok := parseWhole(port, 65535)
+	return ok && n > 0 && port[0] != '0'
+}
+
+// validHostName reports whether h is a lower-case DNS name (labels of letters, digits and
+// inner hyphens, the last not all digits, no trailing dot) or an IPv4 address (four decimal
+// octets, no leading zeros).
+func validHostName(h string) bool {
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	labels := strings.Split(h, ".")
+	if last := labels[len(labels)-1]; last != "" && strings.Trim(last, "0123456789") == "" {
+		ip, err := netip.ParseAddr(h)
+		return err == nil && ip.Is4()
+	}
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' || strings.Trim(l, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// namesLoopback reports whether a valid host names this machine's loopback: localhost,
+// 127.0.0.0/8 or [::1].
+func namesLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	return err == nil && ip.IsLoopback()
+}
+
+// originOf is the origin a request named the sandbox by: http:// and its Host, lower-cased,
+// when that is a valid host[:port]; else fallback, the banner's.
+func originOf(r *http.Request, fallback string) string {
+	host := strings.ToLower(r.Host)
+	if _, _, ok := splitHostPort(host); ok {
+		return "http://" + host
+	}
+	return fallback
+}
+
+// originOfBase is a base URL's origin: its scheme and host.
+func originOfBase(base string) string {
+	u, err := url.Parse(base)
+	if err != nil {
+		return base
+	}
+	return u.Scheme + "://" + u.Host
+}
+
+// apiBaseURL is the base URL of a server under check, its one trailing / dropped: an
+// absolute http or https URL with a host, and no user, query or fragment (the kit appends
+// the spec's paths to it).
+func apiBaseURL(v string) (string, error) {
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+		return "", errors.New("want an absolute http or https URL, the API's base, such as http://127.0.0.1:8080/v1")
+	}
+	return strings.TrimSuffix(v, "/"), nil
+}
+
+// parseFlags parses args into fs, a command's flags, and returns the flags given: -h prints
+// intro and the flags to usage (flag.ErrHelp); an unknown flag or an argument says where
+// the flags are listed (help), naming the command (who).
+func parseFlags(fs *flag.FlagSet, args []string, usage io.Writer, intro, who, help string) (map[string]bool, error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(usage, intro)
+			fs.SetOutput(usage)
+			fs.PrintDefaults()
+			return nil, err
+		}
+		if strings.HasPrefix(err.Error(), "flag provided but not defined") {
+			return nil, fmt.Errorf("%w (see %s for the flags)", err, help)
+		}
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q: %s takes flags only (see %s)", fs.Arg(0), who, help)
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	return given, nil
+}
+
+// fallBack sets each flag not given from its variable, prefix and its NAME (SANDBOX_NAME,
+// SANDBOX_CHECK_NAME); a bad value names the variable.
+func fallBack(fs *flag.FlagSet, given map[string]bool, getenv func(string) string, prefix string) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := prefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		v := getenv(name)
+		if err != nil || given[f.Name] || v == "" {
+			return
+		}
+		if e := fs.Set(f.Name, v); e != nil {
+			err = fmt.Errorf("invalid value %q for %s (the fallback of -%s): %v", v, name, f.Name, e)
+		}
+	})
+	return err
+}
+
+// finalLineWait is how long main's last line (run's error) may wait for stderr: run's
+// own waits end twice that before the bound.
+const finalLineWait = 500 * time.Millisecond
+
+// console writes lines for a person (the banner, the loading and shutdown lines) in order,
+// from a goroutine of its own, so that the program never waits for a terminal or pipe
+// that has stopped reading, which cannot be given a deadline of its own.
+type console struct {
+	lines   chan string
+	written chan struct{} // closed once every line said is written
+}
+
+// consoleBacklog is how many lines may wait for a destination; more are dropped.
+const consoleBacklog = 64
+
+func newConsole(w io.Writer) *console {
+	c := &console{lines: make(chan string, consoleBacklog), written: make(chan struct{})}
+	go func() {
+		defer close(c.written)
+		for line := range c.lines {
+			w.Write([]byte(line))
+		}
+	}()
+	return c
+}
+
+// say queues line, each written whole by one write.
+func (c *console) say(line string) {
+	select {
+	case c.lines <- line:
+	default: // the destination is far behind: the line is dropped rather than wait
 	}
 }
 
-// refusedSetting is a start refused for flags that are unsafe together: exit status 2.
-type refusedSetting struct{ why string }
+// close waits until every line is written or deadline passes, and reports which.
+func (c *console) close(deadline time.Time) bool {
+	close(c.lines)
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-c.written:
+		return true
+	case <-t.C:
+		return false
+	}
+}
 
-func (e *refusedSetting) Error() string { return e.why }
+// minMaskedKey is the shortest key the kit carries: it masks every part of a key of this
+// length or more in what it writes, and a shorter one could not be masked without
+// garbling the report.
+const minMaskedKey = 8
 
-// ===== The process: flags and environment =====
+// secrets are keys that nothing a command writes may hold (the kit's, the bridge's): a key
+// whole is written as the variable it is named by ($KEY, $SANDBOX_MCP_KEY), and any part of
+// one of minMaskedKey characters or more (a key cut short, or run into other text) as [key].
+// A key shorter than minMaskedKey is not masked: it could not be without garbling what is
+// written (the kit refuses one). What a server sent or the user gave is masked, field by
+// field; a command's own words are not, so that a key that shares a word with them
+// (sk_test_sandbox_tracking and tracking.utc) garbles nothing of the kit's catalogue.
+type secrets struct {
+	mu    sync.Mutex
+	whole []secret        // longest first
+	parts map[string]bool // every minMaskedKey-byte part of every key
+}
+
+type secret struct {
+	text, name string
+}
+
+// newSecrets are the keys of keys, each by the name it is written as.
+func newSecrets[N ~string](keys map[N]string) *secrets {
+	s := &secrets{parts: map[string]bool{}}
+	for name, key := range keys {
+		s.add(key, string(name))
+	}
+	return s
+}
+
+// add keeps key, named name, to be masked.
+func (s *secrets) add(key, name string) {
+	if len(key) < minMaskedKey {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.whole = append(s.whole, secret{key, name})
+	slices.SortStableFunc(s.whole, func(a, b secret) int { return len(b.text) - len(a.text) })
+	for i := 0; i+minMaskedKey <= len(key); i++ {
+		s.parts[key[i:i+minMaskedKey]] = true
+	}
+}
+
+// mask is text with every key whole written as its name's variable, and every run of text
+// that parts of keys cover written as [key].
+func (s *secrets) mask(text string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range s.whole {
+		text = strings.ReplaceAll(text, k.text, "$"+k.name)
+	}
+	covered := make([]bool, len(text))
+	found := false
+	for i := 0; i+minMaskedKey <= len(text); i++ {
+		if s.parts[text[i:i+minMaskedKey]] {
+			for j := i; j < i+minMaskedKey; j++ {
+				covered[j] = true
+			}
+			found = true
+		}
+	}
+	if !found {
+		return text
+	}
+	var b strings.Builder
+	for i := 0; i < len(text); i++ {
+		switch {
+		case !covered[i]:
+			b.WriteByte(text[i])
+		case i == 0 || !covered[i-1]:
+			b.WriteString("[key]")
+		}
+	}
+	return b.String()
+}
+
+// printable is s as a line of text shows it safely: a control character (a newline, an
+// escape), a line or paragraph separator and a bidirectional control written as \uXXXX,
+// invalid UTF-8 as \ufffd, so that what a server sends can neither forge a line of the
+// report nor move a terminal's cursor.
+func printable(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToValidUTF8(s, "\ufffd") {
+		switch {
+		case r == '\ufffd' || unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || r >= '\u202a' && r <= '\u202e' || r >= '\u2066' && r <= '\u2069' || r == '\u200e' || r == '\u200f':
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// cutField is at most n bytes of s (cut at a UTF-8 boundary), and ... when cut.
+func cutField(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+// ===== serve: flags and environment =====
 
 // What run is told, by flags and by the environment.
 
@@ -309,47 +638,6 @@ func doorFlags(fs *flag.FlagSet, cfg *config, mcp bool) {
 	}
 }
 
-// parseFlags parses args into fs, a command's flags, and returns the flags given: -h prints
-// intro and the flags to usage (flag.ErrHelp); an unknown flag or an argument says where
-// the flags are listed (help), naming the command (who).
-func parseFlags(fs *flag.FlagSet, args []string, usage io.Writer, intro, who, help string) (map[string]bool, error) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(usage, intro)
-			fs.SetOutput(usage)
-			fs.PrintDefaults()
-			return nil, err
-		}
-		if strings.HasPrefix(err.Error(), "flag provided but not defined") {
-			return nil, fmt.Errorf("%w (see %s for the flags)", err, help)
-		}
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q: %s takes flags only (see %s)", fs.Arg(0), who, help)
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	return given, nil
-}
-
-// fallBack sets each flag not given from its variable, prefix and its NAME (SANDBOX_NAME,
-// SANDBOX_CHECK_NAME); a bad value names the variable.
-func fallBack(fs *flag.FlagSet, given map[string]bool, getenv func(string) string, prefix string) error {
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		name := prefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		v := getenv(name)
-		if err != nil || given[f.Name] || v == "" {
-			return
-		}
-		if e := fs.Set(f.Name, v); e != nil {
-			err = fmt.Errorf("invalid value %q for %s (the fallback of -%s): %v", v, name, f.Name, e)
-		}
-	})
-	return err
-}
-
 // wholeNumber is a flag's parser of a whole number from 0 to most.
 func wholeNumber(dst *int, most int) func(string) error {
 	return func(s string) error {
@@ -362,11 +650,6 @@ func wholeNumber(dst *int, most int) func(string) error {
 	}
 }
 
-// ===== The process: hosts and origins =====
-
-// How a browser or a client names the sandbox: a host (a lower-case DNS name, an IPv4
-// address, or a bracketed IPv6 address) and an optional port, 1 to 65535.
-
 // validOrigin reports whether s is one web origin as a browser writes it in Origin:
 // http or https, a valid lower-case host, and no port the scheme has by default.
 func validOrigin(s string) bool {
@@ -378,75 +661,12 @@ func validOrigin(s string) bool {
 	return ok && !(scheme == "http" && port == "80" || scheme == "https" && port == "443")
 }
 
-// splitHostPort splits a valid host[:port] (lower-case); ok is false for anything else.
-func splitHostPort(s string) (host, port string, ok bool) {
-	if strings.HasPrefix(s, "[") {
-		end := strings.IndexByte(s, ']')
-		if end < 0 {
-			return "", "", false
-		}
-		host, port = s[:end+1], strings.TrimPrefix(s[end+1:], ":")
-		if len(s) > end+1 && s[end+1] != ':' {
-			return "", "", false
-		}
-		ip, err := netip.ParseAddr(host[1:end])
-		ok = err == nil && ip.Is6() && ip.Zone() == "" && validPort(port, len(s) > end+1)
-		return host, port, ok
-	}
-	host, port, hasPort := strings.Cut(s, ":")
-	return host, port, validHostName(host) && validPort(port, hasPort)
-}
+// refusedSetting is a start refused for flags that are unsafe together: exit status 2.
+type refusedSetting struct{ why string }
 
-// validPort reports whether port is 1 to 65535 without leading zeros, or absent (given false).
-func validPort(port string, given bool) bool {
-	if !given {
-		return true
-	}
-	n, ok := parseWhole(port, 65535)
-	return ok && n > 0 && port[0] != '0'
-}
+func (e *refusedSetting) Error() string { return e.why }
 
-// validHostName reports whether h is a lower-case DNS name (labels of letters, digits and
-// inner hyphens, the last not all digits, no trailing dot) or an IPv4 address (four decimal
-// octets, no leading zeros).
-func validHostName(h string) bool {
-	if h == "" || len(h) > 253 {
-		return false
-	}
-	labels := strings.Split(h, ".")
-	if last := labels[len(labels)-1]; last != "" && strings.Trim(last, "0123456789") == "" {
-		ip, err := netip.ParseAddr(h)
-		return err == nil && ip.Is4()
-	}
-	for _, l := range labels {
-		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' || strings.Trim(l, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" {
-			return false
-		}
-	}
-	return true
-}
-
-// originOf is the origin a request named the sandbox by: http:// and its Host, lower-cased,
-// when that is a valid host[:port]; else fallback, the banner's.
-func originOf(r *http.Request, fallback string) string {
-	host := strings.ToLower(r.Host)
-	if _, _, ok := splitHostPort(host); ok {
-		return "http://" + host
-	}
-	return fallback
-}
-
-// namesLoopback reports whether a valid host names this machine's loopback: localhost,
-// 127.0.0.0/8 or [::1].
-func namesLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
-	return err == nil && ip.IsLoopback()
-}
-
-// ===== The process: loading, serving and the way out =====
+// ===== serve: loading, serving and the way out =====
 
 // run: load the dataset, serve it, and stop within a deadline from the signal.
 
@@ -466,50 +686,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	return runConfigured(ctx, cfg, getenv, stdout, stderr, tuneHeap)
 }
-
-// openBridgeTarget is go run . mcp's opener (the MCP book's runMCP asks it): its flags, then
-// this sandbox started on a free loopback port by default, as go run . would start it with
-// its start lines and logs on stderr; or, with -base-url, the sandbox that runs there.
-func openBridgeTarget(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, tuneHeap heapTuner) (bridgeTarget, error) {
-	cfg, err := parseConfigFor(args, getenv, stderr, true)
-	if errors.Is(err, flag.ErrHelp) {
-		return bridgeTarget{}, err
-	}
-	if err != nil {
-		return bridgeTarget{}, &usageError{err}
-	}
-	session := bridgeTarget{base: cfg.bridgeTo, rt: &http.Transport{Proxy: nil, ResponseHeaderTimeout: bridgeExchange}, key: cmp.Or(cfg.mcpKey, defaultMCPKey),
-		keyName: cmp.Or(cfg.mcpKeyName, "-mcp-key"), drain: cfg.drainTimeout, stop: func() error { return nil }}
-	if session.base != "" {
-		return session, nil
-	}
-	runCtx, stopRun := context.WithCancel(ctx)
-	served := make(chan servedSandbox, 1)
-	cfg.serving = func(srv *server, base string) { served <- servedSandbox{base, srv} }
-	done := make(chan error, 1)
-	go func() { done <- runConfigured(runCtx, cfg, getenv, stderr, stderr, tuneHeap) }()
-	select {
-	case sb := <-served:
-		session.base, session.rt, session.inside = sb.base, sb.srv, true
-		session.stop = func() error { stopRun(); return <-done }
-		return session, nil
-	case err := <-done:
-		stopRun()
-		return bridgeTarget{}, cmp.Or(err, errors.New("the sandbox stopped before it served"))
-	}
-}
-
-// servedSandbox is a sandbox go run . mcp started: its base URL, and its server, which
-// answers the bridge's messages in this process.
-type servedSandbox struct {
-	base string
-	srv  *server
-}
-
-// usageError is a flag refused: go run . mcp exits 2 for it.
-type usageError struct{ error }
-
-func (e *usageError) Unwrap() error { return e.error }
 
 // runConfigured is run once the configuration is read.
 func runConfigured(ctx context.Context, cfg config, getenv func(string) string, stdout, stderr io.Writer, tuneHeap heapTuner) error {
@@ -905,10 +1081,6 @@ func serve(ctx context.Context, hs *http.Server, ln net.Listener, stopping func(
 	return nil
 }
 
-// finalLineWait is how long main's last line (run's error) may wait for stderr: run's
-// own waits end twice that before the bound.
-const finalLineWait = 500 * time.Millisecond
-
 // stopSignal is when ctx was cancelled: every wait on the way out is a deadline from that
 // instant, not a sum of waits.
 type stopSignal struct{ at atomic.Pointer[time.Time] }
@@ -930,50 +1102,7 @@ func (s *stopSignal) deadline(d time.Duration) time.Time {
 	return time.Now().Add(d)
 }
 
-// console writes lines for a person (the banner, the loading and shutdown lines) in order,
-// from a goroutine of its own, so that the program never waits for a terminal or pipe
-// that has stopped reading, which cannot be given a deadline of its own.
-type console struct {
-	lines   chan string
-	written chan struct{} // closed once every line said is written
-}
-
-// consoleBacklog is how many lines may wait for a destination; more are dropped.
-const consoleBacklog = 64
-
-func newConsole(w io.Writer) *console {
-	c := &console{lines: make(chan string, consoleBacklog), written: make(chan struct{})}
-	go func() {
-		defer close(c.written)
-		for line := range c.lines {
-			w.Write([]byte(line))
-		}
-	}()
-	return c
-}
-
-// say queues line, each written whole by one write.
-func (c *console) say(line string) {
-	select {
-	case c.lines <- line:
-	default: // the destination is far behind: the line is dropped rather than wait
-	}
-}
-
-// close waits until every line is written or deadline passes, and reports which.
-func (c *console) close(deadline time.Time) bool {
-	close(c.lines)
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	select {
-	case <-c.written:
-		return true
-	case <-t.C:
-		return false
-	}
-}
-
-// ===== The process: the collector =====
+// ===== serve: the collector =====
 
 // heapHeadroom is how much the heap may grow past its live data between collections.
 const heapHeadroom = 64 << 20
@@ -1047,7 +1176,7 @@ func afterEachGC(each func() bool) {
 	})
 }
 
-// ===== The server and its route table =====
+// ===== serve: the server and its route table =====
 
 // The server: the dataset's operations, one route table, and the handler that serves it;
 // each route's checks are wrappers chained in the contract's order, each answering or
@@ -1159,33 +1288,6 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 		documentSize: func(origin string) int { return len(doc.marked) + marks*(len(origin)-len(originMark)) },
 		corsOrigin:   o.corsOrigin, loopback: o.loopback, origin: srv.origin, writeTimeout: o.writeTimeout, mcpKey: o.mcpKey, getenv: o.getenv})
 	return srv, err
-}
-
-// serveMCP hands POST /mcp to the MCP door, and notes in the call whom the request acted as
-// (its log line names the account) and whether its answer was cut.
-func (s *server) serveMCP(w http.ResponseWriter, r *http.Request, c *call) {
-	var cut bool
-	if c.key, cut = s.mcp.serveHTTP(w, r, c.body, c.arrived); cut {
-		c.status = statusClientClosedRequest
-	}
-}
-
-// knockMCP judges the key a request to the MCP door names, as the test helpers judge a key:
-// a test key of this sandbox of any scopes, the scheme read as the API reads it (bearer and
-// BEARER are Bearer), its expiry by the wall clock; a live key is 503. It returns the key and
-// its text.
-func (s *server) knockMCP(h http.Header) (*apiKey, string, *apiError) {
-	k, err := s.keys.authenticate(h)
-	switch {
-	case err != nil:
-		return nil, "", err
-	case k.expiredAt(s.now()):
-		return nil, "", errExpiredKey
-	case k.tenant.live:
-		return nil, "", errLive
-	}
-	token, _ := bearerToken(h)
-	return k, token, nil
 }
 
 // route is one method and path the server answers, as a ServeMux pattern.
@@ -1360,7 +1462,7 @@ func chain(h callHandler, ws ...wrapper) callHandler {
 	return h
 }
 
-// ===== Every request: a clean path, its route, its call, a panic made a 500 =====
+// ===== serve: every request: a clean path, its route, its call, a panic made a 500 =====
 
 // cleanPaths answers a path that is not in canonical form (//, /./, /../, and their
 // escaped spellings such as /%2e%2e/) with unclean, where ServeMux would answer with a
@@ -1480,22 +1582,7 @@ func (s *server) finish(sw *statusWriter, method, route string) {
 	}
 }
 
-// newRequestID returns "req_" and 20 random base-32 characters (100 bits). The ids
-// are for correlation, not secrets, so the runtime's per-thread generator serves.
-func newRequestID() string {
-	const alphabet = "0123456789abcdefghjkmnpqrstvwxyz"
-	var b [24]byte
-	copy(b[:], "req_")
-	hi, lo := mrand.Uint64(), mrand.Uint64()
-	for i := 4; i < 24; i++ {
-		b[i] = alphabet[hi&31]
-		hi = hi>>5 | lo<<59
-		lo >>= 5
-	}
-	return string(b[:])
-}
-
-// ===== Browsers: CORS =====
+// ===== serve: browsers: CORS =====
 
 // With -cors-origin, every answer under /v1 and /healthz carries the CORS headers that let a
 // front end of that origin read it, and a preflight on a known path is answered before any
@@ -1551,10 +1638,7 @@ func isPreflight(r *http.Request) bool {
 	return r.Method == http.MethodOptions && r.Header.Get("Origin") != "" && r.Header.Get("Access-Control-Request-Method") != ""
 }
 
-// ===== The checks, in their order: declared size, key, live environment, rate limit, scope =====
-
-// maxBodyBytes is the request body limit: 256 KiB.
-const maxBodyBytes = 256 << 10
+// ===== serve: the checks, in their order: declared size, key, live environment, rate limit, scope =====
 
 var errBodyTooLarge = &apiError{code: codeBodyTooLarge, detail: fmt.Sprintf("The request body exceeds %d bytes (%d KiB).", maxBodyBytes, maxBodyBytes>>10)}
 
@@ -1681,7 +1765,7 @@ var (
 	errRateLimit = &apiError{code: codeRateLimited, detail: "The sandbox rate limit for this key is reached. Retry after the Retry-After seconds."}
 )
 
-// ===== Prefer: a simulated answer, a delay, an instant of one's own =====
+// ===== serve: Prefer: a simulated answer, a delay, an instant of one's own =====
 
 // The Prefer header (RFC 7240): a test-environment client may ask for an answer the sandbox
 // never gives on its own (code=429|500|502|503, errors.go's simulatedAnswers), for a delay
@@ -2062,7 +2146,7 @@ func unquote(s string) string {
 	return b.String()
 }
 
-// ===== Faults for clients that cannot send a header =====
+// ===== serve: faults for clients that cannot send a header =====
 
 // -faults rate=R,codes=C|C,seed=S fails a share of the requests to the four operations that
 // name no Prefer code, the same ones at every start, and says so in each answer's detail;
@@ -2166,7 +2250,7 @@ func (f *faultPlan) describe() string {
 	return fmt.Sprintf("-faults %s: %s of the requests to the four operations that name no Prefer code fail (%s), the same ones at every start.", f.spec, strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.4f", float64(f.rate)/1e4), "0"), ".")+"%", strings.Join(codes, ", "))
 }
 
-// ===== The body: read once, up to its cap =====
+// ===== serve: the body: read once, up to its cap =====
 
 // readBody reads a request's body, up to maxBodyBytes (413 past it, and the connection is
 // closed), and hands it on in memory, in the call: the checks before it are passed, and
@@ -2243,7 +2327,7 @@ func abort(c *call) {
 // answer (nginx's 499); nothing is sent.
 const statusClientClosedRequest = 499
 
-// ===== Writes: Idempotency-Key, and the answers stored under it =====
+// ===== serve: writes: Idempotency-Key, and the answers stored under it =====
 
 // The writes (test helpers that stand in for the real API's writes) pass the checks of a
 // keyed route, then the spec's rules for writes: each carries one stored, unique
@@ -2392,12 +2476,13 @@ func (s *server) serveWrite(h writeHandler) callHandler {
 	}
 }
 
-// ===== The handlers: the four operations and the test helpers =====
+// ===== serve: the handlers: the four operations, the test helpers and the MCP door =====
 
-// Each reads its wildcard (named in the route table) and asks the tenant's index, which
-// takes values and answers bytes or an error; each notes in the call what its answer
-// shows, for the journal. The writes' handlers (a sandbox made, a shipment created) come
-// last: they return the answer the write wrapper stores under the Idempotency-Key.
+// The operations read their wildcards (named in the route table) and ask the tenant's
+// indexes, which take values and answer bytes or an error; each notes in the call what its
+// answer shows, for the journal. The test helpers read the tenant's clock, timeline and
+// journal; the writes (a sandbox made, a shipment created, its events added) return the
+// answer the write wrapper stores under the Idempotency-Key; POST /mcp is handed to the door.
 
 func trackingByID(w http.ResponseWriter, r *http.Request, c *call) error {
 	v, s, err := c.data.shipments.viewByID(r.PathValue("id"), c.at)
@@ -2598,7 +2683,34 @@ func (s *server) deleteSandbox(w http.ResponseWriter, r *http.Request, c *call) 
 	return nil
 }
 
-// ===== Writing an answer: a problem, and the journal's entry =====
+// serveMCP hands POST /mcp to the MCP door, and notes in the call whom the request acted as
+// (its log line names the account) and whether its answer was cut.
+func (s *server) serveMCP(w http.ResponseWriter, r *http.Request, c *call) {
+	var cut bool
+	if c.key, cut = s.mcp.serveHTTP(w, r, c.body, c.arrived); cut {
+		c.status = statusClientClosedRequest
+	}
+}
+
+// knockMCP judges the key a request to the MCP door names, as the test helpers judge a key:
+// a test key of this sandbox of any scopes, the scheme read as the API reads it (bearer and
+// BEARER are Bearer), its expiry by the wall clock; a live key is 503. It returns the key and
+// its text.
+func (s *server) knockMCP(h http.Header) (*apiKey, string, *apiError) {
+	k, err := s.keys.authenticate(h)
+	switch {
+	case err != nil:
+		return nil, "", err
+	case k.expiredAt(s.now()):
+		return nil, "", errExpiredKey
+	case k.tenant.live:
+		return nil, "", errLive
+	}
+	token, _ := bearerToken(h)
+	return k, token, nil
+}
+
+// ===== serve: writing an answer: a problem, and the journal's entry =====
 
 // fail answers with the problem e, noting its code.
 func (c *call) fail(w http.ResponseWriter, e *apiError) {
@@ -2683,7 +2795,7 @@ func ownMethod(m string) string {
 	return strings.Clone(m)
 }
 
-// ===== The access log =====
+// ===== serve: the access log =====
 
 // One JSON line per request, byte for byte what slog's JSONHandler writes for the record
 // {msg: "request", method, route, status, duration, request_id, account, environment} (a
@@ -2881,7 +2993,7 @@ func (l *logBuffer) Close() error {
 	return err
 }
 
-// ===== What needs no key: health, the document, and what no route serves =====
+// ===== serve: what needs no key: health, the document, and what no route serves =====
 
 // serveHealth answers GET /v1/healthz and GET /healthz.
 func (s *server) serveHealth(w http.ResponseWriter, r *http.Request, c *call) {
@@ -2977,7 +3089,137 @@ func (s *server) v1Root(w http.ResponseWriter, r *http.Request, c *call) {
 		" itself; the operations are under it. In a browser, open " + origin + "/ for the keys and fixtures; clients find every operation in " + origin + "/v1/openapi.json."})
 }
 
-// ===== The landing page =====
+// ===== serve: the service inside this process: the door other books come in by =====
+
+// The other books reach the server through here only: the MCP door's tools send their API
+// requests through serveInside (the whole handler chain, as a transport), go run . mcp's
+// stdio session opens this sandbox with openBridgeTarget, and the kit's self-check starts
+// one with startSelfCheck (main hands the kit the function: the kit knows none of this).
+
+// insideAnswer is an answer of the API to a request made in this process.
+type insideAnswer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// insideWriter is what a request made in this process is answered to.
+type insideWriter struct {
+	insideAnswer
+}
+
+func (w *insideWriter) Header() http.Header { return w.header }
+
+func (w *insideWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+}
+
+func (w *insideWriter) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	if w.body == nil { // the whole answer, as its Content-Length says
+		n, _ := strconv.Atoi(w.header.Get("Content-Length"))
+		w.body = make([]byte, 0, max(n, len(b)))
+	}
+	w.body = append(w.body, b...)
+	return len(b), nil
+}
+
+// serveInside answers req through the whole service, as if it had come over the network:
+// its checks, its rate limit, its journal and its log line. false: the request was cut off
+// (its client went away), and nothing was answered.
+func (s *server) serveInside(req *http.Request) (a insideAnswer, ok bool) {
+	w := &insideWriter{insideAnswer{header: http.Header{}}}
+	defer func() {
+		if v := recover(); v != nil && v != http.ErrAbortHandler {
+			panic(v)
+		}
+		a, ok = w.insideAnswer, w.status != 0 && w.status != statusClientClosedRequest
+	}()
+	s.inner.ServeHTTP(w, req)
+	return
+}
+
+// RoundTrip makes a server a transport of its own: the kit, checking this sandbox, sends
+// its requests through it, in this process.
+func (s *server) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.RequestURI == "" {
+		req = req.Clone(req.Context())
+		req.RequestURI, req.RemoteAddr = req.URL.RequestURI(), "127.0.0.1:0"
+	}
+	a, ok := s.serveInside(req)
+	if !ok {
+		return nil, errors.New("the request was cut off")
+	}
+	return &http.Response{Status: strconv.Itoa(a.status) + " " + http.StatusText(a.status), StatusCode: a.status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: a.header, Body: io.NopCloser(bytes.NewReader(a.body)), ContentLength: int64(len(a.body)), Request: req}, nil
+}
+
+// openBridgeTarget is go run . mcp's opener (the MCP book's runMCP asks it): its flags, then
+// this sandbox started on a free loopback port by default, as go run . would start it with
+// its start lines and logs on stderr; or, with -base-url, the sandbox that runs there.
+func openBridgeTarget(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, tuneHeap heapTuner) (bridgeTarget, error) {
+	cfg, err := parseConfigFor(args, getenv, stderr, true)
+	if errors.Is(err, flag.ErrHelp) {
+		return bridgeTarget{}, err
+	}
+	if err != nil {
+		return bridgeTarget{}, &usageError{err}
+	}
+	session := bridgeTarget{base: cfg.bridgeTo, rt: &http.Transport{Proxy: nil, ResponseHeaderTimeout: bridgeExchange}, key: cmp.Or(cfg.mcpKey, defaultMCPKey),
+		keyName: cmp.Or(cfg.mcpKeyName, "-mcp-key"), drain: cfg.drainTimeout, stop: func() error { return nil }}
+	if session.base != "" {
+		return session, nil
+	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	served := make(chan servedSandbox, 1)
+	cfg.serving = func(srv *server, base string) { served <- servedSandbox{base, srv} }
+	done := make(chan error, 1)
+	go func() { done <- runConfigured(runCtx, cfg, getenv, stderr, stderr, tuneHeap) }()
+	select {
+	case sb := <-served:
+		session.base, session.rt, session.inside = sb.base, sb.srv, true
+		session.stop = func() error { stopRun(); return <-done }
+		return session, nil
+	case err := <-done:
+		stopRun()
+		return bridgeTarget{}, cmp.Or(err, errors.New("the sandbox stopped before it served"))
+	}
+}
+
+// servedSandbox is a sandbox go run . mcp started: its base URL, and its server, which
+// answers the bridge's messages in this process.
+type servedSandbox struct {
+	base string
+	srv  *server
+}
+
+// startSelfCheck starts this sandbox in this process, as go run . serves it (the default
+// dataset, the default flags) but on a free loopback port, and returns its base URL.
+func startSelfCheck() (string, func(), error) {
+	cfg := defaultConfig()
+	quiet := slog.New(slog.DiscardHandler)
+	sb, err := loadDataset(defaultDatasetName, bytes.NewReader(defaultDataset), 0, time.Now().UTC().Truncate(time.Second), quiet)
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	base := baseURL(ln.Addr())
+	srv, err := newServer(sb, serverOptions{rate: cfg.rate, baseURL: base, log: quiet, loopback: true, journal: cfg.journal})
+	if err != nil {
+		ln.Close()
+		return "", nil, err
+	}
+	hs := newHTTPServer(cfg, srv.handler(), quiet)
+	go hs.Serve(ln)
+	return base, func() { hs.Close() }, nil
+}
+
+// ===== landing: the page a browser opens at / =====
 
 // GET /: what a person who opens the sandbox in a browser needs. It is bounded whatever
 // the dataset: at most pageTenants tenants, and for each at most pageRows keys, shipments
@@ -3279,18 +3521,19 @@ func groupDigits(n int) string {
 	return s
 }
 
-// ===== The MCP door: POST /mcp, who may knock, and the envelope =====
+// ===== mcp: POST /mcp, who may knock, and the envelope =====
 
 // A coding agent's door: the Model Context Protocol (MCP). One implementation, reached two
 // ways: POST /mcp on the sandbox's own listener (MCP's Streamable HTTP, answered as
 // application/json only: no event streams, no sessions, Mcp-Session-Id never sent and
 // ignored), and go run . mcp, which carries newline-delimited JSON-RPC between standard input
 // and output and that /mcp, in this process or, with -base-url, in another's. In the order a
-// message meets it: who may knock and the envelope; the revision it speaks (the legacy
-// handshake's 2024-11-05 to 2025-11-25, or the stateless 2026-07-28's headers and _meta); the
-// method; the tool, from one table; the API requests a tool makes, in this process with the
-// caller's key (authenticated, rate-limited, journaled and judged as a client's); the result;
-// the resources; then stdio and the bridge. Nothing an agent does here a client could not.
+// POST meets it: who may knock and the envelope; the revision it speaks (the legacy
+// handshake's 2024-11-05 to 2025-11-25, or the stateless 2026-07-28's headers and _meta) and
+// the method; the tools, one table; a tool's call, its API requests (made in this process
+// with the caller's key through the doorway: authenticated, rate-limited, journaled and
+// judged as a client's) and its result; the resources; then stdio and the bridge, the
+// transports over the door. Nothing an agent does here a client could not.
 
 // mcpDoor is the door, built once at start: the tools with their schemas, the resources.
 type mcpDoor struct {
@@ -3510,7 +3753,1059 @@ func writeRPC(w http.ResponseWriter, status int, body []byte) {
 	writeBody(w, status, jsonContentType, body)
 }
 
-// ===== The MCP door: stdio, and the bridge =====
+// ===== mcp: the revision, and the method =====
+
+// The revisions the door speaks, newest first: the stateless 2026-07-28 (each request's
+// _meta names its revision, and the headers repeat it), and the legacy handshake's.
+var mcpRevisions = []string{"2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
+
+const (
+	mcpStateless    = "2026-07-28"
+	mcpUnnamed      = "2025-03-26" // a legacy request without MCP-Protocol-Version
+	mcpNewestLegacy = "2025-11-25" // what initialize answers a revision it does not speak
+)
+
+// The keys of a request's _meta (2026-07-28).
+const (
+	metaRevision     = "io.modelcontextprotocol/protocolVersion"
+	metaCapabilities = "io.modelcontextprotocol/clientCapabilities"
+	metaServerInfo   = "io.modelcontextprotocol/serverInfo"
+)
+
+// mcpCall is one request to the door: what it knocked with, and the revision it is answered
+// in.
+type mcpCall struct {
+	ctx       context.Context
+	arrived   time.Time   // when its request arrived: a call is answered before the listener's write timeout from then
+	key       string      // the caller's key, as sent
+	header    http.Header // the request's fields: its revision's headers
+	origin    string      // http:// and the Host it named the sandbox by
+	host      string      // its Host, the API requests' too
+	remote    string      // the client's address, the API requests' too
+	revision  string
+	stateless bool
+}
+
+// mcpFault is a request refused before its method: its JSON-RPC code, message and data, and
+// the HTTP status its revision answers it with.
+type mcpFault struct {
+	status, code int
+	message      string
+	data         any
+}
+
+// answer answers a request: its revision, then its method; the HTTP status (a stateless
+// revision's error has its own; a legacy one's is 200) and the JSON-RPC body.
+func (d *mcpDoor) answer(c *mcpCall, msg *rpcMessage) (int, []byte) {
+	if f := c.resolveRevision(msg); f != nil {
+		return f.status, rpcError(msg.id, f.code, f.message, f.data)
+	}
+	result, f := d.dispatch(c, msg)
+	if f != nil {
+		return f.status, rpcError(msg.id, f.code, f.message, f.data)
+	}
+	if c.stateless {
+		result["resultType"] = "complete"
+		meta, _ := result["_meta"].(map[string]any)
+		if meta == nil {
+			meta = map[string]any{}
+		}
+		meta[metaServerInfo] = serverInfo(c.revision)
+		result["_meta"] = meta
+	}
+	return http.StatusOK, rpcResult(msg.id, result)
+}
+
+// resolveRevision sets the revision c is answered in: the stateless revision's when the
+// request is of it (its MCP-Protocol-Version, its _meta, or server/discover), judged so (its
+// _meta names its revision and the client's capabilities, and the headers repeat the body);
+// else the legacy one MCP-Protocol-Version names (absent: 2025-03-26), or, for initialize,
+// the one it asks for. A revision the door does not speak is refused.
+func (c *mcpCall) resolveRevision(msg *rpcMessage) *mcpFault {
+	header := c.header.Get("MCP-Protocol-Version")
+	var meta map[string]json.RawMessage
+	json.Unmarshal(msg.params["_meta"], &meta)
+	_, named := meta[metaRevision]
+	if header != "" && !slices.Contains(mcpRevisions, header) {
+		return unsupportedRevision(header)
+	}
+	c.stateless = header == mcpStateless || named || msg.method == "server/discover"
+	if !c.stateless {
+		c.revision = cmp.Or(header, mcpUnnamed)
+		if msg.method == "initialize" {
+			var p struct{ ProtocolVersion string }
+			json.Unmarshal(rawParams(msg), &p)
+			c.revision = p.ProtocolVersion
+			if !slices.Contains(mcpRevisions[1:], c.revision) {
+				c.revision = mcpNewestLegacy
+			}
+		}
+		return nil
+	}
+	c.revision = mcpStateless
+	if statelessLacks(msg.method) {
+		return nil // -32601, whatever its _meta: dispatch answers it
+	}
+	return c.statelessFault(msg, header, meta)
+}
+
+// statelessLacks reports whether the stateless revision lacks a method: the legacy
+// handshake's initialize and ping, and prompts/* and logging/setLevel, which no revision of
+// this door serves.
+func statelessLacks(method string) bool {
+	return method == "initialize" || method == "ping" || method == "logging/setLevel" || strings.HasPrefix(method, "prompts/")
+}
+
+// statelessFault is what refuses a request of the stateless revision: a _meta without its
+// revision or the client's capabilities (-32602), a revision the door does not speak
+// (-32022), headers unlike the body (-32020): MCP-Protocol-Version and _meta's revision,
+// Mcp-Method and the method, Mcp-Name and the tool's name or the resource's URI.
+func (c *mcpCall) statelessFault(msg *rpcMessage, header string, meta map[string]json.RawMessage) *mcpFault {
+	var revision string
+	var capabilities map[string]json.RawMessage
+	if json.Unmarshal(meta[metaRevision], &revision) != nil || json.Unmarshal(meta[metaCapabilities], &capabilities) != nil || capabilities == nil {
+		return &mcpFault{http.StatusBadRequest, rpcInvalidParams, "Invalid params: _meta must name the request's revision (" + metaRevision + ") and the client's capabilities (" + metaCapabilities + ", an object).", nil}
+	}
+	if revision != mcpStateless {
+		return metaRevisionFault(revision)
+	}
+	name, mirrored := mcpName(msg)
+	sentName, ok := decodeMcpName(c.header.Get("Mcp-Name"))
+	switch {
+	case header != revision:
+		return headerMismatch("MCP-Protocol-Version " + strconv.Quote(header) + " is not the body's revision " + strconv.Quote(revision))
+	case c.header.Get("Mcp-Method") != msg.method:
+		return headerMismatch("Mcp-Method " + strconv.Quote(c.header.Get("Mcp-Method")) + " is not the body's method " + strconv.Quote(msg.method))
+	case mirrored && (!ok || sentName != name):
+		return headerMismatch("Mcp-Name " + strconv.Quote(c.header.Get("Mcp-Name")) + " is not the body's " + strconv.Quote(name))
+	}
+	return nil
+}
+
+func unsupportedRevision(requested string) *mcpFault {
+	return &mcpFault{http.StatusBadRequest, rpcUnsupportedRevision, "Unsupported protocol version " + strconv.Quote(cutField(requested, 64)) + ": this door speaks " + strings.Join(mcpRevisions, ", ") + ".",
+		map[string]any{"supported": mcpRevisions, "requested": requested}}
+}
+
+// metaRevisionFault refuses a _meta that names a revision other than the stateless one: a
+// legacy revision is negotiated by initialize, never named in _meta.
+func metaRevisionFault(requested string) *mcpFault {
+	message := "Unsupported protocol version " + strconv.Quote(cutField(requested, 64)) + " in _meta: _meta names " + mcpStateless + ", the stateless revision"
+	if slices.Contains(mcpRevisions[1:], requested) {
+		message += "; " + requested + " is a legacy revision, negotiated by initialize (then named by MCP-Protocol-Version), never in _meta"
+	}
+	return &mcpFault{http.StatusBadRequest, rpcUnsupportedRevision, message + ".", map[string]any{"supported": []string{mcpStateless}, "requested": requested}}
+}
+
+func headerMismatch(why string) *mcpFault {
+	return &mcpFault{http.StatusBadRequest, rpcHeaderMismatch, "Header mismatch: " + why + ".", nil}
+}
+
+// mcpName is what a request's Mcp-Name mirrors: a tool's name (tools/call) or a resource's
+// URI (resources/read); false for the methods that mirror none.
+func mcpName(msg *rpcMessage) (string, bool) {
+	var name string
+	switch msg.method {
+	case "tools/call":
+		json.Unmarshal(msg.params["name"], &name)
+	case "resources/read":
+		json.Unmarshal(msg.params["uri"], &name)
+	default:
+		return "", false
+	}
+	return name, true
+}
+
+// decodeMcpName is an Mcp-Name value as sent: plain, or a =?base64?...?= sentinel (a name
+// that is not plain visible ASCII).
+func decodeMcpName(v string) (string, bool) {
+	inner, ok := strings.CutPrefix(v, "=?base64?")
+	if !ok {
+		return v, true
+	}
+	inner, ok = strings.CutSuffix(inner, "?=")
+	b, err := base64.StdEncoding.DecodeString(inner)
+	return string(b), ok && err == nil
+}
+
+// encodeMcpName is name as an Mcp-Name value: itself when it is visible ASCII, else the
+// =?base64?...?= sentinel.
+func encodeMcpName(name string) string {
+	for i := 0; i < len(name); i++ {
+		if name[i] < 0x21 || name[i] > 0x7e {
+			return "=?base64?" + base64.StdEncoding.EncodeToString([]byte(name)) + "?="
+		}
+	}
+	return name
+}
+
+// rawParams is a request's params as sent, {} when it has none.
+func rawParams(msg *rpcMessage) []byte {
+	if p := msg.raw["params"]; p != nil {
+		return p
+	}
+	return []byte("{}")
+}
+
+// dispatch answers a request by its method. The methods a revision lacks: initialize, ping,
+// prompts/* and logging/setLevel are the legacy handshake's (the stateless revision: 404);
+// server/discover the stateless one's.
+func (d *mcpDoor) dispatch(c *mcpCall, msg *rpcMessage) (map[string]any, *mcpFault) {
+	switch {
+	case msg.method == "initialize" && !c.stateless:
+		return d.initialize(c), nil
+	case msg.method == "ping" && !c.stateless:
+		return map[string]any{}, nil
+	case msg.method == "server/discover" && c.stateless:
+		return d.discover(c), nil
+	case msg.method == "tools/list":
+		return d.listTools(c), nil
+	case msg.method == "tools/call":
+		return d.callTool(c, msg)
+	case msg.method == "resources/list":
+		return d.listResources(c), nil
+	case msg.method == "resources/read":
+		return d.readResource(c, msg)
+	case msg.method == "resources/templates/list":
+		return c.cached(map[string]any{"resourceTemplates": []any{}}), nil
+	}
+	status := http.StatusOK
+	if c.stateless {
+		status = http.StatusNotFound
+	}
+	return nil, &mcpFault{status, rpcMethodNotFound, "Method not found: " + strconv.Quote(cutField(msg.method, 64)) + " in revision " + c.revision + ".", nil}
+}
+
+// mcpCapabilities are what the door offers: tools and resources, no prompts.
+var mcpCapabilities = map[string]any{"tools": map[string]any{}, "resources": map[string]any{}}
+
+// serverInfo is the door's identity as revision sees it (a title from 2025-06-18).
+func serverInfo(revision string) map[string]any {
+	info := map[string]any{"name": "shipping-api-sandbox", "version": "v1-developer-preview"}
+	if revision >= "2025-06-18" {
+		info["title"] = "Shipping API sandbox"
+	}
+	return info
+}
+
+// initialize answers the legacy handshake in the revision asked for (or the newest legacy
+// one).
+func (d *mcpDoor) initialize(c *mcpCall) map[string]any {
+	return map[string]any{"protocolVersion": c.revision, "capabilities": mcpCapabilities, "serverInfo": serverInfo(c.revision), "instructions": d.instructions(c)}
+}
+
+// readWorld answers server/discover: the revisions the door speaks, newest first, what it
+// offers, and how to start.
+func (d *mcpDoor) discover(c *mcpCall) map[string]any {
+	return c.cached(map[string]any{"supportedVersions": mcpRevisions, "capabilities": mcpCapabilities, "instructions": d.instructions(c)})
+}
+
+// cached is a result the stateless revision may cache: an hour, for anyone.
+func (c *mcpCall) cached(result map[string]any) map[string]any {
+	if c.stateless {
+		result["ttlMs"], result["cacheScope"] = 3600000, "public"
+	}
+	return result
+}
+
+// ===== mcp: the tools, one table =====
+
+// mcpTool is a tool of the door: what an agent reads of it (its name, title, description,
+// arguments and answers, the hints a host asks for leave) and how it is called: the API's
+// request it makes (op: the operation whose answer it returns), or, for check_server, the kit.
+type mcpTool struct {
+	name, title, description                     string
+	op                                           string   // the document's operation: its success schema
+	path                                         []string // the request's path, {member}s filled in: the first whose members are sent
+	method                                       string
+	members                                      []mcpMember
+	exactlyOne                                   []string // members of which the call sends one (judged at the call)
+	api                                          bool     // it makes the API's requests: it takes key, prefer and run too
+	readOnly, destructive, idempotent, openWorld bool
+	input, output                                map[string]any // built at start
+}
+
+// mcpMember is an argument of a tool: where the document describes it (a parameter, a
+// schema's property, an operation's own parameter; or an inline schema), whether the call
+// must send it, and where the API's request carries it.
+type mcpMember struct {
+	name     string
+	from     string // "parameters/Name", "schemas/Name/property", "op/operationId/parameter"; "" for inline
+	inline   string // the JSON schema, when from is ""
+	in       string // path, query, body, header (Idempotency-Key), or "" (the call's own: key, prefer, run)
+	required bool
+}
+
+// The members every API tool takes, and the one each write takes.
+var (
+	keyMember    = mcpMember{name: "key", inline: `{"type":"string","description":"A test key of this sandbox to act as (a sandbox's, say); default: the caller's. A live key is refused (503)."}`}
+	preferMember = mcpMember{name: "prefer", inline: `{"type":"string","description":"Sent as the Prefer header: code=429|500|502|503 (a simulated answer), code=503; times=2 (failing only the first tries), delay=MS, clock=\"start+90s\" (the instant this request is judged at)."}`}
+	runMember    = mcpMember{name: "run", inline: `{"type":"string","pattern":"^[A-Za-z0-9._-]{1,64}$","description":"Sent as Prefer: run=\"...\": tags the request, so that get_requests and get_findings of that run judge it apart."}`}
+	idemMember   = mcpMember{name: "idempotency_key", from: "schemas/IdempotencyKey", in: "header", required: true}
+)
+
+// mcpToolTable is the door's tools, the one table that tools/list, docs/mcp.md's table and
+// the tests read.
+var mcpToolTable = []mcpTool{
+	{name: "get_tracking", title: "A shipment's tracking view", op: "getShipmentTracking", method: http.MethodGet, api: true, readOnly: true,
+		description: "GET /v1/shipments/{id}/tracking, or GET /v1/tracking/{tracking_number}: a shipment's tracking view (its events, oldest first, in UTC) by its id or by its primary tracking number; send one of the two.",
+		path:        []string{"/v1/shipments/{shipment_id}/tracking", "/v1/tracking/{tracking_number}"}, exactlyOne: []string{"shipment_id", "tracking_number"},
+		members: []mcpMember{{name: "shipment_id", from: "parameters/ShipmentId", in: "path"}, {name: "tracking_number", from: "parameters/TrackingNumber", in: "path"}}},
+	{name: "list_orders", title: "A page of imported orders", op: "listOrders", method: http.MethodGet, api: true, readOnly: true, path: []string{"/v1/orders"},
+		description: "GET /v1/orders: a page of imported orders, newest first, with its pagination; next_cursor pages on (with the same filters).",
+		members: []mcpMember{{name: "limit", from: "parameters/Limit", in: "query"}, {name: "cursor", from: "parameters/Cursor", in: "query"}, {name: "status", from: "parameters/Status", in: "query"},
+			{name: "created_from", from: "parameters/CreatedFrom", in: "query"}, {name: "created_to", from: "parameters/CreatedTo", in: "query"}}},
+	{name: "get_order", title: "One imported order", op: "getOrder", method: http.MethodGet, api: true, readOnly: true, path: []string{"/v1/orders/{id}"},
+		description: "GET /v1/orders/{id}: one imported order, its six fields.",
+		members:     []mcpMember{{name: "id", from: "parameters/OrderId", in: "path", required: true}}},
+	{name: "create_sandbox", title: "Make a sandbox: an account of your own", op: "createSandbox", method: http.MethodPost, api: true, idempotent: true, path: []string{"/v1/test_helpers/sandboxes"},
+		description: "POST /v1/test_helpers/sandboxes: an account of your own, with keys made for it: a copy of a dataset account (template; acct_sync is a marketplace that moves) or the records sent. Its keys act in it (the key argument of the other tools).",
+		members: []mcpMember{{name: "template", from: "schemas/SandboxRequest/template", in: "body"}, {name: "shipments", from: "schemas/SandboxRequest/shipments", in: "body"},
+			{name: "orders", from: "schemas/SandboxRequest/orders", in: "body"}, {name: "keys", from: "schemas/SandboxRequest/keys", in: "body"}, {name: "profile", from: "schemas/SandboxRequest/profile", in: "body"}, idemMember}},
+	{name: "delete_sandbox", title: "Forget a sandbox", op: "deleteSandbox", method: http.MethodDelete, api: true, destructive: true, path: []string{"/v1/test_helpers/sandboxes/{account}"},
+		description: "DELETE /v1/test_helpers/sandboxes/{account}: forgets the sandbox at once, with a key of its own (the key argument); its keys answer 401 from then on.",
+		members:     []mcpMember{{name: "account", from: "parameters/SandboxAccount", in: "path", required: true}}},
+	{name: "book_shipment", title: "Book a shipment for an order", op: "createShipment", method: http.MethodPost, api: true, idempotent: true, path: []string{"/v1/test_helpers/shipments"},
+		description: "POST /v1/test_helpers/shipments: a shipment created in your sandbox (a key of it) at the request's instant, linking the order it names (order_id); a second link of one order is 409.",
+		members: []mcpMember{{name: "id", from: "schemas/ShipmentRequest/id", in: "body"}, {name: "reference", from: "schemas/ShipmentRequest/reference", in: "body", required: true},
+			{name: "tracking_number", from: "schemas/ShipmentRequest/tracking_number", in: "body"}, {name: "parcel_tracking_numbers", from: "schemas/ShipmentRequest/parcel_tracking_numbers", in: "body"},
+			{name: "order_id", from: "schemas/ShipmentRequest/order_id", in: "body"}, {name: "events", from: "schemas/ShipmentRequest/events", in: "body"}, idemMember}},
+	{name: "add_shipment_events", title: "Move a shipment: carrier events arrive", op: "addShipmentEvents", method: http.MethodPost, api: true, idempotent: true, path: []string{"/v1/test_helpers/shipments/{shipment_id}/events"},
+		description: "POST /v1/test_helpers/shipments/{id}/events: carrier events arrive for a shipment of your sandbox at the request's instant: events (raw, each with a timestamp, an after from now, or neither), or status (one event of that status now) with its location.",
+		members: []mcpMember{{name: "shipment_id", from: "op/addShipmentEvents/id", in: "path", required: true}, {name: "events", from: "schemas/ShipmentEventsRequest/events", in: "body"},
+			{name: "status", from: "schemas/ShipmentStatusRequest/status", in: "body"}, {name: "location", from: "schemas/ShipmentStatusRequest/location", in: "body"}, idemMember}},
+	{name: "get_clock", title: "The sandbox clock", op: "getClock", method: http.MethodGet, api: true, readOnly: true, path: []string{"/v1/test_helpers/clock"},
+		description: "GET /v1/test_helpers/clock: the key's account's sandbox clock: frozen, running from an instant, or following the wall clock, and its reading."},
+	{name: "set_clock", title: "Move the sandbox clock", op: "setClock", method: http.MethodPost, api: true, path: []string{"/v1/test_helpers/clock"},
+		description: "POST /v1/test_helpers/clock: freeze the key's account's clock at an instant (frozen_time; null: follow the wall clock again), or set it running from one (run_from); send one of the two.",
+		members:     []mcpMember{{name: "frozen_time", from: "schemas/ClockRequest/frozen_time", in: "body"}, {name: "run_from", from: "schemas/ClockRequest/run_from", in: "body"}}},
+	{name: "get_timeline", title: "What moves, around now", op: "getTimeline", method: http.MethodGet, api: true, readOnly: true, path: []string{"/v1/test_helpers/timeline"},
+		description: "GET /v1/test_helpers/timeline: what the account's data schedules around the request's instant: the last 10 things that happened and the next 10 to come."},
+	{name: "get_requests", title: "The journal: what your requests showed", op: "getRequests", method: http.MethodGet, readOnly: true, path: []string{"/v1/test_helpers/requests"},
+		description: "GET /v1/test_helpers/requests: the journal of the key's account, oldest first: each request's target, status, code, instant and the ids it showed (run: only a tagged run's).",
+		members:     []mcpMember{{name: "run", from: "parameters/JournalRun", in: "query"}, {name: "limit", from: "parameters/JournalLimit", in: "query"}, keyMember, preferMember}},
+	{name: "get_findings", title: "The findings: traps your requests fell into", op: "getFindings", method: http.MethodGet, readOnly: true, path: []string{"/v1/test_helpers/findings"},
+		description: "GET /v1/test_helpers/findings: the traps the journal's requests show the integration fell into (retry_too_soon, missed_import, stale_order, ambiguous_number, blind_retry), each with what to change (run: only a tagged run's).",
+		members:     []mcpMember{{name: "run", from: "parameters/JournalRun", in: "query"}, keyMember, preferMember}},
+	{name: "check_server", title: "Check a server against the spec", readOnly: true, openWorld: true,
+		description: "The conformance kit (go run . check): a server judged by the spec's rules over HTTP, its JSON report. Without base_url, this sandbox, with your key; a base_url on this machine only (a loopback address), with the keys of the sandbox's environment (SANDBOX_CHECK_KEY and the others), never keys from arguments. It leaves the server as it found it: the two sandboxes it makes there, it deletes.",
+		members: []mcpMember{{name: "base_url", inline: `{"type":"string","description":"The server under check: the API's base, an http URL of a loopback address (127.0.0.1, localhost, [::1]), such as http://127.0.0.1:8181/v1. Absent: this sandbox."}`},
+			{name: "rules", inline: `{"type":"string","description":"Comma-separated rule ids, or prefixes ending in * such as tracking.* (default: every rule)."}`},
+			{name: "profile", inline: `{"type":"string","enum":["sandbox","domain_adapter"],"description":"The spec's stated difference to expect: an ambiguous tracking number is 404 from a sandbox, 409 from the domain adapter."}`},
+			{name: "mode", inline: `{"type":"string","enum":["safe","full"],"description":"safe (default), or full to add the rules that load the server (its rate limit)."}`}}},
+}
+
+// tool is the door's tool of this name, or nil.
+func (d *mcpDoor) tool(name string) *mcpTool {
+	for i := range d.tools {
+		if d.tools[i].name == name {
+			return &d.tools[i]
+		}
+	}
+	return nil
+}
+
+// newMCPDoor builds the door once, at start: each tool's input and output schemas from the
+// document (its $refs inlined), and the resources.
+func newMCPDoor(w doorway) (*mcpDoor, error) {
+	var doc map[string]any
+	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
+		return nil, err
+	}
+	d := &mcpDoor{doorway: w, tools: slices.Clone(mcpToolTable)}
+	for i := range d.tools {
+		t := &d.tools[i]
+		if t.api {
+			t.members = append(slices.Clone(t.members), keyMember, preferMember, runMember)
+		}
+		var err error
+		if t.input, err = inputSchema(doc, t); err != nil {
+			return nil, fmt.Errorf("the MCP tool %s: %w", t.name, err)
+		}
+		if t.output, err = outputSchema(doc, t); err != nil {
+			return nil, fmt.Errorf("the MCP tool %s: %w", t.name, err)
+		}
+	}
+	resources, err := mcpResources()
+	d.resources = resources
+	if err != nil {
+		return nil, err
+	}
+	return d, d.listEach()
+}
+
+// inputSchema is a tool's arguments as one flat object: each member's schema and
+// description from the document, no combinator at the top (a host refuses a tool list
+// that has one), no member beyond them.
+func inputSchema(doc map[string]any, t *mcpTool) (map[string]any, error) {
+	properties, required := map[string]any{}, []string{}
+	for _, m := range t.members {
+		schema, err := memberSchema(doc, m)
+		if err != nil {
+			return nil, fmt.Errorf("member %s: %w", m.name, err)
+		}
+		properties[m.name] = schema
+		if m.required {
+			required = append(required, m.name)
+		}
+	}
+	return map[string]any{"type": "object", "properties": properties, "required": required, "additionalProperties": false}, nil
+}
+
+// memberSchema is a member's schema, its $refs inlined, with the document's description.
+func memberSchema(doc map[string]any, m mcpMember) (map[string]any, error) {
+	if m.from == "" {
+		var schema map[string]any
+		err := json.Unmarshal([]byte(m.inline), &schema)
+		return schema, err
+	}
+	parts := strings.Split(m.from, "/")
+	var node, schema map[string]any
+	switch parts[0] {
+	case "parameters":
+		node = docNode(doc, "components", "parameters", parts[1])
+		schema, _ = node["schema"].(map[string]any)
+	case "schemas":
+		if schema = docNode(doc, "components", "schemas", parts[1]); len(parts) == 3 {
+			schema = docNode(schema, "properties", parts[2])
+		}
+	case "op":
+		node = docParameter(doc, parts[1], parts[2])
+		schema, _ = node["schema"].(map[string]any)
+	}
+	if schema == nil {
+		return nil, fmt.Errorf("the document has no %s", m.from)
+	}
+	out := inlined(doc, schema, 0).(map[string]any)
+	if desc, ok := node["description"].(string); ok {
+		out["description"] = desc
+	}
+	if types, ok := out["type"].([]any); ok && len(types) == 2 && slices.Contains(types, "null") { // absent already means none
+		if other := types[slices.Index(types, "null")^1]; other == "array" || other == "object" {
+			out["type"] = other // the MCP Inspector sends a ["array","null"] member's value as a string
+		}
+	}
+	return out, nil
+}
+
+// outputSchema is what a tool answers: its success or a problem, both (a host checks an
+// error's structured content against it too).
+func outputSchema(doc map[string]any, t *mcpTool) (map[string]any, error) {
+	var success map[string]any
+	switch {
+	case t.name == "check_server":
+		json.Unmarshal([]byte(checkReportSchema), &success)
+	case t.op == "deleteSandbox":
+		success = map[string]any{"type": "object", "maxProperties": 0, "description": "204 No Content: the sandbox is forgotten."}
+	default:
+		success = docSuccess(doc, t.op)
+	}
+	problem := docNode(doc, "components", "schemas", "Problem")
+	if success == nil || problem == nil {
+		return nil, fmt.Errorf("the document has no answer of %s", t.op)
+	}
+	return map[string]any{"type": "object", "anyOf": []any{terse(inlined(doc, success, 0), true), terse(inlined(doc, problem, 0), true)}}, nil
+}
+
+// terse is an output schema without the descriptions of its parts (its own kept; a property
+// named description stays, its value a schema, not prose): a host
+// validates against it, and the document says the rest; with them, the tool list of
+// thirteen tools, each with the problem's, would weigh twice as much.
+func terse(node any, top bool) any {
+	switch v := node.(type) {
+	case map[string]any:
+		for k, x := range v {
+			if _, prose := x.(string); k == "description" && prose && !top {
+				delete(v, k)
+			} else if k != "enum" && k != "const" {
+				v[k] = terse(x, false)
+			}
+		}
+	case []any:
+		for i, x := range v {
+			v[i] = terse(x, false)
+		}
+	}
+	return node
+}
+
+// checkReportSchema is the kit's JSON report, what check_server answers.
+const checkReportSchema = `{"type":"object","description":"The conformance kit's report: the server, each rule's result and evidence, the summary.","required":["base_url","profile","mode","world","warnings","rules","summary"],` +
+	`"properties":{"base_url":{"type":"string"},"profile":{"type":"string"},"mode":{"type":"string"},"world":{"type":"string","enum":["own","discovered"]},"warnings":{"type":"array","items":{"type":"string"}},` +
+	`"rules":{"type":"array","items":{"type":"object","required":["id","level","title","spec","result","reason","evidence"],"properties":{"id":{"type":"string"},"level":{"type":"string","enum":["MUST","SHOULD"]},"title":{"type":"string"},"spec":{"type":"string"},"result":{"type":"string","enum":["pass","fail","skip","expected"]},"reason":{"type":["string","null"]},` +
+	`"evidence":{"type":"array","items":{"type":"object","properties":{"expected":{"type":"string"},"seen":{"type":"string"},"status":{"type":"integer"},"curl":{"type":"string"},"request_id":{"type":"string"}}}}}}},` +
+	`"summary":{"type":"object","properties":{"total":{"type":"integer"},"passed":{"type":"integer"},"failed":{"type":"integer"},"failed_must":{"type":"integer"},"skipped":{"type":"integer"},"expected":{"type":"integer"},"stale":{"type":"integer"},"evaluated":{"type":"integer"},"requests":{"type":"integer"},"retried":{"type":"integer"}}}}}`
+
+// docNode is the object at the path of names under node, or nil.
+func docNode(node map[string]any, path ...string) map[string]any {
+	for _, name := range path {
+		node, _ = node[name].(map[string]any)
+	}
+	return node
+}
+
+// docOperation is the document's operation of this id, or nil.
+func docOperation(doc map[string]any, id string) map[string]any {
+	for _, item := range docNode(doc, "paths") {
+		for _, op := range item.(map[string]any) {
+			if o, ok := op.(map[string]any); ok && o["operationId"] == id {
+				return o
+			}
+		}
+	}
+	return nil
+}
+
+// docParameter is an operation's own parameter of this name, or nil.
+func docParameter(doc map[string]any, opID, name string) map[string]any {
+	params, _ := docOperation(doc, opID)["parameters"].([]any)
+	for _, p := range params {
+		if q, ok := p.(map[string]any); ok && q["name"] == name {
+			return q
+		}
+	}
+	return nil
+}
+
+// docSuccess is the schema of an operation's 2xx JSON answer, or nil.
+func docSuccess(doc map[string]any, opID string) map[string]any {
+	for status, r := range docNode(docOperation(doc, opID), "responses") {
+		if strings.HasPrefix(status, "2") {
+			if schema := docNode(r.(map[string]any), "content", "application/json", "schema"); schema != nil {
+				return schema
+			}
+		}
+	}
+	return nil
+}
+
+// inlined is node with every $ref replaced by what it names, and what JSON Schema does not
+// read (the document's example and x- members) left out.
+func inlined(doc map[string]any, node any, depth int) any {
+	switch v := node.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		if ref, ok := v["$ref"].(string); ok && depth < 32 {
+			path := strings.Split(strings.TrimPrefix(ref, "#/"), "/")
+			for k, x := range inlined(doc, docNode(doc, path...), depth+1).(map[string]any) {
+				out[k] = x
+			}
+		}
+		for k, x := range v {
+			if k != "$ref" && k != "example" && !strings.HasPrefix(k, "x-") {
+				out[k] = inlined(doc, x, depth+1)
+			}
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = inlined(doc, x, depth+1)
+		}
+		return out
+	}
+	return node
+}
+
+// listed is the tool as tools/list shows it to a revision: what the revision lacks left out
+// (before 2025-03-26 no annotations, before 2025-06-18 no title or output schema).
+func (t *mcpTool) listed(revision string) map[string]any {
+	out := map[string]any{"name": t.name, "description": t.description, "inputSchema": t.input}
+	if revision >= "2025-03-26" {
+		out["annotations"] = map[string]any{"readOnlyHint": t.readOnly, "destructiveHint": t.destructive, "idempotentHint": t.idempotent, "openWorldHint": t.openWorld}
+	}
+	if revision >= "2025-06-18" {
+		out["title"], out["outputSchema"] = t.title, t.output
+	}
+	return out
+}
+
+func (d *mcpDoor) listTools(c *mcpCall) map[string]any {
+	return c.cached(map[string]any{"tools": d.listed[c.revision]})
+}
+
+// listEach writes each revision's tool list once, as tools/list answers it.
+func (d *mcpDoor) listEach() error {
+	d.listed = map[string]json.RawMessage{}
+	for _, revision := range mcpRevisions {
+		tools := make([]any, 0, len(d.tools))
+		for i := range d.tools {
+			tools = append(tools, d.tools[i].listed(revision))
+		}
+		b, err := marshalJSON(tools)
+		if err != nil {
+			return err
+		}
+		d.listed[revision] = b
+	}
+	return nil
+}
+
+// instructions are what the door tells an agent at the start: what the sandbox is, its base
+// URL, the first calls to make.
+func (d *mcpDoor) instructions(c *mcpCall) string {
+	return "The local sandbox of the Shipment Tracking and Imported Orders API (v1, developer preview), at " + c.origin + "/v1: it behaves as the real API will, " +
+		"rule for rule and error for error, and never calls a carrier or a marketplace. Each tool is the API's requests, made with your key (or a key argument: a " +
+		"test key of this sandbox), rate-limited and journaled as a client's. Start with create_sandbox ({\"template\":\"acct_sync\",\"idempotency_key\":\"any-new-value\"}): " +
+		"an account of your own, a copy of a marketplace that moves; then list_orders and get_tracking with its key; book_shipment and add_shipment_events write " +
+		"in it; set_clock and get_timeline move and read its clock; get_findings says which traps your requests fell into; check_server judges a server by the " +
+		"spec's rules. The resources: sandbox:///openapi.json (the document), sandbox:///README.md and every docs page."
+}
+
+// ===== mcp: a tool's call, its API requests, and its result =====
+
+// callTool answers tools/call: the tool named (an unknown one, or arguments that are not an
+// object: -32602), its arguments judged (anything wrong inside them: an error result, a
+// problem as the API writes it), then its API request, or the kit, and the result.
+func (d *mcpDoor) callTool(c *mcpCall, msg *rpcMessage) (map[string]any, *mcpFault) {
+	var name string
+	json.Unmarshal(msg.params["name"], &name)
+	t := d.tool(name)
+	if t == nil {
+		return nil, c.invalidParams("Invalid params: no tool " + strconv.Quote(cutField(name, 64)) + "; tools/list names them.")
+	}
+	args, err := toolArguments(msg.params["arguments"])
+	if err != nil {
+		return nil, c.invalidParams("Invalid params: the arguments of " + t.name + " are one JSON object: " + err.Error() + ".")
+	}
+	if fault := t.argumentFault(args); fault != nil {
+		return c.toolResult(argumentProblem(fault)), nil
+	}
+	if t.name == "check_server" {
+		return c.toolResult(d.checkServer(c, args)), nil
+	}
+	req, fault := t.request(c, args)
+	if fault != nil {
+		return c.toolResult(argumentProblem(fault)), nil
+	}
+	a, err := d.ask(req)
+	if err != nil {
+		return nil, &mcpFault{c.errorStatus(http.StatusInternalServerError), rpcInternalError, "Internal error: the API request of " + t.name + " was cut off (the client went away?).", nil}
+	}
+	return c.toolResult(a), nil
+}
+
+// toolAnswer is an answer a tool's call got: the API's to its request, or the door's own (a
+// problem with the arguments, the kit's report and its summary line).
+type toolAnswer struct {
+	status int
+	header http.Header
+	body   []byte
+	line   string // the first line of the tool's text, when it is not the headers' (the kit's summary)
+}
+
+// ask sends a tool's API request through the service, in this process, and reads its answer
+// whole.
+func (d *mcpDoor) ask(req *http.Request) (toolAnswer, error) {
+	res, err := d.service.RoundTrip(req)
+	if err != nil {
+		return toolAnswer{}, err
+	}
+	defer res.Body.Close()
+	body := make([]byte, max(res.ContentLength, 0))
+	if _, err := io.ReadFull(res.Body, body); err != nil {
+		return toolAnswer{}, err
+	}
+	return toolAnswer{status: res.StatusCode, header: res.Header, body: body}, nil
+}
+
+// invalidParams is -32602 as c's revision answers it: 400 in the stateless one, 200 else.
+func (c *mcpCall) invalidParams(message string) *mcpFault {
+	return &mcpFault{c.errorStatus(http.StatusBadRequest), rpcInvalidParams, message, nil}
+}
+
+// errorStatus is the HTTP status of a JSON-RPC error: its own in the stateless revision,
+// 200 in a legacy one.
+func (c *mcpCall) errorStatus(status int) int {
+	if c.stateless {
+		return status
+	}
+	return http.StatusOK
+}
+
+// toolArgument is one argument as sent, in the order sent.
+type toolArgument struct {
+	name  string
+	value json.RawMessage
+}
+
+// toolArguments reads a call's arguments: absent or null is none; anything but one JSON
+// object is refused.
+func toolArguments(raw json.RawMessage) ([]toolArgument, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, errors.New("they are not an object")
+	}
+	var args []toolArgument
+	for dec.More() {
+		tok, _ := dec.Token()
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return nil, err
+		}
+		args = append(args, toolArgument{tok.(string), value})
+	}
+	return args, nil
+}
+
+// argumentFault is what is wrong in a call's arguments, as the API would name it, or nil: a member
+// the tool does not take, one sent twice, one it needs missing, a value of the wrong type
+// for where the request carries it, and the rule between members (one of the two).
+func (t *mcpTool) argumentFault(args []toolArgument) *apiError {
+	seen := map[string]bool{}
+	for _, a := range args {
+		m := t.member(a.name)
+		switch {
+		case m == nil:
+			return paramError(codeUnknownParameter, a.name, "The tool "+t.name+" takes no argument "+strconv.Quote(cutField(a.name, 64))+"; it takes "+t.memberNames()+".")
+		case seen[a.name]:
+			return paramError(codeInvalidParameter, a.name, "The argument "+a.name+" is sent twice: send it once.")
+		}
+		seen[a.name] = true
+		if why := m.valueFault(a.value); why != "" {
+			return paramError(codeInvalidParameter, a.name, "The argument "+a.name+" "+why+".")
+		}
+	}
+	for _, m := range t.members {
+		if m.required && !seen[m.name] {
+			return paramError(codeInvalidParameter, m.name, "The argument "+m.name+" is required.")
+		}
+	}
+	if len(t.exactlyOne) == 2 && seen[t.exactlyOne[0]] == seen[t.exactlyOne[1]] {
+		return paramError(codeInvalidParameter, t.exactlyOne[0], "Send one of "+t.exactlyOne[0]+" and "+t.exactlyOne[1]+", not both and not neither.")
+	}
+	return nil
+}
+
+// member is the tool's member of this name, or nil.
+func (t *mcpTool) member(name string) *mcpMember {
+	for i := range t.members {
+		if t.members[i].name == name {
+			return &t.members[i]
+		}
+	}
+	return nil
+}
+
+// memberNames lists the tool's members, for an error's detail.
+func (t *mcpTool) memberNames() string {
+	names := make([]string, len(t.members))
+	for i, m := range t.members {
+		names[i] = m.name
+	}
+	return strings.Join(names, ", ")
+}
+
+// valueFault is what is wrong with a member's value for where the request carries it, ""
+// when nothing is: a body member goes as sent, for the API to judge; a path, a query
+// parameter or a header takes a string (a query's number as written), visible text only.
+func (m *mcpMember) valueFault(v json.RawMessage) string {
+	if m.in == "body" {
+		return ""
+	}
+	var s string
+	switch {
+	case m.in == "query" && len(v) > 0 && (v[0] == '-' || v[0] >= '0' && v[0] <= '9'):
+		return ""
+	case json.Unmarshal(v, &s) != nil:
+		return "is a string"
+	case s == "" && m.in == "path":
+		return "is empty: name one"
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return "holds a control character"
+		}
+	}
+	return ""
+}
+
+// argumentProblem is the answer to arguments the door refuses before any request: the
+// API's problem, as the API would write it.
+func argumentProblem(e *apiError) toolAnswer {
+	id := newRequestID()
+	h := http.Header{"Content-Type": {problemContentType}, "Request-Id": {id}}
+	return toolAnswer{status: e.status(), header: h, body: appendProblem(nil, e, id)}
+}
+
+// request is the API request a tool's call makes: its path (the first of the tool's whose
+// path members were sent), its query and its body in the tool's order of members, the
+// Idempotency-Key, the caller's key (or the key argument), Prefer (with run), and what the
+// door was reached with: its Host, its client's address, its context.
+func (t *mcpTool) request(c *mcpCall, args []toolArgument) (*http.Request, *apiError) {
+	given := map[string]json.RawMessage{}
+	for _, a := range args {
+		given[a.name] = a.value
+	}
+	text := func(name string) string {
+		var s string
+		if json.Unmarshal(given[name], &s) != nil {
+			s = string(given[name]) // a query's number, as written
+		}
+		return s
+	}
+	path := t.pathFor(given, text)
+	var query []string
+	var body []byte
+	for _, m := range t.members {
+		v, ok := given[m.name]
+		switch {
+		case !ok:
+		case m.in == "query":
+			query = append(query, url.QueryEscape(m.name)+"="+url.QueryEscape(text(m.name)))
+		case m.in == "body":
+			body = append(append(appendJSONString(append(body, ','), m.name), ':'), v...)
+		}
+	}
+	if len(query) > 0 {
+		path += "?" + strings.Join(query, "&")
+	}
+	var reader io.Reader
+	if t.method == http.MethodPost {
+		if len(body) == 0 {
+			body = []byte{','}
+		}
+		body[0] = '{'
+		reader = bytes.NewReader(append(body, '}'))
+	}
+	req, err := http.NewRequestWithContext(c.ctx, t.method, c.origin+path, reader)
+	if err != nil {
+		return nil, paramError(codeInvalidParameter, t.members[0].name, "The arguments make no request: "+err.Error()+".")
+	}
+	req.RequestURI, req.RemoteAddr, req.Host = path, c.remote, c.host
+	req.Header.Set("Authorization", "Bearer "+cmp.Or(text("key"), c.key))
+	if reader != nil {
+		req.Header.Set("Content-Type", jsonContentType)
+	}
+	if _, ok := given["idempotency_key"]; ok {
+		req.Header.Set("Idempotency-Key", text("idempotency_key"))
+	}
+	prefer := text("prefer")
+	if run := text("run"); run != "" && t.api {
+		prefer = strings.TrimPrefix(prefer+`, run="`+run+`"`, ", ")
+	}
+	if prefer != "" {
+		req.Header.Set("Prefer", prefer)
+	}
+	return req, nil
+}
+
+// pathFor is the tool's path for the members given: the first of its paths whose {member}s
+// were all sent, each filled in, escaped.
+func (t *mcpTool) pathFor(given map[string]json.RawMessage, text func(string) string) string {
+	for _, p := range t.path {
+		filled, complete := p, true
+		for _, m := range t.members {
+			if m.in != "path" || !strings.Contains(p, "{"+m.name+"}") {
+				continue
+			}
+			if _, ok := given[m.name]; !ok {
+				complete = false
+			}
+			filled = strings.ReplaceAll(filled, "{"+m.name+"}", url.PathEscape(text(m.name)))
+		}
+		if complete {
+			return filled
+		}
+	}
+	return t.path[0]
+}
+
+// The header fields the first line of a tool's text names, in its order, when present.
+var toolLineFields = []string{"Retry-After", "RateLimit", "Location", "Idempotent-Replayed", "Preference-Applied", "Request-Id"}
+
+// toolResult is an API answer as a tool's result: one text item, its first line what a
+// client reads of the headers, then the body; the body as structured content (from
+// 2025-06-18; {} for an answer without one); isError for a status of 400 or more; and the
+// answer's status and headers in _meta["sandbox/http"].
+func (c *mcpCall) toolResult(a toolAnswer) map[string]any {
+	line := a.line
+	if line == "" {
+		line = "HTTP " + strconv.Itoa(a.status)
+		for _, name := range toolLineFields {
+			if v := a.header.Values(name); len(v) > 0 {
+				line += " · " + name + ": " + strings.Join(v, ", ")
+			}
+		}
+	}
+	// Written by hand, as the API writes its bodies (compact): the answer's envelope takes
+	// them as they are (BenchmarkMCPGetTracking: encoding/json cost a fifth of a call). The
+	// text is the line, then the body: one JSON string of the two.
+	content := appendJSONString(append(make([]byte, 0, len(line)+len(a.body)*9/8+64), `[{"type":"text","text":`...), line)
+	if len(a.body) > 0 {
+		content = append(content[:len(content)-1], `\n`...)
+		open := len(content)
+		content = appendJSONString(content, a.body)
+		content = append(content[:open], content[open+1:]...) // the body's opening quote: the string goes on
+	}
+	h := append(append(append(make([]byte, 0, 512), `{"status":`...), strconv.Itoa(a.status)...), `,"request_id":`...)
+	h = append(appendJSONString(h, a.header.Get("Request-Id")), `,"headers":{`...)
+	for i, name := range slices.Sorted(maps.Keys(a.header)) {
+		if i > 0 {
+			h = append(h, ',')
+		}
+		h = appendJSONString(append(appendJSONString(h, name), ':'), strings.Join(a.header[name], ", "))
+	}
+	result := map[string]any{
+		"content": json.RawMessage(append(content, "}]"...)),
+		"isError": a.status >= 400,
+		"_meta":   map[string]any{"sandbox/http": json.RawMessage(append(h, "}}"...))},
+	}
+	if c.revision >= "2025-06-18" {
+		structured := json.RawMessage(a.body) // the API's body: compact JSON, an object
+		if len(a.body) == 0 || a.body[0] != '{' {
+			structured = json.RawMessage("{}")
+		}
+		result["structuredContent"] = structured
+	}
+	return result
+}
+
+// checkServer runs the kit for check_server: without base_url, this sandbox with the
+// caller's key, in this process; a base_url on this machine (a loopback address): this
+// sandbox's own origin with the caller's key, any other with the SANDBOX_CHECK_*KEY
+// variables of this process's environment only. Its JSON report, or a problem when the kit
+// cannot judge.
+func (d *mcpDoor) checkServer(c *mcpCall, args []toolArgument) toolAnswer {
+	base, own := c.origin+"/v1", true
+	flags := []string{"-format", "json"}
+	for _, a := range args {
+		var v string
+		json.Unmarshal(a.value, &v)
+		if a.name == "base_url" {
+			base = strings.TrimSuffix(v, "/")
+			if e := checkedBase(base); e != nil {
+				return argumentProblem(e)
+			}
+			own = loopbackOriginOf(base) == loopbackOriginOf(c.origin+"/v1") || loopbackOriginOf(base) == loopbackOriginOf(d.origin+"/v1")
+			continue
+		}
+		flags = append(flags, "-"+a.name, v)
+	}
+	call := kitCall{args: append(flags, "-base-url", base), getenv: func(string) string { return "" }, until: c.arrived.Add(d.writeTimeout - checkServerMargin)}
+	if own {
+		call.args, call.transport = append(call.args, "-key", c.key), d.service
+	} else {
+		call.getenv = func(name string) string {
+			if strings.HasPrefix(name, "SANDBOX_CHECK_") && strings.HasSuffix(name, "KEY") {
+				return d.getenv(name)
+			}
+			return ""
+		}
+	}
+	ran := runKit(c.ctx, call)
+	report, summary, flagAtFault, err := ran.jsonReport()
+	switch param := strings.ReplaceAll(flagAtFault, "-", "_"); {
+	case flagAtFault != "" && slices.ContainsFunc(mcpToolTable, func(t mcpTool) bool { return t.name == "check_server" && t.member(param) != nil }):
+		return argumentProblem(paramError(codeInvalidParameter, param, "check_server: the kit cannot run: "+err.Error()+"."))
+	case flagAtFault != "" && own:
+		return argumentProblem(paramError(codeInvalidParameter, "base_url", "check_server: the kit cannot run: "+err.Error()+"."))
+	case flagAtFault != "":
+		return argumentProblem(paramError(codeInvalidParameter, "base_url", "check_server: the kit cannot run: "+err.Error()+" (a server other than this sandbox is checked with the keys of this sandbox's environment: start the sandbox with SANDBOX_CHECK_KEY set)."))
+	case err != nil:
+		return argumentProblem(paramError(codeInvalidParameter, "base_url", "check_server: the kit could not judge "+base+": "+err.Error()+"."))
+	}
+	return toolAnswer{status: http.StatusOK, header: http.Header{"Content-Type": {jsonContentType}}, body: report, line: summary}
+}
+
+// checkServerMargin is how long before the listener's write timeout check_server stops
+// judging: the kit deletes its sandboxes (4 s at most) and the answer is written within it.
+const checkServerMargin = 5 * time.Second
+
+// checkedBase refuses a base_url the door may not check: not an http URL of a loopback
+// address.
+func checkedBase(base string) *apiError {
+	u, err := url.Parse(base)
+	if err != nil || u.Scheme != "http" || u.Host == "" || !namesLoopback(strings.ToLower(u.Hostname())) {
+		return paramError(codeInvalidParameter, "base_url", "check_server checks only servers on this machine: base_url is an http URL of a loopback address (127.0.0.1, localhost or [::1]), the API's base, such as http://127.0.0.1:8181/v1.")
+	}
+	return nil
+}
+
+// loopbackOriginOf is a base URL's origin as this door compares them: scheme and host,
+// lower-cased, localhost as 127.0.0.1.
+func loopbackOriginOf(base string) string {
+	return strings.Replace(strings.ToLower(originOfBase(base)), "://localhost:", "://127.0.0.1:", 1)
+}
+
+// ===== mcp: the resources =====
+
+// The pages an agent may read, embedded so that the binary (and the image) holds them.
+//
+//go:embed README.md docs/*.md
+var mcpPages embed.FS
+
+// mcpResource is a resource of the door: the document (served as GET /v1/openapi.json
+// serves it, its servers at the origin the request named), the README or a docs page.
+type mcpResource struct {
+	uri, name, title, mimeType string
+	text                       []byte // nil: the document, written for each request's origin
+}
+
+// mcpResources are the door's resources: the document, the README, every docs page.
+func mcpResources() ([]mcpResource, error) {
+	list := []mcpResource{{uri: "sandbox:///openapi.json", name: "openapi.json", title: "The API's OpenAPI 3.1 document", mimeType: jsonContentType}}
+	pages, err := fs.Glob(mcpPages, "docs/*.md")
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range append([]string{"README.md"}, pages...) {
+		text, err := mcpPages.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		heading, _, _ := strings.Cut(string(text), "\n")
+		list = append(list, mcpResource{uri: "sandbox:///" + name, name: name, title: strings.TrimPrefix(heading, "# "), mimeType: "text/markdown", text: text})
+	}
+	return list, nil
+}
+
+// textFor is what reading the resource gives a request named by origin.
+func (r *mcpResource) textFor(d *mcpDoor, origin string) []byte {
+	if r.text != nil {
+		return r.text
+	}
+	return d.document(origin)
+}
+
+func (d *mcpDoor) listResources(c *mcpCall) map[string]any {
+	list := make([]any, 0, len(d.resources))
+	for i := range d.resources {
+		r := &d.resources[i]
+		size := len(r.text)
+		if r.text == nil { // the document, as textFor writes it
+			size = d.documentSize(c.origin)
+		}
+		item := map[string]any{"uri": r.uri, "name": r.name, "mimeType": r.mimeType, "size": size}
+		if c.revision >= "2025-06-18" {
+			item["title"] = r.title
+		}
+		list = append(list, item)
+	}
+	return c.cached(map[string]any{"resources": list})
+}
+
+// readResource answers resources/read: the resource's text; a URI the door does not serve
+// is -32002 in a legacy revision, -32602 in the stateless one.
+func (d *mcpDoor) readResource(c *mcpCall, msg *rpcMessage) (map[string]any, *mcpFault) {
+	var uri string
+	json.Unmarshal(msg.params["uri"], &uri)
+	for i := range d.resources {
+		if r := &d.resources[i]; r.uri == uri {
+			return c.cached(map[string]any{"contents": []any{map[string]any{"uri": r.uri, "mimeType": r.mimeType, "text": string(r.textFor(d, c.origin))}}}), nil
+		}
+	}
+	message := "Resource not found: " + strconv.Quote(cutField(uri, 128)) + "; resources/list names the resources."
+	if c.stateless {
+		return nil, c.invalidParams(message)
+	}
+	return nil, &mcpFault{http.StatusOK, rpcResourceNotFound, message, map[string]any{"uri": uri}}
+}
+
+// ===== mcp: stdio and the bridge, the transports over the door =====
 
 // runMCP is go run . mcp: newline-delimited JSON-RPC on stdin and stdout, carried to a
 // door that open makes ready (main hands it the serve book's openBridgeTarget): this
@@ -4175,1128 +5470,7 @@ func messageHead(line []byte) mcpHead {
 	return head
 }
 
-// originOfBase is a base URL's origin: its scheme and host.
-func originOfBase(base string) string {
-	u, err := url.Parse(base)
-	if err != nil {
-		return base
-	}
-	return u.Scheme + "://" + u.Host
-}
-
-// ===== The MCP door: the revision, and the method =====
-
-// The revisions the door speaks, newest first: the stateless 2026-07-28 (each request's
-// _meta names its revision, and the headers repeat it), and the legacy handshake's.
-var mcpRevisions = []string{"2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
-
-const (
-	mcpStateless    = "2026-07-28"
-	mcpUnnamed      = "2025-03-26" // a legacy request without MCP-Protocol-Version
-	mcpNewestLegacy = "2025-11-25" // what initialize answers a revision it does not speak
-)
-
-// The keys of a request's _meta (2026-07-28).
-const (
-	metaRevision     = "io.modelcontextprotocol/protocolVersion"
-	metaCapabilities = "io.modelcontextprotocol/clientCapabilities"
-	metaServerInfo   = "io.modelcontextprotocol/serverInfo"
-)
-
-// mcpCall is one request to the door: what it knocked with, and the revision it is answered
-// in.
-type mcpCall struct {
-	ctx       context.Context
-	arrived   time.Time   // when its request arrived: a call is answered before the listener's write timeout from then
-	key       string      // the caller's key, as sent
-	header    http.Header // the request's fields: its revision's headers
-	origin    string      // http:// and the Host it named the sandbox by
-	host      string      // its Host, the API requests' too
-	remote    string      // the client's address, the API requests' too
-	revision  string
-	stateless bool
-}
-
-// mcpFault is a request refused before its method: its JSON-RPC code, message and data, and
-// the HTTP status its revision answers it with.
-type mcpFault struct {
-	status, code int
-	message      string
-	data         any
-}
-
-// answer answers a request: its revision, then its method; the HTTP status (a stateless
-// revision's error has its own; a legacy one's is 200) and the JSON-RPC body.
-func (d *mcpDoor) answer(c *mcpCall, msg *rpcMessage) (int, []byte) {
-	if f := c.resolveRevision(msg); f != nil {
-		return f.status, rpcError(msg.id, f.code, f.message, f.data)
-	}
-	result, f := d.dispatch(c, msg)
-	if f != nil {
-		return f.status, rpcError(msg.id, f.code, f.message, f.data)
-	}
-	if c.stateless {
-		result["resultType"] = "complete"
-		meta, _ := result["_meta"].(map[string]any)
-		if meta == nil {
-			meta = map[string]any{}
-		}
-		meta[metaServerInfo] = serverInfo(c.revision)
-		result["_meta"] = meta
-	}
-	return http.StatusOK, rpcResult(msg.id, result)
-}
-
-// resolveRevision sets the revision c is answered in: the stateless revision's when the
-// request is of it (its MCP-Protocol-Version, its _meta, or server/discover), judged so (its
-// _meta names its revision and the client's capabilities, and the headers repeat the body);
-// else the legacy one MCP-Protocol-Version names (absent: 2025-03-26), or, for initialize,
-// the one it asks for. A revision the door does not speak is refused.
-func (c *mcpCall) resolveRevision(msg *rpcMessage) *mcpFault {
-	header := c.header.Get("MCP-Protocol-Version")
-	var meta map[string]json.RawMessage
-	json.Unmarshal(msg.params["_meta"], &meta)
-	_, named := meta[metaRevision]
-	if header != "" && !slices.Contains(mcpRevisions, header) {
-		return unsupportedRevision(header)
-	}
-	c.stateless = header == mcpStateless || named || msg.method == "server/discover"
-	if !c.stateless {
-		c.revision = cmp.Or(header, mcpUnnamed)
-		if msg.method == "initialize" {
-			var p struct{ ProtocolVersion string }
-			json.Unmarshal(rawParams(msg), &p)
-			c.revision = p.ProtocolVersion
-			if !slices.Contains(mcpRevisions[1:], c.revision) {
-				c.revision = mcpNewestLegacy
-			}
-		}
-		return nil
-	}
-	c.revision = mcpStateless
-	if statelessLacks(msg.method) {
-		return nil // -32601, whatever its _meta: dispatch answers it
-	}
-	return c.statelessFault(msg, header, meta)
-}
-
-// statelessLacks reports whether the stateless revision lacks a method: the legacy
-// handshake's initialize and ping, and prompts/* and logging/setLevel, which no revision of
-// this door serves.
-func statelessLacks(method string) bool {
-	return method == "initialize" || method == "ping" || method == "logging/setLevel" || strings.HasPrefix(method, "prompts/")
-}
-
-// statelessFault is what refuses a request of the stateless revision: a _meta without its
-// revision or the client's capabilities (-32602), a revision the door does not speak
-// (-32022), headers unlike the body (-32020): MCP-Protocol-Version and _meta's revision,
-// Mcp-Method and the method, Mcp-Name and the tool's name or the resource's URI.
-func (c *mcpCall) statelessFault(msg *rpcMessage, header string, meta map[string]json.RawMessage) *mcpFault {
-	var revision string
-	var capabilities map[string]json.RawMessage
-	if json.Unmarshal(meta[metaRevision], &revision) != nil || json.Unmarshal(meta[metaCapabilities], &capabilities) != nil || capabilities == nil {
-		return &mcpFault{http.StatusBadRequest, rpcInvalidParams, "Invalid params: _meta must name the request's revision (" + metaRevision + ") and the client's capabilities (" + metaCapabilities + ", an object).", nil}
-	}
-	if revision != mcpStateless {
-		return metaRevisionFault(revision)
-	}
-	name, mirrored := mcpName(msg)
-	sentName, ok := decodeMcpName(c.header.Get("Mcp-Name"))
-	switch {
-	case header != revision:
-		return headerMismatch("MCP-Protocol-Version " + strconv.Quote(header) + " is not the body's revision " + strconv.Quote(revision))
-	case c.header.Get("Mcp-Method") != msg.method:
-		return headerMismatch("Mcp-Method " + strconv.Quote(c.header.Get("Mcp-Method")) + " is not the body's method " + strconv.Quote(msg.method))
-	case mirrored && (!ok || sentName != name):
-		return headerMismatch("Mcp-Name " + strconv.Quote(c.header.Get("Mcp-Name")) + " is not the body's " + strconv.Quote(name))
-	}
-	return nil
-}
-
-func unsupportedRevision(requested string) *mcpFault {
-	return &mcpFault{http.StatusBadRequest, rpcUnsupportedRevision, "Unsupported protocol version " + strconv.Quote(cutField(requested, 64)) + ": this door speaks " + strings.Join(mcpRevisions, ", ") + ".",
-		map[string]any{"supported": mcpRevisions, "requested": requested}}
-}
-
-// metaRevisionFault refuses a _meta that names a revision other than the stateless one: a
-// legacy revision is negotiated by initialize, never named in _meta.
-func metaRevisionFault(requested string) *mcpFault {
-	message := "Unsupported protocol version " + strconv.Quote(cutField(requested, 64)) + " in _meta: _meta names " + mcpStateless + ", the stateless revision"
-	if slices.Contains(mcpRevisions[1:], requested) {
-		message += "; " + requested + " is a legacy revision, negotiated by initialize (then named by MCP-Protocol-Version), never in _meta"
-	}
-	return &mcpFault{http.StatusBadRequest, rpcUnsupportedRevision, message + ".", map[string]any{"supported": []string{mcpStateless}, "requested": requested}}
-}
-
-func headerMismatch(why string) *mcpFault {
-	return &mcpFault{http.StatusBadRequest, rpcHeaderMismatch, "Header mismatch: " + why + ".", nil}
-}
-
-// mcpName is what a request's Mcp-Name mirrors: a tool's name (tools/call) or a resource's
-// URI (resources/read); false for the methods that mirror none.
-func mcpName(msg *rpcMessage) (string, bool) {
-	var name string
-	switch msg.method {
-	case "tools/call":
-		json.Unmarshal(msg.params["name"], &name)
-	case "resources/read":
-		json.Unmarshal(msg.params["uri"], &name)
-	default:
-		return "", false
-	}
-	return name, true
-}
-
-// decodeMcpName is an Mcp-Name value as sent: plain, or a =?base64?...?= sentinel (a name
-// that is not plain visible ASCII).
-func decodeMcpName(v string) (string, bool) {
-	inner, ok := strings.CutPrefix(v, "=?base64?")
-	if !ok {
-		return v, true
-	}
-	inner, ok = strings.CutSuffix(inner, "?=")
-	b, err := base64.StdEncoding.DecodeString(inner)
-	return string(b), ok && err == nil
-}
-
-// encodeMcpName is name as an Mcp-Name value: itself when it is visible ASCII, else the
-// =?base64?...?= sentinel.
-func encodeMcpName(name string) string {
-	for i := 0; i < len(name); i++ {
-		if name[i] < 0x21 || name[i] > 0x7e {
-			return "=?base64?" + base64.StdEncoding.EncodeToString([]byte(name)) + "?="
-		}
-	}
-	return name
-}
-
-// rawParams is a request's params as sent, {} when it has none.
-func rawParams(msg *rpcMessage) []byte {
-	if p := msg.raw["params"]; p != nil {
-		return p
-	}
-	return []byte("{}")
-}
-
-// dispatch answers a request by its method. The methods a revision lacks: initialize, ping,
-// prompts/* and logging/setLevel are the legacy handshake's (the stateless revision: 404);
-// server/discover the stateless one's.
-func (d *mcpDoor) dispatch(c *mcpCall, msg *rpcMessage) (map[string]any, *mcpFault) {
-	switch {
-	case msg.method == "initialize" && !c.stateless:
-		return d.initialize(c), nil
-	case msg.method == "ping" && !c.stateless:
-		return map[string]any{}, nil
-	case msg.method == "server/discover" && c.stateless:
-		return d.discover(c), nil
-	case msg.method == "tools/list":
-		return d.listTools(c), nil
-	case msg.method == "tools/call":
-		return d.callTool(c, msg)
-	case msg.method == "resources/list":
-		return d.listResources(c), nil
-	case msg.method == "resources/read":
-		return d.readResource(c, msg)
-	case msg.method == "resources/templates/list":
-		return c.cached(map[string]any{"resourceTemplates": []any{}}), nil
-	}
-	status := http.StatusOK
-	if c.stateless {
-		status = http.StatusNotFound
-	}
-	return nil, &mcpFault{status, rpcMethodNotFound, "Method not found: " + strconv.Quote(cutField(msg.method, 64)) + " in revision " + c.revision + ".", nil}
-}
-
-// mcpCapabilities are what the door offers: tools and resources, no prompts.
-var mcpCapabilities = map[string]any{"tools": map[string]any{}, "resources": map[string]any{}}
-
-// serverInfo is the door's identity as revision sees it (a title from 2025-06-18).
-func serverInfo(revision string) map[string]any {
-	info := map[string]any{"name": "shipping-api-sandbox", "version": "v1-developer-preview"}
-	if revision >= "2025-06-18" {
-		info["title"] = "Shipping API sandbox"
-	}
-	return info
-}
-
-// initialize answers the legacy handshake in the revision asked for (or the newest legacy
-// one).
-func (d *mcpDoor) initialize(c *mcpCall) map[string]any {
-	return map[string]any{"protocolVersion": c.revision, "capabilities": mcpCapabilities, "serverInfo": serverInfo(c.revision), "instructions": d.instructions(c)}
-}
-
-// readWorld answers server/discover: the revisions the door speaks, newest first, what it
-// offers, and how to start.
-func (d *mcpDoor) discover(c *mcpCall) map[string]any {
-	return c.cached(map[string]any{"supportedVersions": mcpRevisions, "capabilities": mcpCapabilities, "instructions": d.instructions(c)})
-}
-
-// cached is a result the stateless revision may cache: an hour, for anyone.
-func (c *mcpCall) cached(result map[string]any) map[string]any {
-	if c.stateless {
-		result["ttlMs"], result["cacheScope"] = 3600000, "public"
-	}
-	return result
-}
-
-// instructions are what the door tells an agent at the start: what the sandbox is, its base
-// URL, the first calls to make.
-func (d *mcpDoor) instructions(c *mcpCall) string {
-	return "The local sandbox of the Shipment Tracking and Imported Orders API (v1, developer preview), at " + c.origin + "/v1: it behaves as the real API will, " +
-		"rule for rule and error for error, and never calls a carrier or a marketplace. Each tool is the API's requests, made with your key (or a key argument: a " +
-		"test key of this sandbox), rate-limited and journaled as a client's. Start with create_sandbox ({\"template\":\"acct_sync\",\"idempotency_key\":\"any-new-value\"}): " +
-		"an account of your own, a copy of a marketplace that moves; then list_orders and get_tracking with its key; book_shipment and add_shipment_events write " +
-		"in it; set_clock and get_timeline move and read its clock; get_findings says which traps your requests fell into; check_server judges a server by the " +
-		"spec's rules. The resources: sandbox:///openapi.json (the document), sandbox:///README.md and every docs page."
-}
-
-// ===== The MCP door: the tools, one table =====
-
-// mcpTool is a tool of the door: what an agent reads of it (its name, title, description,
-// arguments and answers, the hints a host asks for leave) and how it is called: the API's
-// request it makes (op: the operation whose answer it returns), or, for check_server, the kit.
-type mcpTool struct {
-	name, title, description                     string
-	op                                           string   // the document's operation: its success schema
-	path                                         []string // the request's path, {member}s filled in: the first whose members are sent
-	method                                       string
-	members                                      []mcpMember
-	exactlyOne                                   []string // members of which the call sends one (judged at the call)
-	api                                          bool     // it makes the API's requests: it takes key, prefer and run too
-	readOnly, destructive, idempotent, openWorld bool
-	input, output                                map[string]any // built at start
-}
-
-// mcpMember is an argument of a tool: where the document describes it (a parameter, a
-// schema's property, an operation's own parameter; or an inline schema), whether the call
-// must send it, and where the API's request carries it.
-type mcpMember struct {
-	name     string
-	from     string // "parameters/Name", "schemas/Name/property", "op/operationId/parameter"; "" for inline
-	inline   string // the JSON schema, when from is ""
-	in       string // path, query, body, header (Idempotency-Key), or "" (the call's own: key, prefer, run)
-	required bool
-}
-
-// The members every API tool takes, and the one each write takes.
-var (
-	keyMember    = mcpMember{name: "key", inline: `{"type":"string","description":"A test key of this sandbox to act as (a sandbox's, say); default: the caller's. A live key is refused (503)."}`}
-	preferMember = mcpMember{name: "prefer", inline: `{"type":"string","description":"Sent as the Prefer header: code=429|500|502|503 (a simulated answer), code=503; times=2 (failing only the first tries), delay=MS, clock=\"start+90s\" (the instant this request is judged at)."}`}
-	runMember    = mcpMember{name: "run", inline: `{"type":"string","pattern":"^[A-Za-z0-9._-]{1,64}$","description":"Sent as Prefer: run=\"...\": tags the request, so that get_requests and get_findings of that run judge it apart."}`}
-	idemMember   = mcpMember{name: "idempotency_key", from: "schemas/IdempotencyKey", in: "header", required: true}
-)
-
-// mcpToolTable is the door's tools, the one table that tools/list, docs/mcp.md's table and
-// the tests read.
-var mcpToolTable = []mcpTool{
-	{name: "get_tracking", title: "A shipment's tracking view", op: "getShipmentTracking", method: http.MethodGet, api: true, readOnly: true,
-		description: "GET /v1/shipments/{id}/tracking, or GET /v1/tracking/{tracking_number}: a shipment's tracking view (its events, oldest first, in UTC) by its id or by its primary tracking number; send one of the two.",
-		path:        []string{"/v1/shipments/{shipment_id}/tracking", "/v1/tracking/{tracking_number}"}, exactlyOne: []string{"shipment_id", "tracking_number"},
-		members: []mcpMember{{name: "shipment_id", from: "parameters/ShipmentId", in: "path"}, {name: "tracking_number", from: "parameters/TrackingNumber", in: "path"}}},
-	{name: "list_orders", title: "A page of imported orders", op: "listOrders", method: http.MethodGet, api: true, readOnly: true, path: []string{"/v1/orders"},
-		description: "GET /v1/orders: a page of imported orders, newest first, with its pagination; next_cursor pages on (with the same filters).",
-		members: []mcpMember{{name: "limit", from: "parameters/Limit", in: "query"}, {name: "cursor", from: "parameters/Cursor", in: "query"}, {name: "status", from: "parameters/Status", in: "query"},
-			{name: "created_from", from: "parameters/CreatedFrom", in: "query"}, {name: "created_to", from: "parameters/CreatedTo", in: "query"}}},
-	{name: "get_order", title: "One imported order", op: "getOrder", method: http.MethodGet, api: true, readOnly: true, path: []string{"/v1/orders/{id}"},
-		description: "GET /v1/orders/{id}: one imported order, its six fields.",
-		members:     []mcpMember{{name: "id", from: "parameters/OrderId", in: "path", required: true}}},
-	{name: "create_sandbox", title: "Make a sandbox: an account of your own", op: "createSandbox", method: http.MethodPost, api: true, idempotent: true, path: []string{"/v1/test_helpers/sandboxes"},
-		description: "POST /v1/test_helpers/sandboxes: an account of your own, with keys made for it: a copy of a dataset account (template; acct_sync is a marketplace that moves) or the records sent. Its keys act in it (the key argument of the other tools).",
-		members: []mcpMember{{name: "template", from: "schemas/SandboxRequest/template", in: "body"}, {name: "shipments", from: "schemas/SandboxRequest/shipments", in: "body"},
-			{name: "orders", from: "schemas/SandboxRequest/orders", in: "body"}, {name: "keys", from: "schemas/SandboxRequest/keys", in: "body"}, {name: "profile", from: "schemas/SandboxRequest/profile", in: "body"}, idemMember}},
-	{name: "delete_sandbox", title: "Forget a sandbox", op: "deleteSandbox", method: http.MethodDelete, api: true, destructive: true, path: []string{"/v1/test_helpers/sandboxes/{account}"},
-		description: "DELETE /v1/test_helpers/sandboxes/{account}: forgets the sandbox at once, with a key of its own (the key argument); its keys answer 401 from then on.",
-		members:     []mcpMember{{name: "account", from: "parameters/SandboxAccount", in: "path", required: true}}},
-	{name: "book_shipment", title: "Book a shipment for an order", op: "createShipment", method: http.MethodPost, api: true, idempotent: true, path: []string{"/v1/test_helpers/shipments"},
-		description: "POST /v1/test_helpers/shipments: a shipment created in your sandbox (a key of it) at the request's instant, linking the order it names (order_id); a second link of one order is 409.",
-		members: []mcpMember{{name: "id", from: "schemas/ShipmentRequest/id", in: "body"}, {name: "reference", from: "schemas/ShipmentRequest/reference", in: "body", required: true},
-			{name: "tracking_number", from: "schemas/ShipmentRequest/tracking_number", in: "body"}, {name: "parcel_tracking_numbers", from: "schemas/ShipmentRequest/parcel_tracking_numbers", in: "body"},
-			{name: "order_id", from: "schemas/ShipmentRequest/order_id", in: "body"}, {name: "events", from: "schemas/ShipmentRequest/events", in: "body"}, idemMember}},
-	{name: "add_shipment_events", title: "Move a shipment: carrier events arrive", op: "addShipmentEvents", method: http.MethodPost, api: true, idempotent: true, path: []string{"/v1/test_helpers/shipments/{shipment_id}/events"},
-		description: "POST /v1/test_helpers/shipments/{id}/events: carrier events arrive for a shipment of your sandbox at the request's instant: events (raw, each with a timestamp, an after from now, or neither), or status (one event of that status now) with its location.",
-		members: []mcpMember{{name: "shipment_id", from: "op/addShipmentEvents/id", in: "path", required: true}, {name: "events", from: "schemas/ShipmentEventsRequest/events", in: "body"},
-			{name: "status", from: "schemas/ShipmentStatusRequest/status", in: "body"}, {name: "location", from: "schemas/ShipmentStatusRequest/location", in: "body"}, idemMember}},
-	{name: "get_clock", title: "The sandbox clock", op: "getClock", method: http.MethodGet, api: true, readOnly: true, path: []string{"/v1/test_helpers/clock"},
-		description: "GET /v1/test_helpers/clock: the key's account's sandbox clock: frozen, running from an instant, or following the wall clock, and its reading."},
-	{name: "set_clock", title: "Move the sandbox clock", op: "setClock", method: http.MethodPost, api: true, path: []string{"/v1/test_helpers/clock"},
-		description: "POST /v1/test_helpers/clock: freeze the key's account's clock at an instant (frozen_time; null: follow the wall clock again), or set it running from one (run_from); send one of the two.",
-		members:     []mcpMember{{name: "frozen_time", from: "schemas/ClockRequest/frozen_time", in: "body"}, {name: "run_from", from: "schemas/ClockRequest/run_from", in: "body"}}},
-	{name: "get_timeline", title: "What moves, around now", op: "getTimeline", method: http.MethodGet, api: true, readOnly: true, path: []string{"/v1/test_helpers/timeline"},
-		description: "GET /v1/test_helpers/timeline: what the account's data schedules around the request's instant: the last 10 things that happened and the next 10 to come."},
-	{name: "get_requests", title: "The journal: what your requests showed", op: "getRequests", method: http.MethodGet, readOnly: true, path: []string{"/v1/test_helpers/requests"},
-		description: "GET /v1/test_helpers/requests: the journal of the key's account, oldest first: each request's target, status, code, instant and the ids it showed (run: only a tagged run's).",
-		members:     []mcpMember{{name: "run", from: "parameters/JournalRun", in: "query"}, {name: "limit", from: "parameters/JournalLimit", in: "query"}, keyMember, preferMember}},
-	{name: "get_findings", title: "The findings: traps your requests fell into", op: "getFindings", method: http.MethodGet, readOnly: true, path: []string{"/v1/test_helpers/findings"},
-		description: "GET /v1/test_helpers/findings: the traps the journal's requests show the integration fell into (retry_too_soon, missed_import, stale_order, ambiguous_number, blind_retry), each with what to change (run: only a tagged run's).",
-		members:     []mcpMember{{name: "run", from: "parameters/JournalRun", in: "query"}, keyMember, preferMember}},
-	{name: "check_server", title: "Check a server against the spec", readOnly: true, openWorld: true,
-		description: "The conformance kit (go run . check): a server judged by the spec's rules over HTTP, its JSON report. Without base_url, this sandbox, with your key; a base_url on this machine only (a loopback address), with the keys of the sandbox's environment (SANDBOX_CHECK_KEY and the others), never keys from arguments. It leaves the server as it found it: the two sandboxes it makes there, it deletes.",
-		members: []mcpMember{{name: "base_url", inline: `{"type":"string","description":"The server under check: the API's base, an http URL of a loopback address (127.0.0.1, localhost, [::1]), such as http://127.0.0.1:8181/v1. Absent: this sandbox."}`},
-			{name: "rules", inline: `{"type":"string","description":"Comma-separated rule ids, or prefixes ending in * such as tracking.* (default: every rule)."}`},
-			{name: "profile", inline: `{"type":"string","enum":["sandbox","domain_adapter"],"description":"The spec's stated difference to expect: an ambiguous tracking number is 404 from a sandbox, 409 from the domain adapter."}`},
-			{name: "mode", inline: `{"type":"string","enum":["safe","full"],"description":"safe (default), or full to add the rules that load the server (its rate limit)."}`}}},
-}
-
-// tool is the door's tool of this name, or nil.
-func (d *mcpDoor) tool(name string) *mcpTool {
-	for i := range d.tools {
-		if d.tools[i].name == name {
-			return &d.tools[i]
-		}
-	}
-	return nil
-}
-
-// newMCPDoor builds the door once, at start: each tool's input and output schemas from the
-// document (its $refs inlined), and the resources.
-func newMCPDoor(w doorway) (*mcpDoor, error) {
-	var doc map[string]any
-	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
-		return nil, err
-	}
-	d := &mcpDoor{doorway: w, tools: slices.Clone(mcpToolTable)}
-	for i := range d.tools {
-		t := &d.tools[i]
-		if t.api {
-			t.members = append(slices.Clone(t.members), keyMember, preferMember, runMember)
-		}
-		var err error
-		if t.input, err = inputSchema(doc, t); err != nil {
-			return nil, fmt.Errorf("the MCP tool %s: %w", t.name, err)
-		}
-		if t.output, err = outputSchema(doc, t); err != nil {
-			return nil, fmt.Errorf("the MCP tool %s: %w", t.name, err)
-		}
-	}
-	resources, err := mcpResources()
-	d.resources = resources
-	if err != nil {
-		return nil, err
-	}
-	return d, d.listEach()
-}
-
-// inputSchema is a tool's arguments as one flat object: each member's schema and
-// description from the document, no combinator at the top (a host refuses a tool list
-// that has one), no member beyond them.
-func inputSchema(doc map[string]any, t *mcpTool) (map[string]any, error) {
-	properties, required := map[string]any{}, []string{}
-	for _, m := range t.members {
-		schema, err := memberSchema(doc, m)
-		if err != nil {
-			return nil, fmt.Errorf("member %s: %w", m.name, err)
-		}
-		properties[m.name] = schema
-		if m.required {
-			required = append(required, m.name)
-		}
-	}
-	return map[string]any{"type": "object", "properties": properties, "required": required, "additionalProperties": false}, nil
-}
-
-// memberSchema is a member's schema, its $refs inlined, with the document's description.
-func memberSchema(doc map[string]any, m mcpMember) (map[string]any, error) {
-	if m.from == "" {
-		var schema map[string]any
-		err := json.Unmarshal([]byte(m.inline), &schema)
-		return schema, err
-	}
-	parts := strings.Split(m.from, "/")
-	var node, schema map[string]any
-	switch parts[0] {
-	case "parameters":
-		node = docNode(doc, "components", "parameters", parts[1])
-		schema, _ = node["schema"].(map[string]any)
-	case "schemas":
-		if schema = docNode(doc, "components", "schemas", parts[1]); len(parts) == 3 {
-			schema = docNode(schema, "properties", parts[2])
-		}
-	case "op":
-		node = docParameter(doc, parts[1], parts[2])
-		schema, _ = node["schema"].(map[string]any)
-	}
-	if schema == nil {
-		return nil, fmt.Errorf("the document has no %s", m.from)
-	}
-	out := inlined(doc, schema, 0).(map[string]any)
-	if desc, ok := node["description"].(string); ok {
-		out["description"] = desc
-	}
-	if types, ok := out["type"].([]any); ok && len(types) == 2 && slices.Contains(types, "null") { // absent already means none
-		if other := types[slices.Index(types, "null")^1]; other == "array" || other == "object" {
-			out["type"] = other // the MCP Inspector sends a ["array","null"] member's value as a string
-		}
-	}
-	return out, nil
-}
-
-// outputSchema is what a tool answers: its success or a problem, both (a host checks an
-// error's structured content against it too).
-func outputSchema(doc map[string]any, t *mcpTool) (map[string]any, error) {
-	var success map[string]any
-	switch {
-	case t.name == "check_server":
-		json.Unmarshal([]byte(checkReportSchema), &success)
-	case t.op == "deleteSandbox":
-		success = map[string]any{"type": "object", "maxProperties": 0, "description": "204 No Content: the sandbox is forgotten."}
-	default:
-		success = docSuccess(doc, t.op)
-	}
-	problem := docNode(doc, "components", "schemas", "Problem")
-	if success == nil || problem == nil {
-		return nil, fmt.Errorf("the document has no answer of %s", t.op)
-	}
-	return map[string]any{"type": "object", "anyOf": []any{terse(inlined(doc, success, 0), true), terse(inlined(doc, problem, 0), true)}}, nil
-}
-
-// terse is an output schema without the descriptions of its parts (its own kept; a property
-// named description stays, its value a schema, not prose): a host
-// validates against it, and the document says the rest; with them, the tool list of
-// thirteen tools, each with the problem's, would weigh twice as much.
-func terse(node any, top bool) any {
-	switch v := node.(type) {
-	case map[string]any:
-		for k, x := range v {
-			if _, prose := x.(string); k == "description" && prose && !top {
-				delete(v, k)
-			} else if k != "enum" && k != "const" {
-				v[k] = terse(x, false)
-			}
-		}
-	case []any:
-		for i, x := range v {
-			v[i] = terse(x, false)
-		}
-	}
-	return node
-}
-
-// checkReportSchema is the kit's JSON report, what check_server answers.
-const checkReportSchema = `{"type":"object","description":"The conformance kit's report: the server, each rule's result and evidence, the summary.","required":["base_url","profile","mode","world","warnings","rules","summary"],` +
-	`"properties":{"base_url":{"type":"string"},"profile":{"type":"string"},"mode":{"type":"string"},"world":{"type":"string","enum":["own","discovered"]},"warnings":{"type":"array","items":{"type":"string"}},` +
-	`"rules":{"type":"array","items":{"type":"object","required":["id","level","title","spec","result","reason","evidence"],"properties":{"id":{"type":"string"},"level":{"type":"string","enum":["MUST","SHOULD"]},"title":{"type":"string"},"spec":{"type":"string"},"result":{"type":"string","enum":["pass","fail","skip","expected"]},"reason":{"type":["string","null"]},` +
-	`"evidence":{"type":"array","items":{"type":"object","properties":{"expected":{"type":"string"},"seen":{"type":"string"},"status":{"type":"integer"},"curl":{"type":"string"},"request_id":{"type":"string"}}}}}}},` +
-	`"summary":{"type":"object","properties":{"total":{"type":"integer"},"passed":{"type":"integer"},"failed":{"type":"integer"},"failed_must":{"type":"integer"},"skipped":{"type":"integer"},"expected":{"type":"integer"},"stale":{"type":"integer"},"evaluated":{"type":"integer"},"requests":{"type":"integer"},"retried":{"type":"integer"}}}}}`
-
-// docNode is the object at the path of names under node, or nil.
-func docNode(node map[string]any, path ...string) map[string]any {
-	for _, name := range path {
-		node, _ = node[name].(map[string]any)
-	}
-	return node
-}
-
-// docOperation is the document's operation of this id, or nil.
-func docOperation(doc map[string]any, id string) map[string]any {
-	for _, item := range docNode(doc, "paths") {
-		for _, op := range item.(map[string]any) {
-			if o, ok := op.(map[string]any); ok && o["operationId"] == id {
-				return o
-			}
-		}
-	}
-	return nil
-}
-
-// docParameter is an operation's own parameter of this name, or nil.
-func docParameter(doc map[string]any, opID, name string) map[string]any {
-	params, _ := docOperation(doc, opID)["parameters"].([]any)
-	for _, p := range params {
-		if q, ok := p.(map[string]any); ok && q["name"] == name {
-			return q
-		}
-	}
-	return nil
-}
-
-// docSuccess is the schema of an operation's 2xx JSON answer, or nil.
-func docSuccess(doc map[string]any, opID string) map[string]any {
-	for status, r := range docNode(docOperation(doc, opID), "responses") {
-		if strings.HasPrefix(status, "2") {
-			if schema := docNode(r.(map[string]any), "content", "application/json", "schema"); schema != nil {
-				return schema
-			}
-		}
-	}
-	return nil
-}
-
-// inlined is node with every $ref replaced by what it names, and what JSON Schema does not
-// read (the document's example and x- members) left out.
-func inlined(doc map[string]any, node any, depth int) any {
-	switch v := node.(type) {
-	case map[string]any:
-		out := map[string]any{}
-		if ref, ok := v["$ref"].(string); ok && depth < 32 {
-			path := strings.Split(strings.TrimPrefix(ref, "#/"), "/")
-			for k, x := range inlined(doc, docNode(doc, path...), depth+1).(map[string]any) {
-				out[k] = x
-			}
-		}
-		for k, x := range v {
-			if k != "$ref" && k != "example" && !strings.HasPrefix(k, "x-") {
-				out[k] = inlined(doc, x, depth+1)
-			}
-		}
-		return out
-	case []any:
-		out := make([]any, len(v))
-		for i, x := range v {
-			out[i] = inlined(doc, x, depth+1)
-		}
-		return out
-	}
-	return node
-}
-
-// listed is the tool as tools/list shows it to a revision: what the revision lacks left out
-// (before 2025-03-26 no annotations, before 2025-06-18 no title or output schema).
-func (t *mcpTool) listed(revision string) map[string]any {
-	out := map[string]any{"name": t.name, "description": t.description, "inputSchema": t.input}
-	if revision >= "2025-03-26" {
-		out["annotations"] = map[string]any{"readOnlyHint": t.readOnly, "destructiveHint": t.destructive, "idempotentHint": t.idempotent, "openWorldHint": t.openWorld}
-	}
-	if revision >= "2025-06-18" {
-		out["title"], out["outputSchema"] = t.title, t.output
-	}
-	return out
-}
-
-func (d *mcpDoor) listTools(c *mcpCall) map[string]any {
-	return c.cached(map[string]any{"tools": d.listed[c.revision]})
-}
-
-// listEach writes each revision's tool list once, as tools/list answers it.
-func (d *mcpDoor) listEach() error {
-	d.listed = map[string]json.RawMessage{}
-	for _, revision := range mcpRevisions {
-		tools := make([]any, 0, len(d.tools))
-		for i := range d.tools {
-			tools = append(tools, d.tools[i].listed(revision))
-		}
-		b, err := marshalJSON(tools)
-		if err != nil {
-			return err
-		}
-		d.listed[revision] = b
-	}
-	return nil
-}
-
-// ===== The MCP door: a tool's call, its API requests, and its result =====
-
-// callTool answers tools/call: the tool named (an unknown one, or arguments that are not an
-// object: -32602), its arguments judged (anything wrong inside them: an error result, a
-// problem as the API writes it), then its API request, or the kit, and the result.
-func (d *mcpDoor) callTool(c *mcpCall, msg *rpcMessage) (map[string]any, *mcpFault) {
-	var name string
-	json.Unmarshal(msg.params["name"], &name)
-	t := d.tool(name)
-	if t == nil {
-		return nil, c.invalidParams("Invalid params: no tool " + strconv.Quote(cutField(name, 64)) + "; tools/list names them.")
-	}
-	args, err := toolArguments(msg.params["arguments"])
-	if err != nil {
-		return nil, c.invalidParams("Invalid params: the arguments of " + t.name + " are one JSON object: " + err.Error() + ".")
-	}
-	if fault := t.argumentFault(args); fault != nil {
-		return c.toolResult(argumentProblem(fault)), nil
-	}
-	if t.name == "check_server" {
-		return c.toolResult(d.checkServer(c, args)), nil
-	}
-	req, fault := t.request(c, args)
-	if fault != nil {
-		return c.toolResult(argumentProblem(fault)), nil
-	}
-	a, err := d.ask(req)
-	if err != nil {
-		return nil, &mcpFault{c.errorStatus(http.StatusInternalServerError), rpcInternalError, "Internal error: the API request of " + t.name + " was cut off (the client went away?).", nil}
-	}
-	return c.toolResult(a), nil
-}
-
-// toolAnswer is an answer a tool's call got: the API's to its request, or the door's own (a
-// problem with the arguments, the kit's report and its summary line).
-type toolAnswer struct {
-	status int
-	header http.Header
-	body   []byte
-	line   string // the first line of the tool's text, when it is not the headers' (the kit's summary)
-}
-
-// ask sends a tool's API request through the service, in this process, and reads its answer
-// whole.
-func (d *mcpDoor) ask(req *http.Request) (toolAnswer, error) {
-	res, err := d.service.RoundTrip(req)
-	if err != nil {
-		return toolAnswer{}, err
-	}
-	defer res.Body.Close()
-	body := make([]byte, max(res.ContentLength, 0))
-	if _, err := io.ReadFull(res.Body, body); err != nil {
-		return toolAnswer{}, err
-	}
-	return toolAnswer{status: res.StatusCode, header: res.Header, body: body}, nil
-}
-
-// invalidParams is -32602 as c's revision answers it: 400 in the stateless one, 200 else.
-func (c *mcpCall) invalidParams(message string) *mcpFault {
-	return &mcpFault{c.errorStatus(http.StatusBadRequest), rpcInvalidParams, message, nil}
-}
-
-// errorStatus is the HTTP status of a JSON-RPC error: its own in the stateless revision,
-// 200 in a legacy one.
-func (c *mcpCall) errorStatus(status int) int {
-	if c.stateless {
-		return status
-	}
-	return http.StatusOK
-}
-
-// toolArgument is one argument as sent, in the order sent.
-type toolArgument struct {
-	name  string
-	value json.RawMessage
-}
-
-// toolArguments reads a call's arguments: absent or null is none; anything but one JSON
-// object is refused.
-func toolArguments(raw json.RawMessage) ([]toolArgument, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil, nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, errors.New("they are not an object")
-	}
-	var args []toolArgument
-	for dec.More() {
-		tok, _ := dec.Token()
-		var value json.RawMessage
-		if err := dec.Decode(&value); err != nil {
-			return nil, err
-		}
-		args = append(args, toolArgument{tok.(string), value})
-	}
-	return args, nil
-}
-
-// argumentFault is what is wrong in a call's arguments, as the API would name it, or nil: a member
-// the tool does not take, one sent twice, one it needs missing, a value of the wrong type
-// for where the request carries it, and the rule between members (one of the two).
-func (t *mcpTool) argumentFault(args []toolArgument) *apiError {
-	seen := map[string]bool{}
-	for _, a := range args {
-		m := t.member(a.name)
-		switch {
-		case m == nil:
-			return paramError(codeUnknownParameter, a.name, "The tool "+t.name+" takes no argument "+strconv.Quote(cutField(a.name, 64))+"; it takes "+t.memberNames()+".")
-		case seen[a.name]:
-			return paramError(codeInvalidParameter, a.name, "The argument "+a.name+" is sent twice: send it once.")
-		}
-		seen[a.name] = true
-		if why := m.valueFault(a.value); why != "" {
-			return paramError(codeInvalidParameter, a.name, "The argument "+a.name+" "+why+".")
-		}
-	}
-	for _, m := range t.members {
-		if m.required && !seen[m.name] {
-			return paramError(codeInvalidParameter, m.name, "The argument "+m.name+" is required.")
-		}
-	}
-	if len(t.exactlyOne) == 2 && seen[t.exactlyOne[0]] == seen[t.exactlyOne[1]] {
-		return paramError(codeInvalidParameter, t.exactlyOne[0], "Send one of "+t.exactlyOne[0]+" and "+t.exactlyOne[1]+", not both and not neither.")
-	}
-	return nil
-}
-
-// member is the tool's member of this name, or nil.
-func (t *mcpTool) member(name string) *mcpMember {
-	for i := range t.members {
-		if t.members[i].name == name {
-			return &t.members[i]
-		}
-	}
-	return nil
-}
-
-// memberNames lists the tool's members, for an error's detail.
-func (t *mcpTool) memberNames() string {
-	names := make([]string, len(t.members))
-	for i, m := range t.members {
-		names[i] = m.name
-	}
-	return strings.Join(names, ", ")
-}
-
-// valueFault is what is wrong with a member's value for where the request carries it, ""
-// when nothing is: a body member goes as sent, for the API to judge; a path, a query
-// parameter or a header takes a string (a query's number as written), visible text only.
-func (m *mcpMember) valueFault(v json.RawMessage) string {
-	if m.in == "body" {
-		return ""
-	}
-	var s string
-	switch {
-	case m.in == "query" && len(v) > 0 && (v[0] == '-' || v[0] >= '0' && v[0] <= '9'):
-		return ""
-	case json.Unmarshal(v, &s) != nil:
-		return "is a string"
-	case s == "" && m.in == "path":
-		return "is empty: name one"
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return "holds a control character"
-		}
-	}
-	return ""
-}
-
-// argumentProblem is the answer to arguments the door refuses before any request: the
-// API's problem, as the API would write it.
-func argumentProblem(e *apiError) toolAnswer {
-	id := newRequestID()
-	h := http.Header{"Content-Type": {problemContentType}, "Request-Id": {id}}
-	return toolAnswer{status: e.status(), header: h, body: appendProblem(nil, e, id)}
-}
-
-// request is the API request a tool's call makes: its path (the first of the tool's whose
-// path members were sent), its query and its body in the tool's order of members, the
-// Idempotency-Key, the caller's key (or the key argument), Prefer (with run), and what the
-// door was reached with: its Host, its client's address, its context.
-func (t *mcpTool) request(c *mcpCall, args []toolArgument) (*http.Request, *apiError) {
-	given := map[string]json.RawMessage{}
-	for _, a := range args {
-		given[a.name] = a.value
-	}
-	text := func(name string) string {
-		var s string
-		if json.Unmarshal(given[name], &s) != nil {
-			s = string(given[name]) // a query's number, as written
-		}
-		return s
-	}
-	path := t.pathFor(given, text)
-	var query []string
-	var body []byte
-	for _, m := range t.members {
-		v, ok := given[m.name]
-		switch {
-		case !ok:
-		case m.in == "query":
-			query = append(query, url.QueryEscape(m.name)+"="+url.QueryEscape(text(m.name)))
-		case m.in == "body":
-			body = append(append(appendJSONString(append(body, ','), m.name), ':'), v...)
-		}
-	}
-	if len(query) > 0 {
-		path += "?" + strings.Join(query, "&")
-	}
-	var reader io.Reader
-	if t.method == http.MethodPost {
-		if len(body) == 0 {
-			body = []byte{','}
-		}
-		body[0] = '{'
-		reader = bytes.NewReader(append(body, '}'))
-	}
-	req, err := http.NewRequestWithContext(c.ctx, t.method, c.origin+path, reader)
-	if err != nil {
-		return nil, paramError(codeInvalidParameter, t.members[0].name, "The arguments make no request: "+err.Error()+".")
-	}
-	req.RequestURI, req.RemoteAddr, req.Host = path, c.remote, c.host
-	req.Header.Set("Authorization", "Bearer "+cmp.Or(text("key"), c.key))
-	if reader != nil {
-		req.Header.Set("Content-Type", jsonContentType)
-	}
-	if _, ok := given["idempotency_key"]; ok {
-		req.Header.Set("Idempotency-Key", text("idempotency_key"))
-	}
-	prefer := text("prefer")
-	if run := text("run"); run != "" && t.api {
-		prefer = strings.TrimPrefix(prefer+`, run="`+run+`"`, ", ")
-	}
-	if prefer != "" {
-		req.Header.Set("Prefer", prefer)
-	}
-	return req, nil
-}
-
-// pathFor is the tool's path for the members given: the first of its paths whose {member}s
-// were all sent, each filled in, escaped.
-func (t *mcpTool) pathFor(given map[string]json.RawMessage, text func(string) string) string {
-	for _, p := range t.path {
-		filled, complete := p, true
-		for _, m := range t.members {
-			if m.in != "path" || !strings.Contains(p, "{"+m.name+"}") {
-				continue
-			}
-			if _, ok := given[m.name]; !ok {
-				complete = false
-			}
-			filled = strings.ReplaceAll(filled, "{"+m.name+"}", url.PathEscape(text(m.name)))
-		}
-		if complete {
-			return filled
-		}
-	}
-	return t.path[0]
-}
-
-// insideAnswer is an answer of the API to a request made in this process.
-type insideAnswer struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-// insideWriter is what a request made in this process is answered to.
-type insideWriter struct {
-	insideAnswer
-}
-
-func (w *insideWriter) Header() http.Header { return w.header }
-
-func (w *insideWriter) WriteHeader(status int) {
-	if w.status == 0 {
-		w.status = status
-	}
-}
-
-func (w *insideWriter) Write(b []byte) (int, error) {
-	w.WriteHeader(http.StatusOK)
-	if w.body == nil { // the whole answer, as its Content-Length says
-		n, _ := strconv.Atoi(w.header.Get("Content-Length"))
-		w.body = make([]byte, 0, max(n, len(b)))
-	}
-	w.body = append(w.body, b...)
-	return len(b), nil
-}
-
-// serveInside answers req through the whole service, as if it had come over the network:
-// its checks, its rate limit, its journal and its log line. false: the request was cut off
-// (its client went away), and nothing was answered.
-func (s *server) serveInside(req *http.Request) (a insideAnswer, ok bool) {
-	w := &insideWriter{insideAnswer{header: http.Header{}}}
-	defer func() {
-		if v := recover(); v != nil && v != http.ErrAbortHandler {
-			panic(v)
-		}
-		a, ok = w.insideAnswer, w.status != 0 && w.status != statusClientClosedRequest
-	}()
-	s.inner.ServeHTTP(w, req)
-	return
-}
-
-// RoundTrip makes a server a transport of its own: the kit, checking this sandbox, sends
-// its requests through it, in this process.
-func (s *server) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.RequestURI == "" {
-		req = req.Clone(req.Context())
-		req.RequestURI, req.RemoteAddr = req.URL.RequestURI(), "127.0.0.1:0"
-	}
-	a, ok := s.serveInside(req)
-	if !ok {
-		return nil, errors.New("the request was cut off")
-	}
-	return &http.Response{Status: strconv.Itoa(a.status) + " " + http.StatusText(a.status), StatusCode: a.status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: a.header, Body: io.NopCloser(bytes.NewReader(a.body)), ContentLength: int64(len(a.body)), Request: req}, nil
-}
-
-// The header fields the first line of a tool's text names, in its order, when present.
-var toolLineFields = []string{"Retry-After", "RateLimit", "Location", "Idempotent-Replayed", "Preference-Applied", "Request-Id"}
-
-// toolResult is an API answer as a tool's result: one text item, its first line what a
-// client reads of the headers, then the body; the body as structured content (from
-// 2025-06-18; {} for an answer without one); isError for a status of 400 or more; and the
-// answer's status and headers in _meta["sandbox/http"].
-func (c *mcpCall) toolResult(a toolAnswer) map[string]any {
-	line := a.line
-	if line == "" {
-		line = "HTTP " + strconv.Itoa(a.status)
-		for _, name := range toolLineFields {
-			if v := a.header.Values(name); len(v) > 0 {
-				line += " · " + name + ": " + strings.Join(v, ", ")
-			}
-		}
-	}
-	// Written by hand, as the API writes its bodies (compact): the answer's envelope takes
-	// them as they are (BenchmarkMCPGetTracking: encoding/json cost a fifth of a call). The
-	// text is the line, then the body: one JSON string of the two.
-	content := appendJSONString(append(make([]byte, 0, len(line)+len(a.body)*9/8+64), `[{"type":"text","text":`...), line)
-	if len(a.body) > 0 {
-		content = append(content[:len(content)-1], `\n`...)
-		open := len(content)
-		content = appendJSONString(content, a.body)
-		content = append(content[:open], content[open+1:]...) // the body's opening quote: the string goes on
-	}
-	h := append(append(append(make([]byte, 0, 512), `{"status":`...), strconv.Itoa(a.status)...), `,"request_id":`...)
-	h = append(appendJSONString(h, a.header.Get("Request-Id")), `,"headers":{`...)
-	for i, name := range slices.Sorted(maps.Keys(a.header)) {
-		if i > 0 {
-			h = append(h, ',')
-		}
-		h = appendJSONString(append(appendJSONString(h, name), ':'), strings.Join(a.header[name], ", "))
-	}
-	result := map[string]any{
-		"content": json.RawMessage(append(content, "}]"...)),
-		"isError": a.status >= 400,
-		"_meta":   map[string]any{"sandbox/http": json.RawMessage(append(h, "}}"...))},
-	}
-	if c.revision >= "2025-06-18" {
-		structured := json.RawMessage(a.body) // the API's body: compact JSON, an object
-		if len(a.body) == 0 || a.body[0] != '{' {
-			structured = json.RawMessage("{}")
-		}
-		result["structuredContent"] = structured
-	}
-	return result
-}
-
-// checkServer runs the kit for check_server: without base_url, this sandbox with the
-// caller's key, in this process; a base_url on this machine (a loopback address): this
-// sandbox's own origin with the caller's key, any other with the SANDBOX_CHECK_*KEY
-// variables of this process's environment only. Its JSON report, or a problem when the kit
-// cannot judge.
-func (d *mcpDoor) checkServer(c *mcpCall, args []toolArgument) toolAnswer {
-	base, own := c.origin+"/v1", true
-	flags := []string{"-format", "json"}
-	for _, a := range args {
-		var v string
-		json.Unmarshal(a.value, &v)
-		if a.name == "base_url" {
-			base = strings.TrimSuffix(v, "/")
-			if e := checkedBase(base); e != nil {
-				return argumentProblem(e)
-			}
-			own = loopbackOriginOf(base) == loopbackOriginOf(c.origin+"/v1") || loopbackOriginOf(base) == loopbackOriginOf(d.origin+"/v1")
-			continue
-		}
-		flags = append(flags, "-"+a.name, v)
-	}
-	call := kitCall{args: append(flags, "-base-url", base), getenv: func(string) string { return "" }, until: c.arrived.Add(d.writeTimeout - checkServerMargin)}
-	if own {
-		call.args, call.transport = append(call.args, "-key", c.key), d.service
-	} else {
-		call.getenv = func(name string) string {
-			if strings.HasPrefix(name, "SANDBOX_CHECK_") && strings.HasSuffix(name, "KEY") {
-				return d.getenv(name)
-			}
-			return ""
-		}
-	}
-	ran := runKit(c.ctx, call)
-	report, summary, flagAtFault, err := ran.jsonReport()
-	switch param := strings.ReplaceAll(flagAtFault, "-", "_"); {
-	case flagAtFault != "" && slices.ContainsFunc(mcpToolTable, func(t mcpTool) bool { return t.name == "check_server" && t.member(param) != nil }):
-		return argumentProblem(paramError(codeInvalidParameter, param, "check_server: the kit cannot run: "+err.Error()+"."))
-	case flagAtFault != "" && own:
-		return argumentProblem(paramError(codeInvalidParameter, "base_url", "check_server: the kit cannot run: "+err.Error()+"."))
-	case flagAtFault != "":
-		return argumentProblem(paramError(codeInvalidParameter, "base_url", "check_server: the kit cannot run: "+err.Error()+" (a server other than this sandbox is checked with the keys of this sandbox's environment: start the sandbox with SANDBOX_CHECK_KEY set)."))
-	case err != nil:
-		return argumentProblem(paramError(codeInvalidParameter, "base_url", "check_server: the kit could not judge "+base+": "+err.Error()+"."))
-	}
-	return toolAnswer{status: http.StatusOK, header: http.Header{"Content-Type": {jsonContentType}}, body: report, line: summary}
-}
-
-// checkServerMargin is how long before the listener's write timeout check_server stops
-// judging: the kit deletes its sandboxes (4 s at most) and the answer is written within it.
-const checkServerMargin = 5 * time.Second
-
-// checkedBase refuses a base_url the door may not check: not an http URL of a loopback
-// address.
-func checkedBase(base string) *apiError {
-	u, err := url.Parse(base)
-	if err != nil || u.Scheme != "http" || u.Host == "" || !namesLoopback(strings.ToLower(u.Hostname())) {
-		return paramError(codeInvalidParameter, "base_url", "check_server checks only servers on this machine: base_url is an http URL of a loopback address (127.0.0.1, localhost or [::1]), the API's base, such as http://127.0.0.1:8181/v1.")
-	}
-	return nil
-}
-
-// loopbackOriginOf is a base URL's origin as this door compares them: scheme and host,
-// lower-cased, localhost as 127.0.0.1.
-func loopbackOriginOf(base string) string {
-	return strings.Replace(strings.ToLower(originOfBase(base)), "://localhost:", "://127.0.0.1:", 1)
-}
-
-// ===== The MCP door: the resources =====
-
-// The pages an agent may read, embedded so that the binary (and the image) holds them.
-//
-//go:embed README.md docs/*.md
-var mcpPages embed.FS
-
-// mcpResource is a resource of the door: the document (served as GET /v1/openapi.json
-// serves it, its servers at the origin the request named), the README or a docs page.
-type mcpResource struct {
-	uri, name, title, mimeType string
-	text                       []byte // nil: the document, written for each request's origin
-}
-
-// mcpResources are the door's resources: the document, the README, every docs page.
-func mcpResources() ([]mcpResource, error) {
-	list := []mcpResource{{uri: "sandbox:///openapi.json", name: "openapi.json", title: "The API's OpenAPI 3.1 document", mimeType: jsonContentType}}
-	pages, err := fs.Glob(mcpPages, "docs/*.md")
-	if err != nil {
-		return nil, err
-	}
-	for _, name := range append([]string{"README.md"}, pages...) {
-		text, err := mcpPages.ReadFile(name)
-		if err != nil {
-			return nil, err
-		}
-		heading, _, _ := strings.Cut(string(text), "\n")
-		list = append(list, mcpResource{uri: "sandbox:///" + name, name: name, title: strings.TrimPrefix(heading, "# "), mimeType: "text/markdown", text: text})
-	}
-	return list, nil
-}
-
-// textFor is what reading the resource gives a request named by origin.
-func (r *mcpResource) textFor(d *mcpDoor, origin string) []byte {
-	if r.text != nil {
-		return r.text
-	}
-	return d.document(origin)
-}
-
-func (d *mcpDoor) listResources(c *mcpCall) map[string]any {
-	list := make([]any, 0, len(d.resources))
-	for i := range d.resources {
-		r := &d.resources[i]
-		size := len(r.text)
-		if r.text == nil { // the document, as textFor writes it
-			size = d.documentSize(c.origin)
-		}
-		item := map[string]any{"uri": r.uri, "name": r.name, "mimeType": r.mimeType, "size": size}
-		if c.revision >= "2025-06-18" {
-			item["title"] = r.title
-		}
-		list = append(list, item)
-	}
-	return c.cached(map[string]any{"resources": list})
-}
-
-// readResource answers resources/read: the resource's text; a URI the door does not serve
-// is -32002 in a legacy revision, -32602 in the stateless one.
-func (d *mcpDoor) readResource(c *mcpCall, msg *rpcMessage) (map[string]any, *mcpFault) {
-	var uri string
-	json.Unmarshal(msg.params["uri"], &uri)
-	for i := range d.resources {
-		if r := &d.resources[i]; r.uri == uri {
-			return c.cached(map[string]any{"contents": []any{map[string]any{"uri": r.uri, "mimeType": r.mimeType, "text": string(r.textFor(d, c.origin))}}}), nil
-		}
-	}
-	message := "Resource not found: " + strconv.Quote(cutField(uri, 128)) + "; resources/list names the resources."
-	if c.stateless {
-		return nil, c.invalidParams(message)
-	}
-	return nil, &mcpFault{http.StatusOK, rpcResourceNotFound, message, map[string]any{"uri": uri}}
-}
-
-// ===== The conformance kit: its command and its flags =====
+// ===== check: its command and its flags =====
 
 // The conformance kit (go run . check) judges any server that claims the API by the spec's
 // rules, each a named rule made over HTTP as any client would make it: the live API on the
@@ -5376,11 +5550,6 @@ type checkConfig struct {
 	timeout    time.Duration
 	strict     bool
 }
-
-// minMaskedKey is the shortest key the kit carries: it masks every part of a key of this
-// length or more in what it writes, and a shorter one could not be masked without
-// garbling the report.
-const minMaskedKey = 8
 
 // kitUsageError is a usage error of the kit, naming its flag ("" when it names none, as an
 // unknown flag or an argument): the door's check_server names the argument at fault by it.
@@ -5478,17 +5647,6 @@ func oneOfFlag(dst *string, values ...string) func(string) error {
 		*dst = v
 		return nil
 	}
-}
-
-// apiBaseURL is the base URL of a server under check, its one trailing / dropped: an
-// absolute http or https URL with a host, and no user, query or fragment (the kit appends
-// the spec's paths to it).
-func apiBaseURL(v string) (string, error) {
-	u, err := url.Parse(v)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
-		return "", errors.New("want an absolute http or https URL, the API's base, such as http://127.0.0.1:8080/v1")
-	}
-	return strings.TrimSuffix(v, "/"), nil
 }
 
 // kitKeyFault is why key cannot be carried: it must be sendable as a Bearer credential (RFC
@@ -5688,31 +5846,7 @@ func writeCheckReport(out string, stdout io.Writer, rep *checkReport, format str
 	return os.WriteFile(out, b.Bytes(), 0o644)
 }
 
-// startSelfCheck starts this sandbox in this process, as go run . serves it (the default
-// dataset, the default flags) but on a free loopback port, and returns its base URL.
-func startSelfCheck() (string, func(), error) {
-	cfg := defaultConfig()
-	quiet := slog.New(slog.DiscardHandler)
-	sb, err := loadDataset(defaultDatasetName, bytes.NewReader(defaultDataset), 0, time.Now().UTC().Truncate(time.Second), quiet)
-	if err != nil {
-		return "", nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	base := baseURL(ln.Addr())
-	srv, err := newServer(sb, serverOptions{rate: cfg.rate, baseURL: base, log: quiet, loopback: true, journal: cfg.journal})
-	if err != nil {
-		ln.Close()
-		return "", nil, err
-	}
-	hs := newHTTPServer(cfg, srv.handler(), quiet)
-	go hs.Serve(ln)
-	return base, func() { hs.Close() }, nil
-}
-
-// ===== The conformance kit: its requests, and what it keeps of their answers =====
+// ===== check: its requests, and what it keeps of their answers =====
 
 // kit is one run of the conformance kit.
 type kit struct {
@@ -5913,7 +6047,7 @@ func (k *kit) httpRequest(r kitRequest, key string) (*http.Request, error) {
 	return req, nil
 }
 
-// ===== The conformance kit: its pace =====
+// ===== check: its pace =====
 
 // kitPace is how fast the kit may send: by key, when the server's RateLimit lets it send
 // again; and how often in a row the server refused its pace.
@@ -6045,109 +6179,11 @@ func parseRateLimitField(lines []string) ([]rateLimitItem, error) {
 	return items, nil
 }
 
-// ===== The conformance kit: what it writes, masked and escaped =====
+// ===== check: results and their evidence, each request a curl command =====
 
-// secrets are keys that nothing a command writes may hold (the kit's, the bridge's): a key
-// whole is written as the variable it is named by ($KEY, $SANDBOX_MCP_KEY), and any part of
-// one of minMaskedKey characters or more (a key cut short, or run into other text) as [key].
-// A key shorter than minMaskedKey is not masked: it could not be without garbling what is
-// written (the kit refuses one). What a server sent or the user gave is masked, field by
-// field; a command's own words are not, so that a key that shares a word with them
-// (sk_test_sandbox_tracking and tracking.utc) garbles nothing of the kit's catalogue.
-type secrets struct {
-	mu    sync.Mutex
-	whole []secret        // longest first
-	parts map[string]bool // every minMaskedKey-byte part of every key
-}
-
-type secret struct {
-	text, name string
-}
-
-// newSecrets are the keys of keys, each by the name it is written as.
-func newSecrets[N ~string](keys map[N]string) *secrets {
-	s := &secrets{parts: map[string]bool{}}
-	for name, key := range keys {
-		s.add(key, string(name))
-	}
-	return s
-}
-
-// add keeps key, named name, to be masked.
-func (s *secrets) add(key, name string) {
-	if len(key) < minMaskedKey {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.whole = append(s.whole, secret{key, name})
-	slices.SortStableFunc(s.whole, func(a, b secret) int { return len(b.text) - len(a.text) })
-	for i := 0; i+minMaskedKey <= len(key); i++ {
-		s.parts[key[i:i+minMaskedKey]] = true
-	}
-}
-
-// mask is text with every key whole written as its name's variable, and every run of text
-// that parts of keys cover written as [key].
-func (s *secrets) mask(text string) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, k := range s.whole {
-		text = strings.ReplaceAll(text, k.text, "$"+k.name)
-	}
-	covered := make([]bool, len(text))
-	found := false
-	for i := 0; i+minMaskedKey <= len(text); i++ {
-		if s.parts[text[i:i+minMaskedKey]] {
-			for j := i; j < i+minMaskedKey; j++ {
-				covered[j] = true
-			}
-			found = true
-		}
-	}
-	if !found {
-		return text
-	}
-	var b strings.Builder
-	for i := 0; i < len(text); i++ {
-		switch {
-		case !covered[i]:
-			b.WriteByte(text[i])
-		case i == 0 || !covered[i-1]:
-			b.WriteString("[key]")
-		}
-	}
-	return b.String()
-}
-
-// printable is s as a line of text shows it safely: a control character (a newline, an
-// escape), a line or paragraph separator and a bidirectional control written as \uXXXX,
-// invalid UTF-8 as \ufffd, so that what a server sends can neither forge a line of the
-// report nor move a terminal's cursor.
-func printable(s string) string {
-	var b strings.Builder
-	for _, r := range strings.ToValidUTF8(s, "\ufffd") {
-		switch {
-		case r == '\ufffd' || unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || r >= '\u202a' && r <= '\u202e' || r >= '\u2066' && r <= '\u2069' || r == '\u200e' || r == '\u200f':
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
-
-// cutField is at most n bytes of s (cut at a UTF-8 boundary), and ... when cut.
-func cutField(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
-}
+// What the kit writes of a server's answers and of a user's keys is masked, escaped and cut
+// as the shared section says; a failure's evidence cites each request as the curl command
+// that sends it again.
 
 // curl is r as a command that sends it exactly as the kit did (its method, its header
 // fields, its body, quoted for a POSIX shell), each key a variable named for its role.
@@ -6179,8 +6215,6 @@ func (k *kit) curl(r kitRequest) string {
 
 // shellQuote is s in single quotes, as a POSIX shell reads it.
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-// ===== The conformance kit: results and their evidence =====
 
 // ruleResult is what a rule's judge found: a pass, a skip (with its reason) or a failure
 // (with its evidence); the report makes a failure that -expect names expected.
@@ -6254,7 +6288,7 @@ type checkEvidence struct {
 	RequestID string `json:"request_id"`
 }
 
-// ===== The conformance kit: JSON, read with its own eyes =====
+// ===== check: JSON, read with its own eyes =====
 
 // jsonValue is a JSON value as the kit reads it, with a reader of its own: an object keeps
 // its members in the order written and the names it repeats (a member written twice is a
@@ -6576,7 +6610,7 @@ func repeatedMember(v *jsonValue, path string) string {
 	return ""
 }
 
-// ===== The conformance kit: its world =====
+// ===== check: its world =====
 
 // Where the server makes sandboxes, the kit judges data it chose: two sandboxes of records it
 // sends (the main account's, holding evidence for every rule and keys of every kind, and
@@ -7041,7 +7075,7 @@ func (k *kit) readWorld(w *kitWorld) *kitWorld {
 	return w
 }
 
-// ===== The conformance kit: the catalogue, and a run of it =====
+// ===== check: the catalogue, and a run of it =====
 
 // ruleLevel is how binding a rule is: MUST, a sentence of the spec; SHOULD, a decision of
 // the sandbox's contract where the spec says "not shown".
@@ -7320,7 +7354,7 @@ func (k *kit) firstRead() error {
 	return nil
 }
 
-// ===== The conformance kit: the catalogue's judges of auth.* =====
+// ===== check: the catalogue's judges of auth.* =====
 
 // operationTargets are a request of each of the four operations: the shipment's tracking, a
 // number, the list, an order; naming what the kit's own world holds, else ids no server
@@ -7416,7 +7450,7 @@ func judgeOtherAccount(k *kit) ruleResult {
 	return r
 }
 
-// ===== The conformance kit: the catalogue's judges of tracking.* =====
+// ===== check: the catalogue's judges of tracking.* =====
 
 // kitView is a tracking view as the kit reads it: the answer, its JSON (nil for an answer
 // other than 200 with a JSON object), and its events, each read as far as it goes.
@@ -7881,7 +7915,7 @@ func judgeAmbiguousNumber(k *kit) ruleResult {
 	return r
 }
 
-// ===== The conformance kit: the catalogue's judges of orders.* =====
+// ===== check: the catalogue's judges of orders.* =====
 
 // kitPage is a page of GET /v1/orders as the kit reads it: the answer, its JSON (nil for an
 // answer other than 200 with a JSON object), its orders each read as far as it goes (and as
@@ -8438,7 +8472,7 @@ func judgeCursorFilters(k *kit) ruleResult {
 	return r
 }
 
-// ===== The conformance kit: the catalogue's judges of http.*, errors.* and limits.* =====
+// ===== check: the catalogue's judges of http.*, errors.* and limits.* =====
 
 func judgeMethodNotAllowed(k *kit) ruleResult {
 	var r ruleResult
@@ -8667,7 +8701,7 @@ func firstParam(items []rateLimitItem, name string) (int64, bool) {
 	return v, ok
 }
 
-// ===== The conformance kit: its reports =====
+// ===== check: its reports =====
 
 // checkReport is a run's report, as its JSON writes it: members in this order. check diff
 // reads it back, of any version of the kit.
@@ -8936,7 +8970,7 @@ func xmlText(s string) string {
 	return b.String()
 }
 
-// ===== The conformance kit: check diff, two reports side by side =====
+// ===== check: check diff, two reports side by side =====
 
 // A rule's change from one report to another: same, regressed (NEW fail, OLD anything
 // else), improved (OLD fail, NEW pass), changed (any other difference of result), added (in
