@@ -342,7 +342,7 @@ type registryHooks struct {
 // sharedData is the data of the copies of one template made at one start instant: read
 // against the same instant, the same records make the same data, and data is never edited
 // in place, so it is built once and held by each such copy (a test suite makes its copies
-// in bursts: sandbox_cost.sh). The registry counts its bytes once while any copy holds it.
+// in bursts). The registry counts its bytes once while any copy holds it.
 type sharedData struct {
 	template *sandboxTemplate
 	start    time.Time

@@ -95,6 +95,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"reflect"
 	"regexp"
 	"runtime"
 	"runtime/debug"
@@ -1205,7 +1206,7 @@ type serverOptions struct {
 type server struct {
 	// drained counts the requests that finished after shutdown began, for the stopped
 	// line. Only those write it: a counter every request wrote would bounce its cache line
-	// between the cores (compare.sh shows it).
+	// between the cores, which the served throughput against plain net/http shows.
 	drained      atomic.Int64
 	cors         *cors           // nil: no CORS headers
 	faults       *faultPlan      // nil: -faults is off
@@ -1296,7 +1297,9 @@ type route struct {
 	handler callHandler
 }
 
-// routes lists every route the server answers. A GET pattern serves HEAD too.
+// routes lists every operation, test helper and page the server answers, each with its
+// checks. A GET pattern serves HEAD too. handler adds, for each path, the 405 of its other
+// methods, and the 404s of /v1 itself and of any path no route serves.
 func (s *server) routes() []route {
 	return []route{
 		{"GET /v1/shipments/{id}/tracking", s.operation(scopeTrackingRead, noParams(trackingByID))},
@@ -3947,9 +3950,10 @@ func rawParams(msg *rpcMessage) []byte {
 	return []byte("{}")
 }
 
-// dispatch answers a request by its method. The methods a revision lacks: initialize, ping,
-// prompts/* and logging/setLevel are the legacy handshake's (the stateless revision: 404);
-// server/discover the stateless one's.
+// dispatch answers a request by its method: initialize and ping are the legacy handshake's
+// (the stateless revision lacks them: -32601, 404), server/discover the stateless one's; the
+// tools' and the resources' methods are every revision's. No revision serves prompts/* or
+// logging/setLevel (no prompts, no log levels): -32601.
 func (d *mcpDoor) dispatch(c *mcpCall, msg *rpcMessage) (map[string]any, *mcpFault) {
 	switch {
 	case msg.method == "initialize" && !c.stateless:
@@ -4010,85 +4014,97 @@ func (c *mcpCall) cached(result map[string]any) map[string]any {
 
 // ===== mcp: the tools, one table =====
 
-// mcpTool is a tool of the door: what an agent reads of it (its name, title, description,
-// arguments and answers, the hints a host asks for leave) and how it is called: the API's
-// request it makes (op: the operation whose answer it returns), or, for check_server, the kit.
+// mcpTool is a tool of the door: what an agent reads of it (its name, title, what it does,
+// its arguments and answers, the hints a host asks for) and how a call is answered (call):
+// the API's request of its operation, or the kit's run. Its method, paths and listed
+// description are its operations' in the document, read once at start.
 type mcpTool struct {
-	name, title, description                     string
-	op                                           string   // the document's operation: its success schema
-	path                                         []string // the request's path, {member}s filled in: the first whose members are sent
-	method                                       string
+	name, title, summary                         string   // summary: what it does, after its operations' method and path
+	ops                                          []string // the document's operations it requests, one a path: the first whose path members are sent
+	call                                         toolCall
+	success                                      func() map[string]any // its success's schema where no operation gives one (the kit's report); nil: its operation's
 	members                                      []mcpMember
 	exactlyOne                                   []string // members of which the call sends one (judged at the call)
-	api                                          bool     // it makes the API's requests: it takes key, prefer and run too
 	readOnly, destructive, idempotent, openWorld bool
-	input, output                                map[string]any // built at start
+	// Built at start, from the document.
+	method, description string
+	paths               []string // the requests' paths, {member}s to fill in
+	input, output       map[string]any
 }
+
+// toolCall answers a tool's call, its arguments judged: the API's answer, or the door's own.
+type toolCall func(d *mcpDoor, c *mcpCall, t *mcpTool, args []toolArgument) toolAnswer
 
 // mcpMember is an argument of a tool: where the document describes it (a parameter, a
 // schema's property, an operation's own parameter; or an inline schema), whether the call
-// must send it, and where the API's request carries it.
+// must send it, and where the API's request carries it: in its path, query or body, in a
+// header (of that name), or as the request's key, its Prefer, or a Prefer run tag.
 type mcpMember struct {
 	name     string
 	from     string // "parameters/Name", "schemas/Name/property", "op/operationId/parameter"; "" for inline
 	inline   string // the JSON schema, when from is ""
-	in       string // path, query, body, header (Idempotency-Key), or "" (the call's own: key, prefer, run)
+	in       string // path, query, body, header, key, prefer or tag
+	header   string // the header a member in a header is sent as
 	required bool
 }
 
-// The members every API tool takes, and the one each write takes.
+// The members a client's request carries beside its own (the key it is made with, its
+// Prefer, a run tag), and the Idempotency-Key each write takes.
 var (
-	keyMember    = mcpMember{name: "key", inline: `{"type":"string","description":"A test key of this sandbox to act as (a sandbox's, say); default: the caller's. A live key is refused (503)."}`}
-	preferMember = mcpMember{name: "prefer", inline: `{"type":"string","description":"Sent as the Prefer header: code=429|500|502|503 (a simulated answer), code=503; times=2 (failing only the first tries), delay=MS, clock=\"start+90s\" (the instant this request is judged at)."}`}
-	runMember    = mcpMember{name: "run", inline: `{"type":"string","pattern":"^[A-Za-z0-9._-]{1,64}$","description":"Sent as Prefer: run=\"...\": tags the request, so that get_requests and get_findings of that run judge it apart."}`}
-	idemMember   = mcpMember{name: "idempotency_key", from: "schemas/IdempotencyKey", in: "header", required: true}
+	keyMember    = mcpMember{name: "key", in: "key", inline: `{"type":"string","description":"A test key of this sandbox to act as (a sandbox's, say); default: the caller's. A live key is refused (503)."}`}
+	preferMember = mcpMember{name: "prefer", in: "prefer", inline: `{"type":"string","description":"Sent as the Prefer header: code=429|500|502|503 (a simulated answer), code=503; times=2 (failing only the first tries), delay=MS, clock=\"start+90s\" (the instant this request is judged at)."}`}
+	runMember    = mcpMember{name: "run", in: "tag", inline: `{"type":"string","pattern":"^[A-Za-z0-9._-]{1,64}$","description":"Sent as Prefer: run=\"...\": tags the request, so that get_requests and get_findings of that run judge it apart."}`}
+	idemMember   = mcpMember{name: "idempotency_key", from: "schemas/IdempotencyKey", in: "header", header: "Idempotency-Key", required: true}
 )
 
-// mcpToolTable is the door's tools, the one table that tools/list, docs/mcp.md's table and
-// the tests read.
+// asClient is a tool's own members, then those a client's request carries: its key, its
+// Prefer, its run tag.
+func asClient(own ...mcpMember) []mcpMember { return append(own, keyMember, preferMember, runMember) }
+
+// mcpToolTable is the door's tools, the one table that tools/list, the instructions,
+// docs/mcp.md's table and the tests read.
 var mcpToolTable = []mcpTool{
-	{name: "get_tracking", title: "A shipment's tracking view", op: "getShipmentTracking", method: http.MethodGet, api: true, readOnly: true,
-		description: "GET /v1/shipments/{id}/tracking, or GET /v1/tracking/{tracking_number}: a shipment's tracking view (its events, oldest first, in UTC) by its id or by its primary tracking number; send one of the two.",
-		path:        []string{"/v1/shipments/{shipment_id}/tracking", "/v1/tracking/{tracking_number}"}, exactlyOne: []string{"shipment_id", "tracking_number"},
-		members: []mcpMember{{name: "shipment_id", from: "parameters/ShipmentId", in: "path"}, {name: "tracking_number", from: "parameters/TrackingNumber", in: "path"}}},
-	{name: "list_orders", title: "A page of imported orders", op: "listOrders", method: http.MethodGet, api: true, readOnly: true, path: []string{"/v1/orders"},
-		description: "GET /v1/orders: a page of imported orders, newest first, with its pagination; next_cursor pages on (with the same filters).",
-		members: []mcpMember{{name: "limit", from: "parameters/Limit", in: "query"}, {name: "cursor", from: "parameters/Cursor", in: "query"}, {name: "status", from: "parameters/Status", in: "query"},
-			{name: "created_from", from: "parameters/CreatedFrom", in: "query"}, {name: "created_to", from: "parameters/CreatedTo", in: "query"}}},
-	{name: "get_order", title: "One imported order", op: "getOrder", method: http.MethodGet, api: true, readOnly: true, path: []string{"/v1/orders/{id}"},
-		description: "GET /v1/orders/{id}: one imported order, its six fields.",
-		members:     []mcpMember{{name: "id", from: "parameters/OrderId", in: "path", required: true}}},
-	{name: "create_sandbox", title: "Make a sandbox: an account of your own", op: "createSandbox", method: http.MethodPost, api: true, idempotent: true, path: []string{"/v1/test_helpers/sandboxes"},
-		description: "POST /v1/test_helpers/sandboxes: an account of your own, with keys made for it: a copy of a dataset account (template; acct_sync is a marketplace that moves) or the records sent. Its keys act in it (the key argument of the other tools).",
-		members: []mcpMember{{name: "template", from: "schemas/SandboxRequest/template", in: "body"}, {name: "shipments", from: "schemas/SandboxRequest/shipments", in: "body"},
-			{name: "orders", from: "schemas/SandboxRequest/orders", in: "body"}, {name: "keys", from: "schemas/SandboxRequest/keys", in: "body"}, {name: "profile", from: "schemas/SandboxRequest/profile", in: "body"}, idemMember}},
-	{name: "delete_sandbox", title: "Forget a sandbox", op: "deleteSandbox", method: http.MethodDelete, api: true, destructive: true, path: []string{"/v1/test_helpers/sandboxes/{account}"},
-		description: "DELETE /v1/test_helpers/sandboxes/{account}: forgets the sandbox at once, with a key of its own (the key argument); its keys answer 401 from then on.",
-		members:     []mcpMember{{name: "account", from: "parameters/SandboxAccount", in: "path", required: true}}},
-	{name: "book_shipment", title: "Book a shipment for an order", op: "createShipment", method: http.MethodPost, api: true, idempotent: true, path: []string{"/v1/test_helpers/shipments"},
-		description: "POST /v1/test_helpers/shipments: a shipment created in your sandbox (a key of it) at the request's instant, linking the order it names (order_id); a second link of one order is 409.",
-		members: []mcpMember{{name: "id", from: "schemas/ShipmentRequest/id", in: "body"}, {name: "reference", from: "schemas/ShipmentRequest/reference", in: "body", required: true},
-			{name: "tracking_number", from: "schemas/ShipmentRequest/tracking_number", in: "body"}, {name: "parcel_tracking_numbers", from: "schemas/ShipmentRequest/parcel_tracking_numbers", in: "body"},
-			{name: "order_id", from: "schemas/ShipmentRequest/order_id", in: "body"}, {name: "events", from: "schemas/ShipmentRequest/events", in: "body"}, idemMember}},
-	{name: "add_shipment_events", title: "Move a shipment: carrier events arrive", op: "addShipmentEvents", method: http.MethodPost, api: true, idempotent: true, path: []string{"/v1/test_helpers/shipments/{shipment_id}/events"},
-		description: "POST /v1/test_helpers/shipments/{id}/events: carrier events arrive for a shipment of your sandbox at the request's instant: events (raw, each with a timestamp, an after from now, or neither), or status (one event of that status now) with its location.",
-		members: []mcpMember{{name: "shipment_id", from: "op/addShipmentEvents/id", in: "path", required: true}, {name: "events", from: "schemas/ShipmentEventsRequest/events", in: "body"},
-			{name: "status", from: "schemas/ShipmentStatusRequest/status", in: "body"}, {name: "location", from: "schemas/ShipmentStatusRequest/location", in: "body"}, idemMember}},
-	{name: "get_clock", title: "The sandbox clock", op: "getClock", method: http.MethodGet, api: true, readOnly: true, path: []string{"/v1/test_helpers/clock"},
-		description: "GET /v1/test_helpers/clock: the key's account's sandbox clock: frozen, running from an instant, or following the wall clock, and its reading."},
-	{name: "set_clock", title: "Move the sandbox clock", op: "setClock", method: http.MethodPost, api: true, path: []string{"/v1/test_helpers/clock"},
-		description: "POST /v1/test_helpers/clock: freeze the key's account's clock at an instant (frozen_time; null: follow the wall clock again), or set it running from one (run_from); send one of the two.",
-		members:     []mcpMember{{name: "frozen_time", from: "schemas/ClockRequest/frozen_time", in: "body"}, {name: "run_from", from: "schemas/ClockRequest/run_from", in: "body"}}},
-	{name: "get_timeline", title: "What moves, around now", op: "getTimeline", method: http.MethodGet, api: true, readOnly: true, path: []string{"/v1/test_helpers/timeline"},
-		description: "GET /v1/test_helpers/timeline: what the account's data schedules around the request's instant: the last 10 things that happened and the next 10 to come."},
-	{name: "get_requests", title: "The journal: what your requests showed", op: "getRequests", method: http.MethodGet, readOnly: true, path: []string{"/v1/test_helpers/requests"},
-		description: "GET /v1/test_helpers/requests: the journal of the key's account, oldest first: each request's target, status, code, instant and the ids it showed (run: only a tagged run's).",
-		members:     []mcpMember{{name: "run", from: "parameters/JournalRun", in: "query"}, {name: "limit", from: "parameters/JournalLimit", in: "query"}, keyMember, preferMember}},
-	{name: "get_findings", title: "The findings: traps your requests fell into", op: "getFindings", method: http.MethodGet, readOnly: true, path: []string{"/v1/test_helpers/findings"},
-		description: "GET /v1/test_helpers/findings: the traps the journal's requests show the integration fell into (retry_too_soon, missed_import, stale_order, ambiguous_number, blind_retry), each with what to change (run: only a tagged run's).",
-		members:     []mcpMember{{name: "run", from: "parameters/JournalRun", in: "query"}, keyMember, preferMember}},
-	{name: "check_server", title: "Check a server against the spec", readOnly: true, openWorld: true,
-		description: "The conformance kit (go run . check): a server judged by the spec's rules over HTTP, its JSON report. Without base_url, this sandbox, with your key; a base_url on this machine only (a loopback address), with the keys of the sandbox's environment (SANDBOX_CHECK_KEY and the others), never keys from arguments. It leaves the server as it found it: the two sandboxes it makes there, it deletes.",
+	{name: "get_tracking", title: "A shipment's tracking view", ops: []string{"getShipmentTracking", "getTrackingByNumber"}, call: askAPI, readOnly: true,
+		summary: "a shipment's tracking view (its events, oldest first, in UTC) by its id or by its primary tracking number; send one of the two.", exactlyOne: []string{"shipment_id", "tracking_number"},
+		members: asClient(mcpMember{name: "shipment_id", from: "parameters/ShipmentId", in: "path"}, mcpMember{name: "tracking_number", from: "parameters/TrackingNumber", in: "path"})},
+	{name: "list_orders", title: "A page of imported orders", ops: []string{"listOrders"}, call: askAPI, readOnly: true,
+		summary: "a page of imported orders, newest first, with its pagination; next_cursor pages on (with the same filters).",
+		members: asClient(mcpMember{name: "limit", from: "parameters/Limit", in: "query"}, mcpMember{name: "cursor", from: "parameters/Cursor", in: "query"}, mcpMember{name: "status", from: "parameters/Status", in: "query"},
+			mcpMember{name: "created_from", from: "parameters/CreatedFrom", in: "query"}, mcpMember{name: "created_to", from: "parameters/CreatedTo", in: "query"})},
+	{name: "get_order", title: "One imported order", ops: []string{"getOrder"}, call: askAPI, readOnly: true,
+		summary: "one imported order, its six fields.",
+		members: asClient(mcpMember{name: "id", from: "parameters/OrderId", in: "path", required: true})},
+	{name: "create_sandbox", title: "Make a sandbox: an account of your own", ops: []string{"createSandbox"}, call: askAPI, idempotent: true,
+		summary: "an account of your own, with keys made for it: a copy of a dataset account (template; acct_sync is a marketplace that moves) or the records sent. Its keys act in it (the key argument of the other tools).",
+		members: asClient(mcpMember{name: "template", from: "schemas/SandboxRequest/template", in: "body"}, mcpMember{name: "shipments", from: "schemas/SandboxRequest/shipments", in: "body"},
+			mcpMember{name: "orders", from: "schemas/SandboxRequest/orders", in: "body"}, mcpMember{name: "keys", from: "schemas/SandboxRequest/keys", in: "body"}, mcpMember{name: "profile", from: "schemas/SandboxRequest/profile", in: "body"}, idemMember)},
+	{name: "delete_sandbox", title: "Forget a sandbox", ops: []string{"deleteSandbox"}, call: askAPI, destructive: true,
+		summary: "forgets the sandbox at once, with a key of its own (the key argument); its keys answer 401 from then on.",
+		members: asClient(mcpMember{name: "account", from: "parameters/SandboxAccount", in: "path", required: true})},
+	{name: "book_shipment", title: "Book a shipment for an order", ops: []string{"createShipment"}, call: askAPI, idempotent: true,
+		summary: "a shipment created in your sandbox (a key of it) at the request's instant, linking the order it names (order_id); a second link of one order is 409.",
+		members: asClient(mcpMember{name: "id", from: "schemas/ShipmentRequest/id", in: "body"}, mcpMember{name: "reference", from: "schemas/ShipmentRequest/reference", in: "body", required: true},
+			mcpMember{name: "tracking_number", from: "schemas/ShipmentRequest/tracking_number", in: "body"}, mcpMember{name: "parcel_tracking_numbers", from: "schemas/ShipmentRequest/parcel_tracking_numbers", in: "body"},
+			mcpMember{name: "order_id", from: "schemas/ShipmentRequest/order_id", in: "body"}, mcpMember{name: "events", from: "schemas/ShipmentRequest/events", in: "body"}, idemMember)},
+	{name: "add_shipment_events", title: "Move a shipment: carrier events arrive", ops: []string{"addShipmentEvents"}, call: askAPI, idempotent: true,
+		summary: "carrier events arrive for a shipment of your sandbox at the request's instant: events (raw, each with a timestamp, an after from now, or neither), or status (one event of that status now) with its location.",
+		members: asClient(mcpMember{name: "shipment_id", from: "op/addShipmentEvents/id", in: "path", required: true}, mcpMember{name: "events", from: "schemas/ShipmentEventsRequest/events", in: "body"},
+			mcpMember{name: "status", from: "schemas/ShipmentStatusRequest/status", in: "body"}, mcpMember{name: "location", from: "schemas/ShipmentStatusRequest/location", in: "body"}, idemMember)},
+	{name: "get_clock", title: "The sandbox clock", ops: []string{"getClock"}, call: askAPI, readOnly: true,
+		summary: "the key's account's sandbox clock: frozen, running from an instant, or following the wall clock, and its reading.", members: asClient()},
+	{name: "set_clock", title: "Move the sandbox clock", ops: []string{"setClock"}, call: askAPI,
+		summary: "freeze the key's account's clock at an instant (frozen_time; null: follow the wall clock again), or set it running from one (run_from); send one of the two.",
+		members: asClient(mcpMember{name: "frozen_time", from: "schemas/ClockRequest/frozen_time", in: "body"}, mcpMember{name: "run_from", from: "schemas/ClockRequest/run_from", in: "body"})},
+	{name: "get_timeline", title: "What moves, around now", ops: []string{"getTimeline"}, call: askAPI, readOnly: true,
+		summary: "what the account's data schedules around the request's instant: the last 10 things that happened and the next 10 to come.", members: asClient()},
+	{name: "get_requests", title: "The journal: what your requests showed", ops: []string{"getRequests"}, call: askAPI, readOnly: true,
+		summary: "the journal of the key's account, oldest first: each request's target, status, code, instant and the ids it showed (run: only a tagged run's).",
+		members: []mcpMember{{name: "run", from: "parameters/JournalRun", in: "query"}, {name: "limit", from: "parameters/JournalLimit", in: "query"}, keyMember, preferMember}},
+	{name: "get_findings", title: "The findings: traps your requests fell into", ops: []string{"getFindings"}, call: askAPI, readOnly: true,
+		summary: "the traps the journal's requests show the integration fell into (retry_too_soon, missed_import, stale_order, ambiguous_number, blind_retry), each with what to change (run: only a tagged run's).",
+		members: []mcpMember{{name: "run", from: "parameters/JournalRun", in: "query"}, keyMember, preferMember}},
+	{name: "check_server", title: "Check a server against the spec", call: checkServer, success: reportSchema, readOnly: true, openWorld: true,
+		summary: "The conformance kit (go run . check): a server judged by the spec's rules over HTTP, its JSON report. Without base_url, this sandbox, with your key; a base_url on this machine only (a loopback address), with the keys of the sandbox's environment (SANDBOX_CHECK_KEY and the others), never keys from arguments. It leaves the server as it found it: the two sandboxes it makes there, it deletes.",
 		members: []mcpMember{{name: "base_url", inline: `{"type":"string","description":"The server under check: the API's base, an http URL of a loopback address (127.0.0.1, localhost, [::1]), such as http://127.0.0.1:8181/v1. Absent: this sandbox."}`},
 			{name: "rules", inline: `{"type":"string","description":"Comma-separated rule ids, or prefixes ending in * such as tracking.* (default: every rule)."}`},
 			{name: "profile", inline: `{"type":"string","enum":["sandbox","domain_adapter"],"description":"The spec's stated difference to expect: an ambiguous tracking number is 404 from a sandbox, 409 from the domain adapter."}`},
@@ -4105,8 +4121,8 @@ func (d *mcpDoor) tool(name string) *mcpTool {
 	return nil
 }
 
-// newMCPDoor builds the door once, at start: each tool's input and output schemas from the
-// document (its $refs inlined), and the resources.
+// newMCPDoor builds the door once, at start: each tool's requests, description, and input
+// and output schemas from the document (its $refs inlined), and the resources.
 func newMCPDoor(w doorway) (*mcpDoor, error) {
 	var doc map[string]any
 	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
@@ -4115,14 +4131,14 @@ func newMCPDoor(w doorway) (*mcpDoor, error) {
 	d := &mcpDoor{doorway: w, tools: slices.Clone(mcpToolTable)}
 	for i := range d.tools {
 		t := &d.tools[i]
-		if t.api {
-			t.members = append(slices.Clone(t.members), keyMember, preferMember, runMember)
+		err := t.readOperations(doc)
+		if err == nil {
+			t.input, err = inputSchema(doc, t)
 		}
-		var err error
-		if t.input, err = inputSchema(doc, t); err != nil {
-			return nil, fmt.Errorf("the MCP tool %s: %w", t.name, err)
+		if err == nil {
+			t.output, err = outputSchema(doc, t)
 		}
-		if t.output, err = outputSchema(doc, t); err != nil {
+		if err != nil {
 			return nil, fmt.Errorf("the MCP tool %s: %w", t.name, err)
 		}
 	}
@@ -4132,6 +4148,46 @@ func newMCPDoor(w doorway) (*mcpDoor, error) {
 		return nil, err
 	}
 	return d, d.listEach()
+}
+
+// readOperations reads the tool's requests off the document: each operation's method and
+// path (under the servers' base path, its parameters renamed as the tool's members), and the
+// description the tool is listed with, which begins with them.
+func (t *mcpTool) readOperations(doc map[string]any) error {
+	t.description = t.summary
+	if len(t.ops) == 0 {
+		return nil
+	}
+	var named []string
+	for _, id := range t.ops {
+		method, path, op := docOperationAt(doc, id)
+		if op == nil {
+			return fmt.Errorf("the document has no operation %s", id)
+		}
+		template := docBasePath(doc) + path
+		for _, m := range t.members {
+			if param := m.parameterName(doc); m.in == "path" && strings.Contains(path, "{"+param+"}") {
+				template = strings.ReplaceAll(template, "{"+param+"}", "{"+m.name+"}")
+			}
+		}
+		t.method, t.paths, named = strings.ToUpper(method), append(t.paths, template), append(named, strings.ToUpper(method)+" "+docBasePath(doc)+path)
+	}
+	t.description = strings.Join(named, ", or ") + ": " + t.summary
+	return nil
+}
+
+// parameterName is the name the document gives a member's parameter ("" for a property or an
+// inline member).
+func (m *mcpMember) parameterName(doc map[string]any) string {
+	parts := strings.Split(m.from, "/")
+	switch {
+	case parts[0] == "parameters":
+		name, _ := docNode(doc, "components", "parameters", parts[1])["name"].(string)
+		return name
+	case parts[0] == "op" && len(parts) == 3:
+		return parts[2]
+	}
+	return ""
 }
 
 // inputSchema is a tool's arguments as one flat object: each member's schema and
@@ -4189,20 +4245,18 @@ func memberSchema(doc map[string]any, m mcpMember) (map[string]any, error) {
 }
 
 // outputSchema is what a tool answers: its success or a problem, both (a host checks an
-// error's structured content against it too).
+// error's structured content against it too). Its success is its operation's (an empty
+// object for one that answers no body, as a 204), or the tool's own (the kit's report).
 func outputSchema(doc map[string]any, t *mcpTool) (map[string]any, error) {
 	var success map[string]any
-	switch {
-	case t.name == "check_server":
-		json.Unmarshal([]byte(checkReportSchema), &success)
-	case t.op == "deleteSandbox":
-		success = map[string]any{"type": "object", "maxProperties": 0, "description": "204 No Content: the sandbox is forgotten."}
-	default:
-		success = docSuccess(doc, t.op)
+	if t.success != nil {
+		success = t.success()
+	} else if len(t.ops) > 0 {
+		success = docSuccess(doc, t.ops[0])
 	}
 	problem := docNode(doc, "components", "schemas", "Problem")
 	if success == nil || problem == nil {
-		return nil, fmt.Errorf("the document has no answer of %s", t.op)
+		return nil, errors.New("the document has no answer of its operation")
 	}
 	return map[string]any{"type": "object", "anyOf": []any{terse(inlined(doc, success, 0), true), terse(inlined(doc, problem, 0), true)}}, nil
 }
@@ -4229,13 +4283,6 @@ func terse(node any, top bool) any {
 	return node
 }
 
-// checkReportSchema is the kit's JSON report, what check_server answers.
-const checkReportSchema = `{"type":"object","description":"The conformance kit's report: the server, each rule's result and evidence, the summary.","required":["base_url","profile","mode","world","warnings","rules","summary"],` +
-	`"properties":{"base_url":{"type":"string"},"profile":{"type":"string"},"mode":{"type":"string"},"world":{"type":"string","enum":["own","discovered"]},"warnings":{"type":"array","items":{"type":"string"}},` +
-	`"rules":{"type":"array","items":{"type":"object","required":["id","level","title","spec","result","reason","evidence"],"properties":{"id":{"type":"string"},"level":{"type":"string","enum":["MUST","SHOULD"]},"title":{"type":"string"},"spec":{"type":"string"},"result":{"type":"string","enum":["pass","fail","skip","expected"]},"reason":{"type":["string","null"]},` +
-	`"evidence":{"type":"array","items":{"type":"object","properties":{"expected":{"type":"string"},"seen":{"type":"string"},"status":{"type":"integer"},"curl":{"type":"string"},"request_id":{"type":"string"}}}}}}},` +
-	`"summary":{"type":"object","properties":{"total":{"type":"integer"},"passed":{"type":"integer"},"failed":{"type":"integer"},"failed_must":{"type":"integer"},"skipped":{"type":"integer"},"expected":{"type":"integer"},"stale":{"type":"integer"},"evaluated":{"type":"integer"},"requests":{"type":"integer"},"retried":{"type":"integer"}}}}}`
-
 // docNode is the object at the path of names under node, or nil.
 func docNode(node map[string]any, path ...string) map[string]any {
 	for _, name := range path {
@@ -4246,14 +4293,32 @@ func docNode(node map[string]any, path ...string) map[string]any {
 
 // docOperation is the document's operation of this id, or nil.
 func docOperation(doc map[string]any, id string) map[string]any {
-	for _, item := range docNode(doc, "paths") {
-		for _, op := range item.(map[string]any) {
-			if o, ok := op.(map[string]any); ok && o["operationId"] == id {
-				return o
+	_, _, op := docOperationAt(doc, id)
+	return op
+}
+
+// docOperationAt is the document's operation of this id, with its method and its path (under
+// the servers' base path); nil when there is none.
+func docOperationAt(doc map[string]any, id string) (method, path string, op map[string]any) {
+	for p, item := range docNode(doc, "paths") {
+		for m, x := range item.(map[string]any) {
+			if o, ok := x.(map[string]any); ok && o["operationId"] == id {
+				return m, p, o
 			}
 		}
 	}
-	return nil
+	return "", "", nil
+}
+
+// docBasePath is the path of the document's first server: what its paths are under (/v1).
+func docBasePath(doc map[string]any) string {
+	servers, _ := doc["servers"].([]any)
+	if len(servers) == 0 {
+		return ""
+	}
+	first, _ := servers[0].(map[string]any)
+	u, _ := url.Parse(fmt.Sprint(first["url"]))
+	return strings.TrimSuffix(u.Path, "/")
 }
 
 // docParameter is an operation's own parameter of this name, or nil.
@@ -4267,16 +4332,26 @@ func docParameter(doc map[string]any, opID, name string) map[string]any {
 	return nil
 }
 
-// docSuccess is the schema of an operation's 2xx JSON answer, or nil.
+// docSuccess is the schema of an operation's 2xx JSON answer; an empty object for a 2xx
+// without a body (a 204); nil when it has no 2xx.
 func docSuccess(doc map[string]any, opID string) map[string]any {
 	for status, r := range docNode(docOperation(doc, opID), "responses") {
-		if strings.HasPrefix(status, "2") {
-			if schema := docNode(r.(map[string]any), "content", "application/json", "schema"); schema != nil {
-				return schema
-			}
+		if !strings.HasPrefix(status, "2") {
+			continue
 		}
+		if schema := docNode(r.(map[string]any), "content", "application/json", "schema"); schema != nil {
+			return schema
+		}
+		description, _ := r.(map[string]any)["description"].(string)
+		return map[string]any{"type": "object", "maxProperties": 0, "description": status + " " + http.StatusText(atoi(status)) + ": " + description}
 	}
 	return nil
+}
+
+// atoi is s as a whole number, 0 for anything else.
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }
 
 // inlined is node with every $ref replaced by what it names, and what JSON Schema does not
@@ -4342,21 +4417,25 @@ func (d *mcpDoor) listEach() error {
 }
 
 // instructions are what the door tells an agent at the start: what the sandbox is, its base
-// URL, the first calls to make.
+// URL, the first call to make, and each tool of the table by its title.
 func (d *mcpDoor) instructions(c *mcpCall) string {
+	var tools []string
+	for _, t := range d.tools {
+		tools = append(tools, t.name+" ("+strings.ToLower(t.title[:1])+t.title[1:]+")")
+	}
 	return "The local sandbox of the Shipment Tracking and Imported Orders API (v1, developer preview), at " + c.origin + "/v1: it behaves as the real API will, " +
 		"rule for rule and error for error, and never calls a carrier or a marketplace. Each tool is the API's requests, made with your key (or a key argument: a " +
 		"test key of this sandbox), rate-limited and journaled as a client's. Start with create_sandbox ({\"template\":\"acct_sync\",\"idempotency_key\":\"any-new-value\"}): " +
-		"an account of your own, a copy of a marketplace that moves; then list_orders and get_tracking with its key; book_shipment and add_shipment_events write " +
-		"in it; set_clock and get_timeline move and read its clock; get_findings says which traps your requests fell into; check_server judges a server by the " +
-		"spec's rules. The resources: sandbox:///openapi.json (the document), sandbox:///README.md and every docs page."
+		"an account of your own, a copy of a marketplace that moves, whose key the other tools take as key. The tools: " + strings.Join(tools, "; ") +
+		". The resources: sandbox:///openapi.json (the document), sandbox:///README.md and every docs page."
 }
 
 // ===== mcp: a tool's call, its API requests, and its result =====
 
 // callTool answers tools/call: the tool named (an unknown one, or arguments that are not an
 // object: -32602), its arguments judged (anything wrong inside them: an error result, a
-// problem as the API writes it), then its API request, or the kit, and the result.
+// problem as the API writes it), then its call (its API request, or the kit), and the
+// result. A request cut off (the client gone) is -32603.
 func (d *mcpDoor) callTool(c *mcpCall, msg *rpcMessage) (map[string]any, *mcpFault) {
 	var name string
 	json.Unmarshal(msg.params["name"], &name)
@@ -4368,21 +4447,26 @@ func (d *mcpDoor) callTool(c *mcpCall, msg *rpcMessage) (map[string]any, *mcpFau
 	if err != nil {
 		return nil, c.invalidParams("Invalid params: the arguments of " + t.name + " are one JSON object: " + err.Error() + ".")
 	}
-	if fault := t.argumentFault(args); fault != nil {
-		return c.toolResult(argumentProblem(fault)), nil
+	a := argumentProblem(t.argumentFault(args))
+	if a.status == 0 {
+		a = t.call(d, c, t, args)
 	}
-	if t.name == "check_server" {
-		return c.toolResult(d.checkServer(c, args)), nil
-	}
-	req, fault := t.request(c, args)
-	if fault != nil {
-		return c.toolResult(argumentProblem(fault)), nil
-	}
-	a, err := d.ask(req)
-	if err != nil {
+	if a.status == 0 {
 		return nil, &mcpFault{c.errorStatus(http.StatusInternalServerError), rpcInternalError, "Internal error: the API request of " + t.name + " was cut off (the client went away?).", nil}
 	}
 	return c.toolResult(a), nil
+}
+
+// askAPI is an API tool's call: its request, made through the service in this process with
+// the caller's key (or its key argument), and the API's answer; none (status 0) when the
+// request was cut off.
+func askAPI(d *mcpDoor, c *mcpCall, t *mcpTool, args []toolArgument) toolAnswer {
+	req, fault := t.request(c, args)
+	if fault != nil {
+		return argumentProblem(fault)
+	}
+	a, _ := d.ask(req)
+	return a
 }
 
 // toolAnswer is an answer a tool's call got: the API's to its request, or the door's own (a
@@ -4524,8 +4608,11 @@ func (m *mcpMember) valueFault(v json.RawMessage) string {
 }
 
 // argumentProblem is the answer to arguments the door refuses before any request: the
-// API's problem, as the API would write it.
+// API's problem, as the API would write it; none (status 0) for no fault.
 func argumentProblem(e *apiError) toolAnswer {
+	if e == nil {
+		return toolAnswer{}
+	}
 	id := newRequestID()
 	h := http.Header{"Content-Type": {problemContentType}, "Request-Id": {id}}
 	return toolAnswer{status: e.status(), header: h, body: appendProblem(nil, e, id)}
@@ -4548,8 +4635,10 @@ func (t *mcpTool) request(c *mcpCall, args []toolArgument) (*http.Request, *apiE
 		return s
 	}
 	path := t.pathFor(given, text)
-	var query []string
+	var query, prefer []string
 	var body []byte
+	header := http.Header{}
+	key := c.key
 	for _, m := range t.members {
 		v, ok := given[m.name]
 		switch {
@@ -4558,6 +4647,14 @@ func (t *mcpTool) request(c *mcpCall, args []toolArgument) (*http.Request, *apiE
 			query = append(query, url.QueryEscape(m.name)+"="+url.QueryEscape(text(m.name)))
 		case m.in == "body":
 			body = append(append(appendJSONString(append(body, ','), m.name), ':'), v...)
+		case m.in == "header":
+			header.Set(m.header, text(m.name))
+		case m.in == "key":
+			key = cmp.Or(text(m.name), key)
+		case m.in == "prefer":
+			prefer = append([]string{text(m.name)}, prefer...) // before a run tag
+		case m.in == "tag":
+			prefer = append(prefer, `run="`+text(m.name)+`"`)
 		}
 	}
 	if len(query) > 0 {
@@ -4575,20 +4672,13 @@ func (t *mcpTool) request(c *mcpCall, args []toolArgument) (*http.Request, *apiE
 	if err != nil {
 		return nil, paramError(codeInvalidParameter, t.members[0].name, "The arguments make no request: "+err.Error()+".")
 	}
-	req.RequestURI, req.RemoteAddr, req.Host = path, c.remote, c.host
-	req.Header.Set("Authorization", "Bearer "+cmp.Or(text("key"), c.key))
+	req.RequestURI, req.RemoteAddr, req.Host, req.Header = path, c.remote, c.host, header
+	req.Header.Set("Authorization", "Bearer "+key)
 	if reader != nil {
 		req.Header.Set("Content-Type", jsonContentType)
 	}
-	if _, ok := given["idempotency_key"]; ok {
-		req.Header.Set("Idempotency-Key", text("idempotency_key"))
-	}
-	prefer := text("prefer")
-	if run := text("run"); run != "" && t.api {
-		prefer = strings.TrimPrefix(prefer+`, run="`+run+`"`, ", ")
-	}
-	if prefer != "" {
-		req.Header.Set("Prefer", prefer)
+	if p := strings.Join(slices.DeleteFunc(prefer, func(p string) bool { return p == "" }), ", "); p != "" {
+		req.Header.Set("Prefer", p)
 	}
 	return req, nil
 }
@@ -4596,7 +4686,7 @@ func (t *mcpTool) request(c *mcpCall, args []toolArgument) (*http.Request, *apiE
 // pathFor is the tool's path for the members given: the first of its paths whose {member}s
 // were all sent, each filled in, escaped.
 func (t *mcpTool) pathFor(given map[string]json.RawMessage, text func(string) string) string {
-	for _, p := range t.path {
+	for _, p := range t.paths {
 		filled, complete := p, true
 		for _, m := range t.members {
 			if m.in != "path" || !strings.Contains(p, "{"+m.name+"}") {
@@ -4611,7 +4701,7 @@ func (t *mcpTool) pathFor(given map[string]json.RawMessage, text func(string) st
 			return filled
 		}
 	}
-	return t.path[0]
+	return t.paths[0]
 }
 
 // The header fields the first line of a tool's text names, in its order, when present.
@@ -4669,7 +4759,7 @@ func (c *mcpCall) toolResult(a toolAnswer) map[string]any {
 // sandbox's own origin with the caller's key, any other with the SANDBOX_CHECK_*KEY
 // variables of this process's environment only. Its JSON report, or a problem when the kit
 // cannot judge.
-func (d *mcpDoor) checkServer(c *mcpCall, args []toolArgument) toolAnswer {
+func checkServer(d *mcpDoor, c *mcpCall, t *mcpTool, args []toolArgument) toolAnswer {
 	base, own := c.origin+"/v1", true
 	flags := []string{"-format", "json"}
 	for _, a := range args {
@@ -4699,7 +4789,7 @@ func (d *mcpDoor) checkServer(c *mcpCall, args []toolArgument) toolAnswer {
 	ran := runKit(c.ctx, call)
 	report, summary, flagAtFault, err := ran.jsonReport()
 	switch param := strings.ReplaceAll(flagAtFault, "-", "_"); {
-	case flagAtFault != "" && slices.ContainsFunc(mcpToolTable, func(t mcpTool) bool { return t.name == "check_server" && t.member(param) != nil }):
+	case flagAtFault != "" && t.member(param) != nil:
 		return argumentProblem(paramError(codeInvalidParameter, param, "check_server: the kit cannot run: "+err.Error()+"."))
 	case flagAtFault != "" && own:
 		return argumentProblem(paramError(codeInvalidParameter, "base_url", "check_server: the kit cannot run: "+err.Error()+"."))
@@ -8736,6 +8826,49 @@ type reportSummary struct {
 	Evaluated  int `json:"evaluated"`
 	Requests   int `json:"requests"`
 	Retried    int `json:"retried"`
+}
+
+// reportSchema is the JSON schema of the report, derived from its types: each member
+// required, none beyond them, and the values of its words. The MCP door's check_server
+// answers a report, and lists this as its success.
+func reportSchema() map[string]any {
+	schema := schemaOf(reflect.TypeFor[checkReport]())
+	schema["description"] = "The conformance kit's report: the server, each rule's result and evidence, the summary."
+	return schema
+}
+
+// reportWords are the values a word of the report takes, by its member's name.
+var reportWords = map[string][]string{"profile": {"sandbox", "domain_adapter"}, "mode": {"safe", "full"}, "world": {"own", "discovered"},
+	"level": {string(levelMust), string(levelShould)}, "result": {"pass", "fail", "skip", "expected"}}
+
+// schemaOf is the JSON schema of a type of the report, as encoding/json writes it.
+func schemaOf(t reflect.Type) map[string]any {
+	switch t.Kind() {
+	case reflect.Pointer:
+		s := schemaOf(t.Elem())
+		s["type"] = []any{s["type"], "null"}
+		return s
+	case reflect.Slice:
+		return map[string]any{"type": "array", "items": schemaOf(t.Elem())}
+	case reflect.Int:
+		return map[string]any{"type": "integer"}
+	case reflect.String:
+		return map[string]any{"type": "string"}
+	}
+	properties, required := map[string]any{}, []any{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		member := schemaOf(f.Type)
+		if words, ok := reportWords[name]; ok {
+			member["enum"] = words
+		}
+		properties[name], required = member, append(required, name)
+	}
+	return map[string]any{"type": "object", "required": required, "properties": properties, "additionalProperties": false}
 }
 
 // report is the run's report of the rules reported, in the catalogue's order, with -expect

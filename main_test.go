@@ -1262,7 +1262,7 @@ func TestEveryFileListsItsSections(t *testing.T) {
 	}
 }
 
-// ===== main.go: The process (flags and environment, hosts and origins, loading, serving and the way out, the collector) =====
+// ===== main.go, serve: the process (flags and environment, hosts and origins, loading, serving and the way out, the collector) =====
 
 // main.go, the process: the way out, flags and run, loading a dataset, shutdown, memory.
 
@@ -2273,7 +2273,7 @@ func BenchmarkLoadAccounts(b *testing.B) {
 	}
 }
 
-// ===== main.go: The server and its route table, every request, the checks in their order, the body, writing an answer, the access log =====
+// ===== main.go, serve: the server and its route table, every request, the checks in their order, the body, writing an answer, the access log =====
 
 // main.go, the server: routes and paths, real sockets and connection limits, the body cap,
 // the order of the checks, panics, the access log.
@@ -3192,7 +3192,7 @@ func BenchmarkRejected(b *testing.B) {
 	}
 }
 
-// ===== main.go: Prefer, and faults (with auth.go's Rehearsals counted) =====
+// ===== main.go, serve: Prefer, and faults (with auth.go's Rehearsals counted) =====
 
 // main.go, Prefer: an answer the sandbox never gives on its own, a delay, and a request at
 // its own instant.
@@ -3813,7 +3813,7 @@ func FuzzParsePrefer(f *testing.F) {
 	})
 }
 
-// ===== main.go: What needs no key, and the landing page =====
+// ===== main.go, serve and landing: what needs no key, and the landing page =====
 
 // main.go, what needs no key: the OpenAPI document, the README's examples, the landing
 // page, CORS.
@@ -8158,7 +8158,7 @@ func benchFindings(b *testing.B, e *env, query string, at func(i int) time.Time)
 	benchServe(b, e.h, newRequest("GET", "/v1/test_helpers/findings", key), 200)
 }
 
-// ===== auth.go: Sandboxes; main.go: Writes =====
+// ===== auth.go: Sandboxes and stored answers; main.go, serve: writes =====
 
 // sandboxOut is POST /v1/test_helpers/sandboxes's answer as the contract writes it, the
 // tests' own copy, decoded strictly.
@@ -9486,7 +9486,7 @@ func BenchmarkMakeSandbox(b *testing.B) {
 	})
 }
 
-// ===== tracking.go: A booking, a shipment created in a sandbox; main.go: its write =====
+// ===== tracking.go: A booking, a shipment created in a sandbox; main.go, serve: its write =====
 
 // book posts body to POST /v1/test_helpers/shipments with key under the Idempotency-Key
 // idem ("" for none).
@@ -10372,7 +10372,7 @@ func BenchmarkSandboxReads(b *testing.B) {
 	}
 }
 
-// ===== tracking.go: Events arriving for a sandbox's shipment =====
+// ===== tracking.go: Shipment events, added to a sandbox's shipment =====
 
 // addEvents posts events (or the shorthand) for the shipment id of key's sandbox, under the
 // Idempotency-Key idem ("" for none).
@@ -12025,7 +12025,7 @@ func FuzzParseInstant(f *testing.F) {
 	})
 }
 
-// ===== main.go: The MCP door =====
+// ===== main.go, mcp: the MCP door =====
 
 // main.go's MCP door: both transports and every revision driven with raw JSON-RPC, each
 // tool's success and error result, each refusal, the journal and the findings of tool
@@ -12649,6 +12649,63 @@ func TestMCPTools(t *testing.T) {
 		rep, a := e.mcp(t, mcpRequest(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope"}}`))
 		rpcFault(t, rep, a, 200, -32602)
 	})
+}
+
+// TestRestatedListsAreHeldEqual: the lists written in two places are held equal, each by its
+// one source: the shorthand's descriptions in the document's prose; check_server's members
+// and the kit's flags (each a flag, its values those the kit takes); the values of the
+// report's words and the kit's.
+func TestRestatedListsAreHeldEqual(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct{ Description string } `json:"schemas"`
+		} `json:"components"`
+	}
+	mustDecode(t, openAPIDocument, &doc)
+	var pairs []string
+	for _, st := range trackingStatuses {
+		pairs = append(pairs, st+` "`+shorthandDescriptions[st]+`"`)
+	}
+	if want := "(" + strings.Join(pairs, ", ") + ")"; !strings.Contains(doc.Components.Schemas["ShipmentStatusRequest"].Description, want) {
+		t.Errorf("the document's ShipmentStatusRequest does not list the shorthand's descriptions as the code has them: %s", want)
+	}
+	var usage bytes.Buffer
+	parseCheckConfig([]string{"-h"}, func(string) string { return "" }, &usage)
+	var check *mcpTool
+	for i := range mcpToolTable {
+		if mcpToolTable[i].success != nil {
+			check = &mcpToolTable[i]
+		}
+	}
+	for _, m := range check.members {
+		flagName := strings.ReplaceAll(m.name, "_", "-")
+		if !strings.Contains(usage.String(), "  -"+flagName+" ") {
+			t.Errorf("check_server's member %s is no flag of the kit", m.name)
+		}
+		var schema struct{ Enum []string }
+		mustDecode(t, []byte(m.inline), &schema)
+		for _, v := range schema.Enum {
+			if _, err := parseCheckConfig([]string{"-" + flagName, v}, func(string) string { return "" }, io.Discard); err != nil {
+				t.Errorf("check_server's %s %q: the kit refuses it: %v", m.name, v, err)
+			}
+		}
+		if _, err := parseCheckConfig([]string{"-" + flagName, "nonsense"}, func(string) string { return "" }, io.Discard); len(schema.Enum) > 0 && err == nil {
+			t.Errorf("check_server's %s lists %v, but the kit takes any value", m.name, schema.Enum)
+		}
+	}
+	results := slices.Sorted(maps.Keys(resultMarks))
+	if words := slices.Sorted(slices.Values(reportWords["result"])); !slices.Equal(words, results) {
+		t.Errorf("the report's results are %v, the kit's %v", words, results)
+	}
+	for _, name := range []string{"profile", "mode"} {
+		var m *mcpMember = check.member(name)
+		var schema struct{ Enum []string }
+		mustDecode(t, []byte(m.inline), &schema)
+		if !slices.Equal(schema.Enum, reportWords[name]) {
+			t.Errorf("the report's %s takes %v, check_server's %v", name, reportWords[name], schema.Enum)
+		}
+	}
 }
 
 // TestMCPCheckServerKeepsTheCallersKey: check_server carries the caller's key to this
@@ -13453,7 +13510,11 @@ func TestMCPDocsPage(t *testing.T) {
 		var want []string
 		for _, tool := range mcpToolTable {
 			var args []string
+			asClient := slices.ContainsFunc(tool.members, func(m mcpMember) bool { return m.in == "tag" }) // the page says these take key, prefer and run
 			for _, m := range tool.members {
+				if asClient && (m.in == "key" || m.in == "prefer" || m.in == "tag") {
+					continue
+				}
 				name := "`" + m.name + "`"
 				if m.required {
 					name += "!"
@@ -13653,7 +13714,7 @@ func BenchmarkMCPGetTracking(b *testing.B) {
 	})
 }
 
-// ===== Conformance: the kit against servers right, broken and hostile =====
+// ===== main.go, check: the conformance kit against servers right, broken and hostile =====
 
 // kitReport is a report of the kit as its JSON writes it: the tests' own copy, decoded
 // strictly.

@@ -11,7 +11,7 @@
 //   - A shipment's tracking view, prepared once
 //   - The index: a tenant's shipments
 //   - A shipment created in a sandbox
-//   - Events arriving for a sandbox's shipment
+//   - Shipment events: carrier events added to a sandbox's shipment
 //   - The two operations: GET /v1/shipments/{id}/tracking and GET /v1/tracking/{tracking_number}
 package main
 
@@ -855,7 +855,7 @@ func (ix *shipmentIndex) with(s *shipment, events []stampedEvent) (shipmentIndex
 	return next, happenings
 }
 
-// ===== Events arriving for a sandbox's shipment =====
+// ===== Shipment events: carrier events added to a sandbox's shipment =====
 
 // Carrier events arrive for a sandbox's shipment on demand (POST
 // /v1/test_helpers/shipments/{id}/events), so that a test moves a parcel when it chooses:
