@@ -486,7 +486,7 @@ func (b *tenantRegistry) swap(t *tenant, next *tenantData) error {
 		return errSandboxBytes
 	}
 	t.data.Store(next)
-	b.sandboxes.set(t.id.account, t, bytes, true)
+	b.sandboxes.replace(t.id.account, t, bytes, true)
 	b.makeRoomLocked()
 	b.sandboxes.pin(t.id.account, false)
 	return nil
@@ -638,7 +638,7 @@ func (b *tenantRegistry) settle(t *tenant, key string, written *storedAnswer, no
 		b.unstore(t, w)
 	} else {
 		cost := written.cost(key)
-		t.answers.set(key, idempotencyEntry{e.request, written, now}, cost, false)
+		t.answers.replace(key, idempotencyEntry{e.request, written, now}, cost, false)
 		t.answerBytes.Add(cost)
 		over = b.answerTotal.Add(cost) > b.maxAnswerBytes
 	}
@@ -732,8 +732,8 @@ func (l *lru[K, V]) peek(key K) (V, bool) {
 	return zero, false
 }
 
-// set replaces the value and weight under key, which it holds, and pins or unpins it.
-func (l *lru[K, V]) set(key K, value V, weight int64, pinned bool) {
+// replace replaces the value and weight under key, which it holds, and pins or unpins it.
+func (l *lru[K, V]) replace(key K, value V, weight int64, pinned bool) {
 	e := l.byKey[key]
 	l.weight += weight - e.weight
 	e.value, e.weight, e.pinned = value, weight, pinned
@@ -1325,7 +1325,7 @@ func (t *tenant) countRequest(id [sha256.Size]byte, now time.Time) int {
 	switch {
 	case t.gone.Load():
 	case held:
-		t.sequences.set(id, seq, 0, false)
+		t.sequences.replace(id, seq, 0, false)
 	default:
 		t.sequences.add(id, seq, 0, false)
 		t.sequences.trim()

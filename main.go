@@ -2636,11 +2636,7 @@ func (s *server) postSandbox(c *call) (*storedAnswer, error) {
 // createShipment answers POST /v1/test_helpers/shipments: a shipment created in the
 // caller's sandbox at the request's instant, linking the order it names.
 func (s *server) createShipment(c *call) (*storedAnswer, error) {
-	rec, err := readBooking(c.body)
-	if err != nil {
-		return nil, err
-	}
-	return s.writeShipment(c, func(d *tenantData) (*tenantData, *shipment, error) { return d.withShipment(rec, c.at) })
+	return s.writeShipment(c, func(d *tenantData) (*tenantData, *shipment, error) { return d.withBooking(c.body, c.at) })
 }
 
 // addShipmentEvents answers POST /v1/test_helpers/shipments/{id}/events: carrier events arrived

@@ -9193,7 +9193,7 @@ func TestLRU(t *testing.T) {
 		if v, ok := l.peek("c"); !ok || v != 2 || order(&l) != "c d a" {
 			t.Errorf("peek: %d %v, and it moved the order: %q", v, ok, order(&l))
 		}
-		l.set("c", 7, 5, false)
+		l.replace("c", 7, 5, false)
 		if v, _ := l.get("c"); v != 7 || l.weight != 55 {
 			t.Errorf("set: value %d, weight %d; want 7, 55", v, l.weight)
 		}
@@ -9222,7 +9222,7 @@ func TestLRU(t *testing.T) {
 		if l.trim(); order(&l) != "a c" {
 			t.Errorf("trimmed with b unpinned: %q, want a c", order(&l))
 		}
-		l.set("a", 0, 1, false)
+		l.replace("a", 0, 1, false)
 		l.add("d", 0, 1, false)
 		if l.shed(10); order(&l) != "c" || l.weight != 1 {
 			t.Errorf("shed all it can: %q left weighing %d, want the pinned c", order(&l), l.weight)

@@ -769,6 +769,16 @@ var bookingDecides = map[string]string{
 	"$.environment": "the shipment belongs to the sandbox of the calling key",
 }
 
+// withBooking is d with the shipment the booking's body asks for, created at the instant at:
+// the body read (400, then its members, 422), then the write.
+func (d *tenantData) withBooking(body []byte, at time.Time) (*tenantData, *shipment, error) {
+	rec, err := readBooking(body)
+	if err != nil {
+		return nil, nil, err
+	}
+	return d.withShipment(rec, at)
+}
+
 // maxSandboxShipments is the most shipments a sandbox holds.
 const maxSandboxShipments = 10000
 
