@@ -24,6 +24,8 @@
 //   - The reads' queries
 //   - What the page shows of a journal
 //   - Sandboxes: accounts made at run time
+//   - Exams: the catalogue
+//   - Exams: an attempt, and its grade
 package main
 
 import (
@@ -33,6 +35,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"html"
 	"io"
 	"iter"
 	"math"
@@ -71,6 +74,7 @@ type tenant struct {
 	clock   sandboxClock
 	faulted atomic.Uint64   // the requests -faults has judged, the k of the next is this plus one
 	sandbox *sandboxAccount // nil for a tenant of the dataset; set before it is served
+	exam    *examAttempt    // a sandbox made for an exam attempt; nil for any other
 
 	// What the sandbox remembers of the tenant's callers, under mu, the last lock. Each
 	// takes memory only as it fills.
@@ -166,6 +170,7 @@ type clockSetting struct {
 	at      time.Time
 	running bool
 	since   time.Time
+	waits   bool // it stands at at until since, then runs from it (an exam attempt's, until its key's first request)
 }
 
 // clockReading is one reading of a tenant's clock: the instant it showed, and how it was
@@ -186,6 +191,12 @@ func (set *clockSetting) read(wall func() time.Time) clockReading {
 	switch {
 	case set == nil:
 		return clockReading{now: wall()}
+	case set.waits:
+		w := wall()
+		if w.Before(set.since) {
+			return clockReading{now: set.at, frozen: true}
+		}
+		return clockReading{now: set.at.Add(w.Sub(set.since)), running: true, runningFrom: set.at}
 	case set.running:
 		return clockReading{now: set.at.Add(wall().Sub(set.since)), running: true, runningFrom: set.at}
 	default:
@@ -316,6 +327,7 @@ type tenantRegistry struct {
 	dataset     []*tenant            // the dataset's tenants: fixed
 	sandboxes   lru[string, *tenant] // weights: what each sandbox's data holds of its own
 	keys        sync.Map             // [sha256.Size]byte -> *apiKey: the sandboxes' keys, found without the lock
+	exams       map[string]*tenant   // the exam attempts among the sandboxes, by their id
 	shared      map[*sandboxTemplate]*sharedData
 	sharedBytes int64 // what the shared data held by some copy holds, each counted once
 	maxBytes    int64 // what the sandboxes' data may hold together
@@ -352,7 +364,7 @@ type sharedData struct {
 }
 
 func newTenantRegistry(dataset []*tenant, journalLimit int, journalBytes int64) *tenantRegistry {
-	b := &tenantRegistry{dataset: dataset, shared: map[*sandboxTemplate]*sharedData{}, maxBytes: maxSandboxBytes, idle: sandboxIdle,
+	b := &tenantRegistry{dataset: dataset, shared: map[*sandboxTemplate]*sharedData{}, exams: map[string]*tenant{}, maxBytes: maxSandboxBytes, idle: sandboxIdle,
 		journalLimit: journalLimit, maxJournal: journalBytes, maxAnswerBytes: maxStoredAnswerBytes}
 	b.sandboxes.max = maxSandboxes
 	return b
@@ -418,16 +430,22 @@ func (b *tenantRegistry) add(t, caller *tenant, keys map[[sha256.Size]byte]*apiK
 		t.sandbox.digests = append(t.sandbox.digests, digest)
 		b.keys.Store(digest, k)
 	}
+	if t.exam != nil {
+		b.exams[t.exam.id] = t
+	}
 	return nil
 }
 
 // makeRoomLocked forgets the least recently used sandboxes, but those pinned, while the
-// count or the bytes are past their bounds; b.mu is held.
+// count or the bytes are past their bounds: an exam attempt not yet graded last. b.mu is
+// held.
 func (b *tenantRegistry) makeRoomLocked() {
 	for b.sandboxes.len() > b.sandboxes.max || b.sandboxes.weight+b.sharedBytes > b.maxBytes {
-		_, oldest, ok := b.sandboxes.oldest()
+		_, oldest, ok := b.sandboxes.oldestWhere(func(t *tenant) bool { return t.exam == nil || t.exam.graded.Load() })
 		if !ok {
-			return
+			if _, oldest, ok = b.sandboxes.oldest(); !ok {
+				return
+			}
 		}
 		b.forgetLocked(oldest)
 	}
@@ -512,6 +530,9 @@ func (b *tenantRegistry) forgetLocked(t *tenant) {
 	}
 	for _, digest := range t.sandbox.digests {
 		b.keys.Delete(digest)
+	}
+	if t.exam != nil {
+		delete(b.exams, t.exam.id)
 	}
 	b.release(t.sandbox.shared)
 	if b.hooks.forgetting != nil {
@@ -761,9 +782,15 @@ func (l *lru[K, V]) remove(key K) (V, int64, bool) {
 
 // oldest is the least recently used entry that is not pinned.
 func (l *lru[K, V]) oldest() (K, V, bool) {
+	return l.oldestWhere(func(V) bool { return true })
+}
+
+// oldestWhere is the least recently used entry that is not pinned and whose value first
+// lets go of before the others (a sandbox before an exam attempt not yet graded).
+func (l *lru[K, V]) oldestWhere(first func(V) bool) (K, V, bool) {
 	if l.byKey != nil {
 		for e := l.root.prev; e != l.root; e = e.prev {
-			if !e.pinned {
+			if !e.pinned && first(e.value) {
 				return e.key, e.value, true
 			}
 		}
@@ -1071,7 +1098,8 @@ type apiKey struct {
 	scopes    scope
 	expiresAt instant // never, when the key has no expiry
 	revoked   bool
-	bucket    bucket // the key's rate-limit state
+	bucket    bucket     // the key's rate-limit state
+	limit     *rateLimit // its own limit, whatever -rate (an exam attempt's key); nil: the sandbox's
 }
 
 // keyring finds a key by the digest of the presented secret. Looking a digest up in a map
@@ -1516,6 +1544,11 @@ type journalEntry struct {
 	hasIdempotencyKey bool
 	bodySize          int64
 	write             *writeMark // a write's, once its body was read; nil for any other request
+	// A 429 of an exam attempt's key's own limit: journaled once a second of the wall clock
+	// (the server's, as its limiter reads it: limited is that second since 1970, 0 for any
+	// other entry) for its key, method and target, the later ones counted in repeats.
+	limited int64
+	repeats int32
 }
 
 // writeMark is what blind_retry compares of a write: its Idempotency-Key as read (no
@@ -1580,6 +1613,7 @@ func (e *journalEntry) read() bool {
 // were dropped.
 type journal struct {
 	ring     []journalEntry
+	lost     uint64        // an exam attempt's entries not kept: past its first maxExamEntries, or dropped for bytes
 	oldest   int           // where the oldest held entry is in ring
 	n        int           // how many are held
 	last     uint64        // the newest entry's seq; 0 before the first
@@ -1597,12 +1631,18 @@ type findingsCount struct {
 
 // keepEntry journals e in t's journal, numbering it, within the registry's bounds: past the
 // entries a journal keeps, its oldest goes; past the bytes of all journals, the oldest
-// entries of the largest. A tenant forgotten meanwhile keeps nothing.
+// entries of the largest. An exam attempt's journal keeps its first maxExamEntries, whatever
+// -journal, the later ones lost (and counted), and a 429 of its key's own limit once per
+// method, target and second, the later ones of that second counted in its repeats. A tenant
+// forgotten meanwhile keeps nothing.
 func (b *tenantRegistry) keepEntry(t *tenant, e *journalEntry) {
-	cost := e.cost()
+	cost, limit := e.cost(), b.journalLimit
+	if t.exam != nil {
+		limit = maxExamEntries
+	}
 	for {
 		t.mu.Lock()
-		if t.gone.Load() {
+		if t.gone.Load() || t.journal.repeated(e) {
 			t.mu.Unlock()
 			return
 		}
@@ -1610,17 +1650,21 @@ func (b *tenantRegistry) keepEntry(t *tenant, e *journalEntry) {
 		switch {
 		case j == nil: // its first entry opens it
 			need += journalHeader + entrySlot
-		case j.n == b.journalLimit: // the oldest goes
+		case j.n == limit && t.exam != nil: // an attempt's first entries are the ones kept; a later one is never numbered
+			j.lost++
+			t.mu.Unlock()
+			return
+		case j.n == limit: // the oldest goes
 			need -= j.ring[j.oldest].cost()
 		case j.n == len(j.ring):
-			need += int64(j.grown(b.journalLimit)-len(j.ring)) * entrySlot
+			need += int64(j.grown(limit)-len(j.ring)) * entrySlot
 		}
 		if b.journalTotal.Add(need) <= b.maxJournal || need <= 0 {
 			if j == nil {
 				j = &journal{}
 				t.journal = j
 			}
-			j.push(e, b.journalLimit)
+			j.push(e, limit)
 			t.journalBytes.Add(need)
 			t.mu.Unlock()
 			return
@@ -1631,11 +1675,49 @@ func (b *tenantRegistry) keepEntry(t *tenant, e *journalEntry) {
 			t.mu.Lock()
 			if t.journal != nil {
 				t.journal.last++
+				if t.exam != nil {
+					t.journal.lost++
+				}
 			}
 			t.mu.Unlock()
 			return
 		}
 	}
+}
+
+// repeated counts e in the entry of the same key, method and target that the same second
+// of the wall clock journaled, when e is a 429 of an attempt's key's own limit: such an
+// entry is kept once a second. j is under its tenant's mu; nil holds none.
+func (j *journal) repeated(e *journalEntry) bool {
+	if j == nil || e.limited == 0 {
+		return false
+	}
+	for k := j.n - 1; k >= max(0, j.n-maxRepeatScan); k-- {
+		held := &j.ring[(j.oldest+k)%len(j.ring)]
+		if held.limited != 0 && held.limited < e.limited {
+			return false
+		}
+		if held.limited == e.limited && held.key == e.key && held.method == e.method && held.target == e.target {
+			held.repeats++
+			return true
+		}
+	}
+	return false
+}
+
+// maxRepeatScan bounds how far back a 429 looks for the entry of its second: a client that
+// floods many targets at once costs no more than one that floods one.
+const maxRepeatScan = 64
+
+// journalLost is how many entries t's journal did not keep (an exam attempt's, past its
+// first maxExamEntries or dropped to keep every journal within its bytes).
+func (t *tenant) journalLost() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.journal == nil {
+		return 0
+	}
+	return t.journal.lost
 }
 
 // makeJournalRoom drops the oldest entries of the largest journals until need more bytes
@@ -1645,14 +1727,26 @@ func (b *tenantRegistry) makeJournalRoom(need int64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for b.journalTotal.Load()+need > b.maxJournal {
-		t := b.largest(func(t *tenant) int64 { return t.journalBytes.Load() })
+		t := b.largest(func(t *tenant) int64 { // an exam attempt not yet graded is shed last
+			if t.exam != nil && !t.exam.graded.Load() {
+				return 0
+			}
+			return t.journalBytes.Load()
+		})
+		if t == nil {
+			t = b.largest(func(t *tenant) int64 { return t.journalBytes.Load() })
+		}
 		if t == nil {
 			return false
 		}
 		t.mu.Lock()
 		freed := int64(0)
-		if t.journal != nil {
-			freed = t.journal.shed(b.journalTotal.Load()+need-b.maxJournal, t.journalBytes.Load())
+		if j := t.journal; j != nil {
+			held := j.n
+			freed = j.shed(b.journalTotal.Load()+need-b.maxJournal, t.journalBytes.Load())
+			if t.exam != nil {
+				j.lost += uint64(held - j.n)
+			}
 		}
 		t.journalBytes.Add(-freed)
 		b.journalTotal.Add(-freed)
@@ -1790,6 +1884,7 @@ type entryJSON struct {
 	RetryAfter     *int     `json:"retry_after"`
 	IDs            []string `json:"ids"`
 	IdempotencyKey *string  `json:"idempotency_key"`
+	Repeats        *int32   `json:"repeats,omitempty"` // an exam attempt's 429 of its key's own limit: the later ones of its second
 }
 
 // requestsAnswer is GET /v1/test_helpers/requests's answer.
@@ -1821,6 +1916,9 @@ func (d *tenantData) entryJSONOf(e *journalEntry) entryJSON {
 	}
 	if e.hasIdempotencyKey {
 		j.IdempotencyKey = &e.idempotencyKey
+	}
+	if e.limited != 0 {
+		j.Repeats = &e.repeats
 	}
 	return j
 }
@@ -2026,16 +2124,31 @@ func retryWindow(e *journalEntry) (from, until int64) {
 func tooSoon(es []journalEntry, group []int) (rawFinding, bool) {
 	byArrival := slices.Clone(group)
 	slices.SortStableFunc(byArrival, func(a, b int) int { return cmp.Compare(es[a].arrived, es[b].arrived) })
-	count := earlyRetries(es, group, byArrival)
+	count, repeated := earlyRetries(es, group, byArrival), -1
+	for _, i := range group { // an attempt's 429s of one second, counted in its entry: each sent inside its window
+		if es[i].repeats > 0 && es[i].retryAfter >= 0 {
+			count += int(es[i].repeats)
+			if repeated < 0 {
+				repeated = i
+			}
+		}
+	}
 	if count == 0 {
 		return rawFinding{}, false
 	}
 	a, b := firstEarly(es, group, byArrival)
+	if a < 0 { // its repeats alone: the entry is the answer and the retry both
+		a, b = repeated, repeated
+	}
 	return rawFinding{kind: findingRetryTooSoon, cited: [2]int32{int32(a), int32(b)}, m: -1, n: int32(count)}, true
 }
 
 func retryDetail(_ *tenantData, es []journalEntry, f *rawFinding) string {
 	A, B, count := &es[f.cited[0]], &es[f.cited[1]], int(f.n)
+	if A == B {
+		return fmt.Sprintf("%s %s was sent %d %s before the Retry-After of an earlier answer had passed: request %d was answered %d with Retry-After: %d, and %d more were sent in that second (its repeats); wait at least the Retry-After seconds before sending it again.",
+			A.method, A.target, count, plural(count, "time", "times"), A.seq, A.status, A.retryAfter, A.repeats)
+	}
 	from, _ := retryWindow(A)
 	return fmt.Sprintf("%s %s was sent %d %s before the Retry-After of an earlier answer had passed: request %d came %s after request %d was answered %d with Retry-After: %d; wait at least the Retry-After seconds before sending it again.",
 		A.method, A.target, count, plural(count, "time", "times"), B.seq, formatSeconds(B.arrived-from), A.seq, A.status, A.retryAfter)
@@ -2947,4 +3060,1171 @@ func fileSandbox(ld *loader, t *tenant, orders *orderRecords, shipments []shipme
 	}
 	_, _, err := ld.build()
 	return err
+}
+
+// ===== Exams: the catalogue =====
+
+// An exam is a named, versioned scenario of the spec's traps: a task a person or a coding
+// agent can read, a world that moves on the attempt's own clock (records with instants
+// relative to its start), what the task gives, and the checks its grade is made of. Three are
+// built into the binary; each counts its own revisions.
+
+// examDef is an exam of the catalogue.
+type examDef struct {
+	name, title, task string
+	revision          int
+	answer            string // the answer's member ("orders", "consignments"); "": graded from its world
+	given             string // what the task gives, one JSON object
+	orders            []examOrder
+	shipments         []examShipment
+	unconfirmed       []int32 // the attempt's creations of a shipment answered 502 (1: its first)
+	checks            []examCheck
+}
+
+// examOrder is an order of an exam's world, its instants relative to the attempt's start.
+type examOrder struct {
+	id, reference, platform, status string
+	created                         time.Duration
+	imported                        *time.Duration // nil: at its creation
+	changes                         []examChange
+}
+
+type examChange struct {
+	status string
+	at     time.Duration
+}
+
+// examShipment is a shipment of an exam's world: created at the start (nil) or at an instant,
+// for an order (orderID, "" for none), with its events after the start.
+type examShipment struct {
+	id, reference, number string
+	parcels               []string
+	created               *time.Duration
+	orderID               string
+	events                []examEvent
+}
+
+type examEvent struct {
+	after                      time.Duration
+	status, description, where string
+}
+
+// examCheck is a check of a grade: its stable id, its title, and its judge.
+type examCheck struct {
+	id, title string
+	judge     func(g *grading) checkVerdict
+}
+
+// examDuration is how long an attempt lasts, examWindow how soon after a thing the world
+// does a read must show it, and examAnswerTime how long after the deadline an answer may
+// come: each times the attempt's scale.
+const (
+	examDuration   = 12 * time.Second
+	examWindow     = 3 * time.Second
+	examAnswerTime = 60 * time.Second
+)
+
+func at(d time.Duration) *time.Duration { return &d }
+
+// examCatalogue is the exams, in the order GET /v1/test_helpers/exams lists them.
+var examCatalogue = []*examDef{orderSyncExam(), trackingExam(), bookingExam()}
+
+// examNamed is the catalogue's exam of this name, or nil.
+func examNamed(name string) *examDef {
+	for _, e := range examCatalogue {
+		if e.name == name {
+			return e
+		}
+	}
+	return nil
+}
+
+// findingChecks are the checks every exam has, one a finding code, in the order a grade
+// lists them: the retry's, the order findings', the tracking number's, the write's.
+func findingChecks() []examCheck {
+	var checks []examCheck
+	for _, code := range []findingCode{findingRetryTooSoon, findingMissedImport, findingStaleOrder, findingAmbiguousNumber, findingBlindRetry} {
+		k := &findingKinds[code]
+		checks = append(checks, examCheck{"findings." + k.code, "no finding " + k.code + ": " + k.advice, judgeFindings(code)})
+	}
+	return checks
+}
+
+var completeCheck = examCheck{"journal.complete", "the attempt's journal lost no entry", judgeComplete}
+
+func orderSyncExam() *examDef {
+	e := &examDef{name: "order-sync", title: "Keep a copy of the imported orders", revision: 1, answer: "orders", given: `{}`,
+		task: "Keep a copy of this account's imported orders, each with its current status and shipment_id, from the start until the deadline; then answer with the copy: POST /v1/test_helpers/exams/{id}/answer with {\"orders\":[{\"id\",\"status\",\"shipment_id\"},...]}.",
+		orders: []examOrder{
+			{id: "ord_exam_0001", reference: "EX-1001", platform: "amazon", status: "unfulfilled", created: -10 * time.Minute, changes: []examChange{{"partially_fulfilled", 3 * time.Second}, {"fulfilled", 6 * time.Second}}},
+			{id: "ord_exam_0002", reference: "EX-1002", platform: "ebay", status: "unfulfilled", created: -5 * time.Minute, imported: at(5 * time.Second)},
+			{id: "ord_exam_0003", reference: "EX-1003", platform: "etsy", status: "unfulfilled", created: -2 * time.Minute},
+			{id: "ord_exam_0004", reference: "EX-1004", platform: "shopify", status: "fulfilled", created: -2 * time.Minute},
+			{id: "ord_exam_0005", reference: "EX-1005", platform: "tiktok_shop", status: "unfulfilled", created: -time.Minute, changes: []examChange{{"cancelled", 2 * time.Second}}},
+			{id: "ord_exam_0006", reference: "EX-1006", platform: "shopify", status: "unfulfilled", created: 4 * time.Second},
+		},
+		shipments: []examShipment{{id: "shp_exam_1", reference: "EX-REF-1", number: "EXM1000000001", created: at(3 * time.Second), orderID: "ord_exam_0001",
+			events: []examEvent{{3 * time.Second, "pre_transit", "Label created", "Leeds, GB"}, {5 * time.Second, "in_transit", "Departed facility", "Leeds, GB"}}}},
+	}
+	for i := 1; i <= 24; i++ { // two pages at the default limit
+		e.orders = append(e.orders, examOrder{id: fmt.Sprintf("ord_exam_%04d", 100+i), reference: fmt.Sprintf("EX-%d", 2000+i), platform: platforms[(i-1)%len(platforms)],
+			status: "fulfilled", created: -3*time.Hour + time.Duration(i)*time.Minute})
+	}
+	e.checks = append([]examCheck{
+		{"answer.orders", "every order the account shows at the deadline, each once, no other", judgeAnswerOrders},
+		{"answer.statuses", "each answered order's status as it stands at the deadline", judgeAnswerOrderStatuses},
+		{"answer.links", "each answered order's shipment_id as it stands at the deadline", judgeAnswerLinks},
+		{"journal.kept_current", "each thing the world does after the start (an import, a change of status, a link) shown within 3 s", judgeKeptCurrent},
+	}, append(findingChecks(), examCheck{"journal.read_only", "no write done with the attempt's key", judgeReadOnly}, completeCheck)...)
+	return e
+}
+
+func trackingExam() *examDef {
+	e := &examDef{name: "tracking", title: "Report the status of each consignment", revision: 1, answer: "consignments",
+		task: "Report the tracking status of each consignment given, as it stands at the deadline; then answer: POST /v1/test_helpers/exams/{id}/answer with {\"consignments\":[{\"shipment_id\",\"status\"},...]}.",
+		given: `{"consignments":[{"shipment_id":"shp_exam_t1","tracking_number":"EXT1000000001"},{"shipment_id":"shp_exam_t2","tracking_number":"EXT1000000002"},{"shipment_id":"shp_exam_t3","tracking_number":"EXT1000000002"},` +
+			`{"shipment_id":"shp_exam_t4","tracking_number":"EXT1000000005"},{"shipment_id":"shp_exam_t5","tracking_number":"EXT1000000007"}]}`,
+		shipments: []examShipment{
+			{id: "shp_exam_t1", reference: "TRK-1", number: "EXT1000000001", events: []examEvent{{-time.Hour, "pre_transit", "Label created", "Leeds, GB"}, {2 * time.Second, "in_transit", "Departed facility", "Leeds, GB"},
+				{6 * time.Second, "out_for_delivery", "Out for delivery", "York, GB"}, {10 * time.Second, "delivered", "Delivered", "York, GB"}}},
+			{id: "shp_exam_t2", reference: "TRK-2", number: "EXT1000000002", events: []examEvent{{-2 * time.Hour, "pre_transit", "Label created", "Leeds, GB"}, {4 * time.Second, "in_transit", "Departed facility", "Leeds, GB"}}},
+			{id: "shp_exam_t3", reference: "TRK-3", number: "EXT1000000002", events: []examEvent{{-30 * time.Minute, "pre_transit", "Label created", "Hull, GB"}, {8 * time.Second, "failure", "Delivery failed", "Hull, GB"}}},
+			{id: "shp_exam_t4", reference: "TRK-4", number: "EXT1000000004", parcels: []string{"EXT1000000005", "EXT1000000006"},
+				events: []examEvent{{-3 * time.Hour, "in_transit", "In transit", "Leeds, GB"}, {5 * time.Second, "available_for_pickup", "Available for pickup", "Leeds, GB"}}},
+			{id: "shp_exam_t5", reference: "TRK-5", number: "EXT1000000007", events: []examEvent{{-24 * time.Hour, "delivered", "Delivered", "Bath, GB"}}},
+		},
+	}
+	e.checks = append([]examCheck{
+		{"answer.consignments", "each consignment given answered once, no other", judgeAnswerConsignments},
+		{"answer.statuses", "each consignment's status as it stands at the deadline", judgeAnswerTrackingStatuses},
+		{"journal.kept_current", "each event of a consignment given after the start shown within 3 s", judgeKeptCurrent},
+	}, append(findingChecks(), examCheck{"journal.read_only", "no write done with the attempt's key", judgeReadOnly}, completeCheck)...)
+	return e
+}
+
+func bookingExam() *examDef {
+	e := &examDef{name: "booking", title: "Book each fulfilled order once", revision: 1, given: `{}`, unconfirmed: []int32{1, 3},
+		task: "Book one shipment for each fulfilled order that has none, exactly once, promptly, by the deadline (POST /v1/test_helpers/shipments with its order_id and a reference of your own); the provider does not always confirm a booking.",
+		orders: []examOrder{
+			{id: "ord_exam_b1", reference: "BK-1", platform: "shopify", status: "fulfilled", created: -time.Hour},
+			{id: "ord_exam_b2", reference: "BK-2", platform: "amazon", status: "fulfilled", created: -50 * time.Minute},
+			{id: "ord_exam_b3", reference: "BK-3", platform: "ebay", status: "unfulfilled", created: -40 * time.Minute, changes: []examChange{{"fulfilled", 4 * time.Second}}},
+			{id: "ord_exam_b4", reference: "BK-4", platform: "etsy", status: "unfulfilled", created: -30 * time.Minute},
+			{id: "ord_exam_b5", reference: "BK-5", platform: "tiktok_shop", status: "partially_fulfilled", created: -20 * time.Minute},
+			{id: "ord_exam_b6", reference: "BK-6", platform: "shopify", status: "cancelled", created: -10 * time.Minute},
+			{id: "ord_exam_b7", reference: "BK-7", platform: "amazon", status: "fulfilled", created: -5 * time.Minute, imported: at(6 * time.Second)},
+			{id: "ord_exam_b8", reference: "BK-8", platform: "shopify", status: "fulfilled", created: -2 * time.Hour},
+		},
+		shipments: []examShipment{{id: "shp_exam_b0", reference: "BK-REF-0", number: "EXB1000000000", orderID: "ord_exam_b8", events: []examEvent{{-time.Hour, "pre_transit", "Label created", "Leeds, GB"}}}},
+	}
+	e.checks = append([]examCheck{
+		{"state.booked", "each order fulfilled at the deadline that had no shipment at the start has one, created by the attempt", judgeBooked},
+		{"state.only_fulfilled", "no shipment created for an order that was not fulfilled when it was created", judgeOnlyFulfilled},
+		{"state.in_time", "each shipment created within 3 s of its order's being both imported and fulfilled (or of the start)", judgeInTime},
+	}, append(findingChecks(), completeCheck)...)
+	return e
+}
+
+// relative writes d as a relative instant of a dataset: start, start+90s, start-10m0s.
+func relative(d time.Duration) string {
+	switch {
+	case d > 0:
+		return "start+" + d.String()
+	case d < 0:
+		return "start-" + (-d).String()
+	}
+	return "start"
+}
+
+// examRecords is an exam's world as a sandbox's body sends it: the records a sandbox of
+// records reads (readRecords), so an attempt is made as any sandbox is.
+type examRecords struct {
+	Orders    []examOrderRecord    `json:"orders"`
+	Shipments []examShipmentRecord `json:"shipments"`
+}
+
+type examOrderRecord struct {
+	ID                string             `json:"id"`
+	MerchantReference string             `json:"merchant_reference"`
+	Platform          string             `json:"platform"`
+	Status            string             `json:"status"`
+	CreatedAt         string             `json:"created_at"`
+	ImportedAt        *string            `json:"imported_at,omitempty"`
+	Changes           []examChangeRecord `json:"changes,omitempty"`
+}
+
+type examChangeRecord struct {
+	Status string `json:"status"`
+	At     string `json:"at"`
+}
+
+type examShipmentRecord struct {
+	ID                    string            `json:"id"`
+	Reference             string            `json:"reference"`
+	TrackingNumber        string            `json:"tracking_number"`
+	ParcelTrackingNumbers []string          `json:"parcel_tracking_numbers,omitempty"`
+	OrderID               *string           `json:"order_id,omitempty"`
+	CreatedAt             *string           `json:"created_at,omitempty"`
+	Events                []examEventRecord `json:"events"`
+}
+
+type examEventRecord struct {
+	Status      string `json:"status"`
+	Description string `json:"description"`
+	Location    string `json:"location"`
+	After       string `json:"after"`
+}
+
+// records is the exam's world as a sandbox's body sends it, every instant times scale.
+func (e *examDef) records(scale int) []byte {
+	s := time.Duration(scale)
+	body := examRecords{Orders: []examOrderRecord{}, Shipments: []examShipmentRecord{}}
+	for _, o := range e.orders {
+		r := examOrderRecord{ID: o.id, MerchantReference: o.reference, Platform: o.platform, Status: o.status, CreatedAt: relative(o.created * s)}
+		if o.imported != nil {
+			imported := relative(*o.imported * s)
+			r.ImportedAt = &imported
+		}
+		for _, c := range o.changes {
+			r.Changes = append(r.Changes, examChangeRecord{c.status, relative(c.at * s)})
+		}
+		body.Orders = append(body.Orders, r)
+	}
+	for _, sh := range e.shipments {
+		r := examShipmentRecord{ID: sh.id, Reference: sh.reference, TrackingNumber: sh.number, ParcelTrackingNumbers: sh.parcels, Events: []examEventRecord{}}
+		if sh.created != nil {
+			created := relative(*sh.created * s)
+			r.CreatedAt = &created
+		}
+		if sh.orderID != "" {
+			r.OrderID = &sh.orderID
+		}
+		for _, ev := range sh.events {
+			r.Events = append(r.Events, examEventRecord{ev.status, ev.description, ev.where, (ev.after * s).String()})
+		}
+		body.Shipments = append(body.Shipments, r)
+	}
+	b, _ := marshalJSON(body)
+	return b
+}
+
+// examListing is an exam as GET /v1/test_helpers/exams lists it, its members in this order.
+type examListing struct {
+	Name            string            `json:"name"`
+	Revision        int               `json:"revision"`
+	Title           string            `json:"title"`
+	Task            string            `json:"task"`
+	DurationSeconds int               `json:"duration_seconds"`
+	Answer          bool              `json:"answer"`
+	Given           json.RawMessage   `json:"given"`
+	Checks          []examCheckListed `json:"checks"`
+}
+
+type examCheckListed struct {
+	ID    string `json:"id"`
+	Title string `json:"title"`
+}
+
+// examListings is GET /v1/test_helpers/exams's answer: the catalogue, in its order.
+func examListings() ([]byte, error) {
+	var list struct {
+		Data []examListing `json:"data"`
+	}
+	for _, e := range examCatalogue {
+		l := examListing{Name: e.name, Revision: e.revision, Title: e.title, Task: e.task, DurationSeconds: int(examDuration / time.Second), Answer: e.answer != "", Given: json.RawMessage(e.given)}
+		for _, c := range e.checks {
+			l.Checks = append(l.Checks, examCheckListed{c.id, c.title})
+		}
+		list.Data = append(list.Data, l)
+	}
+	return marshalJSON(list)
+}
+
+// ===== Exams: an attempt, and its grade =====
+
+// An attempt is a sandbox made from an exam's world, with one key of both scopes limited to
+// examRate requests a second; its clock stands at its start until the key's first request to
+// a route other than the exam routes (or examClockWait after its creation), then runs, and
+// cannot be moved. Its journal keeps every entry (its first maxExamEntries) until its grade
+// is computed, whatever -journal. The grade is computed once, at its grading instant, from
+// the world at the deadline, the answer, and the entries that came before that instant.
+
+const (
+	maxExamScale   = 60
+	examClockWait  = 60 * time.Second // not times the scale: an attempt that sends nothing still ends
+	examRate       = 10
+	maxExamEntries = 20000
+)
+
+// examAttempt is what a tenant made for an exam keeps of it: the exam, its scale, its start
+// and deadline (on its own clock), the key that made it and its own, the world as made (what
+// it schedules), the creations of a shipment done (the booking's 502s), and its grade, nil
+// until computed, under mu.
+type examAttempt struct {
+	id              string
+	def             *examDef
+	scale           int
+	start, deadline time.Time
+	maker, key      *apiKey
+	world           *tenantData
+	created         atomic.Int32
+	mu              sync.Mutex
+	grade           *examGrade
+	graded          atomic.Bool // grade is set: the registry forgets a graded attempt before one that runs
+}
+
+// window is the attempt's 3 s, times its scale.
+func (a *examAttempt) window() time.Duration { return examWindow * time.Duration(a.scale) }
+
+// lastAnswer is the last instant an answer is taken: the grade is computed then without one.
+func (a *examAttempt) lastAnswer() time.Time {
+	if a.def.answer == "" {
+		return a.deadline
+	}
+	return a.deadline.Add(examAnswerTime * time.Duration(a.scale))
+}
+
+// begin starts the attempt's clock at the wall clock's now, when it stands still: the first
+// request of its key to a route other than the exam routes reads the start instant.
+func (a *examAttempt) begin(t *tenant, now time.Time) {
+	if set := t.clock.setting.Load(); set != nil && set.waits && now.Before(set.since) {
+		t.clock.setting.CompareAndSwap(set, &clockSetting{at: set.at, running: true, since: now})
+	}
+}
+
+var (
+	errExamClock    = &apiError{code: codeCapabilityUnavailable, detail: "An exam's clock runs by itself, from the first request of its key: it cannot be set, nor a request judged at an instant of its own (Prefer: clock)."}
+	errExamBody     = &apiError{code: codeMalformedJSON, detail: `The body must be one JSON object, such as {"exam":"order-sync"}, with optional revision and scale.`}
+	errExamUnknown  = &apiError{code: codeNotFound, detail: "No exam attempt of this id is held for this key: an attempt is read with its own key or the key that started it, and is forgotten with its sandbox."}
+	errExamNoAnswer = &apiError{code: codeCapabilityUnavailable, detail: "This exam takes no answer: it is graded from its world at the deadline."}
+	errExamGraded   = &apiError{code: codeExamGraded, detail: "This attempt is graded already (by an answer, or without one 60 s after its deadline, times its scale): read its grade with GET /v1/test_helpers/exams/{id}."}
+	// errExamUnconfirmed answers the booking exam's first and third creations of a shipment,
+	// done: the provider did not confirm them, as Prefer: code=502 answers one.
+	errExamUnconfirmed = &apiError{code: codeProviderNotConfirmed, detail: "The provider did not confirm the booking, which may have been done (the exam's script): do not retry it blindly; send it again with the same Idempotency-Key, which answers the first write's result."}
+)
+
+// examRequest is the body of POST /v1/test_helpers/exams: the exam, its revision and the scale.
+type examRequest struct {
+	def   *examDef
+	scale int
+}
+
+// readExamRequest reads the body: its JSON syntax first (400), then its members in the order
+// sent, each by its name, then given again, then its value (422); then the exam (required, of
+// the catalogue) and its revision (the one served).
+func readExamRequest(b []byte) (examRequest, error) {
+	req := examRequest{scale: 1}
+	if !oneJSONObject(b) {
+		return req, errExamBody
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	dec.Token() // {
+	var given []string
+	var name string
+	revision := -1
+	for dec.More() {
+		tok, _ := dec.Token()
+		var value any
+		dec.Decode(&value)
+		member := tok.(string)
+		switch {
+		case !slices.Contains([]string{"exam", "revision", "scale"}, member):
+			return req, paramError(codeUnknownParameter, member, "Unknown member "+strconv.Quote(member)+": the body has exam, revision and scale.")
+		case slices.Contains(given, member):
+			return req, paramError(codeInvalidParameter, member, member+" is given more than once; give it once.")
+		}
+		given = append(given, member)
+		if err := readExamMember(member, value, &name, &revision, &req.scale); err != nil {
+			return req, err
+		}
+	}
+	if req.def = examNamed(name); req.def == nil {
+		return req, paramError(codeInvalidParameter, "exam", "exam names an exam of the catalogue: "+examNames()+" (GET /v1/test_helpers/exams lists them).")
+	}
+	if revision >= 0 && revision != req.def.revision {
+		return req, paramError(codeInvalidParameter, "revision", fmt.Sprintf("This sandbox serves revision %d of %s.", req.def.revision, req.def.name))
+	}
+	return req, nil
+}
+
+// readExamMember reads one member's value of an exam's body.
+func readExamMember(member string, value any, name *string, revision, scale *int) error {
+	whole := func(v any, most int) (int, bool) {
+		n, ok := v.(json.Number)
+		i, err := strconv.Atoi(string(n))
+		return i, ok && err == nil && i >= 0 && i <= most
+	}
+	switch member {
+	case "exam":
+		s, ok := value.(string)
+		if !ok || examNamed(s) == nil {
+			return paramError(codeInvalidParameter, "exam", "exam names an exam of the catalogue: "+examNames()+".")
+		}
+		*name = s
+	case "revision":
+		n, ok := whole(value, math.MaxInt32)
+		if !ok {
+			return paramError(codeInvalidParameter, "revision", "revision is a whole number: the exam's revision this sandbox serves (GET /v1/test_helpers/exams).")
+		}
+		*revision = n
+	case "scale":
+		n, ok := whole(value, maxExamScale)
+		if !ok || n < 1 {
+			return paramError(codeInvalidParameter, "scale", fmt.Sprintf("scale is a whole number from 1 to %d: every instant of the exam's world, its duration and its windows times it, for a client that works slowly.", maxExamScale))
+		}
+		*scale = n
+	}
+	return nil
+}
+
+// examNames lists the catalogue's exams, for a message.
+func examNames() string {
+	var names []string
+	for _, e := range examCatalogue {
+		names = append(names, e.name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// examStarted is POST /v1/test_helpers/exams's answer, its members in this order.
+type examStarted struct {
+	ID        string          `json:"id"`
+	Exam      string          `json:"exam"`
+	Revision  int             `json:"revision"`
+	Scale     int             `json:"scale"`
+	Account   string          `json:"account"`
+	Key       string          `json:"key"`
+	StartedAt string          `json:"started_at"`
+	Deadline  string          `json:"deadline"`
+	Task      string          `json:"task"`
+	Given     json.RawMessage `json:"given"`
+}
+
+// newAttempt makes an attempt of the exam the body asks for, for the caller's key, at the
+// wall clock's now: a sandbox of the exam's world, its one key, its clock standing at its
+// start; kept in the registry beside the sandboxes. It returns the answer, and the attempt's
+// id.
+func (b *tenantRegistry) newAttempt(body []byte, caller *apiKey, now time.Time) ([]byte, string, error) {
+	req, err := readExamRequest(body)
+	if err != nil {
+		return nil, "", err
+	}
+	start := now.UTC().Truncate(time.Second)
+	t := newTenant(tenantID{"acct_" + randomText(20), "test"}, start)
+	world, err := readSandboxRequest(req.def.records(req.scale), nil)
+	var d *tenantData
+	if err == nil {
+		d, err = buildSandboxData(t.id, start, world.orders, world.shipments, 0, true)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("the exam %s's world: %w", req.def.name, err) // the catalogue's own: an internal error
+	}
+	key, out, _ := sandboxKey("$.keys[0]", keyRecord{Scopes: scopeNames}, t)
+	key.limit = newRateLimit(examRate, now)
+	a := &examAttempt{id: "exm_" + randomText(20), def: req.def, scale: req.scale, start: start, maker: caller, key: key, world: d,
+		deadline: start.Add(examDuration * time.Duration(req.scale))}
+	t.data.Store(d)
+	t.sandbox, t.exam = &sandboxAccount{}, a
+	t.clock.setting.Store(&clockSetting{at: start, running: true, waits: true, since: now.Add(examClockWait)})
+	keys := map[[sha256.Size]byte]*apiKey{sha256.Sum256([]byte(out.Key)): key}
+	if err := b.add(t, caller.tenant, keys, d.bytes()+int64(unsafe.Sizeof(tenant{})+unsafe.Sizeof(examAttempt{})), now); err != nil {
+		return nil, "", err
+	}
+	answer, err := marshalJSON(examStarted{ID: a.id, Exam: req.def.name, Revision: req.def.revision, Scale: req.scale, Account: t.id.account, Key: out.Key,
+		StartedAt: formatTimestamp(start), Deadline: formatTimestamp(a.deadline), Task: req.def.task, Given: json.RawMessage(req.def.given)})
+	return answer, a.id, err
+}
+
+// attempt is the attempt of this id that key may read (its own key, or the key that made
+// it), or nil.
+func (b *tenantRegistry) attempt(id string, key *apiKey) *tenant {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := b.exams[id]
+	if t == nil || t.gone.Load() || key != t.exam.key && key != t.exam.maker {
+		return nil
+	}
+	return t
+}
+
+// examAnswer is an attempt's answer as read: each item's id (an order's, or a consignment's
+// shipment), status, and shipment_id (an order's: "" for null).
+type examAnswer struct {
+	items []answerItem
+}
+
+type answerItem struct {
+	id, status, shipmentID string
+	linked                 bool // shipment_id is not null
+}
+
+// answerMembers are the members of an answer's item, by the answer's member.
+var answerMembers = map[string][]string{"orders": {"id", "status", "shipment_id"}, "consignments": {"shipment_id", "status"}}
+
+// readExamAnswer reads an answer's body for exam e: one JSON object (400), its member (orders
+// or consignments, as the exam answers: any other is unknown, 422), a list of items, each
+// with its members, all required, each status of its vocabulary (422, named by its path). An
+// id the world does not hold, or one given twice, is graded, not refused.
+func readExamAnswer(b []byte, e *examDef) (*examAnswer, error) {
+	if !oneJSONObject(b) {
+		return nil, &apiError{code: codeMalformedJSON, detail: `The body must be one JSON object, such as {"orders":[{"id":"ord_exam_0001","status":"fulfilled","shipment_id":"shp_exam_1"}]}.`}
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.Token()
+	ans, sent := &examAnswer{}, false
+	for dec.More() {
+		tok, _ := dec.Token()
+		var value json.RawMessage
+		dec.Decode(&value)
+		name := tok.(string)
+		if _, ok := answerMembers[name]; !ok || e.answer != "" && name != e.answer || sent {
+			if sent && name == e.answer {
+				return nil, paramError(codeInvalidParameter, name, name+" is given more than once; give it once.")
+			}
+			return nil, paramError(codeUnknownParameter, name, "Unknown member "+strconv.Quote(name)+": the answer of "+e.name+" is "+cmp.Or(e.answer, "no member (it takes no answer)")+".")
+		}
+		sent = true
+		items, err := readAnswerItems(name, value)
+		if err != nil {
+			return nil, err
+		}
+		ans.items = items
+	}
+	if !sent && e.answer != "" {
+		return nil, paramError(codeInvalidParameter, e.answer, e.answer+" is required: the list of what the task asks for.")
+	}
+	return ans, nil
+}
+
+// readAnswerItems reads the list of an answer's member name.
+func readAnswerItems(name string, value json.RawMessage) ([]answerItem, error) {
+	var raw []json.RawMessage
+	if json.Unmarshal(value, &raw) != nil {
+		return nil, paramError(codeInvalidParameter, name, name+" is a list of objects, each "+strings.Join(answerMembers[name], ", ")+".")
+	}
+	items := make([]answerItem, 0, len(raw))
+	for i, r := range raw {
+		item, err := readAnswerItem(fmt.Sprintf("%s[%d]", name, i), name, r)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, item)
+	}
+	return items, nil
+}
+
+// readAnswerItem reads one item of an answer at path: an object of exactly its members, each
+// a string of its kind (a shipment_id of an order may be null), a status of its vocabulary.
+func readAnswerItem(path, name string, r json.RawMessage) (answerItem, error) {
+	var item answerItem
+	dec := json.NewDecoder(bytes.NewReader(r))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return item, paramError(codeInvalidParameter, path, path+" is an object: "+strings.Join(answerMembers[name], ", ")+".")
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, _ := dec.Token()
+		var value json.RawMessage
+		dec.Decode(&value)
+		member := tok.(string)
+		switch {
+		case !slices.Contains(answerMembers[name], member):
+			return item, paramError(codeUnknownParameter, path+"."+member, "Unknown member "+strconv.Quote(member)+" of "+path+": an item is "+strings.Join(answerMembers[name], ", ")+".")
+		case seen[member]:
+			return item, paramError(codeInvalidParameter, path+"."+member, path+"."+member+" is given more than once; give it once.")
+		}
+		seen[member] = true
+		if err := item.read(path, name, member, value); err != nil {
+			return item, err
+		}
+	}
+	for _, member := range answerMembers[name] {
+		if !seen[member] {
+			return item, paramError(codeInvalidParameter, path+"."+member, path+"."+member+" is required.")
+		}
+	}
+	return item, nil
+}
+
+// read reads one member of an answer's item.
+func (item *answerItem) read(path, name, member string, value json.RawMessage) error {
+	var s *string
+	if json.Unmarshal(value, &s) != nil || s == nil && !(member == "shipment_id" && name == "orders") {
+		return paramError(codeInvalidParameter, path+"."+member, path+"."+member+" is a string.")
+	}
+	vocabulary := orderStatuses
+	if name == "consignments" {
+		vocabulary = trackingStatuses
+	}
+	switch {
+	case member == "status" && !slices.Contains(vocabulary, *s):
+		return paramError(codeInvalidParameter, path+".status", path+".status is one of "+strings.Join(vocabulary, ", ")+".")
+	case member == "status":
+		item.status = *s
+	case member == "id" || name == "consignments":
+		item.id = *s
+	case s != nil:
+		item.shipmentID, item.linked = *s, true
+	}
+	return nil
+}
+
+// examGrade is an attempt's grade, computed once: its instant and its checks' verdicts.
+type examGrade struct {
+	gradedAt time.Time
+	verdicts []checkVerdict
+}
+
+// checkVerdict is what a check found: a failure's detail ("" for a pass) and the journal's
+// seqs it cites.
+type checkVerdict struct {
+	detail   string
+	requests []uint64
+}
+
+func pass() checkVerdict { return checkVerdict{} }
+
+func failed(detail string, seqs ...uint64) checkVerdict {
+	return checkVerdict{detail: detail, requests: seqs}
+}
+
+// grading is what a grade judges: the attempt, its data, the entries of its journal that
+// arrived before the grading instant, and its answer (nil: none).
+type grading struct {
+	a       *examAttempt
+	d       *tenantData
+	entries []journalEntry
+	lost    uint64
+	answer  *examAnswer
+	found   []rawFinding
+}
+
+// gradeOf computes the grade of the attempt t at its grading instant at, with answer (nil:
+// none): a pure function of its data, its journal up to at and its answer.
+func gradeOf(t *tenant, at time.Time, answer *examAnswer) *examGrade {
+	a := t.exam
+	g := &grading{a: a, d: t.current(), answer: answer}
+	part := t.journalPart(journalRead{}) // a copy of its own: filtered in place
+	g.entries = part.entries[:0]
+	for _, e := range part.entries {
+		if instantOf(at).after(e.clock) {
+			g.entries = append(g.entries, e)
+		}
+	}
+	g.lost = t.journalLost() // every entry an attempt's journal did not keep, those a read counts as dropped included
+	g.found = g.d.rawFindings(g.entries)
+	grade := &examGrade{gradedAt: at}
+	for _, c := range a.def.checks {
+		grade.verdicts = append(grade.verdicts, c.judge(g))
+	}
+	return grade
+}
+
+// gradeAt is the attempt's grade, computed once its grading instant has passed at now on its
+// clock (the last instant an answer is taken; the deadline, for an exam without an answer),
+// or nil while it runs.
+func (a *examAttempt) gradeAt(t *tenant, now time.Time) *examGrade {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.grade == nil && !now.Before(a.lastAnswer()) {
+		a.grade = gradeOf(t, a.lastAnswer(), nil)
+		a.graded.Store(true)
+	}
+	return a.grade
+}
+
+// answered grades the attempt with its answer, which arrived at now on its clock: 409 while
+// it runs (with the seconds until its deadline, rounded up) or once it is graded (one of two
+// answers in flight is graded, the other refused).
+func (a *examAttempt) answered(t *tenant, answer *examAnswer, now time.Time) (*examGrade, *apiError) {
+	if now.Before(a.deadline) {
+		wait := int((a.deadline.Sub(now) + time.Second - 1) / time.Second)
+		return nil, &apiError{code: codeExamRunning, retryAfter: wait, detail: fmt.Sprintf("This attempt runs until its deadline, %s on its clock (now %s): answer once it has passed, in %d s (Retry-After), and within %v of it.",
+			formatTimestamp(a.deadline), formatTimestamp(now), wait, examAnswerTime*time.Duration(a.scale))}
+	}
+	if a.gradeAt(t, now) != nil {
+		return nil, errExamGraded
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.grade != nil {
+		return nil, errExamGraded
+	}
+	a.grade = gradeOf(t, now, answer)
+	a.graded.Store(true)
+	return a.grade, nil
+}
+
+// gradeJSON is GET /v1/test_helpers/exams/{id}'s answer, its members in this order.
+type gradeJSON struct {
+	ID        string      `json:"id"`
+	Exam      string      `json:"exam"`
+	Revision  int         `json:"revision"`
+	Scale     int         `json:"scale"`
+	Account   string      `json:"account"`
+	State     string      `json:"state"`
+	StartedAt string      `json:"started_at"`
+	Now       string      `json:"now"`
+	Deadline  string      `json:"deadline"`
+	GradedAt  *string     `json:"graded_at"`
+	Passed    *bool       `json:"passed"`
+	Score     *string     `json:"score"`
+	Checks    []checkJSON `json:"checks"`
+}
+
+type checkJSON struct {
+	ID       string   `json:"id"`
+	Title    string   `json:"title"`
+	Result   string   `json:"result"`
+	Detail   *string  `json:"detail"`
+	Requests []uint64 `json:"requests"`
+}
+
+// gradeView is the grade as a read at now (on the attempt's clock) shows it: pending until
+// it is computed.
+func (a *examAttempt) gradeView(t *tenant, grade *examGrade, now time.Time) gradeJSON {
+	v := gradeJSON{ID: a.id, Exam: a.def.name, Revision: a.def.revision, Scale: a.scale, Account: t.id.account, State: "running",
+		StartedAt: formatTimestamp(a.start), Now: formatTimestamp(now), Deadline: formatTimestamp(a.deadline), Checks: []checkJSON{}}
+	if !now.Before(a.deadline) {
+		v.State = "awaiting_answer"
+	}
+	passes := 0
+	for i, c := range a.def.checks {
+		cj := checkJSON{ID: c.id, Title: c.title, Result: "pending", Requests: []uint64{}}
+		if grade != nil {
+			verdict := grade.verdicts[i]
+			cj.Result, cj.Requests = "pass", append(cj.Requests, verdict.requests...)
+			if verdict.detail != "" {
+				cj.Result, cj.Detail = "fail", &verdict.detail
+			} else {
+				passes++
+			}
+		}
+		v.Checks = append(v.Checks, cj)
+	}
+	if grade != nil {
+		gradedAt, passed, score := formatTimestamp(grade.gradedAt), passes == len(a.def.checks), fmt.Sprintf("%d/%d", passes, len(a.def.checks))
+		v.State, v.GradedAt, v.Passed, v.Score = "graded", &gradedAt, &passed, &score
+	}
+	return v
+}
+
+// junit is the grade as a JUnit report: one test suite, a test case a check, a failure with
+// its detail, a pending check skipped.
+func (v gradeJSON) junit() []byte {
+	var b strings.Builder
+	failures, skipped := 0, 0
+	for _, c := range v.Checks {
+		failures += map[bool]int{true: 1}[c.Result == "fail"]
+		skipped += map[bool]int{true: 1}[c.Result == "pending"]
+	}
+	fmt.Fprintf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"exam %s\" tests=\"%d\" failures=\"%d\" skipped=\"%d\" timestamp=%q>\n",
+		html.EscapeString(v.Exam+" "+v.ID), len(v.Checks), failures, skipped, v.StartedAt)
+	for _, c := range v.Checks {
+		fmt.Fprintf(&b, "  <testcase classname=\"exam.%s\" name=\"%s\">", html.EscapeString(v.Exam), html.EscapeString(c.ID))
+		switch c.Result {
+		case "fail":
+			fmt.Fprintf(&b, "<failure message=\"%s\">requests %v</failure>", html.EscapeString(*c.Detail), c.Requests)
+		case "pending":
+			fmt.Fprintf(&b, "<skipped message=\"pending: the attempt's grade is computed at its grading instant (state %s)\"/>", v.State)
+		}
+		b.WriteString("</testcase>\n")
+	}
+	b.WriteString("</testsuite>\n")
+	return []byte(b.String())
+}
+
+// The checks' judges, each a pure function of the grading.
+
+// noAnswer is the detail of an answer check without an answer.
+func noAnswer(a *examAttempt) string {
+	return fmt.Sprintf("No answer: answer with POST /v1/test_helpers/exams/%s/answer once the deadline (%s) has passed, within %v of it.", a.id, formatTimestamp(a.deadline), examAnswerTime*time.Duration(a.scale))
+}
+
+// orderAt is what the order id shows at at: its status and shipment_id (nil: null), or false
+// when it is not shown then.
+func orderAt(d *tenantData, id string, at time.Time) (string, *string, bool) {
+	b, _, err := d.orders.get(id, at)
+	var o struct {
+		Status     string  `json:"status"`
+		ShipmentID *string `json:"shipment_id"`
+	}
+	if err != nil || json.Unmarshal(b, &o) != nil {
+		return "", nil, false
+	}
+	return o.Status, o.ShipmentID, true
+}
+
+// listed names at most five of ids, and how many more there are.
+func listed(ids []string) string {
+	s := strings.Join(ids[:min(5, len(ids))], ", ")
+	if len(ids) > 5 {
+		s += fmt.Sprintf(" and %d more", len(ids)-5)
+	}
+	return s
+}
+
+// answerDiff is what an answer's items miss of want, hold beyond it, and hold twice.
+func answerDiff(items []answerItem, want []string) (missing, extra, twice []string) {
+	count := map[string]int{}
+	for _, item := range items {
+		if count[item.id]++; count[item.id] == 2 {
+			twice = append(twice, item.id)
+		}
+		if count[item.id] == 1 && !slices.Contains(want, item.id) {
+			extra = append(extra, item.id)
+		}
+	}
+	for _, id := range want {
+		if count[id] == 0 {
+			missing = append(missing, id)
+		}
+	}
+	return missing, extra, twice
+}
+
+// diffDetail says what an answer missed, held beyond what it should, and held twice, or "".
+func diffDetail(missing, extra, twice []string, what, advice string) string {
+	var parts []string
+	if len(missing) > 0 {
+		parts = append(parts, fmt.Sprintf("lacks %d %s (%s)", len(missing), what, listed(missing)))
+	}
+	if len(extra) > 0 {
+		parts = append(parts, fmt.Sprintf("holds %d that it should not (%s)", len(extra), listed(extra)))
+	}
+	if len(twice) > 0 {
+		parts = append(parts, fmt.Sprintf("holds %d more than once (%s)", len(twice), listed(twice)))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "The answer " + strings.Join(parts, ", ") + ": " + advice
+}
+
+func judgeAnswerOrders(g *grading) checkVerdict {
+	if g.answer == nil {
+		return failed(noAnswer(g.a))
+	}
+	shown, _ := g.d.orders.firstListed(g.a.deadline, math.MaxInt32)
+	want := make([]string, len(shown))
+	for i, o := range shown {
+		want[i] = o.id
+	}
+	missing, extra, twice := answerDiff(g.answer.items, want)
+	return failed(diffDetail(missing, extra, twice, "orders the account shows at the deadline",
+		"keep every order you have seen, read the whole list (every page), and re-read a window that looks back further than imports can be late."))
+}
+
+// judgeAnswered judges each answered item the world shows at the deadline by what is told
+// of it (its status, or its shipment_id), listing those unlike the world.
+func judgeAnswered(g *grading, told func(item answerItem) (answered, actual string, shown bool), one, many, advice string) checkVerdict {
+	if g.answer == nil {
+		return failed(noAnswer(g.a))
+	}
+	var wrong []string
+	for _, item := range g.answer.items {
+		if answered, actual, shown := told(item); shown && answered != actual {
+			wrong = append(wrong, fmt.Sprintf("%s answered %s, %s at the deadline", item.id, answered, actual))
+		}
+	}
+	if len(wrong) == 0 {
+		return pass()
+	}
+	return failed(fmt.Sprintf("%d %s unlike the world at the deadline: %s; %s", len(wrong), plural(len(wrong), one, many), listed(wrong), advice))
+}
+
+func judgeAnswerOrderStatuses(g *grading) checkVerdict {
+	return judgeAnswered(g, func(item answerItem) (string, string, bool) {
+		status, _, shown := orderAt(g.d, item.id, g.a.deadline)
+		return item.status, status, shown
+	}, "order's status answered", "orders' statuses answered", "keep re-reading the orders you hold until the deadline: a status changes after an order is first seen.")
+}
+
+func judgeAnswerLinks(g *grading) checkVerdict {
+	return judgeAnswered(g, func(item answerItem) (string, string, bool) {
+		_, shipment, shown := orderAt(g.d, item.id, g.a.deadline)
+		answered := "null"
+		if item.linked {
+			answered = item.shipmentID
+		}
+		return answered, cmp.Or(derefText(shipment), "null"), shown
+	}, "order's shipment_id answered", "orders' shipment_id answered", "keep re-reading the orders you hold: a shipment is linked after an order is first seen.")
+}
+
+// derefText is *s, or "" for nil.
+func derefText(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// givenShipments are the shipment ids the exam's task gives, in its order.
+func (e *examDef) givenShipments() []string {
+	var given struct {
+		Consignments []struct {
+			ShipmentID string `json:"shipment_id"`
+		} `json:"consignments"`
+	}
+	json.Unmarshal([]byte(e.given), &given)
+	var ids []string
+	for _, c := range given.Consignments {
+		ids = append(ids, c.ShipmentID)
+	}
+	return ids
+}
+
+func judgeAnswerConsignments(g *grading) checkVerdict {
+	if g.answer == nil {
+		return failed(noAnswer(g.a))
+	}
+	missing, extra, twice := answerDiff(g.answer.items, g.a.def.givenShipments())
+	return failed(diffDetail(missing, extra, twice, "consignments given", "answer each consignment given, once, by its shipment id."))
+}
+
+func judgeAnswerTrackingStatuses(g *grading) checkVerdict {
+	return judgeAnswered(g, func(item answerItem) (string, string, bool) {
+		s := g.d.shipments.find(item.id)
+		if s == nil || !s.existsAt(g.a.deadline) || !slices.Contains(g.a.def.givenShipments(), item.id) {
+			return "", "", false
+		}
+		return item.status, s.statusAt(g.a.deadline), true
+	}, "consignment's status answered", "consignments' statuses answered", "read each consignment by its shipment id (GET /v1/shipments/{id}/tracking), not by a number other shipments or parcels may hold, until the deadline.")
+}
+
+// creation is a shipment the attempt created for an order: its instant, and the journal's
+// entry of the request that created it (0: none found).
+type creation struct {
+	orderID, shipmentID string
+	at                  time.Time
+	seq                 uint64
+}
+
+// creations are the shipments the attempt created for orders by its deadline, in the order
+// made.
+func (g *grading) creations() []creation {
+	var made []creation
+	for _, l := range g.d.links {
+		if l.write == 0 || l.at.after(instantOf(g.a.deadline)) {
+			continue
+		}
+		c := creation{orderID: l.orderID, shipmentID: l.shipmentID, at: l.at.time()}
+		for i := range g.entries {
+			if e := &g.entries[i]; e.shown.kind == showsWritten && e.shown.ship.id == l.shipmentID && e.routePath == "/v1/test_helpers/shipments" {
+				c.seq = e.seq
+				break
+			}
+		}
+		made = append(made, c)
+	}
+	return made
+}
+
+// seqsOf are the seqs of the creations' requests.
+func seqsOf(cs []creation) []uint64 {
+	var seqs []uint64
+	for _, c := range cs {
+		if c.seq > 0 {
+			seqs = append(seqs, c.seq)
+		}
+	}
+	return seqs
+}
+
+func judgeBooked(g *grading) checkVerdict {
+	made := g.creations()
+	var unbooked []string
+	for _, o := range g.a.def.orders {
+		status, _, shown := orderAt(g.d, o.id, g.a.deadline)
+		_, before, _ := orderAt(g.d, o.id, g.a.start)
+		if !shown || status != "fulfilled" || before != nil {
+			continue
+		}
+		if !slices.ContainsFunc(made, func(c creation) bool { return c.orderID == o.id }) {
+			unbooked = append(unbooked, o.id)
+		}
+	}
+	if len(made) == 0 && len(unbooked) > 0 {
+		return failed(fmt.Sprintf("No shipment created: %d %s none (%s); book each with POST /v1/test_helpers/shipments and its order_id.", len(unbooked), plural(len(unbooked), "order fulfilled at the deadline has", "orders fulfilled at the deadline have"), listed(unbooked)))
+	}
+	if len(unbooked) > 0 {
+		return failed(fmt.Sprintf("%d %s no shipment (%s): poll the orders until the deadline, and book each order once it is fulfilled, those imported late too.", len(unbooked), plural(len(unbooked), "order fulfilled at the deadline has", "orders fulfilled at the deadline have"), listed(unbooked)), seqsOf(made)...)
+	}
+	return checkVerdict{requests: seqsOf(made)}
+}
+
+func judgeOnlyFulfilled(g *grading) checkVerdict {
+	var wrong []creation
+	var named []string
+	for _, c := range g.creations() {
+		if status, _, _ := orderAt(g.d, c.orderID, c.at); status != "fulfilled" {
+			wrong, named = append(wrong, c), append(named, fmt.Sprintf("%s for %s (%s then)", c.shipmentID, c.orderID, cmp.Or(status, "not shown")))
+		}
+	}
+	if len(wrong) == 0 {
+		return pass()
+	}
+	return failed(fmt.Sprintf("%d %s for an order that was not fulfilled then: %s; book an order only once its status is fulfilled.", len(wrong), plural(len(wrong), "shipment was created", "shipments were created"), listed(named)), seqsOf(wrong)...)
+}
+
+// readyAt is when the exam's order o was first both imported and fulfilled, or the start
+// when it was so then; false when it never is by the deadline.
+func (a *examAttempt) readyAt(o examOrder) (time.Time, bool) {
+	s := time.Duration(a.scale)
+	imported := a.start.Add(cmp.Or(derefDuration(o.imported), o.created) * s)
+	var fulfilled *time.Time
+	if o.status == "fulfilled" {
+		f := a.start.Add(o.created * s)
+		fulfilled = &f
+	}
+	for _, c := range o.changes {
+		if c.status == "fulfilled" && fulfilled == nil {
+			f := a.start.Add(c.at * s)
+			fulfilled = &f
+		}
+	}
+	if fulfilled == nil {
+		return time.Time{}, false
+	}
+	ready := imported
+	if fulfilled.After(ready) {
+		ready = *fulfilled
+	}
+	if ready.Before(a.start) {
+		ready = a.start
+	}
+	return ready, !ready.After(a.deadline)
+}
+
+// derefDuration is *d, or 0 for nil.
+func derefDuration(d *time.Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	return *d
+}
+
+func judgeInTime(g *grading) checkVerdict {
+	var late []creation
+	var named []string
+	for _, c := range g.creations() {
+		i := slices.IndexFunc(g.a.def.orders, func(o examOrder) bool { return o.id == c.orderID })
+		if status, _, _ := orderAt(g.d, c.orderID, c.at); i < 0 || status != "fulfilled" {
+			continue // an order never booked is state.booked's to judge, one booked too early state.only_fulfilled's
+		}
+		if ready, ok := g.a.readyAt(g.a.def.orders[i]); ok && c.at.Sub(ready) > g.a.window() {
+			late, named = append(late, c), append(named, fmt.Sprintf("%s for %s %s after it was ready", c.shipmentID, c.orderID, formatSeconds(int64(c.at.Sub(ready)))))
+		}
+	}
+	if len(late) == 0 {
+		return pass()
+	}
+	return failed(fmt.Sprintf("%d %s more than %v after its order was both imported and fulfilled: %s; poll the orders at least every %v and book at once.", len(late), plural(len(late), "shipment was created", "shipments were created"), g.a.window(), listed(named), g.a.window()), seqsOf(late)...)
+}
+
+// thing is what an exam's world does after the start: an order imported, its status changed
+// or a shipment linked to it; an event of a consignment given.
+type thing struct {
+	id, what string
+	at       time.Time
+}
+
+// things are what the attempt's world, as made, does after its start and by its deadline,
+// that a client keeping current must show: to the orders (an exam that answers orders), or
+// to the consignments given.
+func (g *grading) things() []thing {
+	var things []thing
+	start, deadline := instantOf(g.a.start), instantOf(g.a.deadline)
+	given := g.a.def.givenShipments()
+	for _, h := range g.a.world.timeline {
+		at := instantOf(h.at)
+		if !at.after(start) || at.after(deadline) {
+			continue
+		}
+		switch {
+		case g.a.def.answer == "orders" && (h.kind == orderImported || h.kind == orderChanged):
+			things = append(things, thing{h.id, happeningKinds[h.kind] + " (" + h.status + ")", h.at})
+		case g.a.def.answer == "orders" && h.kind == shipmentCreated:
+			for _, l := range g.a.world.links {
+				if l.shipmentID == h.id {
+					things = append(things, thing{l.orderID, "link to " + h.id, h.at})
+				}
+			}
+		case g.a.def.answer == "consignments" && h.kind == shipmentEvent && slices.Contains(given, h.id):
+			things = append(things, thing{h.id, "event (" + h.status + ")", h.at})
+		}
+	}
+	return things
+}
+
+func judgeKeptCurrent(g *grading) checkVerdict {
+	var missed []string
+	for _, th := range g.things() {
+		from, until := instantOf(th.at), instantOf(th.at.Add(g.a.window()))
+		shown := slices.ContainsFunc(g.entries, func(e journalEntry) bool {
+			return e.read() && !from.after(e.clock) && !e.clock.after(until) && slices.Contains(g.d.idsOf(&e), th.id)
+		})
+		if !shown {
+			missed = append(missed, fmt.Sprintf("%s %s at %s", th.id, th.what, "+"+th.at.Sub(g.a.start).String()))
+		}
+	}
+	if len(missed) == 0 {
+		return pass()
+	}
+	return failed(fmt.Sprintf("%d %s not shown by a read within %v: %s; read what you follow at least every %v until the deadline, not once at the end.", len(missed), plural(len(missed), "thing the world did was", "things the world did were"), g.a.window(), listed(missed), g.a.window()))
+}
+
+// judgeFindings judges one finding code: failed by any finding of it, its detail the first's
+// (and how many more), citing every such finding's requests.
+func judgeFindings(code findingCode) func(g *grading) checkVerdict {
+	return func(g *grading) checkVerdict {
+		var of []rawFinding
+		for _, f := range g.found {
+			if f.kind == code {
+				of = append(of, f)
+			}
+		}
+		if len(of) == 0 {
+			return pass()
+		}
+		detail := g.d.written(g.entries, &of[0]).Detail
+		if len(of) > 1 {
+			detail = strings.TrimSuffix(detail, ".") + fmt.Sprintf(" (and %d more).", len(of)-1)
+		}
+		var seqs []uint64
+		for _, f := range of {
+			for _, i := range f.cited {
+				if i >= 0 && !slices.Contains(seqs, g.entries[i].seq) {
+					seqs = append(seqs, g.entries[i].seq)
+				}
+			}
+		}
+		return failed(detail, seqs...)
+	}
+}
+
+// writeRoutes are the routes whose requests write: the sandboxes made and forgotten, the
+// shipments created and moved.
+var writeRoutes = []string{"POST /v1/test_helpers/shipments", "POST /v1/test_helpers/shipments/{id}/events", "POST /v1/test_helpers/sandboxes", "DELETE /v1/test_helpers/sandboxes/{account}"}
+
+func judgeReadOnly(g *grading) checkVerdict {
+	var seqs []uint64
+	for i := range g.entries {
+		e := &g.entries[i]
+		if slices.Contains(writeRoutes, e.method+" "+e.routePath) && (e.status/100 == 2 || e.status == http.StatusBadGateway && e.write != nil) {
+			seqs = append(seqs, e.seq)
+		}
+	}
+	if len(seqs) == 0 {
+		return pass()
+	}
+	return failed(fmt.Sprintf("%d %s done with the attempt's key: the task only reads; a sync or a tracker that writes changes what it reports.", len(seqs), plural(len(seqs), "write was", "writes were")), seqs...)
+}
+
+func judgeComplete(g *grading) checkVerdict {
+	if g.lost == 0 {
+		return pass()
+	}
+	return failed(fmt.Sprintf("%d %s not kept in its journal (past its first %d entries, or dropped to keep every journal within %d MiB): the grade cannot judge what it did not keep; send fewer requests (a client that ignores Retry-After floods it).", g.lost, plural(int(g.lost), "request of the attempt was", "requests of the attempt were"), maxExamEntries, maxJournalBytes>>20))
 }

@@ -71,6 +71,8 @@ const (
 	codeIdempotencyKeyReused  code = "idempotency_key_reused"
 	codeCapabilityUnavailable code = "capability_unavailable"
 	codeAmbiguousNumber       code = "ambiguous_tracking_number"
+	codeExamRunning           code = "exam_running"
+	codeExamGraded            code = "exam_graded"
 )
 
 // codeStatus is the one table from an error code to its HTTP status.
@@ -99,14 +101,17 @@ var codeStatus = map[code]int{
 	codeIdempotencyKeyReused:  http.StatusConflict,
 	codeCapabilityUnavailable: http.StatusUnprocessableEntity,
 	codeAmbiguousNumber:       http.StatusConflict,
+	codeExamRunning:           http.StatusConflict,
+	codeExamGraded:            http.StatusConflict,
 }
 
 // apiError is an error a client is told about: its code decides the status, detail says
 // what to do about it, and param, when set, names the parameter or header at fault.
 type apiError struct {
-	code   code
-	detail string
-	param  *string
+	code       code
+	detail     string
+	param      *string
+	retryAfter int // seconds the client waits before it sends the request again (Retry-After); 0: none said
 }
 
 func (e *apiError) Error() string { return string(e.code) + ": " + e.detail }
@@ -147,6 +152,9 @@ func writeProblem(w http.ResponseWriter, requestID string, e *apiError) {
 	if e.status() == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", bearerChallenge)
 	}
+	if e.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.retryAfter))
+	}
 	writeBody(w, e.status(), problemContentType, appendProblem(make([]byte, 0, 256), e, requestID))
 }
 
@@ -183,6 +191,7 @@ const (
 	notSimulated simulation = iota
 	byPrefer                // Prefer: code=...
 	byFaults                // -faults
+	byExam                  // an exam's script: the booking's unconfirmed creations
 )
 
 // String is how the journal names it: "prefer", "faults", or "" for an answer of the route.
@@ -192,6 +201,8 @@ func (s simulation) String() string {
 		return "prefer"
 	case byFaults:
 		return "faults"
+	case byExam:
+		return "exam"
 	}
 	return ""
 }

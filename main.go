@@ -1315,6 +1315,10 @@ func (s *server) routes() []route {
 		{"DELETE /v1/test_helpers/sandboxes/{account}", s.testHelper(codeAndDelay, s.deleteSandbox)},
 		{"POST /v1/test_helpers/shipments", s.idempotentWrite(withClock, s.createShipment)},
 		{"POST /v1/test_helpers/shipments/{id}/events", s.idempotentWrite(withClock, s.addShipmentEvents)},
+		{"GET /v1/test_helpers/exams", s.examRoute(noParams(listExams))},
+		{"POST /v1/test_helpers/exams", s.examWrite(true, s.startExam)},
+		{"GET /v1/test_helpers/exams/{id}", s.examRoute(s.readGrade)},
+		{"POST /v1/test_helpers/exams/{id}/answer", s.examWrite(false, s.answerExam)},
 		{"GET /v1/openapi.json", s.keyless(s.serveOpenAPI)},
 		{"GET /v1/healthz", s.keyless(s.serveHealth)},
 		{"POST /mcp", s.keyless(s.serveMCP)},       // the MCP door: its own checks
@@ -1375,7 +1379,7 @@ func (s *server) testHelper(reads preferences, h keyedHandler) callHandler {
 // query parameters and is not journaled itself; with the journal off it answers 404.
 func (s *server) journalReader(h keyedHandler) callHandler {
 	return s.keyed(func(w http.ResponseWriter, r *http.Request, c *call) error {
-		if !s.registry.journaling() {
+		if !s.registry.journaling() && c.key.tenant.exam == nil { // an exam attempt's journal is kept whatever -journal
 			return errJournalOff
 		}
 		return h(w, r, c)
@@ -1395,8 +1399,15 @@ const (
 // clock), live environment (503), rate limit (429), then the route's own (scope, Prefer),
 // then the streamed body size (413).
 func (s *server) keyed(h keyedHandler, expiry expiryClock, j journaling, own ...wrapper) callHandler {
-	checks := []wrapper{capDeclared, requireKey(&s.keys, s.now, expiry, bool(j) && s.registry.journaling()), refuseLive, limitRate(s.rate, s.now)}
+	checks := []wrapper{capDeclared, requireKey(&s.keys, s.now, keyCheck{expiry: expiry, journaled: bool(j)}, s.registry.journaling()), refuseLive, limitRate(s.rate, s.now)}
 	return chain(s.serveKeyed(h), append(append(checks, own...), s.readBody)...)
+}
+
+// examRoute wraps an exam route that reads: a test helper's checks (any active test key, its
+// expiry judged by the wall clock; Prefer code and delay), but no rate limit and no journal,
+// so that reading a grade never changes one; its own query.
+func (s *server) examRoute(h keyedHandler) callHandler {
+	return chain(s.serveKeyed(h), capDeclared, requireKey(&s.keys, s.now, keyCheck{expiry: wallClock, exam: true}, false), refuseLive, s.simulate(codeAndDelay), s.readBody)
 }
 
 // keyless wraps a route that needs no key: it has only the body's cap.
@@ -1437,6 +1448,7 @@ type call struct {
 	idempotencyKey string
 	written        *storedAnswer
 	unconfirmed    *apiError
+	exam502        bool       // an exam's script answers the write done 502 (the booking's first and third creations)
 	write          *writeMark // a write's key and body digest, once its body was read: the journal's too
 	wildcard       string     // a write's {id}, when its route has one: the shipment whose events arrive
 	bodySize       int64      // the bytes of its body, for the journal; -1 unknown
@@ -1678,25 +1690,39 @@ const (
 	wallClock                      // the wall clock: the test helpers, so that a tenant can always move its clock back
 )
 
+// keyCheck is how a route's key is checked: the clock its expiry is judged by, whether its
+// requests are journaled (in the key's tenant, while the journal is on, or always in an exam
+// attempt's), and whether it is an exam route (whose requests leave an attempt's clock as it
+// stands, and are never journaled).
+type keyCheck struct {
+	expiry    expiryClock
+	journaled bool
+	exam      bool
+}
+
 // requireKey answers 401 unless the request carries an active key, which it hands on with
-// its tenant's clock, read once. A key's expiry is judged by that reading or by the wall
-// clock, as expiry says. Where journal says, a request that names a key of a test
-// environment, whatever its state, is journaled in its tenant.
-func requireKey(keys *keyFinder, wall func() time.Time, expiry expiryClock, journal bool) wrapper {
+// its tenant's clock, read once (an exam attempt's clock starts at its key's first request
+// to a route other than the exam routes, which reads the start instant). A key's expiry is
+// judged by that reading or by the wall clock, as the check says. A journaled request that
+// names a key of a test environment, whatever its state, is journaled in its tenant.
+func requireKey(keys *keyFinder, wall func() time.Time, kc keyCheck, journalOn bool) wrapper {
 	return func(next callHandler) callHandler {
 		return func(w http.ResponseWriter, r *http.Request, c *call) {
 			k, fault := keys.authenticate(r.Header)
 			if k != nil {
+				if a := k.tenant.exam; a != nil && !kc.exam && fault == nil {
+					a.begin(k.tenant, wall())
+				}
 				c.data = k.tenant.current()
 				c.clock = k.tenant.clock.read(wall)
 				c.at = c.clock.now
-				if journal && !k.tenant.live {
+				if kc.journaled && !k.tenant.live && (journalOn || k.tenant.exam != nil) {
 					c.journal = k
 				}
 			}
 			if fault == nil {
 				judged := c.clock.now
-				if expiry == wallClock {
+				if kc.expiry == wallClock {
 					judged = wall()
 				}
 				if k.expiredAt(judged) {
@@ -1727,12 +1753,17 @@ func refuseLive(next callHandler) callHandler {
 // limitRate answers 429 when the key's bucket is empty, and states the limit on every
 // answer to a keyed call from here on (IETF draft RateLimit header fields). A full bucket
 // is one second's worth, so the time until it is full again (t) is always 1 second.
-func limitRate(l *rateLimit, now func() time.Time) wrapper {
+func limitRate(limit *rateLimit, now func() time.Time) wrapper {
 	return func(next callHandler) callHandler {
-		if l == nil {
-			return next
-		}
 		return func(w http.ResponseWriter, r *http.Request, c *call) {
+			l := limit
+			if c.key.limit != nil { // a key of a limit of its own: an exam attempt's, whatever -rate
+				l = c.key.limit
+			}
+			if l == nil {
+				next(w, r, c)
+				return
+			}
 			remaining, ok, wait := l.take(&c.key.bucket, now())
 			h := w.Header()
 			h.Set("RateLimit-Policy", l.policy)
@@ -1805,6 +1836,9 @@ func (s *server) readPreferences(reads preferences) wrapper {
 		return func(w http.ResponseWriter, r *http.Request, c *call) {
 			if fields := r.Header["Prefer"]; len(fields) > 0 {
 				p, err := parsePrefer(fields, reads, c.key.tenant.start)
+				if err == nil && p.clock != nil && c.key.tenant.exam != nil {
+					err = errExamClock // an exam's clock runs by itself: no request is judged at an instant of its own
+				}
 				if err != nil {
 					c.fail(w, err)
 					return
@@ -1871,7 +1905,7 @@ func (s *server) answerOf(p *preference, r *http.Request, c *call, faultable boo
 	case p.code != nil:
 		c.simulated = byPrefer
 		return p.code, p.code.prefer
-	case faultable:
+	case faultable && t.exam == nil: // -faults never fails an exam attempt's requests
 		k := t.faulted.Add(1)
 		if answer := s.faults.failureOf(t.id, k); answer != nil {
 			c.simulated = byFaults
@@ -2349,8 +2383,22 @@ const maxIdempotencyKey = 255
 // meanwhile) and code 429, 500 or 503 (nothing written); then h, which judges the query, the
 // body and the state and writes; a Prefer code=502 answers last, once the write is done.
 func (s *server) idempotentWrite(reads preferences, h writeHandler) callHandler {
-	return chain(s.serveWrite(h), capDeclared, requireKey(&s.keys, s.now, wallClock, s.registry.journaling()), refuseLive, limitRate(s.rate, s.now),
+	return chain(s.serveWrite(h), capDeclared, requireKey(&s.keys, s.now, keyCheck{expiry: wallClock, journaled: true}, s.registry.journaling()), refuseLive, limitRate(s.rate, s.now),
 		requireIdempotencyKey, s.readPreferences(reads), s.readBody, s.idempotent, s.applyPreferences(false, true))
+}
+
+// examWrite wraps an exam route that writes: a write's checks in their order but the rate
+// limit and the journal; the answer of an attempt (prefer false) reads no Prefer.
+func (s *server) examWrite(prefer bool, h writeHandler) callHandler {
+	checks := []wrapper{capDeclared, requireKey(&s.keys, s.now, keyCheck{expiry: wallClock, exam: true}, false), refuseLive, requireIdempotencyKey}
+	if prefer {
+		checks = append(checks, s.readPreferences(codeAndDelay))
+	}
+	checks = append(checks, s.readBody, s.idempotent)
+	if prefer {
+		checks = append(checks, s.applyPreferences(false, true))
+	}
+	return chain(s.serveWrite(h), checks...)
 }
 
 // writeHandler is the work of a write once every check but its body's has passed (a write
@@ -2469,13 +2517,17 @@ func (s *server) serveWrite(h writeHandler) callHandler {
 			return
 		}
 		c.written = written
-		if c.unconfirmed != nil {
+		switch {
+		case c.unconfirmed != nil:
 			c.simulated = byPrefer
 			w.Header().Set("Preference-Applied", c.prefer.appliedHeader(true))
 			c.fail(w, c.unconfirmed)
-			return
+		case c.exam502:
+			c.simulated = byExam
+			c.fail(w, errExamUnconfirmed)
+		default:
+			written.replay(w)
 		}
-		written.replay(w)
 	}
 }
 
@@ -2559,6 +2611,9 @@ func (s *server) getClock(w http.ResponseWriter, r *http.Request, c *call) error
 }
 
 func (s *server) setClock(w http.ResponseWriter, r *http.Request, c *call) error {
+	if _, err := parseClockBody(c.body, c.key.tenant.start); err == nil && c.key.tenant.exam != nil {
+		return errExamClock
+	}
 	return s.clocks.set(w, c.body, c.key.tenant)
 }
 
@@ -2636,7 +2691,11 @@ func (s *server) postSandbox(c *call) (*storedAnswer, error) {
 // createShipment answers POST /v1/test_helpers/shipments: a shipment created in the
 // caller's sandbox at the request's instant, linking the order it names.
 func (s *server) createShipment(c *call) (*storedAnswer, error) {
-	return s.writeShipment(c, func(d *tenantData) (*tenantData, *shipment, error) { return d.withBooking(c.body, c.at) })
+	written, err := s.writeShipment(c, func(d *tenantData) (*tenantData, *shipment, error) { return d.withBooking(c.body, c.at) })
+	if a := c.key.tenant.exam; err == nil && a != nil {
+		c.exam502 = slices.Contains(a.def.unconfirmed, a.created.Add(1)) // the exam's script: this creation done, unconfirmed
+	}
+	return written, err
 }
 
 // addShipmentEvents answers POST /v1/test_helpers/shipments/{id}/events: carrier events arrived
@@ -2667,6 +2726,88 @@ func (s *server) writeShipment(c *call, build func(d *tenantData) (*tenantData, 
 	v := written.viewAt(c.at)
 	return &storedAnswer{status: http.StatusCreated, contentType: jsonContentType, location: "/v1/shipments/" + url.PathEscape(written.id) + "/tracking",
 		body: slices.Concat(v[:]...), shown: c.shown}, nil
+}
+
+// listExams answers GET /v1/test_helpers/exams: the catalogue.
+func listExams(w http.ResponseWriter, r *http.Request, c *call) error {
+	b, err := examListings()
+	if err == nil {
+		writeBody(w, http.StatusOK, jsonContentType, b)
+	}
+	return err
+}
+
+// startExam answers POST /v1/test_helpers/exams: an attempt of the exam the body names, its
+// sandbox and its key made for the caller.
+func (s *server) startExam(c *call) (*storedAnswer, error) {
+	b, id, err := s.registry.newAttempt(c.body, c.key, s.now())
+	if err != nil {
+		return nil, err
+	}
+	return &storedAnswer{status: http.StatusCreated, contentType: jsonContentType, location: "/v1/test_helpers/exams/" + id, body: b}, nil
+}
+
+// readGrade answers GET /v1/test_helpers/exams/{id}: the attempt's grade as its clock now
+// shows it (pending until its grading instant), as JSON or JUnit, read with its own key or
+// the key that made it.
+func (s *server) readGrade(w http.ResponseWriter, r *http.Request, c *call) error {
+	junit, err := parseGradeQuery(r.URL.RawQuery)
+	if err != nil {
+		return err
+	}
+	t := s.registry.attempt(r.PathValue("id"), c.key)
+	if t == nil {
+		return errExamUnknown
+	}
+	now := t.clock.read(s.now).now
+	view := t.exam.gradeView(t, t.exam.gradeAt(t, now), now)
+	if junit {
+		writeBody(w, http.StatusOK, "application/xml; charset=utf-8", view.junit())
+		return nil
+	}
+	return writeJSON(w, view)
+}
+
+// parseGradeQuery reads the query of a grade's read: format, json (the default) or junit.
+func parseGradeQuery(raw string) (junit bool, err error) {
+	seen := false
+	for p, rest, ok := nextParam(raw); ok; p, rest, ok = nextParam(rest) {
+		switch {
+		case p.name != "format":
+			return false, unknownParam(p.name, "GET /v1/test_helpers/exams/{id} takes format.")
+		case seen:
+			return false, paramError(codeInvalidParameter, "format", "format is given more than once; give it once.")
+		}
+		seen = true
+		v, err := p.value()
+		if err != nil || v != "json" && v != "junit" {
+			return false, paramError(codeInvalidParameter, "format", "format must be json (the default) or junit (one test case a check).")
+		}
+		junit = v == "junit"
+	}
+	return junit, nil
+}
+
+// answerExam answers POST /v1/test_helpers/exams/{id}/answer: the attempt graded with its
+// answer, once its deadline has passed; with the attempt's key only.
+func (s *server) answerExam(c *call) (*storedAnswer, error) {
+	t := c.key.tenant
+	if t.exam == nil || t.exam.id != c.wildcard || t.exam.key != c.key {
+		return nil, errExamUnknown
+	}
+	answer, err := readExamAnswer(c.body, t.exam.def)
+	switch {
+	case err != nil:
+		return nil, err
+	case t.exam.def.answer == "":
+		return nil, errExamNoAnswer
+	}
+	grade, fault := t.exam.answered(t, answer, c.clock.now)
+	if fault != nil {
+		return nil, fault
+	}
+	b, err := marshalJSON(t.exam.gradeView(t, grade, c.clock.now))
+	return &storedAnswer{status: http.StatusOK, contentType: jsonContentType, body: b}, err
 }
 
 var errNoSandbox = &apiError{code: codeNotFound, detail: "No sandbox of this account is named by the key: a key deletes the sandbox it was made for, and a dataset's account is never deleted."}
@@ -2741,6 +2882,9 @@ func (s *server) writeEntry(sw *statusWriter) {
 	e := journalEntry{arrived: c.arrived.UnixNano(), duration: int64(time.Since(c.arrived)), clock: instantOf(c.at), key: c.journal,
 		method: ownMethod(r.Method), routePath: sw.route, target: boundValue(targetOf(r), maxJournalTarget), runTag: c.run, requestID: c.id, code: c.code,
 		size: -1, retryAfter: -1, status: int16(c.status), simulated: c.simulated, shown: c.shown, bodySize: c.bodySize, writes: c.data.writes, write: c.write}
+	if c.code == codeRateLimited && c.simulated == notSimulated && c.key != nil && c.key.limit != nil {
+		e.limited = s.now().Unix() // the wall clock's second, as the key's limiter read it
+	}
 	if e.bodySize < 0 && r.ContentLength >= 0 {
 		e.bodySize = r.ContentLength // answered before its body was read
 	}

@@ -390,7 +390,8 @@ func checkResponse(t testing.TB, r *http.Request, rep reply) {
 		if p.Type != "about:blank" || p.Status != rep.status || p.Title != rfc9110Titles[rep.status] || p.RequestID != id || p.Detail == "" || p.Code == "" {
 			t.Errorf("%s %s: problem %+v does not match status %d and Request-Id %s", r.Method, r.URL, p, rep.status, id)
 		}
-	} else if ct := rep.header.Get("Content-Type"); ct != "application/json" && !(r.URL.Path == "/" && ct == "text/html; charset=utf-8") && !(rep.status == http.StatusNoContent && ct == "") {
+	} else if ct := rep.header.Get("Content-Type"); ct != "application/json" && !(r.URL.Path == "/" && ct == "text/html; charset=utf-8") && !(rep.status == http.StatusNoContent && ct == "") &&
+		!(r.URL.Query().Get("format") == "junit" && ct == "application/xml; charset=utf-8") {
 		t.Errorf("%s %s: Content-Type = %q, want application/json", r.Method, r.URL, ct)
 	}
 	if err := theOpenAPI(t).checkResponse(r, rep); err != nil {
@@ -3868,6 +3869,7 @@ type docExample struct {
 	value   any
 	request docRequest
 	before  []docRequest
+	wait    time.Duration // between the requests before and the request (x-sandbox-wait-seconds), on the env's clock
 }
 
 type docRequest struct {
@@ -3905,6 +3907,9 @@ func docExamples(t *testing.T, doc *openAPI) []docExample {
 						if err := json.Unmarshal(raw, &e.request); err != nil || e.request.Path == "" {
 							t.Errorf("%s: no x-sandbox-request", e.where)
 							continue
+						}
+						if s, err := strconv.Atoi(fmt.Sprint(asMap(ex)["x-sandbox-wait-seconds"])); err == nil {
+							e.wait = time.Duration(s) * time.Second
 						}
 						if before, ok := asMap(ex)["x-sandbox-before"]; ok {
 							raw, _ := json.Marshal(before)
@@ -3946,12 +3951,19 @@ func withoutVarying(v any) any {
 		if _, sandbox := m["idle_seconds"]; sandbox { // a sandbox made: its account and keys are random
 			delete(m, "account")
 		}
+		if id, _ := m["id"].(string); examIDPattern.MatchString(id) { // an exam's attempt: its id and account are random
+			delete(m, "id")
+			delete(m, "account")
+		}
 		if k, ok := m["key"].(string); ok && strings.HasPrefix(k, "sk_test_") && len(k) == 40 {
 			delete(m, "key")
 		}
 		if _, entry := m["seq"]; entry {
 			delete(m, "at")
 			delete(m, "duration_ms")
+			if k, _ := m["key"].(string); regexp.MustCompile(`^sk_test_\.\.\.[a-z2-7]{4}$`).MatchString(k) { // a random key's mask
+				delete(m, "key")
+			}
 		}
 		return m
 	case []any:
@@ -4040,8 +4052,8 @@ func TestTheDocumentServesGeneratedSuites(t *testing.T) {
 				}
 			}
 		}
-		if len(keys) != 3 {
-			t.Errorf("Idempotency-Key examples: %v, want one for each of the three writes", keys)
+		if len(keys) != 5 {
+			t.Errorf("Idempotency-Key examples: %v, want one for each of the five writes", keys)
 		}
 	})
 	t.Run("the key's pattern is the grammar", func(t *testing.T) {
@@ -4067,8 +4079,8 @@ func TestTheDocumentServesGeneratedSuites(t *testing.T) {
 			}
 		}
 		slices.Sort(flagged)
-		if strings.Join(flagged, " ") != "addShipmentEvents createShipment deleteSandbox" {
-			t.Errorf("flagged: %v, want addShipmentEvents, createShipment and deleteSandbox", flagged)
+		if strings.Join(flagged, " ") != "addShipmentEvents answerExam createShipment deleteSandbox" {
+			t.Errorf("flagged: %v, want addShipmentEvents, answerExam, createShipment and deleteSandbox", flagged)
 		}
 	})
 	t.Run("the links resolve", func(t *testing.T) {
@@ -4124,7 +4136,7 @@ func TestOpenAPIExamplesMatchTheServer(t *testing.T) {
 	doc := theOpenAPI(t)
 	for _, ex := range docExamples(t, doc) {
 		e := newEnv(t, envOptions{step: -1, quiet: true})
-		sandboxKey := "" // the key of the sandbox a request before made: "{sandbox_key}" in a header names it
+		sandboxKey, examID := "", "" // the key of the sandbox (or attempt) a request before made, "{sandbox_key}" in a header; the attempt's id, "{exam_id}" in a path
 		header := func(r *http.Request, h map[string]string) {
 			for k, v := range h {
 				r.Header.Set(k, strings.ReplaceAll(v, "{sandbox_key}", sandboxKey))
@@ -4134,10 +4146,16 @@ func TestOpenAPIExamplesMatchTheServer(t *testing.T) {
 			r := httptest.NewRequest(b.Method, "http://127.0.0.1:8080"+b.Path, strings.NewReader(b.Body))
 			header(r, b.Headers)
 			var made sandboxAnswer
-			if rep := e.do(t, r); rep.status == http.StatusCreated && json.Unmarshal(rep.body, &made) == nil && len(made.Keys) > 0 {
+			var attempt examStartedOut
+			rep := e.do(t, r)
+			if rep.status == http.StatusCreated && json.Unmarshal(rep.body, &made) == nil && len(made.Keys) > 0 {
 				sandboxKey = made.Keys[0].Key
 			}
+			if rep.status == http.StatusCreated && json.Unmarshal(rep.body, &attempt) == nil && attempt.ID != "" {
+				sandboxKey, examID = attempt.Key, attempt.ID
+			}
 		}
+		e.clock.advance(ex.wait)
 		var body io.Reader
 		switch {
 		case ex.request.BodyBytes > 0:
@@ -4145,7 +4163,7 @@ func TestOpenAPIExamplesMatchTheServer(t *testing.T) {
 		case ex.request.Body != "":
 			body = strings.NewReader(ex.request.Body)
 		}
-		r := httptest.NewRequest(ex.request.Method, "http://127.0.0.1:8080"+ex.request.Path, body)
+		r := httptest.NewRequest(ex.request.Method, "http://127.0.0.1:8080"+strings.ReplaceAll(ex.request.Path, "{exam_id}", examID), body)
 		header(r, ex.request.Headers)
 		rep := e.do(t, r)
 		dec := json.NewDecoder(bytes.NewReader(rep.body))
@@ -4184,8 +4202,12 @@ func TestOpenAPIExamplesCoverTheSchemas(t *testing.T) {
 			for ct, m := range asMap(asMap(asMap(op)["requestBody"])["content"]) {
 				for name, ex := range asMap(asMap(m)["examples"]) {
 					raw, _ := json.Marshal(asMap(ex)["value"])
+					dec := json.NewDecoder(bytes.NewReader(raw))
+					dec.UseNumber()
 					var v any
-					mustDecode(t, raw, &v)
+					if err := dec.Decode(&v); err != nil {
+						t.Fatal(err)
+					}
 					if err := doc.validate(asMap(m)["schema"], v, "$", func(ref, prop string) { observed[ref+"#"+prop] = true }); err != nil {
 						t.Errorf("%s %s request %s example %s does not validate: %v", method, p.template, ct, name, err)
 					}
@@ -6907,6 +6929,7 @@ type (
 		RetryAfter     *int     `json:"retry_after"`
 		IDs            []string `json:"ids"`
 		IdempotencyKey *string  `json:"idempotency_key"`
+		Repeats        *int32   `json:"repeats"`
 	}
 	requestsOut struct {
 		Data    []entryOut `json:"data"`
@@ -9484,6 +9507,920 @@ func BenchmarkMakeSandbox(b *testing.B) {
 			runtime.KeepAlive(e)
 		}
 	})
+}
+
+// ===== auth.go: Exams, an attempt and its grade; main.go, serve: the exam routes =====
+
+// examStartedOut is POST /v1/test_helpers/exams's 201.
+type examStartedOut struct {
+	ID        string          `json:"id"`
+	Exam      string          `json:"exam"`
+	Revision  int             `json:"revision"`
+	Scale     int             `json:"scale"`
+	Account   string          `json:"account"`
+	Key       string          `json:"key"`
+	StartedAt string          `json:"started_at"`
+	Deadline  string          `json:"deadline"`
+	Task      string          `json:"task"`
+	Given     json.RawMessage `json:"given"`
+}
+
+// gradeOut is an attempt's grade as GET /v1/test_helpers/exams/{id} answers it.
+type gradeOut struct {
+	ID        string     `json:"id"`
+	Exam      string     `json:"exam"`
+	Revision  int        `json:"revision"`
+	Scale     int        `json:"scale"`
+	Account   string     `json:"account"`
+	State     string     `json:"state"`
+	StartedAt string     `json:"started_at"`
+	Now       string     `json:"now"`
+	Deadline  string     `json:"deadline"`
+	GradedAt  *string    `json:"graded_at"`
+	Passed    *bool      `json:"passed"`
+	Score     *string    `json:"score"`
+	Checks    []checkOut `json:"checks"`
+}
+
+type checkOut struct {
+	ID       string   `json:"id"`
+	Title    string   `json:"title"`
+	Result   string   `json:"result"`
+	Detail   *string  `json:"detail"`
+	Requests []uint64 `json:"requests"`
+}
+
+// failing is the ids of the checks a grade failed, in its order.
+func (g gradeOut) failing() []string {
+	out := []string{}
+	for _, c := range g.Checks {
+		if c.Result == "fail" {
+			out = append(out, c.ID)
+		}
+	}
+	return out
+}
+
+// check is the grade's check of this id.
+func (g gradeOut) check(id string) checkOut {
+	for _, c := range g.Checks {
+		if c.ID == id {
+			return c
+		}
+	}
+	return checkOut{}
+}
+
+var examIDPattern = regexp.MustCompile(`^exm_[a-z2-7]{20}$`)
+
+// startAttempt posts body to POST /v1/test_helpers/exams with key, and returns the reply and,
+// for a 201, the attempt.
+func (e *env) startAttempt(t testing.TB, key, body, idem string, headerPairs ...string) (reply, examStartedOut) {
+	t.Helper()
+	headers := append([]string{"Content-Type", "application/json", "Idempotency-Key", idem}, headerPairs...)
+	rep := e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/exams", key, body, headers...))
+	var out examStartedOut
+	if rep.status == http.StatusCreated {
+		dec := json.NewDecoder(bytes.NewReader(rep.body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&out); err != nil {
+			t.Fatalf("%v: %s", err, rep.body)
+		}
+	}
+	return rep, out
+}
+
+// gradeOf reads the attempt's grade with key.
+func (e *env) gradeOf(t testing.TB, id, key string) gradeOut {
+	t.Helper()
+	rep := e.get(t, "/v1/test_helpers/exams/"+id, key)
+	if rep.status != 200 {
+		t.Fatalf("the grade = %s", rep)
+	}
+	var g gradeOut
+	dec := json.NewDecoder(bytes.NewReader(rep.body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&g); err != nil {
+		t.Fatalf("%v: %s", err, rep.body)
+	}
+	return g
+}
+
+// examTaker is a client taking an attempt in a test, in an env of its own whose wall clock
+// stands between the client's moves: sleep moves it, so a 12 s attempt takes no time and
+// every instant a request is judged at is the test's. The attempt's clock starts at the
+// client's first request, which it makes at its start (at 0).
+type examTaker struct {
+	e     *env
+	x     examStartedOut
+	maker string
+	at    time.Duration // the attempt's clock, since its start
+	seq   int           // Idempotency-Keys made
+}
+
+// takeExam makes an env (with options o) and an attempt of body in it, made with
+// sk_test_sandbox_all.
+func takeExam(t testing.TB, o envOptions, body string) *examTaker {
+	t.Helper()
+	o.step, o.quiet = -1, true
+	e := newEnv(t, o)
+	rep, x := e.startAttempt(t, "sk_test_sandbox_all", body, "exam-1")
+	if rep.status != 201 {
+		t.Fatalf("the attempt = %s", rep)
+	}
+	return &examTaker{e: e, x: x, maker: "sk_test_sandbox_all"}
+}
+
+func (c *examTaker) sleep(d time.Duration) {
+	c.e.clock.advance(d)
+	c.at += d
+}
+
+// until sleeps until the attempt's clock shows d after its start.
+func (c *examTaker) until(d time.Duration) {
+	if d > c.at {
+		c.sleep(d - c.at)
+	}
+}
+
+func (c *examTaker) get(t testing.TB, target string) reply {
+	t.Helper()
+	return c.e.get(t, target, c.x.Key)
+}
+
+func (c *examTaker) post(t testing.TB, target, body, idem string) reply {
+	t.Helper()
+	return c.e.do(t, newBodyRequest(http.MethodPost, target, c.x.Key, body, "Content-Type", "application/json", "Idempotency-Key", idem))
+}
+
+// newKey is an Idempotency-Key of its own.
+func (c *examTaker) newKey() string {
+	c.seq++
+	return fmt.Sprint("k-", c.seq)
+}
+
+// orders reads every page of the orders (query added to each), waiting a 429's Retry-After
+// (or, when impatient, pause) before sending it again; the orders by id, in the list's order.
+func (c *examTaker) orders(t testing.TB, query string, pause time.Duration) []orderJSON {
+	t.Helper()
+	var all []orderJSON
+	join := func(q string) string {
+		if q == "" {
+			return "/v1/orders"
+		}
+		return "/v1/orders?" + strings.TrimPrefix(q, "&")
+	}
+	target := join(query)
+	for {
+		rep := c.get(t, target)
+		if rep.status == 429 {
+			wait := pause
+			if wait == 0 {
+				s, _ := strconv.Atoi(rep.header.Get("Retry-After"))
+				wait = time.Duration(s) * time.Second
+			}
+			c.sleep(wait)
+			continue
+		}
+		p := decodePage(t, rep)
+		all = append(all, p.Data...)
+		if p.Pagination.NextCursor == nil {
+			return all
+		}
+		target = join(query + "&cursor=" + url.QueryEscape(*p.Pagination.NextCursor))
+	}
+}
+
+// answer posts the answer with the attempt's key.
+func (c *examTaker) answer(t testing.TB, body string) reply {
+	t.Helper()
+	return c.post(t, "/v1/test_helpers/exams/"+c.x.ID+"/answer", body, c.newKey())
+}
+
+// answerOrders answers the orders held, in the order of their ids.
+func (c *examTaker) answerOrders(t testing.TB, held map[string]orderJSON) reply {
+	t.Helper()
+	type item struct {
+		ID         string  `json:"id"`
+		Status     string  `json:"status"`
+		ShipmentID *string `json:"shipment_id"`
+	}
+	items := []item{}
+	for _, id := range slices.Sorted(maps.Keys(held)) {
+		items = append(items, item{id, held[id].Status, held[id].ShipmentID})
+	}
+	b, _ := json.Marshal(map[string]any{"orders": items})
+	return c.answer(t, string(b))
+}
+
+// grade is the attempt's grade once computed: read with the maker's key, after the
+// client's answer, or past the last instant an answer is taken.
+func (c *examTaker) grade(t testing.TB) gradeOut {
+	t.Helper()
+	g := c.e.gradeOf(t, c.x.ID, c.maker)
+	if g.State != "graded" {
+		c.e.clock.advance(examClockWait + 80*time.Second*time.Duration(c.x.Scale))
+		g = c.e.gradeOf(t, c.x.ID, c.maker)
+	}
+	if g.State != "graded" || g.Passed == nil || *g.Passed != (len(g.failing()) == 0) {
+		t.Fatalf("the grade: %+v", g)
+	}
+	return g
+}
+
+// An examClient takes an attempt: it is a client under test, right or fallen into a trap.
+type examClient func(t *testing.T, c *examTaker)
+
+// syncOrders is order-sync's reference client: it reads the whole list every second from the
+// start until the deadline, keeps each order as last seen, and answers with the copy.
+func syncOrders(every time.Duration, from, to time.Duration, write bool) examClient {
+	return func(t *testing.T, c *examTaker) {
+		held := map[string]orderJSON{}
+		c.until(from)
+		for c.at <= to {
+			for _, o := range c.orders(t, "", 0) {
+				held[o.ID] = o
+			}
+			if write && c.at == 0 {
+				if rep := c.post(t, "/v1/test_helpers/shipments", `{"reference":"W-1","order_id":"ord_exam_0003"}`, c.newKey()); rep.status != 201 {
+					t.Fatalf("the write = %s", rep)
+				}
+			}
+			c.sleep(every)
+		}
+		c.until(12 * time.Second)
+		if rep := c.answerOrders(t, held); rep.status != 200 {
+			t.Fatalf("the answer = %s", rep)
+		}
+	}
+}
+
+// TestExamOrderSync: order-sync's reference client passes; a client that does nothing, and
+// one for each of its traps, fails exactly the checks named, each a check a person can act
+// on, citing the requests that show it.
+func TestExamOrderSync(t *testing.T) {
+	t.Parallel()
+	watermark := func(t *testing.T, c *examTaker) {
+		held := map[string]orderJSON{}
+		newest := "" // the newest created_at seen: the next read's created_from
+		for c.at <= 12*time.Second {
+			query := ""
+			if newest != "" {
+				query = "created_from=" + url.QueryEscape(newest)
+			}
+			for _, o := range c.orders(t, query, 0) {
+				held[o.ID] = o
+				newest = max(newest, o.CreatedAt)
+			}
+			c.sleep(time.Second)
+		}
+		c.answerOrders(t, held)
+	}
+	tight := func(t *testing.T, c *examTaker) { // polls every 100 ms and sends a 429 again 10 ms later
+		held := map[string]orderJSON{}
+		for c.at <= 12*time.Second {
+			for _, o := range c.orders(t, "", 10*time.Millisecond) {
+				held[o.ID] = o
+			}
+			c.sleep(100 * time.Millisecond)
+		}
+		c.answerOrders(t, held)
+	}
+	examTraps(t, `{"exam":"order-sync"}`, []examTrap{
+		{"the reference client", syncOrders(time.Second, 0, 12*time.Second, false), []string{}},
+		{"a client that does nothing", nil, []string{"answer.orders", "answer.statuses", "answer.links", "journal.kept_current"}},
+		{"a created_from watermark", watermark, []string{"answer.orders", "answer.statuses", "answer.links", "journal.kept_current", "findings.missed_import", "findings.stale_order"}},
+		{"one that stops polling early", syncOrders(time.Second, 0, 2*time.Second, false), []string{"answer.orders", "answer.statuses", "answer.links", "journal.kept_current"}},
+		{"one that reads only at the end", syncOrders(time.Second, 12*time.Second, 12*time.Second, false), []string{"journal.kept_current"}},
+		{"a tight loop that ignores Retry-After", tight, []string{"findings.retry_too_soon"}},
+		{"one that writes", syncOrders(time.Second, 0, 12*time.Second, true), []string{"journal.read_only"}},
+	})
+}
+
+// trackConsignments is tracking's reference client: from its start until to, every second,
+// it reads each consignment given by its shipment id (or, byNumber, by the tracking number
+// given), and answers each one's status as last read.
+func trackConsignments(from, to time.Duration, byNumber bool) examClient {
+	return func(t *testing.T, c *examTaker) {
+		var given struct {
+			Consignments []struct {
+				ShipmentID     string `json:"shipment_id"`
+				TrackingNumber string `json:"tracking_number"`
+			} `json:"consignments"`
+		}
+		mustDecode(t, c.x.Given, &given)
+		status := map[string]string{}
+		c.until(from)
+		for c.at <= to {
+			for _, g := range given.Consignments {
+				target := "/v1/shipments/" + g.ShipmentID + "/tracking"
+				if byNumber {
+					target = "/v1/tracking/" + g.TrackingNumber
+				}
+				rep := c.get(t, target)
+				var v struct {
+					ShipmentID string `json:"shipment_id"`
+					Status     string `json:"status"`
+				}
+				if rep.status == 200 && json.Unmarshal(rep.body, &v) == nil && v.ShipmentID == g.ShipmentID {
+					status[g.ShipmentID] = v.Status
+				}
+			}
+			c.sleep(time.Second)
+		}
+		c.until(12 * time.Second)
+		type item struct {
+			ShipmentID string `json:"shipment_id"`
+			Status     string `json:"status"`
+		}
+		items := []item{}
+		for _, g := range given.Consignments {
+			if s, ok := status[g.ShipmentID]; ok {
+				items = append(items, item{g.ShipmentID, s})
+			}
+		}
+		b, _ := json.Marshal(map[string]any{"consignments": items})
+		if rep := c.answer(t, string(b)); rep.status != 200 {
+			t.Fatalf("the answer = %s", rep)
+		}
+	}
+}
+
+// bookOrders is booking's reference client: from its start until to, every second, it reads
+// the orders and books each one it sees (every one, or only those fulfilled without a
+// shipment), once: a 502 it sends again with the same Idempotency-Key (blind: with a new one).
+func bookOrders(from, to time.Duration, every, blind bool) examClient {
+	return func(t *testing.T, c *examTaker) {
+		booked := map[string]bool{}
+		c.orders(t, "", 0) // the client starts: the attempt's clock runs
+		c.until(from)
+		for c.at <= to {
+			for _, o := range c.orders(t, "", 0) {
+				if booked[o.ID] || o.ShipmentID != nil || !every && o.Status != "fulfilled" {
+					continue
+				}
+				body, idem := fmt.Sprintf(`{"reference":"SHIP-%s","order_id":%q}`, o.MerchantReference, o.ID), c.newKey()
+				rep := c.post(t, "/v1/test_helpers/shipments", body, idem)
+				if rep.status == 502 {
+					if blind {
+						idem = c.newKey()
+					}
+					rep = c.post(t, "/v1/test_helpers/shipments", body, idem)
+				}
+				booked[o.ID] = rep.status == 201 || blind
+				c.sleep(250 * time.Millisecond) // within the attempt's 10 requests a second
+			}
+			c.sleep(time.Second)
+		}
+	}
+}
+
+// TestExamTracking: tracking's reference client passes; a client that does nothing, one that
+// reads by number and one that reads only at the end fail exactly the checks named.
+func TestExamTracking(t *testing.T) {
+	t.Parallel()
+	examTraps(t, `{"exam":"tracking"}`, []examTrap{
+		{"the reference client", trackConsignments(0, 12*time.Second, false), []string{}},
+		{"a client that does nothing", nil, []string{"answer.consignments", "answer.statuses", "journal.kept_current"}},
+		{"one that reads by number", trackConsignments(0, 12*time.Second, true), []string{"answer.consignments", "journal.kept_current", "findings.ambiguous_number"}},
+		{"one that reads only at the end", trackConsignments(12*time.Second, 12*time.Second, false), []string{"journal.kept_current"}},
+	})
+}
+
+// TestExamBooking: booking's reference client passes; a client that does nothing, a blind
+// retrier, one that books every order, one that books once at the start and one that books
+// late fail exactly the checks named.
+func TestExamBooking(t *testing.T) {
+	t.Parallel()
+	examTraps(t, `{"exam":"booking"}`, []examTrap{
+		{"the reference client", bookOrders(0, 12*time.Second, false, false), []string{}},
+		{"a client that does nothing", nil, []string{"state.booked"}},
+		{"a blind retrier after a 502", bookOrders(0, 12*time.Second, false, true), []string{"findings.blind_retry"}},
+		{"one that books every order it sees", bookOrders(0, 12*time.Second, true, false), []string{"state.only_fulfilled"}},
+		{"one that books once at the start", bookOrders(0, 0, false, false), []string{"state.booked"}},
+		{"one that books late", bookOrders(10*time.Second, 12*time.Second, false, false), []string{"state.in_time"}},
+	})
+}
+
+// examTrap is a client of an exam, and the checks it fails.
+type examTrap struct {
+	name   string
+	client examClient // nil: a client that does nothing
+	fails  []string
+}
+
+// examTraps has each client take an attempt of body of its own, all in parallel, and holds
+// each grade to the checks it names: each failure with a sentence, each pass without.
+func examTraps(t *testing.T, body string, traps []examTrap) {
+	for _, tt := range traps {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := takeExam(t, envOptions{}, body)
+			if tt.client != nil {
+				c.get(t, "/v1/test_helpers/clock") // the client's first request: the attempt's clock runs from it
+				tt.client(t, c)
+			}
+			g := c.grade(t)
+			if got := g.failing(); !slices.Equal(got, tt.fails) {
+				t.Errorf("failed %v, want %v\n%s", got, tt.fails, gradeText(g))
+			}
+			for _, ch := range g.Checks {
+				if (ch.Result == "fail") != (ch.Detail != nil) || ch.Detail != nil && !strings.HasSuffix(*ch.Detail, ".") {
+					t.Errorf("%s: %s, detail %v", ch.ID, ch.Result, ch.Detail)
+				}
+			}
+		})
+	}
+}
+
+// TestExamRoutes: the catalogue, an attempt's start, its answer and its grade, each with its
+// checks in their order and its errors.
+func TestExamRoutes(t *testing.T) {
+	t.Parallel()
+	t.Run("the catalogue", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, envOptions{quiet: true})
+		for _, key := range []string{"sk_test_sandbox_all", "sk_test_sandbox_none", "sk_test_other_all"} {
+			rep := e.get(t, "/v1/test_helpers/exams", key)
+			var out struct {
+				Data []struct {
+					Name            string          `json:"name"`
+					Revision        int             `json:"revision"`
+					Title           string          `json:"title"`
+					Task            string          `json:"task"`
+					DurationSeconds int             `json:"duration_seconds"`
+					Answer          bool            `json:"answer"`
+					Given           json.RawMessage `json:"given"`
+					Checks          []struct {
+						ID    string `json:"id"`
+						Title string `json:"title"`
+					} `json:"checks"`
+				} `json:"data"`
+			}
+			dec := json.NewDecoder(bytes.NewReader(rep.body))
+			dec.DisallowUnknownFields()
+			if rep.status != 200 || dec.Decode(&out) != nil || len(out.Data) != 3 {
+				t.Fatalf("%s: %s", key, rep)
+			}
+			var names []string
+			for _, x := range out.Data {
+				names = append(names, x.Name)
+				var ids []string
+				for _, c := range x.Checks {
+					ids = append(ids, c.ID)
+				}
+				want := map[string]string{
+					"order-sync": "answer.orders answer.statuses answer.links journal.kept_current findings.retry_too_soon findings.missed_import findings.stale_order findings.ambiguous_number findings.blind_retry journal.read_only journal.complete",
+					"tracking":   "answer.consignments answer.statuses journal.kept_current findings.retry_too_soon findings.missed_import findings.stale_order findings.ambiguous_number findings.blind_retry journal.read_only journal.complete",
+					"booking":    "state.booked state.only_fulfilled state.in_time findings.retry_too_soon findings.missed_import findings.stale_order findings.ambiguous_number findings.blind_retry journal.complete",
+				}[x.Name]
+				if strings.Join(ids, " ") != want || x.Revision != 1 || x.DurationSeconds != 12 || x.Answer != (x.Name != "booking") || x.Task == "" || x.Title == "" {
+					t.Errorf("%s: %+v", x.Name, x)
+				}
+			}
+			if strings.Join(names, " ") != "order-sync tracking booking" {
+				t.Errorf("the catalogue's order: %v", names)
+			}
+		}
+		wantProblem(t, e.get(t, "/v1/test_helpers/exams", "sk_live_sandbox_all"), 503, "live_not_released", "")
+		wantProblem(t, e.get(t, "/v1/test_helpers/exams", "sk_test_sandbox_revoked"), 401, "revoked_api_key", "")
+		wantProblem(t, e.get(t, "/v1/test_helpers/exams?limit=1", "sk_test_sandbox_all"), 422, "unknown_parameter", "limit")
+		if rep := e.get(t, "/v1/test_helpers/exams", "sk_test_sandbox_all", "Prefer", "code=503"); rep.status != 503 {
+			t.Errorf("Prefer code=503: %s", rep)
+		}
+	})
+	t.Run("a start's body, member by member", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, envOptions{quiet: true})
+		for i, tt := range []struct {
+			body        string
+			status      int
+			code, param string
+		}{
+			{`{}`, 422, "invalid_parameter", "exam"},
+			{`{"exam":"billing"}`, 422, "invalid_parameter", "exam"},
+			{`{"exam":1}`, 422, "invalid_parameter", "exam"},
+			{`{"exam":"order-sync","revision":2}`, 422, "invalid_parameter", "revision"},
+			{`{"exam":"order-sync","revision":"1"}`, 422, "invalid_parameter", "revision"},
+			{`{"exam":"order-sync","scale":0}`, 422, "invalid_parameter", "scale"},
+			{`{"exam":"order-sync","scale":61}`, 422, "invalid_parameter", "scale"},
+			{`{"exam":"order-sync","scale":1.5}`, 422, "invalid_parameter", "scale"},
+			{`{"exam":"order-sync","scale":null}`, 422, "invalid_parameter", "scale"},
+			{`{"exam":"order-sync","seed":1}`, 422, "unknown_parameter", "seed"},
+			{`{"exam":"order-sync","exam":"tracking"}`, 422, "invalid_parameter", "exam"},
+			{`{"exam":"order-sync"`, 400, "malformed_json", ""},
+			{`[]`, 400, "malformed_json", ""},
+		} {
+			rep, _ := e.startAttempt(t, "sk_test_sandbox_all", tt.body, fmt.Sprint("k-", i))
+			wantProblem(t, rep, tt.status, tt.code, tt.param)
+		}
+		rep, _ := e.startAttempt(t, "sk_test_sandbox_all", `{"exam":"order-sync"}`, "")
+		wantProblem(t, rep, 400, "invalid_idempotency_key", "Idempotency-Key")
+		rep, _ = e.startAttempt(t, "sk_live_sandbox_all", `{"exam":"order-sync"}`, "k")
+		wantProblem(t, rep, 503, "live_not_released", "")
+		rep, _ = e.startAttempt(t, "sk_test_sandbox_all", `{"exam":"order-sync"}`, "k", "Prefer", "code=418")
+		wantProblem(t, rep, 422, "invalid_parameter", "Prefer")
+	})
+	t.Run("a start", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, envOptions{quiet: true, step: -1})
+		rep, x := e.startAttempt(t, "sk_test_sandbox_none", `{"scale":3,"revision":1,"exam":"tracking"}`, "k-1")
+		if rep.status != 201 || rep.header.Get("Location") != "/v1/test_helpers/exams/"+x.ID || !examIDPattern.MatchString(x.ID) || !sandboxAccountPattern.MatchString(x.Account) ||
+			!sandboxKeyPattern.MatchString(x.Key) || x.Exam != "tracking" || x.Revision != 1 || x.Scale != 3 || x.StartedAt != "2026-11-22T12:00:00Z" || x.Deadline != "2026-11-22T12:00:36Z" || !strings.HasPrefix(string(x.Given), `{"consignments":[{"shipment_id":"shp_exam_t1"`) {
+			t.Fatalf("%s", rep)
+		}
+		if !strings.HasPrefix(string(rep.body), `{"id":"exm_`) || !strings.Contains(string(rep.body), `"account":"`+x.Account+`","key":"`) {
+			t.Errorf("the members' order: %s", rep.body)
+		}
+		again, _ := e.startAttempt(t, "sk_test_sandbox_none", `{"scale":3,"revision":1,"exam":"tracking"}`, "k-1")
+		if again.status != 201 || again.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(again.body, rep.body) {
+			t.Errorf("a replay: %s", again)
+		}
+		reused, _ := e.startAttempt(t, "sk_test_sandbox_none", `{"exam":"tracking"}`, "k-1")
+		wantProblem(t, reused, 409, "idempotency_key_reused", "")
+		// The attempt's world, every instant times 3: t4 is found by its primary number only
+		// (the label given is its second parcel's); t1 is in transit from +6 s, not before.
+		if rep := e.get(t, "/v1/tracking/EXT1000000004", x.Key); rep.status != 200 || !strings.Contains(string(rep.body), `"shipment_id":"shp_exam_t4"`) {
+			t.Errorf("t4's primary number: %s", rep)
+		}
+		wantProblem(t, e.get(t, "/v1/tracking/EXT1000000005", x.Key), 404, "not_found", "")
+		e.clock.advance(5 * time.Second)
+		if rep := e.get(t, "/v1/shipments/shp_exam_t1/tracking", x.Key); !strings.Contains(string(rep.body), `"status":"pre_transit"`) {
+			t.Errorf("t1 at +5 s, scale 3: %s", rep)
+		}
+		e.clock.advance(time.Second)
+		if rep := e.get(t, "/v1/shipments/shp_exam_t1/tracking", x.Key); !strings.Contains(string(rep.body), `"status":"in_transit"`) {
+			t.Errorf("t1 at +6 s, scale 3: %s", rep)
+		}
+		// It sees nothing of the account that made it, and that account nothing of it.
+		wantProblem(t, e.get(t, "/v1/orders/ord_sbx_0001", x.Key), 404, "not_found", "")
+		wantProblem(t, e.get(t, "/v1/shipments/shp_exam_t1/tracking", "sk_test_sandbox_all"), 404, "not_found", "")
+		// Prefer code=502: the attempt made, its 201 stored under the key.
+		bad, _ := e.startAttempt(t, "sk_test_sandbox_all", `{"exam":"booking"}`, "k-502", "Prefer", "code=502")
+		wantProblem(t, bad, 502, "provider_not_confirmed", "")
+		if stored, made := e.startAttempt(t, "sk_test_sandbox_all", `{"exam":"booking"}`, "k-502"); stored.status != 201 || stored.header.Get("Idempotent-Replayed") != "true" || e.gradeOf(t, made.ID, "sk_test_sandbox_all").Exam != "booking" {
+			t.Errorf("the 502's stored answer: %s", stored)
+		}
+	})
+	t.Run("an answer, its checks in their order", func(t *testing.T) {
+		t.Parallel()
+		c := takeExam(t, envOptions{}, `{"exam":"order-sync"}`)
+		answer := func(key, id, body, idem string) reply {
+			return c.e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/exams/"+id+"/answer", key, body, "Content-Type", "application/json", "Idempotency-Key", idem))
+		}
+		wantProblem(t, answer("", c.x.ID, `{"orders":[]}`, "a"), 401, "missing_api_key", "")
+		wantProblem(t, answer(c.x.Key, c.x.ID, `{"orders":[]}`, ""), 400, "invalid_idempotency_key", "Idempotency-Key")
+		wantProblem(t, answer(c.maker, c.x.ID, `{"orders":[]}`, "a"), 404, "not_found", "") // the maker's key reads, it does not answer
+		wantProblem(t, answer(c.x.Key, "exm_aaaaaaaaaaaaaaaaaaaa", `{"orders":[]}`, "a"), 404, "not_found", "")
+		for i, tt := range []struct {
+			body        string
+			status      int
+			code, param string
+		}{
+			{`{"orders":`, 400, "malformed_json", ""},
+			{`{}`, 422, "invalid_parameter", "orders"},
+			{`{"consignments":[]}`, 422, "unknown_parameter", "consignments"},
+			{`{"orders":[],"orders":[]}`, 422, "invalid_parameter", "orders"},
+			{`{"orders":{}}`, 422, "invalid_parameter", "orders"},
+			{`{"orders":[1]}`, 422, "invalid_parameter", "orders[0]"},
+			{`{"orders":[{"id":"ord_exam_0001","status":"fulfilled"}]}`, 422, "invalid_parameter", "orders[0].shipment_id"},
+			{`{"orders":[{"id":"ord_exam_0001","status":"shipped","shipment_id":null}]}`, 422, "invalid_parameter", "orders[0].status"},
+			{`{"orders":[{"id":"ord_exam_0001","status":"fulfilled","shipment_id":null,"note":"x"}]}`, 422, "unknown_parameter", "orders[0].note"},
+			{`{"orders":[{"id":null,"status":"fulfilled","shipment_id":null}]}`, 422, "invalid_parameter", "orders[0].id"},
+		} {
+			wantProblem(t, answer(c.x.Key, c.x.ID, tt.body, fmt.Sprint("a-", i)), tt.status, tt.code, tt.param)
+		}
+		// Before the deadline: 409 with the seconds until it, rounded up; the attempt's clock
+		// stands until its key's first request to a route other than the exam routes.
+		rep := answer(c.x.Key, c.x.ID, `{"orders":[{"id":"ord_nowhere","status":"fulfilled","shipment_id":null}]}`, "a-1")
+		wantProblem(t, rep, 409, "exam_running", "")
+		if rep.header.Get("Retry-After") != "12" {
+			t.Errorf("Retry-After %q, want 12: the clock stands at the start", rep.header.Get("Retry-After"))
+		}
+		c.get(t, "/v1/orders?limit=1")
+		c.sleep(11500 * time.Millisecond)
+		if rep := answer(c.x.Key, c.x.ID, `{"orders":[]}`, "a-2"); rep.header.Get("Retry-After") != "1" {
+			t.Errorf("0.5 s before the deadline: %s, Retry-After %q", rep, rep.header.Get("Retry-After"))
+		}
+		c.sleep(500 * time.Millisecond)
+		// An id the world does not hold, and one given twice, are graded, not refused.
+		graded := answer(c.x.Key, c.x.ID, `{"orders":[{"id":"ord_nowhere","status":"fulfilled","shipment_id":null},{"id":"ord_exam_0003","status":"unfulfilled","shipment_id":null},{"id":"ord_exam_0003","status":"unfulfilled","shipment_id":null}]}`, "a-3")
+		if graded.status != 200 || !strings.Contains(string(graded.body), `"state":"graded"`) || !strings.Contains(string(graded.body), "holds 1 that it should not (ord_nowhere), holds 1 more than once (ord_exam_0003)") {
+			t.Fatalf("the answer: %s", graded)
+		}
+		if again := answer(c.x.Key, c.x.ID, `{"orders":[{"id":"ord_nowhere","status":"fulfilled","shipment_id":null},{"id":"ord_exam_0003","status":"unfulfilled","shipment_id":null},{"id":"ord_exam_0003","status":"unfulfilled","shipment_id":null}]}`, "a-3"); again.status != 200 || again.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(again.body, graded.body) {
+			t.Errorf("a replay: %s", again)
+		}
+		wantProblem(t, answer(c.x.Key, c.x.ID, `{"orders":[]}`, "a-4"), 409, "exam_graded", "")
+		// booking takes no answer; its grade is computed at its deadline.
+		b := takeExam(t, envOptions{}, `{"exam":"booking"}`)
+		wantProblem(t, b.e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/exams/"+b.x.ID+"/answer", b.x.Key, `{}`, "Content-Type", "application/json", "Idempotency-Key", "a")), 422, "capability_unavailable", "")
+	})
+	t.Run("an answer too late", func(t *testing.T) {
+		t.Parallel()
+		c := takeExam(t, envOptions{}, `{"exam":"tracking","scale":2}`)
+		c.get(t, "/v1/test_helpers/clock")
+		c.sleep(24*time.Second + 2*examAnswerTime - time.Millisecond)
+		if g := c.e.gradeOf(t, c.x.ID, c.x.Key); g.State != "awaiting_answer" || g.Passed != nil || g.Score != nil || g.GradedAt != nil || g.Now != "2026-11-22T12:02:23.999Z" {
+			t.Errorf("a millisecond before the last instant to answer: %+v", g)
+		}
+		c.sleep(time.Millisecond)
+		wantProblem(t, c.answer(t, `{"consignments":[]}`), 409, "exam_graded", "")
+		if g := c.e.gradeOf(t, c.x.ID, c.x.Key); g.State != "graded" || *g.GradedAt != "2026-11-22T12:02:24Z" || g.check("answer.consignments").Detail == nil || !strings.HasPrefix(*g.check("answer.consignments").Detail, "No answer") {
+			t.Errorf("graded without an answer: %+v", g)
+		}
+	})
+	t.Run("two answers in flight: one graded", func(t *testing.T) {
+		t.Parallel()
+		c := takeExam(t, envOptions{}, `{"exam":"order-sync"}`)
+		c.get(t, "/v1/test_helpers/clock")
+		c.sleep(12 * time.Second)
+		var wg sync.WaitGroup
+		statuses := make([]int, 8)
+		for i := range statuses {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				statuses[i] = c.e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/exams/"+c.x.ID+"/answer", c.x.Key, `{"orders":[]}`, "Content-Type", "application/json", "Idempotency-Key", fmt.Sprint("f-", i))).status
+			}()
+		}
+		wg.Wait()
+		slices.Sort(statuses)
+		if fmt.Sprint(statuses) != "[200 409 409 409 409 409 409 409]" {
+			t.Errorf("eight answers at once: %v", statuses)
+		}
+	})
+	t.Run("a grade, read by whom", func(t *testing.T) {
+		t.Parallel()
+		c := takeExam(t, envOptions{}, `{"exam":"order-sync"}`)
+		for _, key := range []string{c.x.Key, c.maker} {
+			if g := c.e.gradeOf(t, c.x.ID, key); g.State != "running" || g.Now != "2026-11-22T12:00:00Z" || len(g.Checks) != 11 || g.Checks[0].Result != "pending" || g.Checks[0].Requests == nil {
+				t.Errorf("%s: %+v", key, g)
+			}
+		}
+		for _, key := range []string{"sk_test_sandbox_orders", "sk_test_other_all"} {
+			wantProblem(t, c.e.get(t, "/v1/test_helpers/exams/"+c.x.ID, key), 404, "not_found", "")
+		}
+		wantProblem(t, c.e.get(t, "/v1/test_helpers/exams/"+c.x.ID+"?format=xml", c.maker), 422, "invalid_parameter", "format")
+		wantProblem(t, c.e.get(t, "/v1/test_helpers/exams/"+c.x.ID+"?format=json&format=json", c.maker), 422, "invalid_parameter", "format")
+		wantProblem(t, c.e.get(t, "/v1/test_helpers/exams/"+c.x.ID+"?run=1", c.maker), 422, "unknown_parameter", "run")
+		if rep := c.e.get(t, "/v1/test_helpers/exams/"+c.x.ID+"?format=json", c.maker); rep.status != 200 || !strings.HasPrefix(string(rep.body), `{"id":"`+c.x.ID+`","exam":"order-sync","revision":1,"scale":1,"account":"`+c.x.Account+`","state":"running","started_at":"2026-11-22T12:00:00Z","now":"2026-11-22T12:00:00Z","deadline":"2026-11-22T12:00:12Z","graded_at":null,"passed":null,"score":null,"checks":[{"id":"answer.orders","title":`) {
+			t.Errorf("the members' order: %s", rep.body)
+		}
+		// The attempt forgotten with its sandbox: its grade is 404.
+		if rep := c.e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+c.x.Account, c.x.Key)); rep.status != 204 {
+			t.Fatalf("forgetting the attempt's sandbox: %s", rep)
+		}
+		wantProblem(t, c.e.get(t, "/v1/test_helpers/exams/"+c.x.ID, c.maker), 404, "not_found", "")
+	})
+	t.Run("a grade as JUnit", func(t *testing.T) {
+		t.Parallel()
+		c := takeExam(t, envOptions{}, `{"exam":"booking"}`)
+		g := c.grade(t)
+		rep := c.e.get(t, "/v1/test_helpers/exams/"+c.x.ID+"?format=junit", c.maker)
+		var suite struct {
+			XMLName  xml.Name `xml:"testsuite"`
+			Name     string   `xml:"name,attr"`
+			Tests    int      `xml:"tests,attr"`
+			Failures int      `xml:"failures,attr"`
+			Cases    []struct {
+				Name    string `xml:"name,attr"`
+				Failure *struct {
+					Message string `xml:"message,attr"`
+				} `xml:"failure"`
+			} `xml:"testcase"`
+		}
+		if rep.status != 200 || rep.header.Get("Content-Type") != "application/xml; charset=utf-8" || xml.Unmarshal(rep.body, &suite) != nil {
+			t.Fatalf("%s", rep)
+		}
+		if suite.Name != "exam booking "+c.x.ID || suite.Tests != len(g.Checks) || suite.Failures != 1 || len(suite.Cases) != len(g.Checks) ||
+			suite.Cases[0].Name != "state.booked" || suite.Cases[0].Failure == nil || suite.Cases[0].Failure.Message != *g.Checks[0].Detail || suite.Cases[1].Failure != nil {
+			t.Errorf("%+v\n%s", suite, rep.body)
+		}
+	})
+}
+
+// TestExamAttemptClock: an attempt's clock stands at its start until its key's first request
+// to a route other than the exam routes, or 60 s after its creation; then it runs and cannot
+// be moved; -faults never applies to it, and its key is limited to 10 requests a second
+// whatever -rate.
+func TestExamAttemptClock(t *testing.T) {
+	t.Parallel()
+	t.Run("it stands until the key's first request", func(t *testing.T) {
+		t.Parallel()
+		c := takeExam(t, envOptions{}, `{"exam":"order-sync"}`)
+		c.e.clock.advance(30 * time.Second) // the client boots: the exam routes leave the clock as it is
+		if g := c.e.gradeOf(t, c.x.ID, c.x.Key); g.Now != "2026-11-22T12:00:00Z" {
+			t.Errorf("before the first request: now %s", g.Now)
+		}
+		clock := c.e.readClock(t, c.x.Key)
+		c.e.clock.advance(2 * time.Second)
+		if g := c.e.gradeOf(t, c.x.ID, c.maker); clock.Now != "2026-11-22T12:00:00Z" || g.Now != "2026-11-22T12:00:02Z" || g.State != "running" {
+			t.Errorf("the first request at the start: clock %+v, then the grade's now %s", clock, g.Now)
+		}
+	})
+	t.Run("or 60 s after its creation", func(t *testing.T) {
+		t.Parallel()
+		c := takeExam(t, envOptions{}, `{"exam":"order-sync","scale":5}`)
+		c.e.clock.advance(61 * time.Second)
+		if g := c.e.gradeOf(t, c.x.ID, c.maker); g.Now != "2026-11-22T12:00:01Z" {
+			t.Errorf("61 s after its creation: now %s, want a second past the start", g.Now)
+		}
+	})
+	t.Run("it cannot be moved", func(t *testing.T) {
+		t.Parallel()
+		c := takeExam(t, envOptions{rate: -1, faults: "rate=1,codes=500"}, `{"exam":"order-sync"}`)
+		rep := c.e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/clock", c.x.Key, `{"frozen_time":"2026-11-22T12:00:30Z"}`, "Content-Type", "application/json"))
+		wantProblem(t, rep, 422, "capability_unavailable", "")
+		wantProblem(t, c.e.get(t, "/v1/orders?limit=1", c.x.Key, "Prefer", `clock="start+10s"`), 422, "capability_unavailable", "")
+		// -faults rate=1 fails every request of a dataset's key, none of the attempt's; -rate 0
+		// (here -1), yet the attempt's key has 10 requests a second, a burst of 10 (full again a
+		// second after the two above).
+		if rep := c.e.get(t, "/v1/orders/ord_sbx_0001", "sk_test_sandbox_all"); rep.status < 429 {
+			t.Errorf("-faults rate=1 with a dataset key: %s", rep)
+		}
+		c.sleep(time.Second)
+		for i := range examRate {
+			if rep := c.get(t, "/v1/orders?limit=1"); rep.status != 200 || rep.header.Get("RateLimit-Policy") != `"default";q=10;w=1` {
+				t.Fatalf("request %d: %s %v", i+1, rep, rep.header)
+			}
+		}
+		rep = c.get(t, "/v1/orders?limit=1")
+		wantProblem(t, rep, 429, "rate_limited", "")
+		if rep.header.Get("Retry-After") != "1" {
+			t.Errorf("Retry-After %q", rep.header.Get("Retry-After"))
+		}
+		c.sleep(100 * time.Millisecond)
+		if rep := c.get(t, "/v1/orders?limit=1"); rep.status != 200 {
+			t.Errorf("a tenth of a second later: %s", rep)
+		}
+	})
+}
+
+// TestExamGradeHolds: a grade is computed once, from the entries that arrived before its
+// grading instant: read twice, and read after more requests, it is the same (but its now);
+// with -journal 0 an attempt's journal is kept whole, so the grade is the one it is with the
+// journal on; a flood of 429s grows the journal by one entry a second, and an attempt whose
+// journal lost entries fails journal.complete.
+func TestExamGradeHolds(t *testing.T) {
+	t.Parallel()
+	withoutNow := func(g gradeOut) gradeOut { g.Now = ""; return g }
+	t.Run("read twice, and after more requests", func(t *testing.T) {
+		t.Parallel()
+		c := takeExam(t, envOptions{}, `{"exam":"order-sync"}`)
+		c.get(t, "/v1/test_helpers/clock")
+		syncOrders(time.Second, 2*time.Second, 6*time.Second, false)(t, c) // fails: it stops at +6 s
+		first := c.grade(t)
+		c.get(t, "/v1/orders?created_from=2026-11-22T11:00:00Z")
+		c.e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/shipments", c.x.Key, `{"reference":"LATE","order_id":"ord_exam_0003"}`, "Content-Type", "application/json", "Idempotency-Key", "late"))
+		c.e.clock.advance(2 * time.Minute)
+		for _, key := range []string{c.maker, c.x.Key} {
+			if again := c.e.gradeOf(t, c.x.ID, key); !reflect.DeepEqual(withoutNow(again), withoutNow(first)) || again.Now == first.Now {
+				t.Errorf("read again with %s:\n%+v\nfirst:\n%+v", key, again, first)
+			}
+		}
+	})
+	t.Run("-journal 0 loses no evidence", func(t *testing.T) {
+		t.Parallel()
+		for _, client := range []examClient{syncOrders(time.Second, 0, 12*time.Second, false), syncOrders(2*time.Second, 0, 4*time.Second, true)} {
+			var grades []gradeOut
+			for _, journal := range []int{0, -1} {
+				c := takeExam(t, envOptions{journal: journal}, `{"exam":"order-sync"}`)
+				c.get(t, "/v1/test_helpers/clock")
+				client(t, c)
+				g := c.grade(t)
+				g.ID, g.Account, g.Now = "", "", ""
+				grades = append(grades, g)
+				if journal == -1 {
+					wantProblem(t, c.e.get(t, "/v1/test_helpers/requests", "sk_test_sandbox_all"), 404, "not_found", "") // the datasets' journals are off
+					if out := c.e.journalOf(t, c.x.Key, "limit=1000"); len(out.Data) == 0 || out.Dropped != 0 {
+						t.Errorf("the attempt's journal with -journal 0: %d entries, %d dropped", len(out.Data), out.Dropped)
+					}
+				}
+			}
+			if !reflect.DeepEqual(grades[0], grades[1]) {
+				t.Errorf("with the journal on:\n%s\nwith -journal 0:\n%s", gradeText(grades[0]), gradeText(grades[1]))
+			}
+		}
+	})
+	t.Run("a flood of 429s: one entry a second", func(t *testing.T) {
+		t.Parallel()
+		c := takeExam(t, envOptions{}, `{"exam":"order-sync"}`)
+		c.get(t, "/v1/test_helpers/clock")
+		for second := range 3 {
+			for range 500 {
+				c.get(t, "/v1/orders/ord_exam_0003")
+				c.get(t, "/v1/orders/ord_exam_0004")
+			}
+			if second < 2 {
+				c.sleep(time.Second)
+			}
+		}
+		c.sleep(time.Second)
+		out := c.e.journalOf(t, c.x.Key, "limit=1000")
+		counts := map[string]int{}
+		var repeats int32
+		for _, e := range out.Data {
+			if e.Route != "/v1/orders/{id}" {
+				continue // the clock's read
+			}
+			counts[fmt.Sprint(e.Status)]++
+			if (e.Status == 429) != (e.Repeats != nil) {
+				t.Errorf("entry %d: %d with repeats %v", e.Seq, e.Status, e.Repeats)
+			}
+			if e.Repeats != nil {
+				repeats += *e.Repeats
+			}
+		}
+		// 9 (the clock's read took a token), 10 and 10 answered 200; a 429 entry a target a
+		// second; each of the other 2,965 counted once.
+		if counts["200"] != 29 || counts["429"] != 6 || repeats != 3000-29-6 {
+			t.Errorf("entries %v, repeats %d", counts, repeats)
+		}
+		// Reading the journal, and the findings, is limited too; the grade counts the repeats
+		// as requests inside the window.
+		c.until(12 * time.Second)
+		c.answer(t, `{"orders":[]}`)
+		g := c.grade(t)
+		if d := g.check("findings.retry_too_soon").Detail; d == nil || !regexp.MustCompile(`^GET /v1/orders/ord_exam_000[34] was sent 14[89]\d times before the Retry-After .* \(and 1 more\)\.$`).MatchString(*d) || g.check("journal.complete").Result != "pass" {
+			t.Errorf("%s", gradeText(g))
+		}
+	})
+	t.Run("a journal that lost entries fails journal.complete", func(t *testing.T) {
+		t.Parallel()
+		c := takeExam(t, envOptions{}, `{"exam":"tracking"}`)
+		for i := range maxExamEntries + 7 { // each its own target: each 429 its own entry
+			c.get(t, fmt.Sprintf("/v1/shipments/shp_exam_t%d/tracking", i))
+		}
+		c.until(12 * time.Second)
+		c.answer(t, `{"consignments":[]}`)
+		g := c.grade(t)
+		if d := g.check("journal.complete").Detail; d == nil || !strings.HasPrefix(*d, "7 requests of the attempt were not kept in its journal") || g.check("journal.complete").Requests == nil || len(g.check("journal.complete").Requests) != 0 {
+			t.Errorf("%s", gradeText(g))
+		}
+	})
+}
+
+// BenchmarkExamStart: making an attempt (its sandbox, its key, its clock), through the
+// handler chain: the contract's bound is 5 ms.
+func BenchmarkExamStart(b *testing.B) {
+	e := newEnv(b, envOptions{quiet: true, rate: -1, step: -1})
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		rec := httptest.NewRecorder()
+		e.h.ServeHTTP(rec, newBodyRequest(http.MethodPost, "/v1/test_helpers/exams", "sk_test_sandbox_all", `{"exam":"order-sync"}`, "Idempotency-Key", fmt.Sprint("k-", i)))
+		if rec.Code != 201 {
+			b.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+	}
+}
+
+// BenchmarkExamGrade: judging an attempt whose journal is full (maxExamEntries entries,
+// reads of every kind, 429s among them) and its answer: the contract's bound is 50 ms.
+func BenchmarkExamGrade(b *testing.B) {
+	c := takeExam(b, envOptions{}, `{"exam":"order-sync","scale":60}`)
+	for i := 0; i < maxExamEntries; i++ {
+		switch i % 4 {
+		case 0:
+			c.get(b, "/v1/orders")
+		case 1:
+			c.get(b, fmt.Sprintf("/v1/orders/ord_exam_%04d", 1+i%6))
+		case 2:
+			c.get(b, "/v1/orders?status=fulfilled&limit=100")
+		default:
+			c.get(b, fmt.Sprintf("/v1/orders?created_from=2026-11-22T11:5%d:00Z", i%10))
+		}
+		c.sleep(100 * time.Millisecond)
+	}
+	if lost := c.e.srv.registry.exams[c.x.ID].journalLost(); lost != 0 {
+		b.Fatalf("lost %d", lost)
+	}
+	t := c.e.srv.registry.exams[c.x.ID]
+	answer, err := readExamAnswer([]byte(`{"orders":[{"id":"ord_exam_0001","status":"fulfilled","shipment_id":"shp_exam_1"}]}`), t.exam.def)
+	if err != nil {
+		b.Fatal(err)
+	}
+	at := t.exam.lastAnswer().Add(-time.Second) // after every entry: all of them judged
+	if c.at >= at.Sub(t.exam.start) {
+		b.Fatalf("the entries run to +%v, past the grading instant", c.at)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		gradeOf(t, at, answer)
+	}
+}
+
+// gradeText shows a grade's checks, for a failure's message.
+func gradeText(g gradeOut) string {
+	var b strings.Builder
+	for _, c := range g.Checks {
+		fmt.Fprintf(&b, "  %s %s %v", c.Result, c.ID, c.Requests)
+		if c.Detail != nil {
+			fmt.Fprintf(&b, ": %s", *c.Detail)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 // ===== tracking.go: A booking, a shipment created in a sandbox; main.go, serve: its write =====
