@@ -3174,7 +3174,7 @@ func orderSyncExam() *examDef {
 		{"answer.orders", "every order the account shows at the deadline, each once, no other", judgeAnswerOrders},
 		{"answer.statuses", "each answered order's status as it stands at the deadline", judgeAnswerOrderStatuses},
 		{"answer.links", "each answered order's shipment_id as it stands at the deadline", judgeAnswerLinks},
-		{"journal.kept_current", "each thing the world does after the start (an import, a change of status, a link) shown within 3 s", judgeKeptCurrent},
+		{"journal.kept_current", "each thing the world does after the start (an import, a change of status, a link) shown within 3 s (times the scale)", judgeKeptCurrent},
 	}, append(findingChecks(), examCheck{"journal.read_only", "no write done with the attempt's key", judgeReadOnly}, completeCheck)...)
 	return e
 }
@@ -3197,7 +3197,7 @@ func trackingExam() *examDef {
 	e.checks = append([]examCheck{
 		{"answer.consignments", "each consignment given answered once, no other", judgeAnswerConsignments},
 		{"answer.statuses", "each consignment's status as it stands at the deadline", judgeAnswerTrackingStatuses},
-		{"journal.kept_current", "each event of a consignment given after the start shown within 3 s", judgeKeptCurrent},
+		{"journal.kept_current", "each event of a consignment given after the start shown within 3 s (times the scale)", judgeKeptCurrent},
 	}, append(findingChecks(), examCheck{"journal.read_only", "no write done with the attempt's key", judgeReadOnly}, completeCheck)...)
 	return e
 }
@@ -3220,7 +3220,7 @@ func bookingExam() *examDef {
 	e.checks = append([]examCheck{
 		{"state.booked", "each order fulfilled at the deadline that had no shipment at the start has one, created by the attempt", judgeBooked},
 		{"state.only_fulfilled", "no shipment created for an order that was not fulfilled when it was created", judgeOnlyFulfilled},
-		{"state.in_time", "each shipment created within 3 s of its order's being both imported and fulfilled (or of the start)", judgeInTime},
+		{"state.in_time", "each shipment created within 3 s (times the scale) of its order's being both imported and fulfilled (or of the start)", judgeInTime},
 	}, append(findingChecks(), completeCheck)...)
 	return e
 }
@@ -3884,11 +3884,12 @@ func answerDiff(items []answerItem, want []string) (missing, extra, twice []stri
 	return missing, extra, twice
 }
 
-// diffDetail says what an answer missed, held beyond what it should, and held twice, or "".
-func diffDetail(missing, extra, twice []string, what, advice string) string {
+// diffDetail says what an answer missed (one or many of what), held beyond what it should,
+// and held twice, or "".
+func diffDetail(missing, extra, twice []string, one, many, advice string) string {
 	var parts []string
 	if len(missing) > 0 {
-		parts = append(parts, fmt.Sprintf("lacks %d %s (%s)", len(missing), what, listed(missing)))
+		parts = append(parts, fmt.Sprintf("lacks %d %s (%s)", len(missing), plural(len(missing), one, many), listed(missing)))
 	}
 	if len(extra) > 0 {
 		parts = append(parts, fmt.Sprintf("holds %d that it should not (%s)", len(extra), listed(extra)))
@@ -3912,7 +3913,7 @@ func judgeAnswerOrders(g *grading) checkVerdict {
 		want[i] = o.id
 	}
 	missing, extra, twice := answerDiff(g.answer.items, want)
-	return failed(diffDetail(missing, extra, twice, "orders the account shows at the deadline",
+	return failed(diffDetail(missing, extra, twice, "order the account shows at the deadline", "orders the account shows at the deadline",
 		"keep every order you have seen, read the whole list (every page), and re-read a window that looks back further than imports can be late."))
 }
 
@@ -3980,7 +3981,7 @@ func judgeAnswerConsignments(g *grading) checkVerdict {
 		return failed(noAnswer(g.a))
 	}
 	missing, extra, twice := answerDiff(g.answer.items, g.a.def.givenShipments())
-	return failed(diffDetail(missing, extra, twice, "consignments given", "answer each consignment given, once, by its shipment id."))
+	return failed(diffDetail(missing, extra, twice, "consignment given", "consignments given", "answer each consignment given, once, by its shipment id."))
 }
 
 func judgeAnswerTrackingStatuses(g *grading) checkVerdict {

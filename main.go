@@ -43,8 +43,8 @@
 //   - mcp: the resources
 //   - mcp: stdio and the bridge, the transports over the door
 //
-// check (go run . check): the conformance kit, a client of the API, in the order a run meets
-// it. It shares with the server only the contract's words (paths, codes, vocabularies,
+// check (go run . check, go run . exam): the conformance kit, a client of the API, in the
+// order a run meets it; then go run . exam, a client of the exam routes. It shares with the server only the contract's words (paths, codes, vocabularies,
 // limits) and the shared section: it decodes answers into types of its own, and main hands
 // it what starts this sandbox for its self-check.
 //   - check: its command and its flags
@@ -60,6 +60,7 @@
 //   - check: the catalogue's judges of http.*, errors.* and limits.*
 //   - check: its reports
 //   - check: check diff, two reports side by side
+//   - check: go run . exam, a client of the exam routes for CI
 package main
 
 import (
@@ -132,6 +133,8 @@ func main() {
 		status = runMCP(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr, func(ctx context.Context, args []string, usage io.Writer) (bridgeTarget, error) {
 			return openBridgeTarget(ctx, args, os.Getenv, usage, boundHeapGrowth)
 		})
+	case "exam": // a client of the exams, for CI
+		status = runExam(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr, sleepFor)
 	case "check": // the conformance kit
 		// Go's HTTP transport writes what a server sends unasked on an idle connection to the
 		// standard logger ("Unsolicited response received on idle HTTP channel starting with
@@ -144,10 +147,10 @@ func main() {
 	os.Exit(status)
 }
 
-// commandOf is the command args name: mcp or check as the first argument, else serve (go run .
-// and its flags).
+// commandOf is the command args name: mcp, check or exam as the first argument, else serve
+// (go run . and its flags).
 func commandOf(args []string) string {
-	if len(args) > 1 && (args[1] == "mcp" || args[1] == "check") {
+	if len(args) > 1 && (args[1] == "mcp" || args[1] == "check" || args[1] == "exam") {
 		return args[1]
 	}
 	return "serve"
@@ -4195,6 +4198,8 @@ var (
 	preferMember = mcpMember{name: "prefer", in: "prefer", inline: `{"type":"string","description":"Sent as the Prefer header: code=429|500|502|503 (a simulated answer), code=503; times=2 (failing only the first tries), delay=MS, clock=\"start+90s\" (the instant this request is judged at)."}`}
 	runMember    = mcpMember{name: "run", in: "tag", inline: `{"type":"string","pattern":"^[A-Za-z0-9._-]{1,64}$","description":"Sent as Prefer: run=\"...\": tags the request, so that get_requests and get_findings of that run judge it apart."}`}
 	idemMember   = mcpMember{name: "idempotency_key", from: "schemas/IdempotencyKey", in: "header", header: "Idempotency-Key", required: true}
+	// attemptKeyMember is an exam attempt's key, which its answer is sent with.
+	attemptKeyMember = mcpMember{name: "key", in: "key", required: true, inline: `{"type":"string","description":"The attempt's key, as start_exam answered it: an answer is sent with it."}`}
 )
 
 // asClient is a tool's own members, then those a client's request carries: its key, its
@@ -4243,6 +4248,20 @@ var mcpToolTable = []mcpTool{
 	{name: "get_findings", title: "The findings: traps your requests fell into", ops: []string{"getFindings"}, call: askAPI, readOnly: true,
 		summary: "the traps the journal's requests show the integration fell into (retry_too_soon, missed_import, stale_order, ambiguous_number, blind_retry), each with what to change (run: only a tagged run's).",
 		members: []mcpMember{{name: "run", from: "parameters/JournalRun", in: "query"}, keyMember, preferMember}},
+	{name: "list_exams", title: "The exams: scenarios that grade an integration", ops: []string{"listExams"}, call: askAPI, readOnly: true,
+		summary: "the exams built into the sandbox (order-sync, tracking, booking): each a named, versioned scenario of the spec's traps, with its task, what it gives, and the checks its grade holds.",
+		members: []mcpMember{keyMember, preferMember}},
+	{name: "start_exam", title: "Start an exam: an attempt graded at its end", ops: []string{"startExam"}, call: askAPI, idempotent: true,
+		summary: "an attempt of an exam: a sandbox of its world and its key (limited to 10 requests a second), its task, its deadline. Do the task with that key (the key argument of the other tools); scale stretches every instant for a client as slow as an agent calling tools (10: 120 s).",
+		members: []mcpMember{{name: "exam", from: "schemas/ExamRequest/exam", in: "body", required: true}, {name: "revision", from: "schemas/ExamRequest/revision", in: "body"},
+			{name: "scale", from: "schemas/ExamRequest/scale", in: "body"}, idemMember, keyMember, preferMember}},
+	{name: "answer_exam", title: "Answer an attempt, and grade it", ops: []string{"answerExam"}, call: askAPI, idempotent: true,
+		summary: "the attempt's answer once its deadline has passed (orders for order-sync, consignments for tracking), with the attempt's key; its grade at once, each check with its evidence. 409 exam_running says how long to wait.", exactlyOne: []string{"orders", "consignments"},
+		members: []mcpMember{{name: "id", from: "parameters/ExamId", in: "path", required: true}, {name: "orders", from: "schemas/ExamAnswer/orders", in: "body"},
+			{name: "consignments", from: "schemas/ExamAnswer/consignments", in: "body"}, idemMember, attemptKeyMember}},
+	{name: "grade_exam", title: "An attempt's grade", ops: []string{"getExamGrade"}, call: askAPI, readOnly: true,
+		summary: "the attempt's grade as its clock stands (pending until it is computed), each check with a sentence to act on and the journal seqs it cites (get_requests with the attempt's key reads them); read with the attempt's key or the key that started it.",
+		members: []mcpMember{{name: "id", from: "parameters/ExamId", in: "path", required: true}, keyMember}},
 	{name: "check_server", title: "Check a server against the spec", call: checkServer, success: reportSchema, readOnly: true, openWorld: true,
 		summary: "The conformance kit (go run . check): a server judged by the spec's rules over HTTP, its JSON report. Without base_url, this sandbox, with your key; a base_url on this machine only (a loopback address), with the keys of the sandbox's environment (SANDBOX_CHECK_KEY and the others), never keys from arguments. It leaves the server as it found it: the two sandboxes it makes there, it deletes.",
 		members: []mcpMember{{name: "base_url", inline: `{"type":"string","description":"The server under check: the API's base, an http URL of a loopback address (127.0.0.1, localhost, [::1]), such as http://127.0.0.1:8181/v1. Absent: this sandbox."}`},
@@ -9502,4 +9521,346 @@ func derefOr(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// ===== check: go run . exam, a client of the exam routes for CI =====
+
+// go run . exam is a client of the exam routes, as the kit is of the API: exam list, exam
+// start NAME (the 201's JSON, or with -format env the lines a shell evals), exam grade ID
+// (polls once a second until the grade is computed; text, json or junit). A CI job reads
+//
+//	set -a; eval "$(sandbox exam start -format env order-sync)"; ./my-sync; sandbox exam grade "$SANDBOX_EXAM"
+//
+// and fails when the integration does. It carries one key, SANDBOX_EXAM_KEY (never a flag,
+// so that it is never in a process listing), to the base URL's host only, follows no
+// redirect, bounds each request and each answer, and masks the key in what it writes (the
+// attempt's key it prints: a throwaway).
+
+// Exit statuses of go run . exam.
+const (
+	examPassed      = 0 // the attempt passed (and list and start did their work)
+	examFailed      = 1 // the attempt failed
+	examCannotGrade = 2 // a usage error, a server that answered otherwise, or no grade in time
+)
+
+// examPollGrace is how long past the deadline (times the attempt's scale) exam grade polls
+// before it gives up: the 60 s an answer is taken, and 10 s for the last reads.
+const examPollGrace = examAnswerTime + 10*time.Second
+
+// examCommand is what go run . exam is told: its verb and argument, and its flags.
+type examCommand struct {
+	verb, arg string // list; start NAME; grade ID
+	baseURL   string
+	scale     int
+	format    string
+	key       string
+}
+
+// examFormats are the formats of each verb, its default first.
+var examFormats = map[string][]string{"list": {"text", "json"}, "start": {"json", "env"}, "grade": {"text", "json", "junit"}}
+
+// parseExamCommand reads exam's verb, its argument and its flags, which may stand before or
+// after the argument, each flag falling back to SANDBOX_EXAM_<NAME>, the key read from
+// SANDBOX_EXAM_KEY.
+func parseExamCommand(args []string, getenv func(string) string, usage io.Writer) (examCommand, error) {
+	c := examCommand{baseURL: defaultBaseURL, scale: 1, key: cmp.Or(getenv("SANDBOX_EXAM_KEY"), "sk_test_sandbox_all")}
+	intro := "Usage: sandbox exam list | start NAME | grade ID [flags]: a client of the sandbox's exams for CI. start prints the attempt (with -format env, SANDBOX_BASE_URL, SANDBOX_KEY and SANDBOX_EXAM for eval); grade polls until the grade is computed. The key is SANDBOX_EXAM_KEY (default sk_test_sandbox_all; grade needs the key that started the attempt); each flag falls back to SANDBOX_EXAM_<NAME>. Exit status: 0 passed, 1 failed, 2 could not grade (or a usage error)."
+	fs := flag.NewFlagSet("sandbox exam", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Func("base-url", "the sandbox's API base, an absolute http or https `URL` (default "+defaultBaseURL+")", func(v string) (err error) {
+		c.baseURL, err = apiBaseURL(v)
+		return err
+	})
+	fs.Func("scale", "exam start: every instant of the exam's world times this whole `number`, 1 to 60 (default 1), for a client that works slowly", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxExamScale {
+			return fmt.Errorf("want a whole number from 1 to %d", maxExamScale)
+		}
+		c.scale = n
+		return nil
+	})
+	fs.StringVar(&c.format, "format", "", "list: `text` or json; start: json or env (lines for eval); grade: text, json or junit (default: the first)")
+	var operands []string                      // the verb, then its operand
+	for rest := args; ; rest = fs.Args()[1:] { // flags before and after each
+		_, err := parseFlags(fs, rest, usage, intro, "exam", "exam -h")
+		if err == nil {
+			break
+		}
+		if !strings.HasPrefix(err.Error(), "unexpected argument") {
+			return c, err
+		}
+		operands = append(operands, fs.Arg(0))
+	}
+	if len(operands) == 0 || examFormats[operands[0]] == nil {
+		return c, errors.New("want exam list, exam start NAME or exam grade ID (see exam -h)")
+	}
+	c.verb, operands = operands[0], operands[1:]
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if err := fallBack(fs, given, getenv, "SANDBOX_EXAM_"); err != nil {
+		return c, err
+	}
+	return c, c.settle(operands, given)
+}
+
+// settle judges what holds between exam's verb, its operands and its flags.
+func (c *examCommand) settle(operands []string, given map[string]bool) error {
+	want := map[string]string{"list": "", "start": "NAME", "grade": "ID"}[c.verb]
+	switch {
+	case want == "" && len(operands) > 0:
+		return fmt.Errorf("exam list takes no argument, not %q", operands[0])
+	case want != "" && len(operands) != 1:
+		return fmt.Errorf("exam %s takes one %s, given %d", c.verb, want, len(operands))
+	case given["scale"] && c.verb != "start":
+		return errors.New("-scale is exam start's")
+	case kitKeyFault(c.key) != nil:
+		return fmt.Errorf("SANDBOX_EXAM_KEY: %v", kitKeyFault(c.key))
+	}
+	if len(operands) == 1 {
+		c.arg = operands[0]
+	}
+	formats := examFormats[c.verb]
+	if c.format == "" {
+		c.format = formats[0]
+	}
+	if !slices.Contains(formats, c.format) {
+		return fmt.Errorf("-format: exam %s writes %s", c.verb, strings.Join(formats, " or "))
+	}
+	return nil
+}
+
+// runExam is go run . exam: it does the verb, writes what it asks for to stdout and why it
+// could not to stderr, and returns the exit status; sleep waits between a grade's reads.
+func runExam(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, sleep func(context.Context, time.Duration) error) int {
+	c, err := parseExamCommand(args, getenv, stdout)
+	secrets := newSecrets(map[string]string{"SANDBOX_EXAM_KEY": c.key})
+	say := func(s string) { fmt.Fprintln(stderr, printable(secrets.mask("sandbox exam: "+s))) }
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return examPassed
+	case err != nil:
+		say(err.Error())
+		return examCannotGrade
+	}
+	client := &examClient{base: c.baseURL, key: c.key, http: &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	var out []byte
+	status := examPassed
+	switch c.verb {
+	case "list":
+		out, err = client.list(ctx, c.format)
+	case "start":
+		out, err = client.start(ctx, c)
+	case "grade":
+		out, status, err = client.grade(ctx, c, sleep)
+	}
+	if err != nil {
+		say(err.Error())
+		return examCannotGrade
+	}
+	if _, err := stdout.Write(out); err != nil {
+		say("writing: " + err.Error())
+		return examCannotGrade
+	}
+	return status
+}
+
+// examClient carries exam's requests to the base URL, with its one key.
+type examClient struct {
+	base, key string
+	http      *http.Client
+}
+
+// maxExamAnswer is the most of an answer exam reads.
+const maxExamAnswer = 1 << 20
+
+// call sends one request (a body, with an Idempotency-Key of its own, for a POST) and returns
+// the answer's body when its status is want; any other answer is an error that says it.
+func (e *examClient) call(ctx context.Context, method, path, body string, want int) ([]byte, error) {
+	var rb io.Reader
+	if body != "" {
+		rb = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, e.base+path, rb)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+e.key)
+	if body != "" {
+		req.Header.Set("Content-Type", jsonContentType)
+		req.Header.Set("Idempotency-Key", "exam-"+randomText(20))
+	}
+	res, err := e.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %v", method, e.base+path, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, maxExamAnswer+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%s %s: reading the answer: %v", method, e.base+path, err)
+	case len(b) > maxExamAnswer:
+		return nil, fmt.Errorf("%s %s: an answer over %d bytes", method, e.base+path, maxExamAnswer)
+	case res.StatusCode != want:
+		var p struct{ Code, Detail, Param string }
+		if json.Unmarshal(b, &p) == nil && p.Code != "" {
+			if p.Param != "" {
+				p.Code += " (" + p.Param + ")"
+			}
+			return nil, fmt.Errorf("%s %s answered %d %s: %s", method, e.base+path, res.StatusCode, p.Code, cutField(p.Detail, 512))
+		}
+		return nil, fmt.Errorf("%s %s answered %d, not %d: is %s the sandbox's API base?", method, e.base+path, res.StatusCode, want, e.base)
+	}
+	return b, nil
+}
+
+// examListOut is the catalogue as exam reads it.
+type examListOut struct {
+	Data []struct {
+		Name            string `json:"name"`
+		Revision        int    `json:"revision"`
+		Title           string `json:"title"`
+		Task            string `json:"task"`
+		DurationSeconds int    `json:"duration_seconds"`
+		Checks          []struct {
+			ID string `json:"id"`
+		} `json:"checks"`
+	} `json:"data"`
+}
+
+// list is exam list: the catalogue, as the server wrote it (json) or for a person (text).
+func (e *examClient) list(ctx context.Context, format string) ([]byte, error) {
+	b, err := e.call(ctx, http.MethodGet, "/test_helpers/exams", "", http.StatusOK)
+	var l examListOut
+	if err == nil && json.Unmarshal(b, &l) != nil {
+		err = errors.New("GET /test_helpers/exams: an answer that is not the catalogue")
+	}
+	if err != nil || format == "json" {
+		return append(b, '\n'), err
+	}
+	var out strings.Builder
+	for _, x := range l.Data {
+		var checks []string
+		for _, c := range x.Checks {
+			checks = append(checks, c.ID)
+		}
+		fmt.Fprintf(&out, "%s (revision %d, %d s): %s\n  %s\n  checks: %s\n", x.Name, x.Revision, x.DurationSeconds, x.Title, x.Task, strings.Join(checks, ", "))
+	}
+	return printableLines(out.String()), nil
+}
+
+// printableLines is text of whole lines, each made printable.
+func printableLines(text string) []byte {
+	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = printable(l)
+	}
+	return []byte(strings.Join(lines, "\n") + "\n")
+}
+
+// start is exam start: an attempt made, its answer as the server wrote it (json), or the
+// lines a shell evals (env).
+func (e *examClient) start(ctx context.Context, c examCommand) ([]byte, error) {
+	body, _ := json.Marshal(map[string]any{"exam": c.arg, "scale": c.scale})
+	b, err := e.call(ctx, http.MethodPost, "/test_helpers/exams", string(body), http.StatusCreated)
+	var x struct{ ID, Key string }
+	if err == nil && (json.Unmarshal(b, &x) != nil || x.ID == "" || x.Key == "") {
+		err = errors.New("POST /test_helpers/exams: an answer that is not an attempt")
+	}
+	if err != nil || c.format == "json" {
+		return append(b, '\n'), err
+	}
+	return []byte("SANDBOX_BASE_URL=" + shellQuote(e.base) + "\nSANDBOX_KEY=" + shellQuote(x.Key) + "\nSANDBOX_EXAM=" + shellQuote(x.ID) + "\n"), nil
+}
+
+// examGradeOut is a grade as exam reads it.
+type examGradeOut struct {
+	ID       string  `json:"id"`
+	Exam     string  `json:"exam"`
+	Revision int     `json:"revision"`
+	Scale    int     `json:"scale"`
+	State    string  `json:"state"`
+	Now      string  `json:"now"`
+	Deadline string  `json:"deadline"`
+	GradedAt *string `json:"graded_at"`
+	Passed   *bool   `json:"passed"`
+	Score    *string `json:"score"`
+	Checks   []struct {
+		ID       string   `json:"id"`
+		Result   string   `json:"result"`
+		Detail   *string  `json:"detail"`
+		Requests []uint64 `json:"requests"`
+	} `json:"checks"`
+}
+
+// grade is exam grade: the grade read once a second until it is computed, then written in
+// the format asked for, and the exit status its verdict gives; no grade when its now passes
+// the deadline by examPollGrace times its scale.
+func (e *examClient) grade(ctx context.Context, c examCommand, sleep func(context.Context, time.Duration) error) ([]byte, int, error) {
+	path := "/test_helpers/exams/" + url.PathEscape(c.arg)
+	for {
+		b, err := e.call(ctx, http.MethodGet, path, "", http.StatusOK)
+		if err != nil {
+			return nil, examCannotGrade, err
+		}
+		var g examGradeOut
+		if json.Unmarshal(b, &g) != nil || g.ID == "" {
+			return nil, examCannotGrade, fmt.Errorf("GET %s: an answer that is not a grade", path)
+		}
+		now, errNow := time.Parse(time.RFC3339Nano, g.Now)
+		deadline, errDeadline := time.Parse(time.RFC3339Nano, g.Deadline)
+		switch {
+		case g.State == "graded" && g.Passed != nil:
+			out, err := e.written(ctx, path, b, g, c.format)
+			return out, map[bool]int{true: examPassed, false: examFailed}[*g.Passed], err
+		case errNow != nil || errDeadline != nil:
+			return nil, examCannotGrade, fmt.Errorf("GET %s: a grade without its now and deadline", path)
+		case now.After(deadline.Add(examPollGrace * time.Duration(max(1, g.Scale)))):
+			return nil, examCannotGrade, fmt.Errorf("the grade of %s was not computed by %s, %v after its deadline: is the sandbox's clock running?", g.ID, formatTimestamp(now), examPollGrace*time.Duration(max(1, g.Scale)))
+		}
+		if err := sleep(ctx, time.Second); err != nil {
+			return nil, examCannotGrade, fmt.Errorf("interrupted before the grade of %s was computed (state %s)", g.ID, g.State)
+		}
+	}
+}
+
+// written is a computed grade in format: as the server wrote it (json, and junit, read
+// again as such), or for a person (text).
+func (e *examClient) written(ctx context.Context, path string, b []byte, g examGradeOut, format string) ([]byte, error) {
+	switch format {
+	case "json":
+		return append(b, '\n'), nil
+	case "junit":
+		return e.call(ctx, http.MethodGet, path+"?format=junit", "", http.StatusOK)
+	}
+	var out strings.Builder
+	verdict := "FAILED"
+	if *g.Passed {
+		verdict = "passed"
+	}
+	fmt.Fprintf(&out, "exam %s %s (revision %d, scale %d): %s, %s\n", g.Exam, g.ID, g.Revision, g.Scale, verdict, derefText(g.Score))
+	for _, ch := range g.Checks {
+		fmt.Fprintf(&out, "  %-4s %s", strings.ToUpper(ch.Result), ch.ID)
+		if ch.Detail != nil {
+			fmt.Fprintf(&out, ": %s", *ch.Detail)
+		}
+		if len(ch.Requests) > 0 {
+			seqs := make([]string, len(ch.Requests))
+			for i, q := range ch.Requests {
+				seqs[i] = strconv.FormatUint(q, 10)
+			}
+			fmt.Fprintf(&out, " (requests %s)", strings.Join(seqs, ", "))
+		}
+		out.WriteString("\n")
+	}
+	return printableLines(out.String()), nil
+}
+
+// sleepFor waits d, or until ctx is done.
+func sleepFor(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

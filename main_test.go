@@ -4597,6 +4597,25 @@ func runShellBlock(t *testing.T, page string, i int, block, shown, host string, 
 	}
 }
 
+// TestReadmeIsAStartPage: the README is the start page, at most 300 lines; docs/ holds the
+// rest by topic, each page linked from it.
+func TestReadmeIsAStartPage(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(readme), "\n"); n > 300 {
+		t.Errorf("the README is %d lines, over 300", n)
+	}
+	pages, _ := filepath.Glob("docs/*.md")
+	for _, p := range pages {
+		if !strings.Contains(string(readme), "("+p+")") {
+			t.Errorf("the README does not link %s", p)
+		}
+	}
+}
+
 // TestDocsLinksResolve: every relative link of the README and of the pages under docs/
 // names a file of the repository, and its #anchor a heading of that page (as GitHub makes
 // an anchor of a heading); no page sends a reader outside the repository for its own rules.
@@ -9728,12 +9747,12 @@ func (c *examTaker) grade(t testing.TB) gradeOut {
 	return g
 }
 
-// An examClient takes an attempt: it is a client under test, right or fallen into a trap.
-type examClient func(t *testing.T, c *examTaker)
+// An examScript takes an attempt: it is a client under test, right or fallen into a trap.
+type examScript func(t *testing.T, c *examTaker)
 
 // syncOrders is order-sync's reference client: it reads the whole list every second from the
 // start until the deadline, keeps each order as last seen, and answers with the copy.
-func syncOrders(every time.Duration, from, to time.Duration, write bool) examClient {
+func syncOrders(every time.Duration, from, to time.Duration, write bool) examScript {
 	return func(t *testing.T, c *examTaker) {
 		held := map[string]orderJSON{}
 		c.until(from)
@@ -9755,27 +9774,30 @@ func syncOrders(every time.Duration, from, to time.Duration, write bool) examCli
 	}
 }
 
+// watermarkSync is a sync that keeps a created_from watermark: after its first read it asks
+// only for orders created at or after the newest it has seen.
+func watermarkSync(t *testing.T, c *examTaker) {
+	held := map[string]orderJSON{}
+	newest := "" // the newest created_at seen: the next read's created_from
+	for c.at <= 12*time.Second {
+		query := ""
+		if newest != "" {
+			query = "created_from=" + url.QueryEscape(newest)
+		}
+		for _, o := range c.orders(t, query, 0) {
+			held[o.ID] = o
+			newest = max(newest, o.CreatedAt)
+		}
+		c.sleep(time.Second)
+	}
+	c.answerOrders(t, held)
+}
+
 // TestExamOrderSync: order-sync's reference client passes; a client that does nothing, and
 // one for each of its traps, fails exactly the checks named, each a check a person can act
 // on, citing the requests that show it.
 func TestExamOrderSync(t *testing.T) {
 	t.Parallel()
-	watermark := func(t *testing.T, c *examTaker) {
-		held := map[string]orderJSON{}
-		newest := "" // the newest created_at seen: the next read's created_from
-		for c.at <= 12*time.Second {
-			query := ""
-			if newest != "" {
-				query = "created_from=" + url.QueryEscape(newest)
-			}
-			for _, o := range c.orders(t, query, 0) {
-				held[o.ID] = o
-				newest = max(newest, o.CreatedAt)
-			}
-			c.sleep(time.Second)
-		}
-		c.answerOrders(t, held)
-	}
 	tight := func(t *testing.T, c *examTaker) { // polls every 100 ms and sends a 429 again 10 ms later
 		held := map[string]orderJSON{}
 		for c.at <= 12*time.Second {
@@ -9789,7 +9811,7 @@ func TestExamOrderSync(t *testing.T) {
 	examTraps(t, `{"exam":"order-sync"}`, []examTrap{
 		{"the reference client", syncOrders(time.Second, 0, 12*time.Second, false), []string{}},
 		{"a client that does nothing", nil, []string{"answer.orders", "answer.statuses", "answer.links", "journal.kept_current"}},
-		{"a created_from watermark", watermark, []string{"answer.orders", "answer.statuses", "answer.links", "journal.kept_current", "findings.missed_import", "findings.stale_order"}},
+		{"a created_from watermark", watermarkSync, []string{"answer.orders", "answer.statuses", "answer.links", "journal.kept_current", "findings.missed_import", "findings.stale_order"}},
 		{"one that stops polling early", syncOrders(time.Second, 0, 2*time.Second, false), []string{"answer.orders", "answer.statuses", "answer.links", "journal.kept_current"}},
 		{"one that reads only at the end", syncOrders(time.Second, 12*time.Second, 12*time.Second, false), []string{"journal.kept_current"}},
 		{"a tight loop that ignores Retry-After", tight, []string{"findings.retry_too_soon"}},
@@ -9800,7 +9822,7 @@ func TestExamOrderSync(t *testing.T) {
 // trackConsignments is tracking's reference client: from its start until to, every second,
 // it reads each consignment given by its shipment id (or, byNumber, by the tracking number
 // given), and answers each one's status as last read.
-func trackConsignments(from, to time.Duration, byNumber bool) examClient {
+func trackConsignments(from, to time.Duration, byNumber bool) examScript {
 	return func(t *testing.T, c *examTaker) {
 		var given struct {
 			Consignments []struct {
@@ -9849,7 +9871,7 @@ func trackConsignments(from, to time.Duration, byNumber bool) examClient {
 // bookOrders is booking's reference client: from its start until to, every second, it reads
 // the orders and books each one it sees (every one, or only those fulfilled without a
 // shipment), once: a 502 it sends again with the same Idempotency-Key (blind: with a new one).
-func bookOrders(from, to time.Duration, every, blind bool) examClient {
+func bookOrders(from, to time.Duration, every, blind bool) examScript {
 	return func(t *testing.T, c *examTaker) {
 		booked := map[string]bool{}
 		c.orders(t, "", 0) // the client starts: the attempt's clock runs
@@ -9905,7 +9927,7 @@ func TestExamBooking(t *testing.T) {
 // examTrap is a client of an exam, and the checks it fails.
 type examTrap struct {
 	name   string
-	client examClient // nil: a client that does nothing
+	client examScript // nil: a client that does nothing
 	fails  []string
 }
 
@@ -10282,7 +10304,7 @@ func TestExamGradeHolds(t *testing.T) {
 	})
 	t.Run("-journal 0 loses no evidence", func(t *testing.T) {
 		t.Parallel()
-		for _, client := range []examClient{syncOrders(time.Second, 0, 12*time.Second, false), syncOrders(2*time.Second, 0, 4*time.Second, true)} {
+		for _, client := range []examScript{syncOrders(time.Second, 0, 12*time.Second, false), syncOrders(2*time.Second, 0, 4*time.Second, true)} {
 			var grades []gradeOut
 			for _, journal := range []int{0, -1} {
 				c := takeExam(t, envOptions{journal: journal}, `{"exam":"order-sync"}`)
@@ -10407,6 +10429,279 @@ func BenchmarkExamGrade(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		gradeOf(t, at, answer)
+	}
+}
+
+// examCLI runs go run . exam in this process against the env's handler served over HTTP; a
+// grade's wait between reads moves the env's clock instead of waiting.
+func examCLI(t *testing.T, e *env, base string, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	sleep := func(ctx context.Context, d time.Duration) error {
+		e.clock.advance(d)
+		return ctx.Err()
+	}
+	getenv := func(k string) string {
+		if k == "SANDBOX_EXAM_BASE_URL" {
+			return cmp.Or(env[k], base)
+		}
+		return env[k]
+	}
+	status := runExam(context.Background(), args, getenv, &stdout, &stderr, sleep)
+	return status, stdout.String(), stderr.String()
+}
+
+// TestExamCommand: go run . exam list, start and grade, each of their formats, flags before
+// and after the operand, exit 0 for a pass, 1 for a failure, 2 for what could not be graded,
+// and the key never written.
+func TestExamCommand(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{step: -1, quiet: true})
+	ts := httptest.NewServer(e.h)
+	defer ts.Close()
+	base := ts.URL + "/v1"
+	t.Run("list", func(t *testing.T) {
+		status, out, errs := examCLI(t, e, base, nil, "list")
+		if status != 0 || errs != "" || !strings.HasPrefix(out, "order-sync (revision 1, 12 s): Keep a copy of the imported orders\n  Keep a copy of this account's imported orders") || strings.Count(out, "\n") != 9 {
+			t.Errorf("%d %q\n%s", status, errs, out)
+		}
+		status, out, _ = examCLI(t, e, base, nil, "list", "-format", "json")
+		if status != 0 || !strings.HasPrefix(out, `{"data":[{"name":"order-sync","revision":1,`) {
+			t.Errorf("%d %s", status, out)
+		}
+	})
+	// start, a reference client, then grade: each format, flags after the operand.
+	start := func(t *testing.T, args ...string) *examTaker {
+		status, out, errs := examCLI(t, e, base, nil, append([]string{"start", "-format", "env"}, args...)...)
+		m := regexp.MustCompile(`^SANDBOX_BASE_URL='([^']+)'\nSANDBOX_KEY='(sk_test_[a-z2-7]{32})'\nSANDBOX_EXAM='(exm_[a-z2-7]{20})'\n$`).FindStringSubmatch(out)
+		if status != 0 || errs != "" || m == nil || m[1] != base {
+			t.Fatalf("%d %q %q", status, out, errs)
+		}
+		g := e.gradeOf(t, m[3], m[2])
+		return &examTaker{e: e, x: examStartedOut{ID: m[3], Key: m[2], Scale: g.Scale}, maker: "sk_test_sandbox_all"}
+	}
+	t.Run("a pass, each format", func(t *testing.T) {
+		c := start(t, "order-sync")
+		c.get(t, "/v1/test_helpers/clock")
+		syncOrders(time.Second, 0, 12*time.Second, false)(t, c)
+		status, out, errs := examCLI(t, e, base, nil, "grade", c.x.ID)
+		if status != 0 || errs != "" || !strings.HasPrefix(out, "exam order-sync "+c.x.ID+" (revision 1, scale 1): passed, 11/11\n  PASS answer.orders\n") {
+			t.Errorf("%d %q\n%s", status, errs, out)
+		}
+		status, out, _ = examCLI(t, e, base, nil, "grade", c.x.ID, "-format", "json")
+		if status != 0 || !strings.HasPrefix(out, `{"id":"`+c.x.ID+`","exam":"order-sync"`) || !strings.Contains(out, `"passed":true,"score":"11/11"`) {
+			t.Errorf("%d %s", status, out)
+		}
+		status, out, _ = examCLI(t, e, base, nil, "-format=junit", "grade", c.x.ID)
+		if status != 0 || !strings.Contains(out, `<testsuite name="exam order-sync `+c.x.ID+`" tests="11" failures="0"`) {
+			t.Errorf("%d %s", status, out)
+		}
+	})
+	t.Run("a failure polls until the grade", func(t *testing.T) {
+		c := start(t, "tracking", "-scale", "2")
+		status, out, errs := examCLI(t, e, base, nil, "grade", "-format", "text", c.x.ID)
+		if status != 1 || errs != "" || !strings.HasPrefix(out, "exam tracking "+c.x.ID+" (revision 1, scale 2): FAILED, 7/10\n  FAIL answer.consignments: No answer: ") {
+			t.Errorf("%d %q\n%s", status, errs, out)
+		}
+	})
+	t.Run("what cannot be graded", func(t *testing.T) {
+		c := start(t, "booking")
+		for _, tt := range []struct {
+			args []string
+			env  map[string]string
+			err  string
+		}{
+			{[]string{}, nil, "want exam list, exam start NAME or exam grade ID"},
+			{[]string{"grade"}, nil, "exam grade takes one ID, given 0"},
+			{[]string{"grade", "a", "b"}, nil, "exam grade takes one ID, given 2"},
+			{[]string{"list", "x"}, nil, `exam list takes no argument, not "x"`},
+			{[]string{"grade", c.x.ID, "-scale", "2"}, nil, "-scale is exam start's"},
+			{[]string{"start", "order-sync", "-scale", "61"}, nil, `invalid value "61" for flag -scale`},
+			{[]string{"start", "order-sync", "-format", "text"}, nil, "-format: exam start writes json or env"},
+			{[]string{"start", "order-sync"}, map[string]string{"SANDBOX_EXAM_SCALE": "x"}, `invalid value "x" for SANDBOX_EXAM_SCALE`},
+			{[]string{"start", "billing"}, nil, "answered 422 invalid_parameter (exam): exam names an exam of the catalogue"},
+			{[]string{"grade", c.x.ID}, map[string]string{"SANDBOX_EXAM_KEY": "sk_test_other_all"}, "answered 404 not_found"},
+			{[]string{"grade", c.x.ID}, map[string]string{"SANDBOX_EXAM_KEY": "short"}, "SANDBOX_EXAM_KEY: shorter than"},
+			{[]string{"list"}, map[string]string{"SANDBOX_EXAM_BASE_URL": ts.URL}, "answered 404 route_not_found: No operation is served at this path."},
+			{[]string{"list", "-base-url", "ftp://x"}, nil, "want an absolute http or https URL"},
+		} {
+			status, out, errs := examCLI(t, e, base, tt.env, tt.args...)
+			if status != 2 || out != "" || !strings.HasPrefix(errs, "sandbox exam: ") || !strings.Contains(errs, tt.err) {
+				t.Errorf("%v: %d %q %q, want 2 and %q", tt.args, status, out, errs, tt.err)
+			}
+		}
+	})
+	t.Run("a grade never computed", func(t *testing.T) {
+		// A server whose clock passes the deadline and never grades: exam gives up 70 s past it.
+		reads := 0
+		stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			reads++
+			now := testNow.Add(time.Duration(reads) * time.Second)
+			fmt.Fprintf(w, `{"id":"exm_x","exam":"order-sync","revision":1,"scale":1,"state":"awaiting_answer","now":%q,"deadline":"2026-11-22T12:00:12Z","graded_at":null,"passed":null,"score":null,"checks":[]}`, formatTimestamp(now))
+		}))
+		defer stuck.Close()
+		status, out, errs := examCLI(t, e, stuck.URL+"/v1", nil, "grade", "exm_x")
+		if status != 2 || out != "" || reads != 83 || !strings.Contains(errs, "the grade of exm_x was not computed by 2026-11-22T12:01:23Z, 1m10s after its deadline") {
+			t.Errorf("%d %q %q after %d reads", status, out, errs, reads)
+		}
+	})
+	t.Run("the key is never written", func(t *testing.T) {
+		echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(401)
+			fmt.Fprintf(w, `{"code":"invalid_api_key","detail":"no such key: %s"}`, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+		}))
+		defer echo.Close()
+		status, _, errs := examCLI(t, e, echo.URL+"/v1", map[string]string{"SANDBOX_EXAM_KEY": "sk_test_secretsecretsecret"}, "list")
+		if status != 2 || strings.Contains(errs, "secretsecret") || !strings.Contains(errs, "no such key: $SANDBOX_EXAM_KEY") {
+			t.Errorf("%d %q", status, errs)
+		}
+	})
+}
+
+// examsPage is docs/exams.md, and its blocks of a kind ("sh", "go", "text") in order.
+func examsPage(t *testing.T, kind string) []string {
+	t.Helper()
+	page, err := os.ReadFile("docs/exams.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks []string
+	for _, m := range regexp.MustCompile("(?s)```"+kind+"\n(.*?)```").FindAllStringSubmatch(string(page), -1) {
+		blocks = append(blocks, m[1])
+	}
+	return blocks
+}
+
+// examsPageBlock is the page's sh block that holds marker, and the text block shown under it.
+func examsPageBlock(t *testing.T, marker string) (block, shown string) {
+	t.Helper()
+	page, _ := os.ReadFile("docs/exams.md")
+	for _, b := range shellBlocks(string(page)) {
+		if strings.Contains(b[1], marker) {
+			return b[1], b[2]
+		}
+	}
+	t.Fatalf("docs/exams.md has no shell block with %q", marker)
+	return "", ""
+}
+
+var examIDs = regexp.MustCompile(`exm_[a-z2-7]{20}`)
+
+// TestExamsPageCILines: docs/exams.md's CI lines, run as written in one shell, with the
+// sandbox command on the PATH (the binary go build makes) and the page's reference client of
+// order-sync saved as my-sync/main.go in a module of its own, against a sandbox whose clock is
+// the wall clock: the client passes, exam grade prints the grade the page shows and exits 0.
+func TestExamsPageCILines(t *testing.T) {
+	t.Parallel()
+	needTools(t, "bash", "go")
+	bin, err := sandboxBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := examsPage(t, "go")
+	if len(client) != 1 || !strings.HasPrefix(client[0], "// my-sync keeps a copy") {
+		t.Fatalf("docs/exams.md's Go blocks: %d, want the reference client", len(client))
+	}
+	dir, path := t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "my-sync"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range map[string]string{"go.mod": "module my-sync\n\ngo 1.22\n", "my-sync/main.go": client[0]} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(bin, filepath.Join(path, "sandbox")); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOptions{wall: true, quiet: true})
+	ts := httptest.NewServer(e.h)
+	defer ts.Close()
+	block, shown := examsPageBlock(t, "sandbox exam grade")
+	sh := exec.Command("bash", "-c", "set -euo pipefail\n"+block)
+	sh.Dir = dir
+	sh.Env = append(os.Environ(), "PATH="+path+string(os.PathListSeparator)+os.Getenv("PATH"), "SANDBOX_EXAM_BASE_URL="+ts.URL+"/v1", "GOFLAGS=", "GOTOOLCHAIN=local")
+	var stderr bytes.Buffer
+	sh.Stderr = &stderr
+	out, err := sh.Output()
+	if got := examIDs.ReplaceAllString(string(out), "exm_ID"); err != nil || got != shown+"\n" {
+		t.Errorf("the CI lines: %v\n%s%s\nthe page shows:\n%s", err, got, stderr.Bytes(), shown)
+	}
+}
+
+// TestExamsPageMCPSession: docs/exams.md's agent session, order-sync at scale 10 through the
+// door's tools only, run as written against a sandbox served here, with stand-ins: an
+// Inspector that makes each call as the real one does (one JSON-RPC request, each argument
+// of the type the tool's schema gives it), and a sleep that moves the sandbox's clock rather
+// than waiting, so that the 120 s attempt takes no time.
+func TestExamsPageMCPSession(t *testing.T) {
+	t.Parallel()
+	needTools(t, "bash", "curl", "jq")
+	e := newEnv(t, envOptions{rate: -1, quiet: true, step: -1, mcpKey: "sk_test_sandbox_all"})
+	mux := http.NewServeMux()
+	mux.Handle("/", e.h)
+	mux.HandleFunc("POST /sleep/{seconds}", func(w http.ResponseWriter, r *http.Request) {
+		s, _ := strconv.Atoi(r.PathValue("seconds"))
+		e.clock.advance(time.Duration(s) * time.Second)
+	})
+	ts := httptest.NewServer(mux)
+	defer ts.Close()
+	bin := t.TempDir()
+	inspector := `#!/usr/bin/env bash
+shift 2; url=$1; shift   # --yes @modelcontextprotocol/inspector, then --cli URL
+[ "$1" = --cli ] || { url=$2; shift 2; } || true
+method= tool= args='{}'
+while [ $# -gt 0 ]; do
+  case $1 in
+    --cli) url=$2; shift 2 ;;
+    --method) method=$2; shift 2 ;;
+    --tool-name) tool=$2; shift 2 ;;
+    --tool-arg) args=$(jq -c --arg k "${2%%=*}" --arg v "${2#*=}" '. + {($k): $v}' <<<"$args"); shift 2 ;;
+    *) echo "inspector: $1?" >&2; exit 1 ;;
+  esac
+done
+rpc() { curl -sf "$url" -H 'Content-Type: application/json' -H 'MCP-Protocol-Version: 2025-11-25' -d "$1"; }
+types=$(rpc '{"jsonrpc":"2.0","id":1,"method":"tools/list"}' | jq -c --arg t "$tool" '.result.tools[] | select(.name == $t) | .inputSchema.properties | map_values(.type)')
+args=$(jq -c --argjson types "$types" 'with_entries(if ($types[.key] // "string") == "string" then . else .value |= fromjson end)' <<<"$args")
+rpc "$(jq -nc --arg n "$tool" --argjson a "$args" '{jsonrpc: "2.0", id: 2, method: "tools/call", params: {name: $n, arguments: $a}}')" | jq '.result'
+`
+	stubs := map[string]string{"npx": strings.Replace(inspector, "shift 2; url=$1; shift   # --yes @modelcontextprotocol/inspector, then --cli URL\n[ \"$1\" = --cli ] || { url=$2; shift 2; } || true\n", "[ \"$1\" = --yes ] || exit 1; shift 2   # --yes @modelcontextprotocol/inspector\n", 1),
+		"sleep": "#!/usr/bin/env bash\ncurl -sf -X POST " + ts.URL + "/sleep/$1\n"}
+	for name, text := range stubs {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(text), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	block, shown := examsPageBlock(t, "start_exam")
+	sh := exec.Command("bash", "-euo", "pipefail", "-c", strings.ReplaceAll(block, "http://127.0.0.1:8090", ts.URL))
+	sh.Dir = t.TempDir()
+	sh.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := sh.CombinedOutput()
+	if err != nil || string(out) != shown+"\n" {
+		t.Errorf("the session: %v\n%s\nthe page shows:\n%s", err, out, shown)
+	}
+}
+
+// TestExamsPageFailedGrade: the failed grade docs/exams.md shows is what exam grade prints for
+// a sync that keeps a created_from watermark.
+func TestExamsPageFailedGrade(t *testing.T) {
+	t.Parallel()
+	texts := examsPage(t, "text")
+	var shown string
+	for _, x := range texts {
+		if strings.Contains(x, "FAILED") {
+			shown = x
+		}
+	}
+	c := takeExam(t, envOptions{}, `{"exam":"order-sync"}`)
+	ts := httptest.NewServer(c.e.h)
+	defer ts.Close()
+	c.get(t, "/v1/test_helpers/clock")
+	watermarkSync(t, c)
+	status, out, errs := examCLI(t, c.e, ts.URL+"/v1", nil, "grade", c.x.ID)
+	if got := examIDs.ReplaceAllString(out, "exm_ID"); status != 1 || errs != "" || got != shown {
+		t.Errorf("%d %q\n%s\nthe page shows:\n%s", status, errs, got, shown)
 	}
 }
 
@@ -13451,9 +13746,10 @@ func TestMCPTools(t *testing.T) {
 	e := newEnv(t, envOptions{rate: -1, step: -1})
 	shown := map[string][2]bool{} // a tool's success seen, its error seen
 	var key, account string       // the sandbox the first call makes
+	var exam, examKey string      // the attempt start_exam makes
 	call := func(t *testing.T, name, args string, status int, code, param string) toolOut {
 		t.Helper()
-		out := e.callTool(t, name, strings.NewReplacer("$KEY", key, "$ACCOUNT", account).Replace(args))
+		out := e.callTool(t, name, strings.NewReplacer("$KEY", key, "$ACCOUNT", account, "$EXAM_KEY", examKey, "$EXAM", exam).Replace(args))
 		if out.status != status {
 			t.Fatalf("%s %s: %d %s %s, want %d", name, args, out.status, out.line, out.body, status)
 		}
@@ -13542,6 +13838,38 @@ func TestMCPTools(t *testing.T) {
 		}},
 		{"a server off this machine", "check_server", `{"base_url":"http://example.com/v1"}`, 422, "invalid_parameter", "base_url", nil},
 		{"a rule that is none", "check_server", `{"rules":"nope.*"}`, 422, "invalid_parameter", "rules", nil},
+		{"the catalogue", "list_exams", `{}`, 200, "", "", func(t *testing.T, out toolOut) {
+			if len(asSlice(out.structured["data"])) != 3 {
+				t.Errorf("the catalogue: %s", out.body)
+			}
+		}},
+		{"a simulated 503", "list_exams", `{"prefer":"code=503"}`, 503, "provider_unavailable", "", nil},
+		{"an attempt, at scale 2", "start_exam", `{"exam":"order-sync","scale":2,"idempotency_key":"x-1"}`, 201, "", "", func(t *testing.T, out toolOut) {
+			exam, examKey = fmt.Sprint(out.structured["id"]), fmt.Sprint(out.structured["key"])
+			if out.structured["deadline"] != "2026-11-22T12:00:24Z" || !strings.Contains(out.line, " · Location: /v1/test_helpers/exams/"+exam+" · ") {
+				t.Errorf("the attempt: %s\n%s", out.line, out.body)
+			}
+		}},
+		{"an exam that is none", "start_exam", `{"exam":"billing","idempotency_key":"x-2"}`, 422, "invalid_parameter", "exam", nil},
+		{"its grade, pending", "grade_exam", `{"id":"$EXAM"}`, 200, "", "", func(t *testing.T, out toolOut) {
+			if out.structured["state"] != "running" || out.structured["passed"] != nil {
+				t.Errorf("the grade: %s", out.body)
+			}
+		}},
+		{"another's grade", "grade_exam", `{"id":"$EXAM","key":"sk_test_other_all"}`, 404, "not_found", "", nil},
+		{"an answer before the deadline", "answer_exam", `{"id":"$EXAM","key":"$EXAM_KEY","orders":[],"idempotency_key":"a-1"}`, 409, "exam_running", "", func(t *testing.T, out toolOut) {
+			if !strings.HasPrefix(out.line, "HTTP 409 · Retry-After: 24 · Request-Id: req_") {
+				t.Errorf("the first line: %s", out.line)
+			}
+			e.callTool(t, "get_clock", `{"key":"`+examKey+`"}`) // the attempt's clock runs from its key's first request
+			e.clock.advance(24 * time.Second)
+		}},
+		{"both answers", "answer_exam", `{"id":"$EXAM","key":"$EXAM_KEY","orders":[],"consignments":[],"idempotency_key":"a-2"}`, 422, "invalid_parameter", "orders", nil},
+		{"an answer", "answer_exam", `{"id":"$EXAM","key":"$EXAM_KEY","orders":[{"id":"ord_exam_0003","status":"unfulfilled","shipment_id":null}],"idempotency_key":"a-3"}`, 200, "", "", func(t *testing.T, out toolOut) {
+			if out.structured["state"] != "graded" || out.structured["passed"] != false || out.structured["score"] != "9/11" {
+				t.Errorf("the grade: %s", out.body)
+			}
+		}},
 		{"the sandbox forgotten", "delete_sandbox", `{"key":"$KEY","account":"$ACCOUNT"}`, 204, "", "", func(t *testing.T, out toolOut) {
 			if out.body != "" || len(out.structured) != 0 {
 				t.Errorf("a 204: %q %v", out.body, out.structured)
@@ -14141,18 +14469,29 @@ func TestMCPOverStdioEveryAnswerIsOneLine(t *testing.T) {
 		"get_requests":        `{"limit":1000}`,
 		"get_findings":        `{}`,
 		"check_server":        `{}`,
+		"list_exams":          `{}`,
+		"start_exam":          `{"exam":"tracking","idempotency_key":"x-1"}`,
+		"grade_exam":          `{"id":"$EXAM"}`,
+		"answer_exam":         `{"id":"$EXAM","key":"$EXAM_KEY","consignments":[],"idempotency_key":"a-1"}`,
 		"delete_sandbox":      `{"key":"` + key + `","account":"` + account + `"}`,
 	}
 	tools := slices.Clone(mcpToolTable)
 	last := func(tool mcpTool) int { return map[bool]int{true: 1}[tool.name == "delete_sandbox"] }
 	slices.SortStableFunc(tools, func(a, b mcpTool) int { return cmp.Compare(last(a), last(b)) })
+	var exam, examKey string // the attempt start_exam makes
 	for _, tool := range tools {
 		args, ok := calls[tool.name]
 		if !ok {
 			t.Errorf("the tool %s has no call in this test", tool.name)
 			continue
 		}
-		if a := ask(t, "tools/call", `{"name":"`+tool.name+`","arguments":`+args+`}`); a.Result["isError"] != false {
+		args = strings.NewReplacer("$EXAM_KEY", examKey, "$EXAM", exam).Replace(args)
+		a := ask(t, "tools/call", `{"name":"`+tool.name+`","arguments":`+args+`}`)
+		if started := asMap(a.Result["structuredContent"]); tool.name == "start_exam" {
+			exam, examKey = fmt.Sprint(started["id"]), fmt.Sprint(started["key"])
+		}
+		// An answer before its attempt's deadline is 409, an error result: one line all the same.
+		if wantError := tool.name == "answer_exam"; a.Result["isError"] != wantError {
 			t.Errorf("%s: %v", tool.name, a.Result["content"])
 		}
 	}
