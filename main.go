@@ -31,8 +31,10 @@
 //   - serve: what needs no key: health, the document, and what no route serves
 //   - serve: the service inside this process: the door other books come in by
 //
-// landing: the page a browser opens at /, a view of the server's tenants.
+// landing: the pages for people: the one a browser opens at /, a view of the server's
+// tenants, and the reference (with its Markdown, llms.txt and the embedded pages).
 //   - landing: the page a browser opens at /
+//   - landing: the reference, for people and for agents
 //
 // mcp (POST /mcp, go run . mcp): the MCP door, in the order a POST meets it, then the
 // transports over it.
@@ -183,6 +185,12 @@ func serveMain(ctx context.Context) int {
 // terminal (main, the server, the stdio session); and what a command writes of what a server
 // or a user sent: masked (no key), escaped (no control character) and cut.
 
+// embeddedPages are the README and the docs pages, embedded so that the binary (and the
+// image) holds them: the MCP door's resources, and the reference's pages.
+//
+//go:embed README.md docs/*.md
+var embeddedPages embed.FS
+
 // usageError is a flag refused: go run . mcp exits 2 for it.
 type usageError struct{ error }
 
@@ -273,6 +281,10 @@ func originOf(r *http.Request, fallback string) string {
 	}
 	return fallback
 }
+
+// originMark stands for the serving origin in an answer prepared once (the document, the
+// reference): each answer puts the origin its request named in its place.
+const originMark = "http://origin.invalid"
 
 // originOfBase is a base URL's origin: its scheme and host.
 func originOfBase(base string) string {
@@ -997,7 +1009,7 @@ func banner(base string, keys []keyLine, notes string, pageShowsKeys bool) strin
 	if !pageShowsKeys { // listening beyond loopback: the page shows no key (the list below does)
 		shows = "the fixtures"
 	}
-	fmt.Fprintf(&b, "In a browser: %s/ shows %s and what moves on the sandbox clock.\n", origin, shows)
+	fmt.Fprintf(&b, "In a browser: %s/ shows %s and what moves on the sandbox clock; %s/reference every operation, schema and error (agents: %s/llms.txt).\n", origin, shows, origin, origin)
 	fmt.Fprintf(&b, "Base URL: %s for API clients; every operation is described in %s/openapi.json\n", base, base)
 	b.WriteString(notes)
 	fmt.Fprintf(&b, "API keys (send as Authorization: Bearer <key>):\n")
@@ -1215,6 +1227,7 @@ type server struct {
 	faults       *faultPlan      // nil: -faults is off
 	registry     *tenantRegistry // the bounds every tenant's bookkeeping shares, and the sandboxes
 	landing      *landing
+	reference    *referencePages
 	clocks       clockHelpers
 	keys         keyFinder
 	templates    map[string]*sandboxTemplate // the dataset's accounts a sandbox may copy
@@ -1234,16 +1247,26 @@ type server struct {
 	inner        http.Handler  // the whole service, as handler built it: what the door's tools send their requests through
 }
 
-func newServer(sb *sandbox, o serverOptions) (*server, error) {
+// settle gives each option left unset its default: the wall clock, no log, the default base
+// URL, the journals' bound, the listener's write timeout, an empty environment.
+func (o *serverOptions) settle() {
 	if o.now == nil {
 		o.now = time.Now
 	}
 	if o.log == nil {
 		o.log = slog.New(slog.DiscardHandler)
 	}
-	if o.baseURL == "" {
-		o.baseURL = defaultBaseURL
+	o.baseURL = cmp.Or(o.baseURL, defaultBaseURL)
+	o.journalBytes = cmp.Or(o.journalBytes, maxJournalBytes)
+	o.writeTimeout = cmp.Or(o.writeTimeout, defaultConfig().writeTimeout)
+	if o.getenv == nil {
+		o.getenv = func(string) string { return "" }
 	}
+}
+
+// newServer builds the service of sb's tenants with the options o (each unset one its default).
+func newServer(sb *sandbox, o serverOptions) (*server, error) {
+	o.settle()
 	secret := []byte(o.cursorSecret)
 	if len(secret) == 0 {
 		secret = make([]byte, 32)
@@ -1256,12 +1279,6 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 	var c *cors
 	if o.corsOrigin != "" {
 		c = &cors{origin: o.corsOrigin}
-	}
-	if o.journalBytes == 0 {
-		o.journalBytes = maxJournalBytes
-	}
-	if o.writeTimeout == 0 {
-		o.writeTimeout = defaultConfig().writeTimeout
 	}
 	srv := &server{
 		cors:         c,
@@ -1283,10 +1300,10 @@ func newServer(sb *sandbox, o serverOptions) (*server, error) {
 		loopback:     o.loopback,
 		writeTimeout: o.writeTimeout,
 	}
-	srv.keys = keyFinder{dataset: sb.keys, sandboxes: srv.registry, wall: o.now}
-	if o.getenv == nil {
-		o.getenv = func(string) string { return "" }
+	if srv.reference, err = theReference(); err != nil {
+		return nil, fmt.Errorf("the reference: %w", err)
 	}
+	srv.keys = keyFinder{dataset: sb.keys, sandboxes: srv.registry, wall: o.now}
 	marks := bytes.Count(doc.marked, []byte(originMark))
 	srv.mcp, err = newMCPDoor(doorway{service: srv, knock: srv.knockMCP, document: srv.openAPI.forOrigin,
 		documentSize: func(origin string) int { return len(doc.marked) + marks*(len(origin)-len(originMark)) },
@@ -1327,6 +1344,11 @@ func (s *server) routes() []route {
 		{"POST /mcp", s.keyless(s.serveMCP)},       // the MCP door: its own checks
 		{"GET /healthz", s.keyless(s.serveHealth)}, // also outside the base URL, for probes that know none
 		{"GET /{$}", s.keyless(s.landingPage)},
+		{"GET /reference", s.keyless(s.serveReference)}, // the reference, for people and for agents
+		{"GET /reference.md", s.keyless(s.serveReferenceMarkdown)},
+		{"GET /llms.txt", s.keyless(s.serveLLMs)},
+		{"GET /README.md", s.keyless(s.servePage)},
+		{"GET /docs/{page}", s.keyless(s.servePage)},
 	}
 }
 
@@ -1349,8 +1371,8 @@ func (s *server) handler(extra ...route) http.Handler {
 		}
 	}
 	for _, path := range paths {
-		h := methodNotAllowed(allow[path], s.cors == nil && path != "/{$}")
-		if path != "/{$}" { // the page is no API: no CORS there
+		h := methodNotAllowed(allow[path], s.cors == nil && underTheAPI(path))
+		if underTheAPI(path) { // the pages are no API: no CORS there
 			h = s.cors.preflight(allow[path], path == "/mcp", h)
 		}
 		mux.Handle(path, s.serveRoute(path, h))
@@ -1613,7 +1635,11 @@ type cors struct {
 
 // applies reports whether an answer at path carries the CORS headers: under /v1 and
 // /healthz, not on the landing page nor on paths outside the API.
-func (c *cors) applies(path string) bool {
+func (c *cors) applies(path string) bool { return underTheAPI(path) }
+
+// underTheAPI reports whether path is the API's (under /v1, /healthz, the MCP door), not a
+// page for people (/, the reference and the pages it serves).
+func underTheAPI(path string) bool {
 	return path == "/healthz" || path == "/mcp" || path == "/v1" || strings.HasPrefix(path, "/v1/")
 }
 
@@ -3155,9 +3181,6 @@ type openAPIDoc struct {
 	marked []byte
 }
 
-// originMark stands for the serving origin in the prepared document.
-const originMark = "http://origin.invalid"
-
 func newOpenAPIDoc() (*openAPIDoc, error) {
 	var doc struct {
 		Servers []struct{ URL string }
@@ -3665,6 +3688,772 @@ func groupDigits(n int) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
+}
+
+// ===== landing: the reference, for people and for agents =====
+
+// The sandbox serves its own reference, made once at start from the tables the code keeps
+// (the document's operations and schemas, the error codes with the document's words for
+// them, the findings, the kit's catalogue, the exams' catalogue), so that nothing on it can
+// drift from what the sandbox does: GET /reference, one page whole with JavaScript off (a
+// small inline script adds search and a try-it form, and nothing else); GET /reference.md,
+// the same in Markdown, its anchors as headings; GET /llms.txt, an index for agents; and
+// GET /README.md and /docs/{page}.md, the pages the binary embeds. No request leaves the
+// machine: no CDN, font or script from elsewhere. Each is prepared once with originMark
+// where the serving origin stands, and each answer puts its own in.
+
+//go:embed reference.html
+var referenceHTML string
+
+// referencePages are the reference's answers, prepared once.
+type referencePages struct {
+	html, markdown, llms []byte
+}
+
+// The reference's content, as the page and the Markdown read it.
+type (
+	referenceData struct {
+		Origin     string
+		Groups     []refGroup
+		Schemas    []refSchema
+		Responses  []refResponseDef
+		Errors     []refError
+		Findings   []refFinding
+		Rules      []refRule
+		Exams      []refExam
+		Operations int
+	}
+	refGroup struct {
+		Tag, Description string
+		Ops              []refOp
+	}
+	refOp struct {
+		ID, Method, Path, Summary, Description, Scopes string
+		Keyless, NeedsSandboxKey                       bool
+		Params                                         []refParam
+		Body                                           *refBody
+		Responses                                      []refResponse
+		Samples                                        []refSample
+		Try                                            refTry
+	}
+	refParam struct {
+		Name, In, Type, Description, Example string
+		Required                             bool
+	}
+	refBody struct {
+		Schema   refType
+		Examples []refExample
+	}
+	refType struct {
+		Name string // a schema's name, linked; "" for an inline type
+		Text string // the type as written
+	}
+	refExample  struct{ Name, Summary, JSON string }
+	refResponse struct {
+		Status, Description, Ref string // Ref: a shared response's name, its schema and examples at #response-Ref
+		Types                    []refMedia
+	}
+	refMedia struct {
+		ContentType string
+		Schema      refType
+		Examples    []refExample
+	}
+	refResponseDef struct {
+		Name, Description string
+		Types             []refMedia
+	}
+	refSample struct{ Lang, Code string }
+	refTry    struct {
+		Path, Query, Headers []refParam // the fields of its form, each prefilled with its example
+		Body                 string
+	}
+	refSchema struct {
+		Name, Description, Type string
+		Props                   []refProp
+		Enum                    string
+	}
+	refProp struct {
+		Name, Description string
+		Type              refType
+		Required          bool
+	}
+	refError struct {
+		Code, Description string
+		Status            int
+	}
+	refFinding struct{ Code, Definition, Advice string }
+	refRule    struct{ ID, Level, Title, Spec string }
+	refExam    struct {
+		Name, Title, Task, Given string
+		Revision, Duration       int
+		Answer                   bool
+		Checks                   []examCheckRow
+	}
+	examCheckRow struct{ ID, Title string }
+)
+
+// jsonMembers are a JSON object's members in the order written, and their values.
+func jsonMembers(raw json.RawMessage) ([]string, map[string]json.RawMessage) {
+	values := map[string]json.RawMessage{}
+	if json.Unmarshal(raw, &values) != nil {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.Token()
+	var keys []string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			break
+		}
+		keys = append(keys, tok.(string))
+		var skip json.RawMessage
+		dec.Decode(&skip)
+	}
+	return keys, values
+}
+
+// refDoc is the document as the reference reads it: its top-level members, and its
+// components by kind and name, each parsed once.
+type refDoc struct {
+	top        map[string]json.RawMessage
+	components map[string]map[string]json.RawMessage
+	order      map[string][]string // each kind's names, in the document's order
+}
+
+func newRefDoc(document []byte) refDoc {
+	_, top := jsonMembers(document)
+	d := refDoc{top: top, components: map[string]map[string]json.RawMessage{}, order: map[string][]string{}}
+	kinds, comps := jsonMembers(top["components"])
+	for _, k := range kinds {
+		d.order[k], d.components[k] = jsonMembers(comps[k])
+	}
+	return d
+}
+
+// resolve follows a $ref, and returns the node and the name it was reached by ("" inline).
+func (d refDoc) resolve(node json.RawMessage) (json.RawMessage, string) {
+	var r struct {
+		Ref string `json:"$ref"`
+	}
+	if json.Unmarshal(node, &r) == nil && strings.HasPrefix(r.Ref, "#/components/") {
+		parts := strings.Split(strings.TrimPrefix(r.Ref, "#/components/"), "/")
+		if len(parts) == 2 {
+			return d.components[parts[0]][parts[1]], parts[1]
+		}
+	}
+	return node, ""
+}
+
+// textOf is a string member of a node.
+func textOf(node json.RawMessage, name string) string {
+	_, m := jsonMembers(node)
+	var s string
+	json.Unmarshal(m[name], &s)
+	return s
+}
+
+// compactJSON is a JSON value on one line, its members in their order.
+func compactJSON(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// typeOf writes a schema's type: a schema of the document by its name, else its type with
+// its items, enum or formats.
+func (d refDoc) typeOf(schema json.RawMessage) refType {
+	if node, name := d.resolve(schema); name != "" {
+		return refType{Name: name, Text: name}
+	} else {
+		schema = node
+	}
+	_, m := jsonMembers(schema)
+	var t any
+	json.Unmarshal(m["type"], &t)
+	var types []string
+	switch v := t.(type) {
+	case string:
+		types = []string{v}
+	case []any:
+		for _, x := range v {
+			types = append(types, fmt.Sprint(x))
+		}
+	}
+	if items, ok := m["items"]; ok {
+		inner := d.typeOf(items)
+		for i, x := range types {
+			if x == "array" {
+				types[i] = "array of " + inner.Text
+			}
+		}
+		if inner.Name != "" && len(types) == 1 {
+			return refType{Name: inner.Name, Text: types[0]}
+		}
+	}
+	if len(types) == 0 {
+		for _, k := range []string{"oneOf", "anyOf", "allOf"} {
+			var alts []json.RawMessage
+			if json.Unmarshal(m[k], &alts) == nil && len(alts) > 0 {
+				var names []string
+				for _, a := range alts {
+					names = append(names, d.typeOf(a).Text)
+				}
+				return refType{Text: strings.Join(names, " or ")}
+			}
+		}
+		types = []string{"any"}
+	}
+	s := strings.Join(types, " or ")
+	if enum, ok := m["enum"]; ok {
+		s += ", one of " + strings.Trim(compactJSON(enum), "[]")
+	}
+	return refType{Text: s}
+}
+
+// examplesOf are a media object's examples: its named ones, in order, or its one example.
+func examplesOf(media json.RawMessage) []refExample {
+	keys, m := jsonMembers(media)
+	var out []refExample
+	if ex, ok := m["example"]; ok {
+		out = append(out, refExample{Name: "example", JSON: compactJSON(ex)})
+	}
+	if slices.Contains(keys, "examples") {
+		names, exs := jsonMembers(m["examples"])
+		for _, n := range names {
+			_, e := jsonMembers(exs[n])
+			out = append(out, refExample{Name: n, Summary: textOf(exs[n], "summary"), JSON: compactJSON(e["value"])})
+		}
+	}
+	return out
+}
+
+// mediaOf are a response's or a body's media types, each with its schema and examples.
+func (d refDoc) mediaOf(node json.RawMessage) []refMedia {
+	types, content := jsonMembers(memberOf(node, "content"))
+	var out []refMedia
+	for _, ct := range types {
+		_, m := jsonMembers(content[ct])
+		out = append(out, refMedia{ContentType: ct, Schema: d.typeOf(m["schema"]), Examples: examplesOf(content[ct])})
+	}
+	return out
+}
+
+// memberOf is a member of node.
+func memberOf(node json.RawMessage, name string) json.RawMessage {
+	_, m := jsonMembers(node)
+	return m[name]
+}
+
+// theReference is the reference of the embedded document, prepared once for the process.
+var theReference = sync.OnceValues(func() (*referencePages, error) { return newReference(openAPIDocument) })
+
+// newReference prepares the reference from the document and the code's tables, with
+// originMark where the serving origin stands.
+func newReference(document []byte) (*referencePages, error) {
+	d := newRefDoc(document)
+	data := referenceData{Origin: originMark}
+	tags, err := d.operations(&data)
+	if err != nil {
+		return nil, err
+	}
+	data.Groups = tags
+	data.Schemas = d.schemas()
+	for _, n := range d.order["responses"] {
+		r := d.components["responses"][n]
+		data.Responses = append(data.Responses, refResponseDef{Name: n, Description: textOf(r, "description"), Types: d.mediaOf(r)})
+	}
+	data.Errors, data.Findings, data.Rules, data.Exams = d.errorRows(), findingRows(), kitRuleRows(), examRows()
+	page, err := template.New("reference").Parse(referenceHTML)
+	if err != nil {
+		return nil, err
+	}
+	var html bytes.Buffer
+	if err := page.Execute(&html, data); err != nil {
+		return nil, err
+	}
+	return &referencePages{html: html.Bytes(), markdown: referenceMarkdown(data), llms: llmsText(data)}, nil
+}
+
+// operations reads every operation of the document, grouped by its first tag in the order
+// the document lists its tags, each with its parameters, body, answers and samples.
+func (d refDoc) operations(data *referenceData) ([]refGroup, error) {
+	var tagList []struct{ Name, Description string }
+	json.Unmarshal(d.top["tags"], &tagList)
+	groups := make([]refGroup, len(tagList))
+	index := map[string]int{}
+	for i, t := range tagList {
+		groups[i] = refGroup{Tag: t.Name, Description: t.Description}
+		index[t.Name] = i
+	}
+	base := ""
+	var servers []struct{ URL string }
+	if json.Unmarshal(d.top["servers"], &servers) == nil && len(servers) > 0 {
+		if u, err := url.Parse(servers[0].URL); err == nil {
+			base = strings.TrimSuffix(u.Path, "/")
+		}
+	}
+	paths, items := jsonMembers(d.top["paths"])
+	for _, p := range paths {
+		methods, ops := jsonMembers(items[p])
+		for _, method := range methods {
+			op := d.operation(strings.ToUpper(method), base+p, ops[method])
+			var opTags []string
+			json.Unmarshal(memberOf(ops[method], "tags"), &opTags)
+			if len(opTags) == 0 {
+				return nil, fmt.Errorf("the operation %s has no tag", op.ID)
+			}
+			i, ok := index[opTags[0]]
+			if !ok {
+				return nil, fmt.Errorf("the operation %s's tag %s is not the document's", op.ID, opTags[0])
+			}
+			groups[i].Ops = append(groups[i].Ops, op)
+			data.Operations++
+		}
+	}
+	return groups, nil
+}
+
+// operation reads one operation.
+func (d refDoc) operation(method, path string, node json.RawMessage) refOp {
+	_, m := jsonMembers(node)
+	op := refOp{ID: textOf(node, "operationId"), Method: method, Path: path, Summary: textOf(node, "summary"), Description: textOf(node, "description")}
+	var security []map[string][]string
+	json.Unmarshal(m["security"], &security)
+	op.Keyless = m["security"] != nil && len(security) == 0
+	var scopes []string
+	json.Unmarshal(m["x-required-scopes"], &scopes)
+	op.Scopes = strings.Join(scopes, ", ")
+	json.Unmarshal(m["x-needs-sandbox-key"], &op.NeedsSandboxKey)
+	var params []json.RawMessage
+	json.Unmarshal(m["parameters"], &params)
+	for _, raw := range params {
+		p, _ := d.resolve(raw)
+		_, pm := jsonMembers(p)
+		var required bool
+		json.Unmarshal(pm["required"], &required)
+		example := ""
+		if ex, ok := pm["example"]; ok {
+			var s string
+			if json.Unmarshal(ex, &s) != nil {
+				s = compactJSON(ex)
+			}
+			example = s
+		}
+		op.Params = append(op.Params, refParam{Name: textOf(p, "name"), In: textOf(p, "in"), Type: d.typeOf(pm["schema"]).Text, Description: textOf(p, "description"), Example: example, Required: required})
+	}
+	if body, ok := m["requestBody"]; ok {
+		media := d.mediaOf(body)
+		if len(media) > 0 {
+			op.Body = &refBody{Schema: media[0].Schema, Examples: media[0].Examples}
+		}
+	}
+	statuses, responses := jsonMembers(m["responses"])
+	for _, status := range statuses {
+		node, ref := d.resolve(responses[status])
+		r := refResponse{Status: status, Description: textOf(node, "description"), Ref: ref}
+		if ref == "" {
+			r.Types = d.mediaOf(node)
+		}
+		op.Responses = append(op.Responses, r)
+	}
+	op.Samples, op.Try = samples(op)
+	return op
+}
+
+// schemas reads every schema of the document, each with its properties.
+func (d refDoc) schemas() []refSchema {
+	var out []refSchema
+	for _, n := range d.order["schemas"] {
+		s := d.components["schemas"][n]
+		_, m := jsonMembers(s)
+		rs := refSchema{Name: n, Description: textOf(s, "description"), Type: d.typeOf(s).Text}
+		var required []string
+		json.Unmarshal(m["required"], &required)
+		props, pm := jsonMembers(m["properties"])
+		for _, p := range props {
+			rs.Props = append(rs.Props, refProp{Name: p, Description: textOf(pm[p], "description"), Type: d.typeOf(pm[p]), Required: slices.Contains(required, p)})
+		}
+		out = append(out, rs)
+	}
+	return out
+}
+
+// errorRows are the error codes, in the document's order, each with its status from the
+// one table of them and the document's words for it.
+func (d refDoc) errorRows() []refError {
+	node := memberOf(memberOf(d.components["schemas"]["Problem"], "properties"), "code")
+	var enum []string
+	json.Unmarshal(memberOf(node, "enum"), &enum)
+	var words map[string]string
+	json.Unmarshal(memberOf(node, "x-enumDescriptions"), &words)
+	var out []refError
+	for _, c := range enum {
+		status := codeStatus[code(c)]
+		out = append(out, refError{Code: c, Status: status, Description: strings.TrimPrefix(words[c], strconv.Itoa(status)+": ")})
+	}
+	return out
+}
+
+// findingRows are the findings, from their one table.
+func findingRows() []refFinding {
+	var out []refFinding
+	for _, k := range findingKinds {
+		out = append(out, refFinding{Code: k.code, Definition: k.definition, Advice: k.advice})
+	}
+	return out
+}
+
+// examRows are the exams, from their catalogue.
+func examRows() []refExam {
+	var out []refExam
+	for _, e := range examCatalogue {
+		x := refExam{Name: e.name, Title: e.title, Task: e.task, Given: e.given, Revision: e.revision, Duration: int(examDuration / time.Second), Answer: e.answer != ""}
+		for _, c := range e.checks {
+			x.Checks = append(x.Checks, examCheckRow{c.id, c.title})
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// sampleRequest is an operation's example request: its target at originMark, its headers
+// (the key written as $SANDBOX_KEY), its body (a write's first example), and its try-it form.
+type sampleRequest struct {
+	method, target, body string
+	headers              [][2]string
+}
+
+// samples are an operation's request in curl, Go (net/http), JavaScript (fetch) and Python
+// (urllib.request), the key written as $SANDBOX_KEY, its parameters their examples (the
+// path's, and the required query's), a write's body its first example; and its try-it form.
+func samples(op refOp) ([]refSample, refTry) {
+	req, try := exampleRequest(op)
+	return []refSample{{"curl", req.curl()}, {"Go", req.goCode()}, {"JavaScript", req.js()}, {"Python", req.python()}}, try
+}
+
+// exampleRequest is the operation's example request, and its try-it form.
+func exampleRequest(op refOp) (sampleRequest, refTry) {
+	path, query := op.Path, url.Values{}
+	req := sampleRequest{method: op.Method}
+	var try refTry
+	if !op.Keyless {
+		req.headers = append(req.headers, [2]string{"Authorization", "Bearer $SANDBOX_KEY"})
+	}
+	for _, p := range op.Params {
+		switch p.In {
+		case "path":
+			path = strings.ReplaceAll(path, "{"+p.Name+"}", url.PathEscape(p.Example))
+			try.Path = append(try.Path, p)
+		case "query":
+			if p.Required {
+				query.Set(p.Name, p.Example)
+			}
+			try.Query = append(try.Query, p)
+		case "header":
+			if p.Required {
+				req.headers = append(req.headers, [2]string{p.Name, p.Example})
+			}
+			try.Headers = append(try.Headers, p)
+		}
+	}
+	req.target = originMark + path
+	if len(query) > 0 {
+		req.target += "?" + query.Encode()
+	}
+	if op.Body != nil && len(op.Body.Examples) > 0 {
+		req.body = op.Body.Examples[0].JSON
+		req.headers = append(req.headers, [2]string{"Content-Type", "application/json"})
+		try.Body = req.body
+	}
+	return req, try
+}
+
+// keyed reports whether a header's value is the key's.
+func keyed(h [2]string) bool { return strings.Contains(h[1], "$SANDBOX_KEY") }
+
+func (req sampleRequest) curl() string {
+	var b strings.Builder
+	b.WriteString("curl -s")
+	switch req.method {
+	case http.MethodHead:
+		b.WriteString(" -I")
+	case http.MethodGet:
+	default:
+		b.WriteString(" -X " + req.method)
+	}
+	b.WriteString(" " + shellQuote(req.target))
+	for _, h := range req.headers {
+		v := shellQuote(h[0] + ": " + h[1])
+		if keyed(h) {
+			v = `"` + h[0] + ": " + h[1] + `"`
+		}
+		b.WriteString(" \\\n  -H " + v)
+	}
+	if req.body != "" {
+		b.WriteString(" \\\n  -d " + shellQuote(req.body))
+	}
+	return b.String()
+}
+
+func (req sampleRequest) goCode() string {
+	var b strings.Builder
+	reader := "nil"
+	if req.body != "" {
+		reader = "strings.NewReader(" + goString(req.body) + ")"
+	}
+	fmt.Fprintf(&b, "req, err := http.NewRequest(%q, %q, %s)\nif err != nil {\n\treturn err\n}\n", req.method, req.target, reader)
+	for _, h := range req.headers {
+		if keyed(h) {
+			fmt.Fprintf(&b, "req.Header.Set(%q, \"Bearer \"+os.Getenv(\"SANDBOX_KEY\"))\n", h[0])
+		} else {
+			fmt.Fprintf(&b, "req.Header.Set(%q, %q)\n", h[0], h[1])
+		}
+	}
+	b.WriteString("res, err := http.DefaultClient.Do(req)\nif err != nil {\n\treturn err\n}\ndefer res.Body.Close()\nanswer, err := io.ReadAll(res.Body)\nfmt.Println(res.Status, string(answer))\nreturn err")
+	return b.String()
+}
+
+// headerEntries are the request's headers as "name": value entries of a JavaScript object or
+// a Python dict, the key's value written as key.
+func (req sampleRequest) headerEntries(key string) []string {
+	var entries []string
+	for _, h := range req.headers {
+		value := strconv.Quote(h[1])
+		if keyed(h) {
+			value = key
+		}
+		entries = append(entries, strconv.Quote(h[0])+": "+value)
+	}
+	return entries
+}
+
+func (req sampleRequest) js() string {
+	var b strings.Builder
+	headers := req.headerEntries("`Bearer ${process.env.SANDBOX_KEY}`")
+	fmt.Fprintf(&b, "const res = await fetch(%q, {\n  method: %q,\n  headers: {%s},\n", req.target, req.method, strings.Join(headers, ", "))
+	if req.body != "" {
+		fmt.Fprintf(&b, "  body: %s,\n", jsString(req.body))
+	}
+	b.WriteString("});\nconsole.log(res.status, await res.text());")
+	return b.String()
+}
+
+func (req sampleRequest) python() string {
+	headers := req.headerEntries(`"Bearer " + os.environ["SANDBOX_KEY"]`)
+	data := ""
+	if req.body != "" {
+		data = ", data=" + pyBytes(req.body)
+	}
+	return fmt.Sprintf("import os, urllib.error, urllib.request\n\nreq = urllib.request.Request(%q, method=%q%s, headers={%s})\n", req.target, req.method, data, strings.Join(headers, ", ")) +
+		"try:\n    res = urllib.request.urlopen(req)\nexcept urllib.error.HTTPError as err:  # 4xx and 5xx: the problem\n    res = err\nprint(res.status, res.read().decode())"
+}
+
+// goString is s as a Go string literal: raw when it can be.
+func goString(s string) string {
+	if !strings.Contains(s, "`") {
+		return "`" + s + "`"
+	}
+	return strconv.Quote(s)
+}
+
+// jsString is s as a JavaScript string literal.
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// pyBytes is s as a Python bytes literal (UTF-8, escaped).
+func pyBytes(s string) string {
+	var b strings.Builder
+	b.WriteString("b'")
+	for _, c := range []byte(s) {
+		switch {
+		case c == '\'' || c == '\\':
+			b.WriteString(`\` + string(c))
+		case c < 0x20 || c >= 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String() + "'"
+}
+
+// referenceMarkdown is the reference in Markdown, each anchor a heading.
+func referenceMarkdown(d referenceData) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# The Shipping API sandbox's reference\n\nEvery operation of %s/v1 (the OpenAPI document: %s/v1/openapi.json), every schema, every error code, the findings, the conformance rules and the exams. Each heading is an anchor of %s/reference. Send a test key as `Authorization: Bearer $SANDBOX_KEY`.\n", originMark, originMark, originMark)
+	b.WriteString("\n## Operations\n")
+	for _, g := range d.Groups {
+		fmt.Fprintf(&b, "\n### %s\n\n%s\n", g.Tag, g.Description)
+		for _, op := range g.Ops {
+			mdOperation(&b, op)
+		}
+	}
+	b.WriteString("\n## Shared answers\n")
+	for _, r := range d.Responses {
+		fmt.Fprintf(&b, "\n### response-%s\n\n%s\n", r.Name, r.Description)
+		mdMedia(&b, r.Types, "")
+	}
+	b.WriteString("\n## Schemas\n")
+	for _, s := range d.Schemas {
+		fmt.Fprintf(&b, "\n### schema-%s\n\n%s: %s\n", s.Name, s.Type, s.Description)
+		if len(s.Props) > 0 {
+			b.WriteString("\n| Member | Type | Required | Description |\n|---|---|---|---|\n")
+			for _, p := range s.Props {
+				fmt.Fprintf(&b, "| `%s` | %s | %v | %s |\n", p.Name, mdType(p.Type), p.Required, mdCell(p.Description))
+			}
+		}
+	}
+	b.WriteString("\n## Error codes\n\nEvery error is an RFC 9457 problem (`application/problem+json`) with its `code`.\n")
+	for _, e := range d.Errors {
+		fmt.Fprintf(&b, "\n### error-%s\n\n%d: %s\n", e.Code, e.Status, e.Description)
+	}
+	b.WriteString("\n## Findings\n\nWhat GET /v1/test_helpers/findings finds in the journal.\n")
+	for _, f := range d.Findings {
+		fmt.Fprintf(&b, "\n### finding-%s\n\n%s. What to do: %s.\n", f.Code, f.Definition, f.Advice)
+	}
+	b.WriteString("\n## Conformance rules\n\nWhat `go run . check` judges a server by.\n")
+	for _, r := range d.Rules {
+		fmt.Fprintf(&b, "\n### rule-%s\n\n%s (%s). %s\n", r.ID, r.Title, r.Level, r.Spec)
+	}
+	b.WriteString("\n## Exams\n\nScenarios that grade an integration: POST /v1/test_helpers/exams.\n")
+	for _, x := range d.Exams {
+		fmt.Fprintf(&b, "\n### exam-%s\n\n%s (revision %d, %d s). Task: %s Given: `%s`.\n\n| Check | What it holds |\n|---|---|\n", x.Name, x.Title, x.Revision, x.Duration, x.Task, x.Given)
+		for _, c := range x.Checks {
+			fmt.Fprintf(&b, "| `%s` | %s |\n", c.ID, mdCell(c.Title))
+		}
+	}
+	return []byte(b.String())
+}
+
+// mdOperation writes one operation in Markdown.
+func mdOperation(b *strings.Builder, op refOp) {
+	fmt.Fprintf(b, "\n#### op-%s\n\n`%s %s`: %s\n\n%s\n", op.ID, op.Method, op.Path, op.Summary, op.Description)
+	switch {
+	case op.Keyless:
+		b.WriteString("\nNo key.\n")
+	case op.Scopes != "":
+		fmt.Fprintf(b, "\nScope: %s.\n", op.Scopes)
+	}
+	if len(op.Params) > 0 {
+		b.WriteString("\n| Parameter | In | Type | Required | Example | Description |\n|---|---|---|---|---|---|\n")
+		for _, p := range op.Params {
+			fmt.Fprintf(b, "| `%s` | %s | %s | %v | `%s` | %s |\n", p.Name, p.In, mdCell(p.Type), p.Required, mdCell(p.Example), mdCell(p.Description))
+		}
+	}
+	if op.Body != nil {
+		fmt.Fprintf(b, "\nBody: %s.\n", mdType(op.Body.Schema))
+		for _, ex := range op.Body.Examples {
+			fmt.Fprintf(b, "\nExample `%s`%s:\n\n```json\n%s\n```\n", ex.Name, mdSummary(ex.Summary), ex.JSON)
+		}
+	}
+	b.WriteString("\nAnswers:\n\n")
+	for _, r := range op.Responses {
+		if r.Ref != "" {
+			fmt.Fprintf(b, "- %s: [%s](#response-%s). %s\n", r.Status, r.Ref, r.Ref, r.Description)
+			continue
+		}
+		fmt.Fprintf(b, "- %s: %s\n", r.Status, r.Description)
+		mdMedia(b, r.Types, "  ")
+	}
+	for _, s := range op.Samples {
+		fmt.Fprintf(b, "\n%s:\n\n```%s\n%s\n```\n", s.Lang, map[string]string{"curl": "sh", "Go": "go", "JavaScript": "js", "Python": "python"}[s.Lang], s.Code)
+	}
+}
+
+func mdMedia(b *strings.Builder, types []refMedia, indent string) {
+	for _, m := range types {
+		fmt.Fprintf(b, "%s- `%s`: %s\n", indent, m.ContentType, mdType(m.Schema))
+		for _, ex := range m.Examples {
+			fmt.Fprintf(b, "%s  - example `%s`%s: `%s`\n", indent, ex.Name, mdSummary(ex.Summary), strings.ReplaceAll(ex.JSON, "`", "'"))
+		}
+	}
+}
+
+func mdType(t refType) string {
+	if t.Name != "" {
+		return "[" + t.Text + "](#schema-" + t.Name + ")"
+	}
+	return mdCell(t.Text)
+}
+
+func mdSummary(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
+}
+
+// mdCell is text fit for a Markdown table's cell: one line, its bars escaped.
+func mdCell(s string) string {
+	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
+}
+
+// llmsText is /llms.txt: what the sandbox is, its base URL, the first three calls, and links
+// to the Markdown reference, the document and every page.
+func llmsText(d referenceData) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Shipping API sandbox (v1, developer preview)\n\n> The local sandbox of the Shipment Tracking and Imported Orders API: tracking reads (by shipment id or tracking number) and imported-order reads (a paged, filtered list, and one by id), rule for rule and error for error as specified, with test helpers (a sandbox clock, sandboxes on demand, a journal and its findings, exams that grade an integration). No carrier or marketplace is called.\n\n")
+	fmt.Fprintf(&b, "Base URL: %s/v1. Send a test key as `Authorization: Bearer <key>`; the sandbox prints its keys when it starts (`sk_test_sandbox_all` has both scopes in the default dataset). %d operations; every answer is JSON, every error an RFC 9457 problem with a `code`.\n\n", originMark, d.Operations)
+	b.WriteString("## First calls\n\n")
+	fmt.Fprintf(&b, "1. `curl -H \"Authorization: Bearer $SANDBOX_KEY\" %s/v1/orders`: a page of imported orders, newest first; `pagination.next_cursor` pages on.\n", originMark)
+	fmt.Fprintf(&b, "2. `curl -H \"Authorization: Bearer $SANDBOX_KEY\" %s/v1/orders/ord_sbx_0001`: one order (the default dataset's).\n", originMark)
+	fmt.Fprintf(&b, "3. `curl -H \"Authorization: Bearer $SANDBOX_KEY\" %s/v1/shipments/shp_sbx_spring/tracking`: a shipment's tracking view, by its id.\n\n", originMark)
+	b.WriteString("## Reference\n\n")
+	fmt.Fprintf(&b, "- [The reference in Markdown](%s/reference.md): every operation with its parameters, answers, examples and a request in curl, Go, JavaScript and Python; every schema, error code, finding, conformance rule and exam\n", originMark)
+	fmt.Fprintf(&b, "- [The OpenAPI 3.1 document](%s/v1/openapi.json)\n", originMark)
+	fmt.Fprintf(&b, "- [The reference page](%s/reference): the same, for a browser\n\n## Docs\n\n", originMark)
+	pages, _ := fs.Glob(embeddedPages, "docs/*.md")
+	for _, name := range append([]string{"README.md"}, pages...) {
+		text, _ := embeddedPages.ReadFile(name)
+		heading, _, _ := strings.Cut(string(text), "\n")
+		fmt.Fprintf(&b, "- [%s](%s/%s): %s\n", name, originMark, name, strings.TrimPrefix(heading, "# "))
+	}
+	b.WriteString("\n## Optional\n\n")
+	fmt.Fprintf(&b, "- [MCP](%s/docs/mcp.md): the same sandbox as tools, at POST %s/mcp or `go run . mcp` over stdio\n", originMark, originMark)
+	return []byte(b.String())
+}
+
+// The reference's routes, keyless and never journaled, as / is.
+
+// serveReference answers GET /reference: the page.
+func (s *server) serveReference(w http.ResponseWriter, r *http.Request, c *call) {
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:; form-action 'none'; base-uri 'none'; frame-ancestors 'self'")
+	s.serveMarked(w, r, "text/html; charset=utf-8", s.reference.html)
+}
+
+// serveReferenceMarkdown answers GET /reference.md.
+func (s *server) serveReferenceMarkdown(w http.ResponseWriter, r *http.Request, c *call) {
+	s.serveMarked(w, r, "text/markdown; charset=utf-8", s.reference.markdown)
+}
+
+// serveLLMs answers GET /llms.txt.
+func (s *server) serveLLMs(w http.ResponseWriter, r *http.Request, c *call) {
+	s.serveMarked(w, r, "text/plain; charset=utf-8", s.reference.llms)
+}
+
+// serveMarked answers a prepared answer with the request's origin where originMark stands.
+func (s *server) serveMarked(w http.ResponseWriter, r *http.Request, contentType string, marked []byte) {
+	writeBody(w, http.StatusOK, contentType, bytes.ReplaceAll(marked, []byte(originMark), []byte(originOf(r, s.origin))))
+}
+
+// servePage answers GET /README.md and /docs/{page}.md: an embedded page, as the MCP
+// resources serve it; any other name is 404.
+func (s *server) servePage(w http.ResponseWriter, r *http.Request, c *call) {
+	name := "README.md"
+	if page := r.PathValue("page"); page != "" {
+		name = "docs/" + page
+	}
+	text, err := embeddedPages.ReadFile(name)
+	if err != nil || !strings.HasSuffix(name, ".md") || strings.Contains(strings.TrimPrefix(name, "docs/"), "/") {
+		s.routeNotFound(w, r, c)
+		return
+	}
+	writeBody(w, http.StatusOK, "text/markdown; charset=utf-8", text)
 }
 
 // ===== mcp: POST /mcp, who may knock, and the envelope =====
@@ -4982,11 +5771,6 @@ func loopbackOriginOf(base string) string {
 
 // ===== mcp: the resources =====
 
-// The pages an agent may read, embedded so that the binary (and the image) holds them.
-//
-//go:embed README.md docs/*.md
-var mcpPages embed.FS
-
 // mcpResource is a resource of the door: the document (served as GET /v1/openapi.json
 // serves it, its servers at the origin the request named), the README or a docs page.
 type mcpResource struct {
@@ -4997,12 +5781,12 @@ type mcpResource struct {
 // mcpResources are the door's resources: the document, the README, every docs page.
 func mcpResources() ([]mcpResource, error) {
 	list := []mcpResource{{uri: "sandbox:///openapi.json", name: "openapi.json", title: "The API's OpenAPI 3.1 document", mimeType: jsonContentType}}
-	pages, err := fs.Glob(mcpPages, "docs/*.md")
+	pages, err := fs.Glob(embeddedPages, "docs/*.md")
 	if err != nil {
 		return nil, err
 	}
 	for _, name := range append([]string{"README.md"}, pages...) {
-		text, err := mcpPages.ReadFile(name)
+		text, err := embeddedPages.ReadFile(name)
 		if err != nil {
 			return nil, err
 		}
@@ -7365,6 +8149,16 @@ func rulesNamed(name string) []*kitRule {
 		}
 	}
 	return named
+}
+
+// kitRuleRows are the catalogue's rules as the reference lists them: the kit's door for the
+// page, which reads the catalogue and never runs it.
+func kitRuleRows() []refRule {
+	var out []refRule
+	for _, r := range kitRules {
+		out = append(out, refRule{ID: r.id, Level: string(r.level), Title: r.title, Spec: r.spec})
+	}
+	return out
 }
 
 // The spec's sentences the rules rest on, where several rules quote one.

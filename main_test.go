@@ -16,6 +16,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"html"
 	"io"
 	"log/slog"
 	"maps"
@@ -390,7 +391,7 @@ func checkResponse(t testing.TB, r *http.Request, rep reply) {
 		if p.Type != "about:blank" || p.Status != rep.status || p.Title != rfc9110Titles[rep.status] || p.RequestID != id || p.Detail == "" || p.Code == "" {
 			t.Errorf("%s %s: problem %+v does not match status %d and Request-Id %s", r.Method, r.URL, p, rep.status, id)
 		}
-	} else if ct := rep.header.Get("Content-Type"); ct != "application/json" && !(r.URL.Path == "/" && ct == "text/html; charset=utf-8") && !(rep.status == http.StatusNoContent && ct == "") &&
+	} else if ct := rep.header.Get("Content-Type"); ct != "application/json" && !(!underTheAPI(r.URL.Path) && pageTypes[ct]) && !(rep.status == http.StatusNoContent && ct == "") &&
 		!(r.URL.Query().Get("format") == "junit" && ct == "application/xml; charset=utf-8") {
 		t.Errorf("%s %s: Content-Type = %q, want application/json", r.Method, r.URL, ct)
 	}
@@ -398,6 +399,9 @@ func checkResponse(t testing.TB, r *http.Request, rep reply) {
 		t.Errorf("%s %s answered %d, which the OpenAPI document does not allow: %v\nbody: %s", r.Method, r.URL, rep.status, err, rep.body)
 	}
 }
+
+// pageTypes are the types of the pages for people: /, the reference, its Markdown, llms.txt.
+var pageTypes = map[string]bool{"text/html; charset=utf-8": true, "text/markdown; charset=utf-8": true, "text/plain; charset=utf-8": true}
 
 // rfc9110Titles are the reason phrases of RFC 9110 (429: RFC 6585) that problem titles are.
 var rfc9110Titles = map[int]string{
@@ -551,8 +555,8 @@ func (d *openAPI) response(r *http.Request, status int) (map[string]any, error) 
 
 // checkResponse validates a response's body and headers against the document.
 func (d *openAPI) checkResponse(r *http.Request, rep reply) error {
-	if r.URL.Path == "/" || r.URL.Path == "/mcp" {
-		return nil // a page for people, and the MCP door: the document describes neither
+	if !underTheAPI(r.URL.Path) || r.URL.Path == "/mcp" {
+		return nil // a page for people (/, the reference and its pages), and the MCP door: the document describes neither
 	}
 	resp, err := d.response(r, rep.status)
 	if err != nil {
@@ -13255,6 +13259,354 @@ func FuzzParseInstant(f *testing.F) {
 			}
 		}
 	})
+}
+
+// ===== main.go, landing: the reference, for people and for agents =====
+
+// referenceLinks are the targets of a page's links (href and src), in order.
+func referenceLinks(page string) []string {
+	var out []string
+	for _, m := range regexp.MustCompile(`(?:href|src)="([^"]*)"`).FindAllStringSubmatch(page, -1) {
+		out = append(out, html.UnescapeString(m[1]))
+	}
+	return out
+}
+
+// TestReference: GET /reference is one page, whole without a script: a section for every
+// operation of the document, every schema, every shared answer, every error code of the
+// table, every finding, every conformance rule and every exam, each at its anchor; every link
+// within the page names an id of it, every other link a route that answers 200 at the
+// origin the request named; nothing is loaded from elsewhere; at most 512 KiB; keyless,
+// never journaled; HEAD as GET, other methods 405.
+func TestReference(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	rep := e.get(t, "/reference", "")
+	page := string(rep.body)
+	if rep.status != 200 || rep.header.Get("Content-Type") != "text/html; charset=utf-8" || len(rep.body) > 512<<10 ||
+		!strings.Contains(rep.header.Get("Content-Security-Policy"), "default-src 'none'") || !strings.Contains(rep.header.Get("Content-Security-Policy"), "connect-src 'self'") {
+		t.Fatalf("%d %v, %d bytes", rep.status, rep.header, len(rep.body))
+	}
+	ids := map[string]bool{}
+	for _, m := range regexp.MustCompile(` id="([^"]+)"`).FindAllStringSubmatch(page, -1) {
+		if ids[m[1]] {
+			t.Errorf("the id %s is given twice", m[1])
+		}
+		ids[m[1]] = true
+	}
+	want := []string{"op-getOrder", "schema-TrackingView", "error-invalid_cursor", "finding-missed_import", "rule-tracking.dedup", "exam-order-sync"}
+	doc := theOpenAPI(t)
+	for _, p := range doc.paths {
+		for _, op := range p.item {
+			want = append(want, "op-"+fmt.Sprint(asMap(op)["operationId"]))
+		}
+	}
+	for name := range asMap(asMap(doc.root["components"])["schemas"]) {
+		want = append(want, "schema-"+name)
+	}
+	for name := range asMap(asMap(doc.root["components"])["responses"]) {
+		want = append(want, "response-"+name)
+	}
+	for c := range codeStatus {
+		want = append(want, "error-"+string(c))
+	}
+	for _, k := range findingKinds {
+		want = append(want, "finding-"+k.code)
+	}
+	for _, r := range kitRules {
+		want = append(want, "rule-"+r.id)
+	}
+	for _, x := range examCatalogue {
+		want = append(want, "exam-"+x.name)
+	}
+	for _, id := range want {
+		if !ids[id] {
+			t.Errorf("no #%s", id)
+		}
+	}
+	if len(want) < 150 {
+		t.Errorf("only %d anchors checked", len(want))
+	}
+	checked := 0
+	for _, link := range referenceLinks(page) {
+		switch {
+		case strings.HasPrefix(link, "#"):
+			if !ids[strings.TrimPrefix(link, "#")] {
+				t.Errorf("the link %s names no id of the page", link)
+			}
+		case strings.HasPrefix(link, "http://127.0.0.1:8080/"):
+			if r := e.get(t, strings.TrimPrefix(link, "http://127.0.0.1:8080"), ""); r.status != 200 {
+				t.Errorf("the link %s answers %d", link, r.status)
+			}
+		case link == "data:,": // the page's icon: none
+		default:
+			t.Errorf("the link %s leaves the sandbox", link)
+		}
+		checked++
+	}
+	if checked < 300 || regexp.MustCompile(`(?i)<(script|link|img|iframe)[^>]+(src|href)="(https?:)?//`).MatchString(page) || strings.Contains(page, "@import") {
+		t.Errorf("%d links checked; something is loaded from elsewhere", checked)
+	}
+	// Whole without a script: the script only unhides the search box and the try-it forms.
+	noScript := regexp.MustCompile(`(?s)<script>.*</script>`).ReplaceAllString(page, "")
+	for _, s := range []string{`<section id="op-getOrder"`, "curl -s", "req, err := http.NewRequest", "await fetch(", "urllib.request.Request(", `"Authorization: Bearer $SANDBOX_KEY"`} {
+		if !strings.Contains(noScript, html.EscapeString(s)) && !strings.Contains(noScript, s) {
+			t.Errorf("the page without its script lacks %q", s)
+		}
+	}
+	if strings.Count(page, `<form class="try"`) != countOps(doc) || strings.Count(page, "hidden>") < countOps(doc) {
+		t.Errorf("%d try-it forms, want one hidden form an operation (%d)", strings.Count(page, `<form class="try"`), countOps(doc))
+	}
+	// The origin the request named, in every link and sample.
+	named := newRequest(http.MethodGet, "/reference", "")
+	named.Host = "localhost:9999"
+	if other := e.do(t, named); !strings.Contains(string(other.body), "http://localhost:9999/v1/orders/ord_sbx_0001") || strings.Contains(string(other.body), originMark) {
+		t.Error("the page does not name the origin of its request")
+	}
+	// Keyless and never journaled; HEAD as GET; other methods 405.
+	if j := e.journalOf(t, "sk_test_sandbox_all", ""); len(j.Data) != 0 {
+		t.Errorf("the reference's reads were journaled: %v", j.Data)
+	}
+	for _, path := range []string{"/reference", "/reference.md", "/llms.txt", "/README.md", "/docs/api.md"} {
+		get, head := e.get(t, path, ""), e.do(t, newRequest(http.MethodHead, path, ""))
+		if head.status != 200 || head.header.Get("Content-Length") != get.header.Get("Content-Length") || head.header.Get("Content-Type") != get.header.Get("Content-Type") {
+			t.Errorf("HEAD %s: %d %v", path, head.status, head.header)
+		}
+		post := e.do(t, newRequest(http.MethodPost, path, "sk_test_sandbox_all"))
+		wantProblem(t, post, 405, "method_not_allowed", "")
+		if post.header.Get("Allow") != "GET, HEAD" {
+			t.Errorf("POST %s: Allow %q", path, post.header.Get("Allow"))
+		}
+	}
+}
+
+// countOps counts the document's operations.
+func countOps(doc *openAPI) int {
+	n := 0
+	for _, p := range doc.paths {
+		n += len(p.item)
+	}
+	return n
+}
+
+// TestReferenceForAgents: /reference.md is the page in Markdown, every anchor a heading;
+// /llms.txt says what the sandbox is, its base URL and three first calls, and every link of
+// it answers 200; /README.md and /docs/{page}.md are the embedded pages, byte for byte, and
+// no other name is served.
+func TestReferenceForAgents(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	md := e.get(t, "/reference.md", "")
+	headings := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^#{2,4} (\S+)`).FindAllStringSubmatch(string(md.body), -1) {
+		headings[m[1]] = true
+	}
+	page := string(e.get(t, "/reference", "").body)
+	anchors := 0
+	for _, m := range regexp.MustCompile(` id="((?:op|schema|response|error|finding|rule|exam)-[^"]+)"`).FindAllStringSubmatch(page, -1) {
+		anchors++
+		if !headings[m[1]] {
+			t.Errorf("/reference.md has no heading %s", m[1])
+		}
+	}
+	if md.status != 200 || md.header.Get("Content-Type") != "text/markdown; charset=utf-8" || anchors < 150 {
+		t.Errorf("/reference.md: %d %q, %d anchors", md.status, md.header.Get("Content-Type"), anchors)
+	}
+	llms := e.get(t, "/llms.txt", "")
+	text := string(llms.body)
+	if llms.status != 200 || llms.header.Get("Content-Type") != "text/plain; charset=utf-8" || !strings.HasPrefix(text, "# Shipping API sandbox") ||
+		!strings.Contains(text, "Base URL: http://127.0.0.1:8080/v1.") || strings.Count(text, "\n1. `curl")+strings.Count(text, "\n2. `curl")+strings.Count(text, "\n3. `curl") != 3 {
+		t.Errorf("/llms.txt: %d\n%s", llms.status, text)
+	}
+	links := regexp.MustCompile(`\]\((http://127\.0\.0\.1:8080[^)]*)\)`).FindAllStringSubmatch(text, -1)
+	pages, _ := filepath.Glob("docs/*.md")
+	if len(links) != len(pages)+5 {
+		t.Errorf("/llms.txt links %d pages, want the reference, the document, the page, the README, MCP and every docs page (%d)", len(links), len(pages)+5)
+	}
+	for _, l := range links {
+		if r := e.get(t, strings.TrimPrefix(l[1], "http://127.0.0.1:8080"), ""); r.status != 200 {
+			t.Errorf("/llms.txt's link %s answers %d", l[1], r.status)
+		}
+	}
+	for _, name := range append([]string{"README.md"}, pages...) {
+		want, _ := os.ReadFile(name)
+		if got := e.get(t, "/"+name, ""); got.status != 200 || !bytes.Equal(got.body, want) || got.header.Get("Content-Type") != "text/markdown; charset=utf-8" {
+			t.Errorf("/%s: %d, %d bytes, want the file's %d", name, got.status, len(got.body), len(want))
+		}
+	}
+	for _, path := range []string{"/docs/nope.md", "/docs/api", "/docs/", "/docs/..%2fmain.go", "/docs/%2e%2e/go.mod", "/main.go", "/reference.html", "/LLMS.txt"} {
+		if r := e.get(t, path, ""); r.status != 404 {
+			t.Errorf("%s: %d, want 404", path, r.status)
+		}
+	}
+}
+
+// TestReferenceSamples: each operation's samples name its method and its example request;
+// the curl of every GET a dataset's key may make answers 200 as written, with SANDBOX_KEY set;
+// and the Go samples compile, each the body of a function.
+func TestReferenceSamples(t *testing.T) {
+	t.Parallel()
+	needTools(t, "bash", "curl", "go")
+	e := newEnv(t, envOptions{rate: -1, quiet: true})
+	ts := httptest.NewServer(e.h)
+	defer ts.Close()
+	ref, err := theReference()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := referenceData{}
+	d := newRefDoc(openAPIDocument)
+	groups, err := d.operations(&data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var goFile strings.Builder
+	goFile.WriteString("package samples\n\nimport (\n\t\"fmt\"\n\t\"io\"\n\t\"net/http\"\n\t\"os\"\n\t\"strings\"\n)\n\nvar _ = strings.NewReader\nvar _ = os.Getenv\n")
+	ran := 0
+	for _, g := range groups {
+		for i, op := range g.Ops {
+			if len(op.Samples) != 4 || !bytes.Contains(ref.html, []byte(`id="op-`+op.ID+`"`)) {
+				t.Fatalf("%s: %d samples", op.ID, len(op.Samples))
+			}
+			fmt.Fprintf(&goFile, "\nfunc %s%d() error {\n%s\n}\n", op.ID, i, op.Samples[1].Code)
+			curl := op.Samples[0].Code
+			if op.Method != http.MethodGet || op.NeedsSandboxKey || strings.Contains(op.Path, "exams/{id}") {
+				continue
+			}
+			sh := exec.Command("bash", "-c", strings.ReplaceAll(curl, originMark, ts.URL)+" -o /dev/null -w '%{http_code}'")
+			sh.Env = append(os.Environ(), "SANDBOX_KEY=sk_test_sandbox_all")
+			if out, err := sh.Output(); err != nil || string(out) != "200" {
+				t.Errorf("%s's curl answers %s (%v):\n%s", op.ID, out, err, curl)
+			}
+			ran++
+		}
+	}
+	if ran < 10 {
+		t.Errorf("only %d curls run", ran)
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module samples\n\ngo 1.22\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "samples.go"), []byte(goFile.String()), 0o644)
+	vet := exec.Command("go", "vet", ".")
+	vet.Dir = dir
+	vet.Env = append(os.Environ(), "GOFLAGS=", "GOTOOLCHAIN=local")
+	if out, err := vet.CombinedOutput(); err != nil {
+		t.Errorf("the Go samples do not compile: %v\n%s", err, out)
+	}
+}
+
+// chromiumsOwn are the hosts of the services Chromium calls by itself (its updates, its
+// account and autofill services), whatever page it opens.
+var chromiumsOwn = map[string]bool{"clients2.google.com": true, "update.googleapis.com": true, "accounts.google.com": true, "content-autofill.googleapis.com": true,
+	"optimizationguide-pa.googleapis.com": true, "redirector.gvt1.com": true, "safebrowsingohttpgateway.googleapis.com": true, "www.google.com": true}
+
+// TestReferenceInABrowser: headless Chromium loads /reference through a proxy that records
+// every request it makes (loopback included), types a key into the page's try-it form of
+// GET /v1/orders and sends it: the form shows the 200 with its headers and its journal entry,
+// and no request went anywhere but the sandbox. CI installs Chromium; elsewhere the test
+// skips without it.
+func TestReferenceInABrowser(t *testing.T) {
+	t.Parallel()
+	browser := ""
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			browser = p
+			break
+		}
+	}
+	if browser == "" {
+		needTools(t, "chromium")
+	}
+	e := newEnv(t, envOptions{wall: true, quiet: true})
+	mux := http.NewServeMux()
+	mux.Handle("/", e.h)
+	// The harness: the page in a frame of the same origin, its try-it form of GET /v1/orders
+	// filled and sent as a reader would, the answer copied out once it shows its journal entry.
+	mux.HandleFunc("GET /harness", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `<!doctype html><iframe id="f" src="/reference" width="800" height="600"></iframe><pre id="out">waiting</pre><script>
+var f = document.getElementById("f"), out = document.getElementById("out");
+f.onload = function () {
+  var d = f.contentDocument, form = d.querySelector("#op-listOrders form.try");
+  if (!form || form.hidden) { out.textContent = "no visible try-it form"; return; }
+  d.getElementById("key").value = "sk_test_sandbox_all";
+  form.querySelector("input[name=limit]").value = "1";
+  form.querySelector("button").click();
+  var tries = 0, poll = setInterval(function () {
+    var pre = form.querySelector(".answer");
+    if (pre.textContent.indexOf("journal entry") >= 0 || ++tries > 100) { clearInterval(poll); out.textContent = "ANSWER\n" + pre.textContent; }
+  }, 50);
+};
+</script>`)
+	})
+	ts := httptest.NewServer(mux)
+	defer ts.Close()
+	var mu sync.Mutex
+	var hosts []string
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hosts = append(hosts, r.Method+" "+r.Host)
+		mu.Unlock()
+		if r.Method == http.MethodConnect || "http://"+r.Host != ts.URL {
+			http.Error(w, "not the sandbox", http.StatusForbidden)
+			return
+		}
+		out := r.Clone(r.Context())
+		out.RequestURI = ""
+		res, err := http.DefaultTransport.RoundTrip(out)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer res.Body.Close()
+		maps.Copy(w.Header(), res.Header)
+		w.WriteHeader(res.StatusCode)
+		io.Copy(w, res.Body)
+	}))
+	defer proxy.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+		"--disable-component-update", "--disable-sync", "--disable-default-apps", "--disable-extensions", "--disable-features=AutofillServerCommunication,OptimizationHints,MediaRouter",
+		"--user-data-dir="+t.TempDir(),
+		"--proxy-server="+proxy.URL, "--proxy-bypass-list=<-loopback>", "--virtual-time-budget=20000", "--dump-dom", ts.URL+"/harness")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", browser, err, out)
+	}
+	answer := html.UnescapeString(string(out))
+	if !strings.Contains(answer, "ANSWER\nHTTP 200") || !strings.Contains(answer, `"route":"/v1/orders","target":"/v1/orders?limit=1"`) || !strings.Contains(answer, "request-id: req_") {
+		t.Errorf("the try-it form of GET /v1/orders:\n%s", answer)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	sandbox := 0
+	for _, h := range hosts {
+		method, host, _ := strings.Cut(h, " ")
+		host, _, _ = strings.Cut(host, ":")
+		switch {
+		case method == http.MethodGet && "http://"+strings.TrimPrefix(h, "GET ") == ts.URL:
+			sandbox++
+		case chromiumsOwn[host]: // the browser's own services, which no page asks for
+		default:
+			t.Errorf("a request left the sandbox: %s (all: %v)", h, hosts)
+		}
+	}
+	if sandbox < 4 {
+		t.Errorf("the proxy saw %v: the browser did not go through it", hosts)
+	}
+}
+
+// BenchmarkReference: GET /reference through the handler chain: the contract's bound is 20 ms.
+func BenchmarkReference(b *testing.B) {
+	e := newEnv(b, envOptions{quiet: true})
+	b.ReportAllocs()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		e.h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1:8080/reference", nil))
+		if rec.Code != 200 {
+			b.Fatal(rec.Code)
+		}
+	}
 }
 
 // ===== main.go, mcp: the MCP door =====
