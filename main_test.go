@@ -10502,9 +10502,10 @@ func TestExamCommand(t *testing.T) {
 		}
 	})
 	t.Run("a failure polls until the grade", func(t *testing.T) {
-		c := start(t, "tracking", "-scale", "2")
+		c := start(t, "-scale", "1", "tracking")
+		c.get(t, "/v1/test_helpers/clock") // the client's first request: the clock runs
 		status, out, errs := examCLI(t, e, base, nil, "grade", "-format", "text", c.x.ID)
-		if status != 1 || errs != "" || !strings.HasPrefix(out, "exam tracking "+c.x.ID+" (revision 1, scale 2): FAILED, 7/10\n  FAIL answer.consignments: No answer: ") {
+		if status != 1 || errs != "" || !strings.HasPrefix(out, "exam tracking "+c.x.ID+" (revision 1, scale 1): FAILED, 7/10\n  FAIL answer.consignments: No answer: ") {
 			t.Errorf("%d %q\n%s", status, errs, out)
 		}
 	})
@@ -16773,9 +16774,10 @@ func TestConformanceEndsARuleAtItsFirstStall(t *testing.T) {
 	if status != 1 || cut == 0 || views.Load() > int64(cut) {
 		t.Errorf("exit %d; %d rules ended at a stall, %d views asked for (want at most one a rule)\n%s%s", status, cut, views.Load(), out, errs)
 	}
+	page := append(append([]byte(`{"data":[`), bytes.Repeat([]byte(`{"id":"x"},`), 64<<20/11)...), `{"id":"x"}],"pagination":{"limit":100,"next_cursor":null,"has_more":false}}`...) // made once: each answer shares it
 	huge := brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
 		if isOrders(r) && strings.Contains(r.URL.RawQuery, "limit=100") {
-			a.body = append(append([]byte(`{"data":[`), bytes.Repeat([]byte(`{"id":"x"},`), 64<<20/11)...), `{"id":"x"}],"pagination":{"limit":100,"next_cursor":null,"has_more":false}}`...)
+			a.body = page
 		}
 	}}
 	status, rep, out, errs = kitRun(t, t.Context(), nil, "-base-url", kitServer(t, e, huge), "-key", "sk_test_sandbox_all", "-format", "json")
