@@ -282,6 +282,9 @@ func originOf(r *http.Request, fallback string) string {
 	return fallback
 }
 
+// shellQuote is s in single quotes, as a POSIX shell reads it.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
 // originMark stands for the serving origin in an answer prepared once (the document, the
 // reference): each answer puts the origin its request named in its place.
 const originMark = "http://origin.invalid"
@@ -4106,6 +4109,16 @@ func findingRows() []refFinding {
 	return out
 }
 
+// kitRuleRows are the conformance kit's rules, read from its catalogue (the page reads the
+// table; it never runs a rule).
+func kitRuleRows() []refRule {
+	var out []refRule
+	for _, r := range kitRules {
+		out = append(out, refRule{ID: r.id, Level: string(r.level), Title: r.title, Spec: r.spec})
+	}
+	return out
+}
+
 // examRows are the exams, from their catalogue.
 func examRows() []refExam {
 	var out []refExam
@@ -7246,9 +7259,6 @@ func (k *kit) curl(r kitRequest) string {
 	return strings.Join(append(parts, shellQuote(k.base+r.target)), " ")
 }
 
-// shellQuote is s in single quotes, as a POSIX shell reads it.
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
 // ruleResult is what a rule's judge found: a pass, a skip (with its reason) or a failure
 // (with its evidence); the report makes a failure that -expect names expected.
 type ruleResult struct {
@@ -8149,16 +8159,6 @@ func rulesNamed(name string) []*kitRule {
 		}
 	}
 	return named
-}
-
-// kitRuleRows are the catalogue's rules as the reference lists them: the kit's door for the
-// page, which reads the catalogue and never runs it.
-func kitRuleRows() []refRule {
-	var out []refRule
-	for _, r := range kitRules {
-		out = append(out, refRule{ID: r.id, Level: string(r.level), Title: r.title, Spec: r.spec})
-	}
-	return out
 }
 
 // The spec's sentences the rules rest on, where several rules quote one.
@@ -10481,7 +10481,9 @@ func (e *examClient) call(ctx context.Context, method, path, body string, want i
 	req.Header.Set("Authorization", "Bearer "+e.key)
 	if body != "" {
 		req.Header.Set("Content-Type", jsonContentType)
-		req.Header.Set("Idempotency-Key", "exam-"+randomText(20))
+		idem := make([]byte, 12)
+		rand.Read(idem)
+		req.Header.Set("Idempotency-Key", fmt.Sprintf("exam-%x", idem))
 	}
 	res, err := e.http.Do(req)
 	if err != nil {
@@ -10603,13 +10605,13 @@ func (e *examClient) grade(ctx context.Context, c examCommand, sleep func(contex
 		now, errNow := time.Parse(time.RFC3339Nano, g.Now)
 		deadline, errDeadline := time.Parse(time.RFC3339Nano, g.Deadline)
 		switch {
-		case g.State == "graded" && g.Passed != nil:
+		case g.State == "graded" && g.Passed != nil && g.Score != nil:
 			out, err := e.written(ctx, path, b, g, c.format)
 			return out, map[bool]int{true: examPassed, false: examFailed}[*g.Passed], err
 		case errNow != nil || errDeadline != nil:
 			return nil, examCannotGrade, fmt.Errorf("GET %s: a grade without its now and deadline", path)
 		case now.After(deadline.Add(examPollGrace * time.Duration(max(1, g.Scale)))):
-			return nil, examCannotGrade, fmt.Errorf("the grade of %s was not computed by %s, %v after its deadline: is the sandbox's clock running?", g.ID, formatTimestamp(now), examPollGrace*time.Duration(max(1, g.Scale)))
+			return nil, examCannotGrade, fmt.Errorf("the grade of %s was not computed by %s, %v after its deadline: is the sandbox's clock running?", g.ID, g.Now, examPollGrace*time.Duration(max(1, g.Scale)))
 		}
 		if err := sleep(ctx, time.Second); err != nil {
 			return nil, examCannotGrade, fmt.Errorf("interrupted before the grade of %s was computed (state %s)", g.ID, g.State)
@@ -10631,7 +10633,7 @@ func (e *examClient) written(ctx context.Context, path string, b []byte, g examG
 	if *g.Passed {
 		verdict = "passed"
 	}
-	fmt.Fprintf(&out, "exam %s %s (revision %d, scale %d): %s, %s\n", g.Exam, g.ID, g.Revision, g.Scale, verdict, derefText(g.Score))
+	fmt.Fprintf(&out, "exam %s %s (revision %d, scale %d): %s, %s\n", g.Exam, g.ID, g.Revision, g.Scale, verdict, *g.Score)
 	for _, ch := range g.Checks {
 		fmt.Fprintf(&out, "  %-4s %s", strings.ToUpper(ch.Result), ch.ID)
 		if ch.Detail != nil {
