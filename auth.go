@@ -3403,79 +3403,56 @@ var (
 	errExamUnconfirmed = &apiError{code: codeProviderNotConfirmed, detail: "The provider did not confirm the booking, which may have been done (the exam's script): do not retry it blindly; send it again with the same Idempotency-Key, which answers the first write's result."}
 )
 
-// examRequest is the body of POST /v1/test_helpers/exams: the exam, its revision and the scale.
+// examRequest is the body of POST /v1/test_helpers/exams: the exam, its revision (-1: not
+// given) and the scale.
 type examRequest struct {
-	def   *examDef
-	scale int
+	def             *examDef
+	revision, scale int
 }
 
-// readExamRequest reads the body: its JSON syntax first (400), then its members in the order
-// sent, each by its name, then given again, then its value (422); then the exam (required, of
-// the catalogue) and its revision (the one served).
+// examRequestShape is the members of the body, each read as it comes; exam is judged
+// against the catalogue then, revision once the body is read (against the exam's).
+var examRequestShape = shapeOf(
+	member[examRequest]{"exam", func(d *jsonReader, path, name string, req *examRequest) error {
+		v, err := d.str(path, name)
+		if req.def = examNamed(v); err != nil || req.def == nil {
+			return paramError(codeInvalidParameter, "exam", "exam names an exam of the catalogue: "+examNames()+".")
+		}
+		return nil
+	}},
+	member[examRequest]{"revision", func(d *jsonReader, path, name string, req *examRequest) (err error) {
+		if req.revision, err = d.whole(path, name, math.MaxInt32); err != nil {
+			return paramError(codeInvalidParameter, "revision", "revision is a whole number: the exam's revision this sandbox serves (GET /v1/test_helpers/exams).")
+		}
+		return nil
+	}},
+	member[examRequest]{"scale", func(d *jsonReader, path, name string, req *examRequest) (err error) {
+		if req.scale, err = d.whole(path, name, maxExamScale); err != nil || req.scale < 1 {
+			return paramError(codeInvalidParameter, "scale", fmt.Sprintf("scale is a whole number from 1 to %d: every instant of the exam's world, its duration and its windows times it, for a client that works slowly.", maxExamScale))
+		}
+		return nil
+	}},
+)
+
+// readExamRequest reads the body as a sandbox's is read: its JSON syntax first (400), then
+// its members in the order sent, each by its name, then given again, then its value (422);
+// then the exam (required) and its revision (the one served).
 func readExamRequest(b []byte) (examRequest, error) {
-	req := examRequest{scale: 1}
+	req := examRequest{scale: 1, revision: -1}
 	if !oneJSONObject(b) {
 		return req, errExamBody
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	dec.Token() // {
-	var given []string
-	var name string
-	revision := -1
-	for dec.More() {
-		tok, _ := dec.Token()
-		var value any
-		dec.Decode(&value)
-		member := tok.(string)
-		switch {
-		case !slices.Contains([]string{"exam", "revision", "scale"}, member):
-			return req, paramError(codeUnknownParameter, member, "Unknown member "+strconv.Quote(member)+": the body has exam, revision and scale.")
-		case slices.Contains(given, member):
-			return req, paramError(codeInvalidParameter, member, member+" is given more than once; give it once.")
-		}
-		given = append(given, member)
-		if err := readExamMember(member, value, &name, &revision, &req.scale); err != nil {
-			return req, err
-		}
+	d := newJSONReader(bytes.NewReader(b), maxBodyBytes)
+	if err := d.document(examRequestShape.names, func(name string) error { return examRequestShape.member(d, "$", name, &req) }); err != nil {
+		return req, bodyFault(err)
 	}
-	if req.def = examNamed(name); req.def == nil {
+	if req.def == nil {
 		return req, paramError(codeInvalidParameter, "exam", "exam names an exam of the catalogue: "+examNames()+" (GET /v1/test_helpers/exams lists them).")
 	}
-	if revision >= 0 && revision != req.def.revision {
+	if req.revision >= 0 && req.revision != req.def.revision {
 		return req, paramError(codeInvalidParameter, "revision", fmt.Sprintf("This sandbox serves revision %d of %s.", req.def.revision, req.def.name))
 	}
 	return req, nil
-}
-
-// readExamMember reads one member's value of an exam's body.
-func readExamMember(member string, value any, name *string, revision, scale *int) error {
-	whole := func(v any, most int) (int, bool) {
-		n, ok := v.(json.Number)
-		i, err := strconv.Atoi(string(n))
-		return i, ok && err == nil && i >= 0 && i <= most
-	}
-	switch member {
-	case "exam":
-		s, ok := value.(string)
-		if !ok || examNamed(s) == nil {
-			return paramError(codeInvalidParameter, "exam", "exam names an exam of the catalogue: "+examNames()+".")
-		}
-		*name = s
-	case "revision":
-		n, ok := whole(value, math.MaxInt32)
-		if !ok {
-			return paramError(codeInvalidParameter, "revision", "revision is a whole number: the exam's revision this sandbox serves (GET /v1/test_helpers/exams).")
-		}
-		*revision = n
-	case "scale":
-		n, ok := whole(value, maxExamScale)
-		if !ok || n < 1 {
-			return paramError(codeInvalidParameter, "scale", fmt.Sprintf("scale is a whole number from 1 to %d: every instant of the exam's world, its duration and its windows times it, for a client that works slowly.", maxExamScale))
-		}
-		*scale = n
-	}
-	return nil
 }
 
 // examNames lists the catalogue's exams, for a message.
@@ -3548,126 +3525,117 @@ func (b *tenantRegistry) attempt(id string, key *apiKey) *tenant {
 	return t
 }
 
-// examAnswer is an attempt's answer as read: each item's id (an order's, or a consignment's
-// shipment), status, and shipment_id (an order's: "" for null).
+// examAnswer is an attempt's answer as read: its items (orders, or consignments), and
+// whether the body held its list.
 type examAnswer struct {
 	items []answerItem
+	sent  bool
 }
 
+// answerItem is an item of an answer: its id (an order's, or a consignment's shipment), its
+// status, and an order's shipment_id ("" for null); each member given as its bit.
 type answerItem struct {
 	id, status, shipmentID string
 	linked                 bool // shipment_id is not null
+	given                  uint8
 }
 
-// answerMembers are the members of an answer's item, by the answer's member.
-var answerMembers = map[string][]string{"orders": {"id", "status", "shipment_id"}, "consignments": {"shipment_id", "status"}}
+// The shapes of an answer: the member each exam answers with, and each's items, every
+// member required, a status of its vocabulary. An id the world does not hold, or one given
+// twice, is graded, not refused.
+var (
+	orderItemShape = shapeOf(
+		answerText("id", 1, func(it *answerItem, v string) { it.id = v }),
+		answerStatus(2, orderStatuses),
+		member[answerItem]{"shipment_id", func(d *jsonReader, path, name string, it *answerItem) error {
+			v, err := d.optStr(path, name)
+			if v != nil {
+				it.shipmentID, it.linked = *v, true
+			}
+			it.given |= 4
+			return err
+		}},
+	)
+	consignmentItemShape = shapeOf(answerText("shipment_id", 1, func(it *answerItem, v string) { it.id = v }), answerStatus(2, trackingStatuses))
+	answerShapes         = map[string]*recordShape[answerItem]{"orders": &orderItemShape, "consignments": &consignmentItemShape}
+)
 
-// readExamAnswer reads an answer's body for exam e: one JSON object (400), its member (orders
-// or consignments, as the exam answers: any other is unknown, 422), a list of items, each
-// with its members, all required, each status of its vocabulary (422, named by its path). An
-// id the world does not hold, or one given twice, is graded, not refused.
+// answerText is a required string member of an item: null is refused.
+func answerText(name string, bit uint8, set func(*answerItem, string)) member[answerItem] {
+	return member[answerItem]{name, func(d *jsonReader, path, name string, it *answerItem) error {
+		v, err := d.optStr(path, name)
+		if err == nil && v == nil {
+			err = paramError(codeInvalidParameter, answerParam(path, name), answerParam(path, name)+" is a string.")
+		}
+		if v != nil {
+			set(it, *v)
+		}
+		it.given |= bit
+		return err
+	}}
+}
+
+// answerParam is the param that names member name of the item at path.
+func answerParam(path, name string) string { return strings.TrimPrefix(memberPath(path, name), "$.") }
+
+// answerStatus is an item's status, one of vocabulary.
+func answerStatus(bit uint8, vocabulary []string) member[answerItem] {
+	return member[answerItem]{"status", func(d *jsonReader, path, name string, it *answerItem) error {
+		v, err := d.optStr(path, name)
+		if err == nil && (v == nil || !slices.Contains(vocabulary, *v)) {
+			err = paramError(codeInvalidParameter, answerParam(path, name), answerParam(path, name)+" is one of "+strings.Join(vocabulary, ", ")+".")
+		}
+		if err == nil {
+			it.status = *v
+		}
+		it.given |= bit
+		return err
+	}}
+}
+
+// readExamAnswer reads an answer's body for exam e as a sandbox's body is read: one JSON
+// object (400), its member (the exam's: orders or consignments; for an exam without an
+// answer, either), a list of items, each with every member of its shape (422, named by its
+// JSON path).
 func readExamAnswer(b []byte, e *examDef) (*examAnswer, error) {
 	if !oneJSONObject(b) {
 		return nil, &apiError{code: codeMalformedJSON, detail: `The body must be one JSON object, such as {"orders":[{"id":"ord_exam_0001","status":"fulfilled","shipment_id":"shp_exam_1"}]}.`}
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.Token()
-	ans, sent := &examAnswer{}, false
-	for dec.More() {
-		tok, _ := dec.Token()
-		var value json.RawMessage
-		dec.Decode(&value)
-		name := tok.(string)
-		if _, ok := answerMembers[name]; !ok || e.answer != "" && name != e.answer || sent {
-			if sent && name == e.answer {
-				return nil, paramError(codeInvalidParameter, name, name+" is given more than once; give it once.")
-			}
-			return nil, paramError(codeUnknownParameter, name, "Unknown member "+strconv.Quote(name)+": the answer of "+e.name+" is "+cmp.Or(e.answer, "no member (it takes no answer)")+".")
-		}
-		sent = true
-		items, err := readAnswerItems(name, value)
-		if err != nil {
-			return nil, err
-		}
-		ans.items = items
+	names := []string{"orders", "consignments"}
+	if e.answer != "" {
+		names = []string{e.answer}
 	}
-	if !sent && e.answer != "" {
+	ans := &examAnswer{}
+	d := newJSONReader(bytes.NewReader(b), maxBodyBytes)
+	err := d.document(names, func(name string) error {
+		ans.sent = true
+		shape := answerShapes[name]
+		if c, err := d.next(); err == nil && c == 'n' { // a list is required, not none
+			return paramError(codeInvalidParameter, name, name+" is a list of objects, each "+strings.Join(shape.names, ", ")+".")
+		}
+		return d.array("$."+name, func(i int) error {
+			var it answerItem
+			path := fmt.Sprintf("$.%s[%d]", name, i)
+			if c, err := d.next(); err == nil && c == 'n' {
+				return paramError(codeInvalidParameter, path[2:], path[2:]+" is an object: "+strings.Join(shape.names, ", ")+".")
+			}
+			err := shape.read(d, path, &it)
+			for bit, member := range shape.names {
+				if err == nil && it.given&(1<<bit) == 0 {
+					err = paramError(codeInvalidParameter, answerParam(path, member), answerParam(path, member)+" is required.")
+				}
+			}
+			ans.items = append(ans.items, it)
+			return err
+		})
+	})
+	switch {
+	case err != nil:
+		return nil, bodyFault(err)
+	case !ans.sent && e.answer != "":
 		return nil, paramError(codeInvalidParameter, e.answer, e.answer+" is required: the list of what the task asks for.")
 	}
 	return ans, nil
-}
-
-// readAnswerItems reads the list of an answer's member name.
-func readAnswerItems(name string, value json.RawMessage) ([]answerItem, error) {
-	var raw []json.RawMessage
-	if json.Unmarshal(value, &raw) != nil {
-		return nil, paramError(codeInvalidParameter, name, name+" is a list of objects, each "+strings.Join(answerMembers[name], ", ")+".")
-	}
-	items := make([]answerItem, 0, len(raw))
-	for i, r := range raw {
-		item, err := readAnswerItem(fmt.Sprintf("%s[%d]", name, i), name, r)
-		if err != nil {
-			return nil, err
-		}
-		items = append(items, item)
-	}
-	return items, nil
-}
-
-// readAnswerItem reads one item of an answer at path: an object of exactly its members, each
-// a string of its kind (a shipment_id of an order may be null), a status of its vocabulary.
-func readAnswerItem(path, name string, r json.RawMessage) (answerItem, error) {
-	var item answerItem
-	dec := json.NewDecoder(bytes.NewReader(r))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return item, paramError(codeInvalidParameter, path, path+" is an object: "+strings.Join(answerMembers[name], ", ")+".")
-	}
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, _ := dec.Token()
-		var value json.RawMessage
-		dec.Decode(&value)
-		member := tok.(string)
-		switch {
-		case !slices.Contains(answerMembers[name], member):
-			return item, paramError(codeUnknownParameter, path+"."+member, "Unknown member "+strconv.Quote(member)+" of "+path+": an item is "+strings.Join(answerMembers[name], ", ")+".")
-		case seen[member]:
-			return item, paramError(codeInvalidParameter, path+"."+member, path+"."+member+" is given more than once; give it once.")
-		}
-		seen[member] = true
-		if err := item.read(path, name, member, value); err != nil {
-			return item, err
-		}
-	}
-	for _, member := range answerMembers[name] {
-		if !seen[member] {
-			return item, paramError(codeInvalidParameter, path+"."+member, path+"."+member+" is required.")
-		}
-	}
-	return item, nil
-}
-
-// read reads one member of an answer's item.
-func (item *answerItem) read(path, name, member string, value json.RawMessage) error {
-	var s *string
-	if json.Unmarshal(value, &s) != nil || s == nil && !(member == "shipment_id" && name == "orders") {
-		return paramError(codeInvalidParameter, path+"."+member, path+"."+member+" is a string.")
-	}
-	vocabulary := orderStatuses
-	if name == "consignments" {
-		vocabulary = trackingStatuses
-	}
-	switch {
-	case member == "status" && !slices.Contains(vocabulary, *s):
-		return paramError(codeInvalidParameter, path+".status", path+".status is one of "+strings.Join(vocabulary, ", ")+".")
-	case member == "status":
-		item.status = *s
-	case member == "id" || name == "consignments":
-		item.id = *s
-	case s != nil:
-		item.shipmentID, item.linked = *s, true
-	}
-	return nil
 }
 
 // examGrade is an attempt's grade, computed once: its instant and its checks' verdicts.

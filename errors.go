@@ -1197,7 +1197,7 @@ func (d *jsonReader) literal(word string) error {
 }
 
 // number reads a number, the reader at its first byte, as RFC 8259 writes one.
-func (d *jsonReader) number() error {
+func (d *jsonReader) number() ([]byte, error) {
 	i := 0
 	at := func() byte {
 		if !d.more(i + 1) {
@@ -1218,12 +1218,12 @@ func (d *jsonReader) number() error {
 	if c := at(); c == '0' {
 		i++
 	} else if digits() == 0 {
-		return d.unexpected(i, "in numeric literal")
+		return nil, d.unexpected(i, "in numeric literal")
 	}
 	if at() == '.' {
 		i++
 		if digits() == 0 {
-			return d.unexpected(i, "after decimal point in numeric literal")
+			return nil, d.unexpected(i, "after decimal point in numeric literal")
 		}
 	}
 	if c := at(); c == 'e' || c == 'E' {
@@ -1232,11 +1232,11 @@ func (d *jsonReader) number() error {
 			i++
 		}
 		if digits() == 0 {
-			return d.unexpected(i, "in exponent of numeric literal")
+			return nil, d.unexpected(i, "in exponent of numeric literal")
 		}
 	}
 	d.pos += i
-	return nil
+	return d.buf[d.pos-i : d.pos], nil
 }
 
 // skip reads any value at path and keeps nothing of it: the opaque payload of an order.
@@ -1296,7 +1296,8 @@ func (d *jsonReader) skipValue() error {
 	case c == 'n':
 		return d.literal("null")
 	case c == '-' || '0' <= c && c <= '9':
-		return d.number()
+		_, err := d.number()
+		return err
 	}
 	return d.unexpected(0, "looking for beginning of value")
 }
@@ -1392,6 +1393,32 @@ func (d *jsonReader) strs(path, name string) ([]string, error) {
 		return err
 	})
 	return list, err
+}
+
+// whole reads a member that must be a whole number written in digits, without a sign, a
+// fraction or an exponent, up to most; any other value (null included) is refused at
+// path.name.
+func (d *jsonReader) whole(path, name string, most int) (int, error) {
+	c, err := d.next()
+	if err != nil {
+		return 0, err
+	}
+	fault := &datasetError{path: path + "." + name, reason: fmt.Sprintf("must be a whole number from 0 to %d", most)}
+	if c < '0' || c > '9' {
+		if err := d.skipValue(); err != nil {
+			return 0, err
+		}
+		return 0, fault
+	}
+	text, err := d.number()
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(string(text))
+	if err != nil || n > most {
+		return 0, fault
+	}
+	return n, nil
 }
 
 // scalar reads a member whose JSON type the caller judges: a string (its text), null (not

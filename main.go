@@ -1475,8 +1475,8 @@ type call struct {
 	// the 502 Prefer asked for, answered once the write is done.
 	idempotencyKey string
 	written        *storedAnswer
-	unconfirmed    *apiError
-	exam502        bool       // an exam's script answers the write done 502 (the booking's first and third creations)
+	unconfirmed    *apiError  // the write, done, is answered 502: Prefer asked for it, or an exam's script (the booking's first and third creations)
+	unconfirmedBy  simulation // which of the two
 	write          *writeMark // a write's key and body digest, once its body was read: the journal's too
 	wildcard       string     // a write's {id}, when its route has one: the shipment whose events arrive
 	bodySize       int64      // the bytes of its body, for the journal; -1 unknown
@@ -1899,7 +1899,7 @@ func (s *server) applyPreferences(faultable, write bool) wrapper {
 			}
 			answer, problem := s.answerOf(p, r, c, faultable)
 			if write && answer != nil && answer.code == codeProviderNotConfirmed {
-				c.simulated, c.unconfirmed, answer = notSimulated, errUnconfirmedWrite, nil
+				c.simulated, c.unconfirmed, c.unconfirmedBy, answer = notSimulated, errUnconfirmedWrite, byPrefer, nil
 			}
 			if applied := p.appliedHeader(c.simulated == byPrefer); applied != "" {
 				w.Header().Set("Preference-Applied", applied)
@@ -2551,12 +2551,10 @@ func (s *server) serveWrite(h writeHandler) callHandler {
 		c.written = written
 		switch {
 		case c.unconfirmed != nil:
-			c.simulated = byPrefer
-			w.Header().Set("Preference-Applied", c.prefer.appliedHeader(true))
+			if c.simulated = c.unconfirmedBy; c.simulated == byPrefer {
+				w.Header().Set("Preference-Applied", c.prefer.appliedHeader(true))
+			}
 			c.fail(w, c.unconfirmed)
-		case c.exam502:
-			c.simulated = byExam
-			c.fail(w, errExamUnconfirmed)
 		default:
 			written.replay(w)
 		}
@@ -2724,8 +2722,9 @@ func (s *server) postSandbox(c *call) (*storedAnswer, error) {
 // caller's sandbox at the request's instant, linking the order it names.
 func (s *server) createShipment(c *call) (*storedAnswer, error) {
 	written, err := s.writeShipment(c, func(d *tenantData) (*tenantData, *shipment, error) { return d.withBooking(c.body, c.at) })
-	if a := c.key.tenant.exam; err == nil && a != nil {
-		c.exam502 = slices.Contains(a.def.unconfirmed, a.created.Add(1)) // the exam's script: this creation done, unconfirmed
+	// The exam's script: this creation done, unconfirmed (unless Prefer asked for its 502).
+	if a := c.key.tenant.exam; err == nil && a != nil && slices.Contains(a.def.unconfirmed, a.created.Add(1)) && c.unconfirmed == nil {
+		c.unconfirmed, c.unconfirmedBy = errExamUnconfirmed, byExam
 	}
 	return written, err
 }

@@ -10226,6 +10226,40 @@ func TestExamRoutes(t *testing.T) {
 	})
 }
 
+// FuzzExamBodies: whatever body a client sends to start an attempt or to answer one, the
+// answer is the document's: 201 (an attempt, forgotten again) or 200 (a grade), or a 400,
+// 409 or 422 problem; never a 500, never a panic.
+func FuzzExamBodies(f *testing.F) {
+	e := newEnv(f, envOptions{rate: -1, quiet: true, step: -1})
+	for _, body := range []string{`{"exam":"order-sync"}`, `{"exam":"tracking","revision":1,"scale":60}`, `{"exam":"booking","scale":1.5}`, `{"exam":null}`, `{"scale":-1,"exam":"x"}`,
+		`{"orders":[{"id":"ord_exam_0001","status":"fulfilled","shipment_id":null}]}`, `{"consignments":[{"shipment_id":"shp_exam_t1","status":"delivered"}]}`, `{"orders":[null,{}]}`, `{"orders":null}`, "{\"orders\":[{\"id\":\"\xff\"}]}", `[]`} {
+		f.Add(body)
+	}
+	n := 0
+	f.Fuzz(func(t *testing.T, body string) {
+		n++
+		rep, x := e.startAttempt(t, "sk_test_sandbox_all", body, fmt.Sprint("fuzz-", n))
+		switch rep.status {
+		case http.StatusCreated:
+			e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+x.Account, x.Key))
+		case http.StatusBadRequest, http.StatusUnprocessableEntity:
+		default:
+			t.Fatalf("starting with %q = %s", body, rep)
+		}
+		for _, exam := range []string{"order-sync", "tracking", "booking"} {
+			_, a := e.startAttempt(t, "sk_test_sandbox_all", `{"exam":"`+exam+`"}`, fmt.Sprint("fuzz-", n, exam))
+			e.clock.advance(examClockWait + 12*time.Second) // past its deadline: an answer is graded
+			rep := e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/exams/"+a.ID+"/answer", a.Key, body, "Content-Type", "application/json", "Idempotency-Key", "a"))
+			switch rep.status {
+			case http.StatusOK, http.StatusBadRequest, http.StatusUnprocessableEntity:
+			default:
+				t.Fatalf("answering %s with %q = %s", exam, body, rep)
+			}
+			e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+a.Account, a.Key))
+		}
+	})
+}
+
 // TestExamAttemptClock: an attempt's clock stands at its start until its key's first request
 // to a route other than the exam routes, or 60 s after its creation; then it runs and cannot
 // be moved; -faults never applies to it, and its key is limited to 10 requests a second
