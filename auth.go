@@ -63,8 +63,9 @@ func (id tenantID) String() string { return id.account + "/" + id.environment }
 // hold, which the registry's bounds count). Forgetting a sandbox's tenant drops it whole: once
 // gone, nothing is written to it, and nothing can revive it.
 //
-// Lock order, everywhere: t.writing, then the registry's mu, then t.mu. Under t.mu nothing
-// else is locked and nothing is waited for; the registry's mu is never taken under a t.mu.
+// Lock order, everywhere: t.writing, then the registry's mu, then an exam attempt's mu (its
+// grade, computed under it), then t.mu. Under t.mu nothing else is locked and nothing is
+// waited for; the registry's mu is never taken under a t.mu, nor under an attempt's.
 type tenant struct {
 	id      tenantID
 	live    bool
@@ -3368,7 +3369,7 @@ type examAttempt struct {
 	maker, key      *apiKey
 	world           *tenantData
 	created         atomic.Int32
-	mu              sync.Mutex
+	mu              sync.Mutex // after the registry's, before its tenant's (see tenant)
 	grade           *examGrade
 	graded          atomic.Bool // grade is set: the registry forgets a graded attempt before one that runs
 }

@@ -2837,6 +2837,9 @@ func (s *server) answerExam(c *call) (*storedAnswer, error) {
 	if fault != nil {
 		return nil, fault
 	}
+	if t.gone.Load() { // forgotten while it was graded: its grade is no one's to read
+		return nil, errForgotten
+	}
 	b, err := marshalJSON(t.exam.gradeView(t, grade, c.clock.now))
 	return &storedAnswer{status: http.StatusOK, contentType: jsonContentType, body: b}, err
 }

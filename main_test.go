@@ -10260,6 +10260,46 @@ func FuzzExamBodies(f *testing.F) {
 	})
 }
 
+// TestForgettingRacesAnExamAnswer: an attempt's answer, paused once it holds its
+// Idempotency-Key, and the attempt's sandbox forgotten meanwhile: the answer is 401
+// invalid_api_key (nothing to grade is anyone's), its replay too, and the grade 404 to the key
+// that started it; then an answer and a DELETE sent together end either way, under -race.
+func TestForgettingRacesAnExamAnswer(t *testing.T) {
+	t.Parallel()
+	c := takeExam(t, envOptions{rate: -1}, `{"exam":"order-sync"}`)
+	c.get(t, "/v1/orders")
+	c.sleep(12 * time.Second)
+	paused, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c.e.srv.registry.hooks.claimed = func(_ *tenant, key string) { once.Do(func() { close(paused); <-release }) }
+	answer := c.e.serveAsync(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/exams/"+c.x.ID+"/answer", c.x.Key, `{"orders":[]}`, "Content-Type", "application/json", "Idempotency-Key", "a"))
+	<-paused
+	if rep := c.e.do(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+c.x.Account, c.x.Key)); rep.status != 204 {
+		t.Fatalf("the DELETE: %s", rep)
+	}
+	close(release)
+	wantProblem(t, within(t, "the answer", answer), 401, "invalid_api_key", "")
+	wantProblem(t, c.answer(t, `{"orders":[]}`), 401, "invalid_api_key", "")
+	wantProblem(t, c.e.get(t, "/v1/test_helpers/exams/"+c.x.ID, c.maker), 404, "not_found", "")
+	if h := sandboxHoldings(c.e); h != (holdings{}) {
+		t.Errorf("the books hold %+v of the forgotten attempt", h)
+	}
+	for i := range 20 { // together, unpaused: each ends, and the attempt is gone
+		d := takeExam(t, envOptions{rate: -1}, `{"exam":"order-sync"}`)
+		d.get(t, "/v1/orders")
+		d.sleep(12 * time.Second)
+		answer := d.e.serveAsync(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/exams/"+d.x.ID+"/answer", d.x.Key, `{"orders":[]}`, "Content-Type", "application/json", "Idempotency-Key", fmt.Sprint("b-", i)))
+		deletion := d.e.serveAsync(t, newRequest(http.MethodDelete, "/v1/test_helpers/sandboxes/"+d.x.Account, d.x.Key))
+		if rep := within(t, "the answer", answer); rep.status != 200 && rep.status != 401 {
+			t.Errorf("an answer beside the DELETE: %s", rep)
+		}
+		if rep := within(t, "the DELETE", deletion); rep.status != 204 && rep.status != 401 {
+			t.Errorf("the DELETE beside an answer: %s", rep)
+		}
+		wantProblem(t, d.e.get(t, "/v1/test_helpers/exams/"+d.x.ID, d.maker), 404, "not_found", "")
+	}
+}
+
 // TestExamAttemptClock: an attempt's clock stands at its start until its key's first request
 // to a route other than the exam routes, or 60 s after its creation; then it runs and cannot
 // be moved; -faults never applies to it, and its key is limited to 10 requests a second
