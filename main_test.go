@@ -13226,8 +13226,10 @@ func FuzzCursorVerify(f *testing.F) {
 			}
 			return
 		}
-		// Only a cursor this signer issued verifies, and it has one spelling.
-		if again := c.sign(tenant, bound, pos); again != s || bound != filters {
+		// Only a cursor this signer issued verifies, and it has one spelling. The filters it
+		// binds may be any (a cursor signed for other filters, or by an older build with this
+		// key, verifies: whether they are the page's is the list's to judge).
+		if again := c.sign(tenant, bound, pos); again != s {
 			t.Fatalf("verify(%q) passed, but the cursor for its position is %q", s, again)
 		}
 	})
