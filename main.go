@@ -8529,8 +8529,11 @@ func (k *kit) view(id string) *kitView {
 
 func readView(ex *exchange) *kitView {
 	v := &kitView{ex: ex}
+	if ex.status != http.StatusOK || ex.err != nil {
+		return v
+	}
 	doc, err := readJSON(ex.body)
-	if ex.status != http.StatusOK || ex.err != nil || err != nil || doc.typ != typeObject {
+	if err != nil || doc.typ != typeObject {
 		return v
 	}
 	v.doc = doc
@@ -8988,8 +8991,11 @@ const maxKitPages = 10
 // readPage reads the page of target (the path and query after the base URL) with the main key.
 func (k *kit) readPage(target string) *kitPage {
 	p := &kitPage{ex: k.get(roleMain, target, http.StatusOK, "")}
+	if p.ex.status != http.StatusOK || p.ex.err != nil { // a body cut at 1 MiB is not read: it cannot be JSON
+		return p
+	}
 	doc, err := readJSON(p.ex.body)
-	if p.ex.status != http.StatusOK || p.ex.err != nil || err != nil || doc.typ != typeObject {
+	if err != nil || doc.typ != typeObject {
 		return p
 	}
 	p.doc = doc
@@ -9567,6 +9573,9 @@ var problemMembers = []kitMember{{"type", typeString}, {"title", typeString}, {"
 
 var (
 	judgeUniqueMembers = judgeAnswers("each member of a JSON answer named once", "no answer held JSON", func(ex *exchange) (string, bool) {
+		if ex.err != nil { // cut: judged by the rule that sent it
+			return "", false
+		}
 		doc, err := readJSON(ex.body)
 		if err != nil {
 			return "", false

@@ -16702,23 +16702,27 @@ func TestConformanceReportsWhatAServerSendsSafely(t *testing.T) {
 	if runs[0].status != 1 || len(runs[1].json.results("fail")) == 0 {
 		t.Fatalf("the hostile run: %d %v", runs[0].status, runs[1].json.results("fail"))
 	}
-	// Headers without a bound: 4 MiB of them on every view; and a 1 MiB Request-Id elsewhere.
+	// Headers past the kit's bound: 256 KiB of them on every view (Go's client alone would take
+	// 10 MiB); and a Request-Id of 32 KiB on a 500 to each order read, within the bound, which
+	// evidence cuts.
 	e = newEnv(t, envOptions{rate: -1, quiet: true})
 	runs = runHostile(t, e, brokenServer{answer: func(r *http.Request, a *brokenAnswer) {
 		switch {
 		case isView(r):
-			for i := range 64 {
+			for i := range 4 {
 				a.header.Set(fmt.Sprintf("X-Flood-%d", i), strings.Repeat("f", 64<<10))
 			}
-		case isOrder(r):
-			a.header.Set("Request-Id", strings.Repeat("r", 1<<20))
+		case isOrder(r): // a 500, so that the rules reading an order cite it
+			problemAnswer(a, 500, "internal_error")
+			a.header.Set("Request-Id", strings.Repeat("r", 32<<10))
 		}
 	}})
 	rep := runs[1].json
-	found := false
+	found, longID := false, false
 	for _, r := range rep.Rules {
 		for _, ev := range r.Evidence {
 			found = found || strings.Contains(ev.Seen, "header fields are over 65536 bytes (64 KiB)")
+			longID = longID || strings.HasPrefix(ev.RequestID, strings.Repeat("r", 64))
 			if len(ev.RequestID) > maxKitField+3 || len(ev.Seen) > 4*maxKitField {
 				t.Errorf("%s: an evidence field of %d bytes", r.ID, max(len(ev.RequestID), len(ev.Seen)))
 			}
@@ -16726,6 +16730,9 @@ func TestConformanceReportsWhatAServerSendsSafely(t *testing.T) {
 	}
 	if !found || !slices.Contains(rep.results("fail"), "tracking.view_fields") {
 		t.Errorf("headers past 64 KiB: failed %v, and no evidence says so", rep.results("fail"))
+	}
+	if !longID {
+		t.Errorf("no evidence cites the 32 KiB Request-Id (cut): failed %v", rep.results("fail"))
 	}
 	for _, run := range runs {
 		if len(run.text) > 1<<20 {
