@@ -317,11 +317,7 @@ func (r reply) problem(t testing.TB) problem {
 	if hasParam := bytes.Contains(r.body, []byte(`"param":`)); hasParam != parameterFault {
 		t.Errorf("a %d problem with param present = %v: param is there exactly for parameter faults: %s", r.status, hasParam, r.body)
 	}
-	dec := json.NewDecoder(bytes.NewReader(r.body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		t.Fatalf("problem body %s: %v", r.body, err)
-	}
+	mustDecodeExact(t, r.body, &p)
 	return p
 }
 
@@ -813,6 +809,17 @@ func mustDecode(t testing.TB, b []byte, v any) {
 	}
 }
 
+// mustDecodeExact is mustDecode for an answer whose every member v names: a member v does
+// not know stops the test too.
+func mustDecodeExact(t testing.TB, b []byte, v any) {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("decoding %s: %v", b, err)
+	}
+}
+
 // orderJSON is an imported order as the API shows it.
 type orderJSON struct {
 	ID                string  `json:"id"`
@@ -838,11 +845,7 @@ func decodePage(t testing.TB, rep reply) pageJSON {
 		t.Fatalf("list = %s, want 200", rep)
 	}
 	var p pageJSON
-	dec := json.NewDecoder(bytes.NewReader(rep.body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		t.Fatalf("page %s: %v", rep.body, err)
-	}
+	mustDecodeExact(t, rep.body, &p)
 	return p
 }
 
@@ -6992,11 +6995,7 @@ func strict(t testing.TB, rep reply, v any) {
 	if rep.status != 200 {
 		t.Fatalf("answered %s, want 200", rep)
 	}
-	dec := json.NewDecoder(bytes.NewReader(rep.body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		t.Fatalf("%v: %s", err, rep.body)
-	}
+	mustDecodeExact(t, rep.body, v)
 }
 
 // journalOf reads the journal of key's tenant with this query.
@@ -8249,11 +8248,7 @@ func (e *env) postSandbox(t testing.TB, key, body, idem string, headerPairs ...s
 	rep := e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/sandboxes", key, body, headers...))
 	var out sandboxOut
 	if rep.status == http.StatusCreated {
-		dec := json.NewDecoder(bytes.NewReader(rep.body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&out); err != nil {
-			t.Fatalf("%v: %s", err, rep.body)
-		}
+		mustDecodeExact(t, rep.body, &out)
 	}
 	return rep, out
 }
@@ -9613,11 +9608,7 @@ func (e *env) startAttempt(t testing.TB, key, body, idem string, headerPairs ...
 	rep := e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/exams", key, body, headers...))
 	var out examStartedOut
 	if rep.status == http.StatusCreated {
-		dec := json.NewDecoder(bytes.NewReader(rep.body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&out); err != nil {
-			t.Fatalf("%v: %s", err, rep.body)
-		}
+		mustDecodeExact(t, rep.body, &out)
 	}
 	return rep, out
 }
@@ -9630,11 +9621,7 @@ func (e *env) gradeOf(t testing.TB, id, key string) gradeOut {
 		t.Fatalf("the grade = %s", rep)
 	}
 	var g gradeOut
-	dec := json.NewDecoder(bytes.NewReader(rep.body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&g); err != nil {
-		t.Fatalf("%v: %s", err, rep.body)
-	}
+	mustDecodeExact(t, rep.body, &g)
 	return g
 }
 
@@ -11757,11 +11744,7 @@ func viewOf(t testing.TB, rep reply) trackingView {
 		t.Fatalf("answered %s, want a tracking view", rep)
 	}
 	var v trackingView
-	dec := json.NewDecoder(bytes.NewReader(rep.body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&v); err != nil {
-		t.Fatalf("a tracking view: %v\n%s", err, rep.body)
-	}
+	mustDecodeExact(t, rep.body, &v)
 	return v
 }
 
@@ -15538,11 +15521,7 @@ func kitRun(t *testing.T, ctx context.Context, env map[string]string, args ...st
 	status := runCheck(ctx, args, func(name string) string { return env[name] }, &stdout, &stderr, startSelfCheck)
 	var rep kitReport
 	if slices.Contains(args, "json") && status < 2 {
-		dec := json.NewDecoder(bytes.NewReader(stdout.Bytes()))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&rep); err != nil {
-			t.Fatalf("the kit's JSON report: %v\n%s", err, stdout.String())
-		}
+		mustDecodeExact(t, stdout.Bytes(), &rep)
 	}
 	return status, rep, stdout.String(), stderr.String()
 }
@@ -16572,11 +16551,7 @@ func runHostile(t *testing.T, e *env, b brokenServer, args ...string) []hostileR
 		switch format {
 		case "json":
 			if status < 2 {
-				dec := json.NewDecoder(bytes.NewReader(stdout.Bytes()))
-				dec.DisallowUnknownFields()
-				if err := dec.Decode(&run.json); err != nil {
-					t.Fatalf("the JSON report of a hostile run: %v\n%s", err, stdout.String())
-				}
+				mustDecodeExact(t, stdout.Bytes(), &run.json)
 			}
 		case "junit":
 			run.junit = stdout.Bytes()
