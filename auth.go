@@ -33,12 +33,13 @@ import (
 	"cmp"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"html"
 	"io"
 	"iter"
 	"math"
+	mrand "math/rand/v2"
 	"net/http"
 	"slices"
 	"sort"
@@ -396,13 +397,22 @@ func (b *tenantRegistry) find(digest [sha256.Size]byte, now time.Time) *apiKey {
 	switch {
 	case t.gone.Load():
 		return nil
-	case now.UnixNano()-t.sandbox.lastUsed >= int64(b.idle):
+	case b.idleLocked(t, now):
 		b.forgetLocked(t)
 		return nil
 	}
 	t.sandbox.lastUsed = now.UnixNano()
 	b.sandboxes.get(t.id.account)
 	return k
+}
+
+// idleLocked reports whether the sandbox t is idle for its time at now, and so forgotten: an
+// exam attempt never before its grading limit. b.mu is held.
+func (b *tenantRegistry) idleLocked(t *tenant, now time.Time) bool {
+	if now.UnixNano()-t.sandbox.lastUsed < int64(b.idle) {
+		return false
+	}
+	return t.exam == nil || t.exam.gradedBy(t, now)
 }
 
 // add keeps the sandbox t, made for caller, with its keys, at now: the idle go first, then,
@@ -415,10 +425,15 @@ func (b *tenantRegistry) add(t, caller *tenant, keys map[[sha256.Size]byte]*apiK
 	if caller.gone.Load() {
 		return errForgotten
 	}
+	if t.exam != nil {
+		if err := b.attemptRoomLocked(t.exam.maker, now); err != nil {
+			return err
+		}
+	}
 	b.hold(t.sandbox.shared)
 	for { // the idle go first (forgotten already to their keys, see find)
 		_, oldest, ok := b.sandboxes.oldest()
-		if !ok || now.UnixNano()-oldest.sandbox.lastUsed < int64(b.idle) {
+		if !ok || !b.idleLocked(oldest, now) {
 			break
 		}
 		b.forgetLocked(oldest)
@@ -435,6 +450,31 @@ func (b *tenantRegistry) add(t, caller *tenant, keys map[[sha256.Size]byte]*apiK
 		b.exams[t.exam.id] = t
 	}
 	return nil
+}
+
+// maxRunningAttempts is how many attempts not yet graded one key may hold: a start past it is
+// 429, so that one key cannot fill the sandboxes' bound and forget other tenants'.
+const maxRunningAttempts = 100
+
+// attemptRoomLocked refuses a start by maker while it holds maxRunningAttempts attempts not
+// yet graded at now: 429 with the whole seconds until its oldest such attempt's grading
+// limit. b.mu is held.
+func (b *tenantRegistry) attemptRoomLocked(maker *apiKey, now time.Time) error {
+	running := 0
+	var oldest *tenant
+	for _, t := range b.exams {
+		if a := t.exam; a.maker == maker && !a.gradedBy(t, now) {
+			if running++; oldest == nil || a.start.Before(oldest.exam.start) {
+				oldest = t
+			}
+		}
+	}
+	if running < maxRunningAttempts {
+		return nil
+	}
+	wait := oldest.exam.untilGraded(oldest, now)
+	return &apiError{code: codeRateLimited, retryAfter: max(1, int((wait+time.Second-1)/time.Second)), detail: fmt.Sprintf(
+		"This key holds %d exam attempts not yet graded, the most one key may: start another once one is graded (answer it, or wait for its grading limit: Retry-After).", running)}
 }
 
 // makeRoomLocked forgets the least recently used sandboxes, but those pinned, while the
@@ -555,7 +595,7 @@ func (b *tenantRegistry) count(now time.Time) int {
 	defer b.mu.Unlock()
 	idle := 0
 	for _, t := range b.sandboxes.olderFirst() {
-		if now.UnixNano()-t.sandbox.lastUsed < int64(b.idle) {
+		if !b.idleLocked(t, now) {
 			break
 		}
 		idle++
@@ -1555,8 +1595,9 @@ type journalEntry struct {
 // writeMark is what blind_retry compares of a write: its Idempotency-Key as read (no
 // quotes) and its body's digest (the journal keeps no body).
 type writeMark struct {
-	key  string
-	body [sha256.Size]byte
+	key     string
+	body    [sha256.Size]byte
+	orderID string // a booking's order_id (POST /v1/test_helpers/shipments): blind_retry judges a booking by its order
 }
 
 // entrySlot is what one entry takes in a ring, and journalHeader what a journal takes
@@ -1572,7 +1613,7 @@ const (
 func (e *journalEntry) cost() int64 {
 	n := int64(len(e.method)+len(e.target)+len(e.prefer)+len(e.runTag)+len(e.requestID)+len(e.idempotencyKey)) + 16
 	if e.write != nil {
-		n += int64(unsafe.Sizeof(writeMark{})) // its key is the field's, as sent
+		n += int64(unsafe.Sizeof(writeMark{})) + int64(len(e.write.orderID)) // its key is the field's, as sent
 	}
 	return n
 }
@@ -1599,6 +1640,7 @@ const (
 	showsShipment
 	showsPage
 	showsSharedNumber // a 404 by a tracking number held by several shipments then
+	showsParcelNumber // a 404 by a further parcel's number (order: its place among the shipment's parcels)
 	showsWritten      // a shipment a write created or moved (its 201, or the 502 that answered instead)
 )
 
@@ -1620,6 +1662,10 @@ type journal struct {
 	last     uint64        // the newest entry's seq; 0 before the first
 	counted  findingsCount // the page's count of findings, as of an entry
 	counting chan struct{} // closed when the count running aside ends; nil when none runs
+	// Where the 429s of an attempt's key's own limit of the last two seconds are held, by
+	// what merges them (nil until the first).
+	limitedSeqs   map[limitedKey]uint64
+	limitedSecond int64
 }
 
 // findingsCount is how many findings a journal's entries held when its newest was seq, and
@@ -1666,6 +1712,7 @@ func (b *tenantRegistry) keepEntry(t *tenant, e *journalEntry) {
 				t.journal = j
 			}
 			j.push(e, limit)
+			j.noteLimited(e)
 			t.journalBytes.Add(need)
 			t.mu.Unlock()
 			return
@@ -1693,22 +1740,44 @@ func (j *journal) repeated(e *journalEntry) bool {
 	if j == nil || e.limited == 0 {
 		return false
 	}
-	for k := j.n - 1; k >= max(0, j.n-maxRepeatScan); k-- {
-		held := &j.ring[(j.oldest+k)%len(j.ring)]
-		if held.limited != 0 && held.limited < e.limited {
-			return false
-		}
-		if held.limited == e.limited && held.key == e.key && held.method == e.method && held.target == e.target {
-			held.repeats++
-			return true
-		}
+	seq, ok := j.limitedSeqs[limitedOf(e)]
+	if first := j.last - uint64(j.n) + 1; !ok || seq < first {
+		return false
 	}
-	return false
+	j.ring[(j.oldest+int(seq-(j.last-uint64(j.n)+1)))%len(j.ring)].repeats++
+	return true
 }
 
-// maxRepeatScan bounds how far back a 429 looks for the entry of its second: a client that
-// floods many targets at once costs no more than one that floods one.
-const maxRepeatScan = 64
+// limitedKey is what a 429 of an attempt's key's own limit is merged by: its second of the
+// wall clock, its key, method and target.
+type limitedKey struct {
+	second         int64
+	key            *apiKey
+	method, target string
+}
+
+func limitedOf(e *journalEntry) limitedKey { return limitedKey{e.limited, e.key, e.method, e.target} }
+
+// noteLimited remembers where e, a 429 of an attempt's key's own limit just pushed, is held,
+// so that the later ones of its second are merged into it whatever the number of targets;
+// the seconds before the one before e's are forgotten. j is under its tenant's mu.
+func (j *journal) noteLimited(e *journalEntry) {
+	if e.limited == 0 {
+		return
+	}
+	if j.limitedSeqs == nil {
+		j.limitedSeqs = map[limitedKey]uint64{}
+	}
+	if e.limited > j.limitedSecond {
+		j.limitedSecond = e.limited
+		for k := range j.limitedSeqs {
+			if k.second < e.limited-1 {
+				delete(j.limitedSeqs, k)
+			}
+		}
+	}
+	j.limitedSeqs[limitedOf(e)] = e.seq
+}
 
 // journalLost is how many entries t's journal did not keep (an exam attempt's, past its
 // first maxExamEntries or dropped to keep every journal within its bytes).
@@ -1735,7 +1804,7 @@ func (b *tenantRegistry) makeJournalRoom(need int64) bool {
 			return t.journalBytes.Load()
 		})
 		if t == nil {
-			t = b.largest(func(t *tenant) int64 { return t.journalBytes.Load() })
+			t = b.heaviestMakersAttempt()
 		}
 		if t == nil {
 			return false
@@ -1757,6 +1826,32 @@ func (b *tenantRegistry) makeJournalRoom(need int64) bool {
 		}
 	}
 	return true
+}
+
+// heaviestMakersAttempt is, among the running attempts, the largest journal of the key
+// whose attempts hold the most entries: another key's attempts never shed a running
+// attempt's evidence. nil when none holds any. b.mu is held.
+func (b *tenantRegistry) heaviestMakersAttempt() *tenant {
+	held := map[*apiKey]int64{}
+	for _, t := range b.exams {
+		held[t.exam.maker] += t.journalBytes.Load()
+	}
+	var maker *apiKey
+	for k, n := range held {
+		if n > 0 && (maker == nil || n > held[maker]) {
+			maker = k
+		}
+	}
+	var most *tenant
+	for _, t := range b.exams {
+		if t.exam.maker == maker && (most == nil || t.journalBytes.Load() > most.journalBytes.Load()) {
+			most = t
+		}
+	}
+	if most == nil || most.journalBytes.Load() == 0 {
+		return nil
+	}
+	return most
 }
 
 // grown is the ring's length once it grows: twice as long, up to limit.
@@ -1987,6 +2082,7 @@ const (
 	findingAmbiguousNumber findingCode = iota
 	findingBlindRetry
 	findingMissedImport
+	findingParcelNumberLookup
 	findingRetryTooSoon
 	findingStaleOrder
 )
@@ -1996,24 +2092,28 @@ type findingKind struct {
 	definition string // what the entries show, in the document's words and docs/journal-and-findings.md's
 	advice     string // what the client should change, as its detail says
 	detail     func(d *tenantData, es []journalEntry, f *rawFinding) string
+	gradeOrder int // where an exam's grade lists its check: the retry's, the order findings', the tracking number's, the write's, the parcel's
 }
 
 var findingKinds = [...]findingKind{
 	findingAmbiguousNumber: {"ambiguous_number",
 		"a 404 of GET /v1/tracking/{tracking_number} whose number two or more shipments held at that instant; one finding per number, citing its first and last such lookups",
-		"the live domain adapter will answer 409 there: look the shipment up by its id", ambiguousDetail},
+		"the live domain adapter will answer 409 there: look the shipment up by its id", ambiguousDetail, 3},
 	findingBlindRetry: {"blind_retry",
-		"a write answered 502 (the write was done) sent again once that answer had come, with the same key, method, path and query and the same body, under another Idempotency-Key; one finding per 502, citing it and its first such retry",
-		"retry a 502 with the same Idempotency-Key, which answers the first write's result", blindDetail},
+		"a write answered 502 sent again by the same key once that answer had come, under another Idempotency-Key: a booking (POST /v1/test_helpers/shipments with an order_id) for the same order_id with no 200 read showing that order in between; any other write with the same method, path and query and the same body; one finding per 502, citing it and its first such retry",
+		"retry a 502 with the same Idempotency-Key, which answers the first write's result (or read the order before booking it anew)", blindDetail, 4},
 	findingMissedImport: {"missed_import",
 		"an order imported after its created_at that no request judged at or after its import showed, although a page judged before its import held its place (its created_from..created_to held its created_at, its status filter, if any, let it through, and the page reached its place in the list) and a later read was made: a created_from watermark went past it",
-		"re-read a window that looks back further than imports can be late", missedDetail},
+		"re-read a window that looks back further than imports can be late", missedDetail, 1},
+	findingParcelNumberLookup: {"parcel_number_lookup",
+		"a 404 of GET /v1/tracking/{tracking_number} whose number was, at that instant, a further parcel's number of a shipment found then and no shipment's primary number; one finding per number, citing its first and last such lookups",
+		"a lookup by number matches the primary tracking number only: read the consignment by its shipment id", parcelDetail, 5},
 	findingRetryTooSoon: {"retry_too_soon",
 		"a request sent again (same key, method, path and query) while an earlier answer's Retry-After was still running, counted from the end of that answer; one finding per key, method and target, citing the first such answer and its first early retry",
-		"wait at least the Retry-After seconds (429, 503) before sending it again", retryDetail},
+		"wait at least the Retry-After seconds (429, 503) before sending it again", retryDetail, 0},
 	findingStaleOrder: {"stale_order",
 		"an order whose status or shipment_id at the latest instant read differs from what it showed when last seen, unless a page with a status filter it had left reached its place after that (a client that polls one status learns of a change when the order leaves it)",
-		"keep re-reading the orders you follow (by id, or in a window that looks back) until they settle", staleDetail},
+		"keep re-reading the orders you follow (by id, or in a window that looks back) until they settle", staleDetail, 2},
 }
 
 // rawFinding is a finding as judged, before its detail is written: its kind, the entries it cites
@@ -2033,7 +2133,9 @@ type rawFinding struct {
 func (d *tenantData) rawFindings(es []journalEntry) []rawFinding {
 	fs := retriesTooSoon(es)
 	fs = append(fs, sharedNumbers(es)...)
+	fs = append(fs, parcelLookups(es)...)
 	fs = append(fs, blindRetries(es)...)
+	fs = append(fs, d.blindBookings(es)...)
 	fs = append(fs, d.orderFindings(es)...)
 	slices.SortStableFunc(fs, func(a, b rawFinding) int {
 		if c := cmp.Compare(a.cited[0], b.cited[0]); c != 0 {
@@ -2066,6 +2168,10 @@ func (d *tenantData) written(es []journalEntry, f *rawFinding) finding {
 		id := d.orders.timedID(int(f.m))
 		w.ID = &id
 	case f.kind == findingBlindRetry && a.shown.kind == showsWritten: // the shipment the 502's write created
+		w.ID = &a.shown.ship.id
+	case f.kind == findingBlindRetry && a.write.orderID != "": // a booking not done: its order
+		w.ID = &a.write.orderID
+	case f.kind == findingParcelNumberLookup:
 		w.ID = &a.shown.ship.id
 	}
 	return w
@@ -2226,14 +2332,26 @@ func firstEarly(es []journalEntry, group, byArrival []int) (a, b int) {
 // sharedNumbers finds the lookups by a tracking number that several shipments held at the
 // lookup's instant: one finding a number, citing its first and last.
 func sharedNumbers(es []journalEntry) []rawFinding {
+	return numberLookups(es, showsSharedNumber, findingAmbiguousNumber, func(e *journalEntry) string { return *e.shown.ship.trackingNumber })
+}
+
+// parcelLookups finds the lookups by a further parcel's number, which match no shipment
+// (lookup matches the primary number only): one finding a number, citing its first and last.
+func parcelLookups(es []journalEntry) []rawFinding {
+	return numberLookups(es, showsParcelNumber, findingParcelNumberLookup, func(e *journalEntry) string { return e.shown.ship.parcels[e.shown.order] })
+}
+
+// numberLookups finds the 404s of GET /v1/tracking/{n} whose answer showed kind: one finding
+// of code a number (as number reads it off the entry), citing its first and last such lookups.
+func numberLookups(es []journalEntry, kind showingKind, code findingCode, number func(e *journalEntry) string) []rawFinding {
 	var numbers []string
 	lookups := map[string][]int32{}
 	for i := range es {
 		e := &es[i]
-		if e.method != http.MethodGet || e.status != http.StatusNotFound || e.shown.kind != showsSharedNumber {
+		if e.method != http.MethodGet || e.status != http.StatusNotFound || e.shown.kind != kind {
 			continue
 		}
-		n := *e.shown.ship.trackingNumber
+		n := number(e)
 		if lookups[n] == nil {
 			numbers = append(numbers, n)
 		}
@@ -2242,13 +2360,19 @@ func sharedNumbers(es []journalEntry) []rawFinding {
 	var fs []rawFinding
 	for _, n := range numbers {
 		l := lookups[n]
-		f := rawFinding{kind: findingAmbiguousNumber, cited: [2]int32{l[0], -1}, m: -1, n: int32(len(l))}
+		f := rawFinding{kind: code, cited: [2]int32{l[0], -1}, m: -1, n: int32(len(l))}
 		if len(l) > 1 {
 			f.cited[1] = l[len(l)-1]
 		}
 		fs = append(fs, f)
 	}
 	return fs
+}
+
+func parcelDetail(_ *tenantData, es []journalEntry, f *rawFinding) string {
+	e, n := &es[f.cited[0]], int(f.n)
+	return fmt.Sprintf("Tracking number %s is a further parcel's of shipment %s, so a lookup by it answered 404 (%d %s): lookup by number matches the primary tracking number only; read the consignment by its shipment id, GET /v1/shipments/%s/tracking.",
+		strconv.Quote(e.shown.ship.parcels[e.shown.order]), e.shown.ship.id, n, plural(n, "lookup", "lookups"), e.shown.ship.id)
 }
 
 func ambiguousDetail(_ *tenantData, es []journalEntry, f *rawFinding) string {
@@ -2269,7 +2393,7 @@ func blindRetries(es []journalEntry) []rawFinding {
 	}
 	var fs []rawFinding
 	for _, g := range groupsOf(es, func(e *journalEntry) (sent, bool) {
-		if e.write == nil {
+		if e.write == nil || e.write.orderID != "" { // a booking is judged by its order (blindBookings)
 			return sent{}, false
 		}
 		return sent{e.key, e.method, e.target, e.write.body}, true
@@ -2320,8 +2444,70 @@ func blindRetriesOf(es []journalEntry, l []int) []rawFinding {
 	return fs
 }
 
+// blindBookings finds the bookings (POST /v1/test_helpers/shipments with an order_id)
+// answered 502, done or not, that the same key booked again for the same order once that
+// answer had come, under another Idempotency-Key, with no 200 read showing that order between
+// the 502's end and the new booking's arrival: a client that looked, saw no shipment and
+// booked anew did not retry blindly.
+func (d *tenantData) blindBookings(es []journalEntry) []rawFinding {
+	type booked struct {
+		key   *apiKey
+		order string
+	}
+	groups := groupsOf(es, func(e *journalEntry) (booked, bool) {
+		if e.write == nil || e.write.orderID == "" {
+			return booked{}, false
+		}
+		return booked{e.key, e.write.orderID}, true
+	}, func(e *journalEntry) bool { return e.status == http.StatusBadGateway })
+	if len(groups) == 0 {
+		return nil
+	}
+	reads := map[string][][2]int64{} // for each order booked and answered 502: the reads that showed it, from arrival to end
+	for _, g := range groups {
+		reads[es[g[0]].write.orderID] = nil
+	}
+	for i := range es {
+		if e := &es[i]; e.read() {
+			for _, id := range d.idsOf(e) {
+				if r, ok := reads[id]; ok {
+					reads[id] = append(r, [2]int64{e.arrived, e.arrived + e.duration})
+				}
+			}
+		}
+	}
+	var fs []rawFinding
+	for _, g := range groups {
+		byArrival := slices.Clone(g)
+		slices.SortStableFunc(byArrival, func(a, b int) int { return cmp.Compare(es[a].arrived, es[b].arrived) })
+		for _, a := range g {
+			A := &es[a]
+			if A.status != http.StatusBadGateway {
+				continue
+			}
+			end := A.arrived + A.duration
+			k, _ := slices.BinarySearchFunc(byArrival, end, func(i int, at int64) int { return cmp.Compare(es[i].arrived, at) })
+			for ; k < len(byArrival) && (byArrival[k] == a || es[byArrival[k]].write.key == A.write.key); k++ {
+			}
+			if k == len(byArrival) {
+				continue
+			}
+			B := &es[byArrival[k]]
+			looked := slices.ContainsFunc(reads[A.write.orderID], func(r [2]int64) bool { return r[0] >= end && r[1] <= B.arrived })
+			if !looked {
+				fs = append(fs, rawFinding{kind: findingBlindRetry, cited: [2]int32{int32(a), int32(byArrival[k])}, m: -1})
+			}
+		}
+	}
+	return fs
+}
+
 func blindDetail(_ *tenantData, es []journalEntry, f *rawFinding) string {
 	A, B := &es[f.cited[0]], &es[f.cited[1]]
+	if A.write.orderID != "" && (B.write.body != A.write.body || A.simulated == byExam && A.shown.kind != showsWritten) {
+		return fmt.Sprintf("%s %s for order %s was answered 502 (request %d): the booking may or may not have been done; request %d booked the order again under another Idempotency-Key (%s, not %s) without reading it in between: retry a 502 with the same Idempotency-Key, which answers the first write's result, or read the order first (GET /v1/orders/{id} shows its shipment_id) before booking it anew.",
+			A.method, A.target, A.write.orderID, A.seq, B.seq, strconv.Quote(B.write.key), strconv.Quote(A.write.key))
+	}
 	return fmt.Sprintf("%s %s was answered 502 (request %d), but the write was done; request %d sent the same body again under another Idempotency-Key (%s, not %s), which writes a second time (a second link of an order is 409 order_already_linked): retry a 502 with the same Idempotency-Key, which answers the first write's result.",
 		A.method, A.target, A.seq, B.seq, strconv.Quote(B.write.key), strconv.Quote(A.write.key))
 }
@@ -3070,16 +3256,32 @@ func fileSandbox(ld *loader, t *tenant, orders *orderRecords, shipments []shipme
 // relative to its start), what the task gives, and the checks its grade is made of. Three are
 // built into the binary; each counts its own revisions.
 
-// examDef is an exam of the catalogue.
+// examDef is an exam of the catalogue: its task and checks, and its world, variant 0's
+// written here; any other variant is drawn from it (examDef.worldOf).
 type examDef struct {
 	name, title, task string
 	revision          int
-	answer            string // the answer's member ("orders", "consignments"); "": graded from its world
-	given             string // what the task gives, one JSON object
-	orders            []examOrder
-	shipments         []examShipment
-	unconfirmed       []int32 // the attempt's creations of a shipment answered 502 (1: its first)
+	answer            string                            // the answer's member ("orders", "consignments"); "": graded from its world
+	world             examWorld                         // variant 0
+	vary              func(w *examWorld, r *mrand.Rand) // what a drawn variant changes beyond names, instants and platforms; nil: nothing
 	checks            []examCheck
+}
+
+// examWorld is an exam's world as one variant draws it: its orders and shipments (instants
+// relative to the attempt's start), the consignments its task gives (places in shipments;
+// none but tracking's), and the booking's two creations answered 502 (the first creation for
+// an order is 1): the one done, and the one not done; 0 for none.
+type examWorld struct {
+	orders      []examOrder
+	shipments   []examShipment
+	given       []givenConsignment
+	unconfirmed [2]int32
+}
+
+// givenConsignment is a consignment a task gives: its shipment's place in the world's
+// shipments, and the number given (-1: its primary number; else its further parcel's).
+type givenConsignment struct {
+	shipment, parcel int
 }
 
 // examOrder is an order of an exam's world, its instants relative to the attempt's start.
@@ -3096,7 +3298,7 @@ type examChange struct {
 }
 
 // examShipment is a shipment of an exam's world: created at the start (nil) or at an instant,
-// for an order (orderID, "" for none), with its events after the start.
+// for an order (orderID, "" for none), with its events (after the start, or before it).
 type examShipment struct {
 	id, reference, number string
 	parcels               []string
@@ -3125,6 +3327,9 @@ const (
 	examAnswerTime = 60 * time.Second
 )
 
+// maxVariant is the largest variant: a start that names none draws one from 1 to it.
+const maxVariant = math.MaxInt32
+
 func at(d time.Duration) *time.Duration { return &d }
 
 // examCatalogue is the exams, in the order GET /v1/test_helpers/exams lists them.
@@ -3141,10 +3346,16 @@ func examNamed(name string) *examDef {
 }
 
 // findingChecks are the checks every exam has, one a finding code, in the order a grade
-// lists them: the retry's, the order findings', the tracking number's, the write's.
+// lists them (each kind's gradeOrder): the retry's, the order findings', the tracking
+// number's, the write's, the parcel's.
 func findingChecks() []examCheck {
+	codes := make([]findingCode, len(findingKinds))
+	for i := range findingKinds {
+		codes[i] = findingCode(i)
+	}
+	slices.SortFunc(codes, func(a, b findingCode) int { return cmp.Compare(findingKinds[a].gradeOrder, findingKinds[b].gradeOrder) })
 	var checks []examCheck
-	for _, code := range []findingCode{findingRetryTooSoon, findingMissedImport, findingStaleOrder, findingAmbiguousNumber, findingBlindRetry} {
+	for _, code := range codes {
 		k := &findingKinds[code]
 		checks = append(checks, examCheck{"findings." + k.code, "no finding " + k.code + ": " + k.advice, judgeFindings(code)})
 	}
@@ -3154,9 +3365,9 @@ func findingChecks() []examCheck {
 var completeCheck = examCheck{"journal.complete", "the attempt's journal lost no entry", judgeComplete}
 
 func orderSyncExam() *examDef {
-	e := &examDef{name: "order-sync", title: "Keep a copy of the imported orders", revision: 1, answer: "orders", given: `{}`,
-		task: "Keep a copy of this account's imported orders, each with its current status and shipment_id, from the start until the deadline; then answer with the copy: POST /v1/test_helpers/exams/{id}/answer with {\"orders\":[{\"id\",\"status\",\"shipment_id\"},...]}.",
-		orders: []examOrder{
+	e := &examDef{name: "order-sync", title: "Keep a copy of the imported orders", revision: 2, answer: "orders",
+		task: "Keep a copy of this account's imported orders, each with its current status and shipment_id, from the start until the deadline; then answer with the copy: POST /v1/test_helpers/exams/{id}/answer (over MCP: answer_exam) with {\"orders\":[{\"id\",\"status\",\"shipment_id\"},...]}.",
+		world: examWorld{orders: []examOrder{
 			{id: "ord_exam_0001", reference: "EX-1001", platform: "amazon", status: "unfulfilled", created: -10 * time.Minute, changes: []examChange{{"partially_fulfilled", 3 * time.Second}, {"fulfilled", 6 * time.Second}}},
 			{id: "ord_exam_0002", reference: "EX-1002", platform: "ebay", status: "unfulfilled", created: -5 * time.Minute, imported: at(5 * time.Second)},
 			{id: "ord_exam_0003", reference: "EX-1003", platform: "etsy", status: "unfulfilled", created: -2 * time.Minute},
@@ -3164,13 +3375,11 @@ func orderSyncExam() *examDef {
 			{id: "ord_exam_0005", reference: "EX-1005", platform: "tiktok_shop", status: "unfulfilled", created: -time.Minute, changes: []examChange{{"cancelled", 2 * time.Second}}},
 			{id: "ord_exam_0006", reference: "EX-1006", platform: "shopify", status: "unfulfilled", created: 4 * time.Second},
 		},
-		shipments: []examShipment{{id: "shp_exam_1", reference: "EX-REF-1", number: "EXM1000000001", created: at(3 * time.Second), orderID: "ord_exam_0001",
-			events: []examEvent{{3 * time.Second, "pre_transit", "Label created", "Leeds, GB"}, {5 * time.Second, "in_transit", "Departed facility", "Leeds, GB"}}}},
+			shipments: []examShipment{{id: "shp_exam_1", reference: "EX-REF-1", number: "EXM1000000001", created: at(3 * time.Second), orderID: "ord_exam_0001",
+				events: []examEvent{{3 * time.Second, "pre_transit", "Label created", "Leeds, GB"}, {5 * time.Second, "in_transit", "Departed facility", "Leeds, GB"}}}}},
+		vary: func(w *examWorld, r *mrand.Rand) { w.orders = append(w.orders[:6], oldOrders(21+r.IntN(7))...) }, // 21 to 27: two pages still
 	}
-	for i := 1; i <= 24; i++ { // two pages at the default limit
-		e.orders = append(e.orders, examOrder{id: fmt.Sprintf("ord_exam_%04d", 100+i), reference: fmt.Sprintf("EX-%d", 2000+i), platform: platforms[(i-1)%len(platforms)],
-			status: "fulfilled", created: -3*time.Hour + time.Duration(i)*time.Minute})
-	}
+	e.world.orders = append(e.world.orders, oldOrders(24)...)
 	e.checks = append([]examCheck{
 		{"answer.orders", "every order the account shows at the deadline, each once, no other", judgeAnswerOrders},
 		{"answer.statuses", "each answered order's status as it stands at the deadline", judgeAnswerOrderStatuses},
@@ -3180,12 +3389,21 @@ func orderSyncExam() *examDef {
 	return e
 }
 
+// oldOrders are order-sync's n orders created hours before the start, all fulfilled: with
+// the others, two pages at the default limit.
+func oldOrders(n int) []examOrder {
+	var orders []examOrder
+	for i := 1; i <= n; i++ {
+		orders = append(orders, examOrder{id: fmt.Sprintf("ord_exam_%04d", 100+i), reference: fmt.Sprintf("EX-%d", 2000+i), platform: platforms[(i-1)%len(platforms)],
+			status: "fulfilled", created: -3*time.Hour + time.Duration(i)*time.Minute})
+	}
+	return orders
+}
+
 func trackingExam() *examDef {
-	e := &examDef{name: "tracking", title: "Report the status of each consignment", revision: 1, answer: "consignments",
-		task: "Report the tracking status of each consignment given, as it stands at the deadline; then answer: POST /v1/test_helpers/exams/{id}/answer with {\"consignments\":[{\"shipment_id\",\"status\"},...]}.",
-		given: `{"consignments":[{"shipment_id":"shp_exam_t1","tracking_number":"EXT1000000001"},{"shipment_id":"shp_exam_t2","tracking_number":"EXT1000000002"},{"shipment_id":"shp_exam_t3","tracking_number":"EXT1000000002"},` +
-			`{"shipment_id":"shp_exam_t4","tracking_number":"EXT1000000005"},{"shipment_id":"shp_exam_t5","tracking_number":"EXT1000000007"}]}`,
-		shipments: []examShipment{
+	e := &examDef{name: "tracking", title: "Report the status of each consignment", revision: 2, answer: "consignments",
+		task: "Report the tracking status of each consignment given, as it stands at the deadline; then answer: POST /v1/test_helpers/exams/{id}/answer (over MCP: answer_exam) with {\"consignments\":[{\"shipment_id\",\"status\"},...]}.",
+		world: examWorld{shipments: []examShipment{
 			{id: "shp_exam_t1", reference: "TRK-1", number: "EXT1000000001", events: []examEvent{{-time.Hour, "pre_transit", "Label created", "Leeds, GB"}, {2 * time.Second, "in_transit", "Departed facility", "Leeds, GB"},
 				{6 * time.Second, "out_for_delivery", "Out for delivery", "York, GB"}, {10 * time.Second, "delivered", "Delivered", "York, GB"}}},
 			{id: "shp_exam_t2", reference: "TRK-2", number: "EXT1000000002", events: []examEvent{{-2 * time.Hour, "pre_transit", "Label created", "Leeds, GB"}, {4 * time.Second, "in_transit", "Departed facility", "Leeds, GB"}}},
@@ -3193,6 +3411,15 @@ func trackingExam() *examDef {
 			{id: "shp_exam_t4", reference: "TRK-4", number: "EXT1000000004", parcels: []string{"EXT1000000005", "EXT1000000006"},
 				events: []examEvent{{-3 * time.Hour, "in_transit", "In transit", "Leeds, GB"}, {5 * time.Second, "available_for_pickup", "Available for pickup", "Leeds, GB"}}},
 			{id: "shp_exam_t5", reference: "TRK-5", number: "EXT1000000007", events: []examEvent{{-24 * time.Hour, "delivered", "Delivered", "Bath, GB"}}},
+		},
+			given: []givenConsignment{{0, -1}, {1, -1}, {2, -1}, {3, 0}, {4, -1}}}, // t3 by the number t2 holds too; t4 by its second parcel's label
+		vary: func(w *examWorld, r *mrand.Rand) {
+			r.Shuffle(len(w.given), func(i, j int) { w.given[i], w.given[j] = w.given[j], w.given[i] })
+			for i := range w.given {
+				if w.given[i].parcel >= 0 {
+					w.given[i].parcel = r.IntN(len(w.shipments[w.given[i].shipment].parcels))
+				}
+			}
 		},
 	}
 	e.checks = append([]examCheck{
@@ -3204,9 +3431,9 @@ func trackingExam() *examDef {
 }
 
 func bookingExam() *examDef {
-	e := &examDef{name: "booking", title: "Book each fulfilled order once", revision: 1, given: `{}`, unconfirmed: []int32{1, 3},
-		task: "Book one shipment for each fulfilled order that has none, exactly once, promptly, by the deadline (POST /v1/test_helpers/shipments with its order_id and a reference of your own); the provider does not always confirm a booking.",
-		orders: []examOrder{
+	e := &examDef{name: "booking", title: "Book each fulfilled order once", revision: 2,
+		task: "Book one shipment for each fulfilled order that has none, exactly once, promptly, by the deadline (POST /v1/test_helpers/shipments with its order_id and a reference of your own); the provider does not always confirm a booking, and a booking it did not confirm may or may not have been done.",
+		world: examWorld{orders: []examOrder{
 			{id: "ord_exam_b1", reference: "BK-1", platform: "shopify", status: "fulfilled", created: -time.Hour},
 			{id: "ord_exam_b2", reference: "BK-2", platform: "amazon", status: "fulfilled", created: -50 * time.Minute},
 			{id: "ord_exam_b3", reference: "BK-3", platform: "ebay", status: "unfulfilled", created: -40 * time.Minute, changes: []examChange{{"fulfilled", 4 * time.Second}}},
@@ -3216,7 +3443,12 @@ func bookingExam() *examDef {
 			{id: "ord_exam_b7", reference: "BK-7", platform: "amazon", status: "fulfilled", created: -5 * time.Minute, imported: at(6 * time.Second)},
 			{id: "ord_exam_b8", reference: "BK-8", platform: "shopify", status: "fulfilled", created: -2 * time.Hour},
 		},
-		shipments: []examShipment{{id: "shp_exam_b0", reference: "BK-REF-0", number: "EXB1000000000", orderID: "ord_exam_b8", events: []examEvent{{-time.Hour, "pre_transit", "Label created", "Leeds, GB"}}}},
+			shipments:   []examShipment{{id: "shp_exam_b0", reference: "BK-REF-0", number: "EXB1000000000", orderID: "ord_exam_b8", events: []examEvent{{-time.Hour, "pre_transit", "Label created", "Leeds, GB"}}}},
+			unconfirmed: [2]int32{1, 3}},
+		vary: func(w *examWorld, r *mrand.Rand) { // two of the first four creations for an order: one done, one not
+			p := r.Perm(4)
+			w.unconfirmed = [2]int32{int32(p[0] + 1), int32(p[1] + 1)}
+		},
 	}
 	e.checks = append([]examCheck{
 		{"state.booked", "each order fulfilled at the deadline that had no shipment at the start has one, created by the attempt", judgeBooked},
@@ -3224,6 +3456,223 @@ func bookingExam() *examDef {
 		{"state.in_time", "each shipment created within 3 s (times the scale) of its order's being both imported and fulfilled (or of the start)", judgeInTime},
 	}, append(findingChecks(), completeCheck)...)
 	return e
+}
+
+// worldOf is the exam's world of variant v: variant 0 as written; any other drawn from v
+// alone (a generator of the standard library seeded with it and the exam's name and
+// revision), so that the same exam, revision, variant and scale make the same world. A drawn
+// world renames every order, shipment, reference and tracking number (never those of
+// variant 0; a number two shipments share stays shared), moves every instant after the
+// start by -1, 0 or +1 s (each order's and each shipment's in their order, from +1 s to
+// +10 s) and every instant before it by -5 to +5 whole minutes (still before it), draws
+// each order's platform, and what the exam's vary draws; the traps stay.
+func (e *examDef) worldOf(v int64) *examWorld {
+	w := e.world.clone()
+	if v == 0 {
+		return w
+	}
+	seed := sha256.Sum256([]byte(fmt.Sprintf("%s/%d", e.name, e.revision)))
+	r := mrand.New(mrand.NewPCG(uint64(v), binary.BigEndian.Uint64(seed[:8])))
+	if e.vary != nil {
+		e.vary(w, r)
+	}
+	names := newNameDrawer(r, &e.world)
+	renamed := map[string]string{}
+	for i := range w.orders {
+		o := &w.orders[i]
+		renamed[o.id] = names.draw("ord_exam_", 8, lowerDigits)
+		o.id, o.reference = renamed[o.id], prefixOf(o.reference)+names.digits(4)
+		o.platform = platforms[r.IntN(len(platforms))]
+		o.created, o.imported, o.changes = moveOrder(r, o.created, o.imported, o.changes)
+	}
+	numbers := map[string]string{}
+	number := func(n string) string {
+		if numbers[n] == "" {
+			numbers[n] = names.draw(n[:3], 10, "0123456789")
+		}
+		return numbers[n]
+	}
+	for i := range w.shipments {
+		sh := &w.shipments[i]
+		sh.id, sh.reference, sh.number = names.draw("shp_exam_", 8, lowerDigits), prefixOf(sh.reference)+names.digits(4), number(sh.number)
+		sh.parcels = slices.Clone(sh.parcels)
+		for k, p := range sh.parcels {
+			sh.parcels[k] = number(p)
+		}
+		if sh.orderID != "" {
+			sh.orderID = renamed[sh.orderID]
+		}
+		sh.created, sh.events = moveShipment(r, sh.created, sh.events)
+	}
+	return w
+}
+
+// clone is a copy of w that a variant may change without changing w.
+func (w *examWorld) clone() *examWorld {
+	c := &examWorld{orders: slices.Clone(w.orders), shipments: slices.Clone(w.shipments), given: slices.Clone(w.given), unconfirmed: w.unconfirmed}
+	for i := range c.orders {
+		c.orders[i].changes = slices.Clone(c.orders[i].changes)
+	}
+	for i := range c.shipments {
+		c.shipments[i].events = slices.Clone(c.shipments[i].events)
+	}
+	return c
+}
+
+const lowerDigits = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+// nameDrawer draws names, each unlike every name it drew and every name of variant 0.
+type nameDrawer struct {
+	r     *mrand.Rand
+	taken map[string]bool
+}
+
+func newNameDrawer(r *mrand.Rand, written *examWorld) *nameDrawer {
+	n := &nameDrawer{r: r, taken: map[string]bool{}}
+	for _, o := range written.orders {
+		n.taken[o.id] = true
+	}
+	for _, s := range written.shipments {
+		n.taken[s.id], n.taken[s.number] = true, true
+		for _, p := range s.parcels {
+			n.taken[p] = true
+		}
+	}
+	return n
+}
+
+// draw is prefix and n characters of alphabet, unlike any name drawn or written.
+func (n *nameDrawer) draw(prefix string, length int, alphabet string) string {
+	for {
+		b := []byte(prefix)
+		for range length {
+			b = append(b, alphabet[n.r.IntN(len(alphabet))])
+		}
+		if name := string(b); !n.taken[name] {
+			n.taken[name] = true
+			return name
+		}
+	}
+}
+
+// digits is n decimal digits (a reference's end: references may repeat across variants).
+func (n *nameDrawer) digits(length int) string {
+	b := make([]byte, length)
+	for i := range b {
+		b[i] = byte('0' + n.r.IntN(10))
+	}
+	return string(b)
+}
+
+// prefixOf is a reference without its last run of digits: EX-REF-1 is EX-REF-.
+func prefixOf(ref string) string { return strings.TrimRight(ref, "0123456789") }
+
+// earliestMoved and latestMoved bound a drawn instant after the start.
+const (
+	earliestMoved = time.Second
+	latestMoved   = 10 * time.Second
+)
+
+// moveOrder moves an order's instants: its creation, its import and its changes, in order
+// (an import at or after the creation, each change strictly after the one before and the
+// creation).
+func moveOrder(r *mrand.Rand, created time.Duration, imported *time.Duration, changes []examChange) (time.Duration, *time.Duration, []examChange) {
+	for range 100 { // a draw that cannot keep the order is drawn again
+		c, ok := moved(r, created, math.MinInt64, false)
+		floor, im := c, (*time.Duration)(nil)
+		if imported != nil && ok {
+			var m time.Duration
+			m, ok = moved(r, *imported, c, true)
+			im = &m
+		}
+		var next []examChange
+		for _, ch := range changes {
+			if !ok {
+				break
+			}
+			var m time.Duration
+			m, ok = moved(r, ch.at, floor, false)
+			floor, next = m, append(next, examChange{ch.status, m})
+		}
+		if ok {
+			return c, im, next
+		}
+	}
+	return created, imported, changes
+}
+
+// moveShipment moves a shipment's creation and its events, each event at or after its
+// creation and after the event before it.
+func moveShipment(r *mrand.Rand, created *time.Duration, events []examEvent) (*time.Duration, []examEvent) {
+	for range 100 {
+		floor, ok, c := time.Duration(math.MinInt64), true, (*time.Duration)(nil)
+		if created != nil {
+			var m time.Duration
+			m, ok = moved(r, *created, floor, true)
+			floor, c = m, &m
+		}
+		next := slices.Clone(events)
+		for i := range next {
+			if !ok {
+				break
+			}
+			next[i].after, ok = moved(r, next[i].after, floor, i == 0 && created != nil)
+			floor = next[i].after
+		}
+		if ok {
+			return c, next
+		}
+	}
+	return created, events
+}
+
+// moved is d moved: after the start by -1, 0 or +1 s within earliestMoved..latestMoved;
+// before it by -5 to +5 whole minutes, still before it; after floor (at it, when atFloor).
+func moved(r *mrand.Rand, d, floor time.Duration, atFloor bool) (time.Duration, bool) {
+	var m time.Duration
+	if d > 0 {
+		m = min(latestMoved, max(earliestMoved, d+time.Duration(r.IntN(3)-1)*time.Second))
+	} else {
+		m = d + time.Duration(r.IntN(11)-5)*time.Minute
+		if m >= 0 {
+			m = d
+		}
+	}
+	return m, m > floor || atFloor && m == floor
+}
+
+// givenJSON is what the task gives in this world: its consignments, each by its shipment's id
+// and the number given, in the world's order; {} for an exam that gives none.
+func (w *examWorld) givenJSON() json.RawMessage {
+	if len(w.given) == 0 {
+		return json.RawMessage(`{}`)
+	}
+	type consignment struct {
+		ShipmentID     string `json:"shipment_id"`
+		TrackingNumber string `json:"tracking_number"`
+	}
+	var given struct {
+		Consignments []consignment `json:"consignments"`
+	}
+	for _, c := range w.given {
+		sh := w.shipments[c.shipment]
+		number := sh.number
+		if c.parcel >= 0 {
+			number = sh.parcels[c.parcel]
+		}
+		given.Consignments = append(given.Consignments, consignment{sh.id, number})
+	}
+	b, _ := marshalJSON(given)
+	return b
+}
+
+// givenShipments are the shipment ids the task gives, in its order.
+func (w *examWorld) givenShipments() []string {
+	var ids []string
+	for _, c := range w.given {
+		ids = append(ids, w.shipments[c.shipment].id)
+	}
+	return ids
 }
 
 // relative writes d as a relative instant of a dataset: start, start+90s, start-10m0s.
@@ -3276,11 +3725,11 @@ type examEventRecord struct {
 	After       string `json:"after"`
 }
 
-// records is the exam's world as a sandbox's body sends it, every instant times scale.
-func (e *examDef) records(scale int) []byte {
+// records is the world as a sandbox's body sends it, every instant times scale.
+func (w *examWorld) records(scale int) []byte {
 	s := time.Duration(scale)
 	body := examRecords{Orders: []examOrderRecord{}, Shipments: []examShipmentRecord{}}
-	for _, o := range e.orders {
+	for _, o := range w.orders {
 		r := examOrderRecord{ID: o.id, MerchantReference: o.reference, Platform: o.platform, Status: o.status, CreatedAt: relative(o.created * s)}
 		if o.imported != nil {
 			imported := relative(*o.imported * s)
@@ -3291,7 +3740,7 @@ func (e *examDef) records(scale int) []byte {
 		}
 		body.Orders = append(body.Orders, r)
 	}
-	for _, sh := range e.shipments {
+	for _, sh := range w.shipments {
 		r := examShipmentRecord{ID: sh.id, Reference: sh.reference, TrackingNumber: sh.number, ParcelTrackingNumbers: sh.parcels, Events: []examEventRecord{}}
 		if sh.created != nil {
 			created := relative(*sh.created * s)
@@ -3332,7 +3781,7 @@ func examListings() ([]byte, error) {
 		Data []examListing `json:"data"`
 	}
 	for _, e := range examCatalogue {
-		l := examListing{Name: e.name, Revision: e.revision, Title: e.title, Task: e.task, DurationSeconds: int(examDuration / time.Second), Answer: e.answer != "", Given: json.RawMessage(e.given)}
+		l := examListing{Name: e.name, Revision: e.revision, Title: e.title, Task: e.task, DurationSeconds: int(examDuration / time.Second), Answer: e.answer != "", Given: e.world.givenJSON()}
 		for _, c := range e.checks {
 			l.Checks = append(l.Checks, examCheckListed{c.id, c.title})
 		}
@@ -3364,6 +3813,8 @@ const (
 type examAttempt struct {
 	id              string
 	def             *examDef
+	variant         int64
+	drawn           *examWorld // the world of its variant, as its records were made from it
 	scale           int
 	start, deadline time.Time
 	maker, key      *apiKey
@@ -3371,7 +3822,30 @@ type examAttempt struct {
 	created         atomic.Int32
 	mu              sync.Mutex // after the registry's, before its tenant's (see tenant)
 	grade           *examGrade
+	answering       int         // under mu: answers in flight that arrived in time, which a read waits for
 	graded          atomic.Bool // grade is set: the registry forgets a graded attempt before one that runs
+}
+
+// bookingScript is what an attempt's script makes of a creation of a shipment for an order.
+type bookingScript uint8
+
+const (
+	bookingConfirmed bookingScript = iota // done and answered 201
+	bookingDone                           // done, answered 502
+	bookingNotDone                        // not done, answered 502
+)
+
+// booked counts a creation for an order that passed every check (under its tenant's writing
+// lock) and says what the script makes of it: of the first four, the world's two answered
+// 502, one done and one not.
+func (a *examAttempt) booked() bookingScript {
+	switch a.created.Add(1) {
+	case a.drawn.unconfirmed[0]:
+		return bookingDone
+	case a.drawn.unconfirmed[1]:
+		return bookingNotDone
+	}
+	return bookingConfirmed
 }
 
 // window is the attempt's 3 s, times its scale.
@@ -3383,6 +3857,23 @@ func (a *examAttempt) lastAnswer() time.Time {
 		return a.deadline
 	}
 	return a.deadline.Add(examAnswerTime * time.Duration(a.scale))
+}
+
+// gradedBy reports whether the attempt t is graded at the wall clock's now: its grade
+// computed, or its grading limit passed on its clock (its grade is computed at the next read).
+func (a *examAttempt) gradedBy(t *tenant, now time.Time) bool {
+	return a.graded.Load() || !t.clock.read(func() time.Time { return now }).now.Before(a.lastAnswer())
+}
+
+// untilGraded is how long after the wall clock's now the attempt t reaches its grading limit:
+// what is left of it on its clock, and while its clock stands, until it runs.
+func (a *examAttempt) untilGraded(t *tenant, now time.Time) time.Duration {
+	wall := func() time.Time { return now }
+	left := max(0, a.lastAnswer().Sub(t.clock.read(wall).now))
+	if set := t.clock.setting.Load(); set != nil && set.waits && now.Before(set.since) {
+		left += set.since.Sub(now)
+	}
+	return left
 }
 
 // begin starts the attempt's clock at the wall clock's now, when it stands still: the first
@@ -3399,16 +3890,17 @@ var (
 	errExamUnknown  = &apiError{code: codeNotFound, detail: "No exam attempt of this id is held for this key: an attempt is read with its own key or the key that started it, and is forgotten with its sandbox."}
 	errExamNoAnswer = &apiError{code: codeCapabilityUnavailable, detail: "This exam takes no answer: it is graded from its world at the deadline."}
 	errExamGraded   = &apiError{code: codeExamGraded, detail: "This attempt is graded already (by an answer, or without one 60 s after its deadline, times its scale): read its grade with GET /v1/test_helpers/exams/{id}."}
-	// errExamUnconfirmed answers the booking exam's first and third creations of a shipment,
-	// done: the provider did not confirm them, as Prefer: code=502 answers one.
-	errExamUnconfirmed = &apiError{code: codeProviderNotConfirmed, detail: "The provider did not confirm the booking, which may have been done (the exam's script): do not retry it blindly; send it again with the same Idempotency-Key, which answers the first write's result."}
+	// errExamUnconfirmed answers the booking exam's two creations the script does not confirm,
+	// one done and one not, alike: a client cannot tell them apart, as Prefer: code=502 answers one.
+	errExamUnconfirmed = &apiError{code: codeProviderNotConfirmed, detail: "The provider did not confirm the booking, which may or may not have been done (the exam's script): do not retry it blindly; send it again with the same Idempotency-Key, which answers the first write's result if it was done and books it if it was not."}
 )
 
 // examRequest is the body of POST /v1/test_helpers/exams: the exam, its revision (-1: not
-// given) and the scale.
+// given), the scale and the variant (-1: not given, drawn).
 type examRequest struct {
 	def             *examDef
 	revision, scale int
+	variant         int64
 }
 
 // examRequestShape is the members of the body, each read as it comes; exam is judged
@@ -3433,13 +3925,21 @@ var examRequestShape = shapeOf(
 		}
 		return nil
 	}},
+	member[examRequest]{"variant", func(d *jsonReader, path, name string, req *examRequest) error {
+		v, err := d.whole(path, name, maxVariant)
+		if err != nil {
+			return paramError(codeInvalidParameter, "variant", fmt.Sprintf("variant is a whole number from 0 to %d: the world drawn for the attempt (0: the one the reference describes; absent: drawn at random), to take a failing attempt's world again.", maxVariant))
+		}
+		req.variant = int64(v)
+		return nil
+	}},
 )
 
 // readExamRequest reads the body as a sandbox's is read: its JSON syntax first (400), then
 // its members in the order sent, each by its name, then given again, then its value (422);
 // then the exam (required) and its revision (the one served).
 func readExamRequest(b []byte) (examRequest, error) {
-	req := examRequest{scale: 1, revision: -1}
+	req := examRequest{scale: 1, revision: -1, variant: -1}
 	if !oneJSONObject(b) {
 		return req, errExamBody
 	}
@@ -3470,6 +3970,7 @@ type examStarted struct {
 	ID        string          `json:"id"`
 	Exam      string          `json:"exam"`
 	Revision  int             `json:"revision"`
+	Variant   int64           `json:"variant"`
 	Scale     int             `json:"scale"`
 	Account   string          `json:"account"`
 	Key       string          `json:"key"`
@@ -3490,7 +3991,11 @@ func (b *tenantRegistry) newAttempt(body []byte, caller *apiKey, now time.Time) 
 	}
 	start := now.UTC().Truncate(time.Second)
 	t := newTenant(tenantID{"acct_" + randomText(20), "test"}, start)
-	world, err := readSandboxRequest(req.def.records(req.scale), nil)
+	if req.variant < 0 {
+		req.variant = 1 + mrand.Int64N(maxVariant)
+	}
+	drawn := req.def.worldOf(req.variant)
+	world, err := readSandboxRequest(drawn.records(req.scale), nil)
 	var d *tenantData
 	if err == nil {
 		d, err = buildSandboxData(t.id, start, world.orders, world.shipments, 0, true)
@@ -3500,7 +4005,7 @@ func (b *tenantRegistry) newAttempt(body []byte, caller *apiKey, now time.Time) 
 	}
 	key, out, _ := sandboxKey("$.keys[0]", keyRecord{Scopes: scopeNames}, t)
 	key.limit = newRateLimit(examRate, now)
-	a := &examAttempt{id: "exm_" + randomText(20), def: req.def, scale: req.scale, start: start, maker: caller, key: key, world: d,
+	a := &examAttempt{id: "exm_" + randomText(20), def: req.def, variant: req.variant, drawn: drawn, scale: req.scale, start: start, maker: caller, key: key, world: d,
 		deadline: start.Add(examDuration * time.Duration(req.scale))}
 	t.data.Store(d)
 	t.sandbox, t.exam = &sandboxAccount{}, a
@@ -3509,8 +4014,8 @@ func (b *tenantRegistry) newAttempt(body []byte, caller *apiKey, now time.Time) 
 	if err := b.add(t, caller.tenant, keys, d.bytes()+int64(unsafe.Sizeof(tenant{})+unsafe.Sizeof(examAttempt{})), now); err != nil {
 		return nil, "", err
 	}
-	answer, err := marshalJSON(examStarted{ID: a.id, Exam: req.def.name, Revision: req.def.revision, Scale: req.scale, Account: t.id.account, Key: out.Key,
-		StartedAt: formatTimestamp(start), Deadline: formatTimestamp(a.deadline), Task: req.def.task, Given: json.RawMessage(req.def.given)})
+	answer, err := marshalJSON(examStarted{ID: a.id, Exam: req.def.name, Revision: req.def.revision, Variant: a.variant, Scale: req.scale, Account: t.id.account, Key: out.Key,
+		StartedAt: formatTimestamp(start), Deadline: formatTimestamp(a.deadline), Task: req.def.task, Given: drawn.givenJSON()})
 	return answer, a.id, err
 }
 
@@ -3650,6 +4155,7 @@ type examGrade struct {
 type checkVerdict struct {
 	detail   string
 	requests []uint64
+	margin   *int64 // a timed check's window less the longest delay it judged, in ms; nil for none
 }
 
 func pass() checkVerdict { return checkVerdict{} }
@@ -3696,11 +4202,30 @@ func gradeOf(t *tenant, at time.Time, answer *examAnswer) *examGrade {
 func (a *examAttempt) gradeAt(t *tenant, now time.Time) *examGrade {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.grade == nil && !now.Before(a.lastAnswer()) {
+	if a.grade == nil && !now.Before(a.lastAnswer()) && a.answering == 0 {
 		a.grade = gradeOf(t, a.lastAnswer(), nil)
 		a.graded.Store(true)
 	}
 	return a.grade
+}
+
+// admit notes an answer in flight that arrived at now on the attempt's clock, when that is
+// before its last allowed instant and it is not graded: until release, no read computes the
+// grade without it. It reports whether it noted it.
+func (a *examAttempt) admit(now time.Time) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.grade != nil || !now.Before(a.lastAnswer()) {
+		return false
+	}
+	a.answering++
+	return true
+}
+
+func (a *examAttempt) release() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.answering--
 }
 
 // answered grades the attempt with its answer, which arrived at now on its clock: 409 while
@@ -3730,6 +4255,7 @@ type gradeJSON struct {
 	ID        string      `json:"id"`
 	Exam      string      `json:"exam"`
 	Revision  int         `json:"revision"`
+	Variant   int64       `json:"variant"`
 	Scale     int         `json:"scale"`
 	Account   string      `json:"account"`
 	State     string      `json:"state"`
@@ -3748,12 +4274,13 @@ type checkJSON struct {
 	Result   string   `json:"result"`
 	Detail   *string  `json:"detail"`
 	Requests []uint64 `json:"requests"`
+	MarginMS *int64   `json:"margin_ms"`
 }
 
 // gradeView is the grade as a read at now (on the attempt's clock) shows it: pending until
 // it is computed.
 func (a *examAttempt) gradeView(t *tenant, grade *examGrade, now time.Time) gradeJSON {
-	v := gradeJSON{ID: a.id, Exam: a.def.name, Revision: a.def.revision, Scale: a.scale, Account: t.id.account, State: "running",
+	v := gradeJSON{ID: a.id, Exam: a.def.name, Revision: a.def.revision, Variant: a.variant, Scale: a.scale, Account: t.id.account, State: "running",
 		StartedAt: formatTimestamp(a.start), Now: formatTimestamp(now), Deadline: formatTimestamp(a.deadline), Checks: []checkJSON{}}
 	if !now.Before(a.deadline) {
 		v.State = "awaiting_answer"
@@ -3763,7 +4290,7 @@ func (a *examAttempt) gradeView(t *tenant, grade *examGrade, now time.Time) grad
 		cj := checkJSON{ID: c.id, Title: c.title, Result: "pending", Requests: []uint64{}}
 		if grade != nil {
 			verdict := grade.verdicts[i]
-			cj.Result, cj.Requests = "pass", append(cj.Requests, verdict.requests...)
+			cj.Result, cj.Requests, cj.MarginMS = "pass", append(cj.Requests, verdict.requests...), verdict.margin
 			if verdict.detail != "" {
 				cj.Result, cj.Detail = "fail", &verdict.detail
 			} else {
@@ -3780,35 +4307,43 @@ func (a *examAttempt) gradeView(t *tenant, grade *examGrade, now time.Time) grad
 }
 
 // junit is the grade as a JUnit report: one test suite, a test case a check, a failure with
-// its detail, a pending check skipped.
+// its detail and the journal entries it cites; a pending check an error ("not graded yet"),
+// neither passed nor skipped, so that a CI step that reads it early fails.
 func (v gradeJSON) junit() []byte {
-	var b strings.Builder
-	failures, skipped := 0, 0
-	for _, c := range v.Checks {
-		failures += map[bool]int{true: 1}[c.Result == "fail"]
-		skipped += map[bool]int{true: 1}[c.Result == "pending"]
+	suite := junitReport{name: "exam " + v.Exam + " " + v.ID, timestamp: v.StartedAt,
+		properties: [][2]string{{"exam", v.Exam}, {"revision", strconv.Itoa(v.Revision)}, {"variant", strconv.FormatInt(v.Variant, 10)}, {"scale", strconv.Itoa(v.Scale)}, {"state", v.State}}}
+	if v.GradedAt != nil {
+		started, _ := time.Parse(time.RFC3339Nano, v.StartedAt)
+		graded, _ := time.Parse(time.RFC3339Nano, *v.GradedAt)
+		suite.seconds = graded.Sub(started).Seconds()
 	}
-	fmt.Fprintf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"exam %s\" tests=\"%d\" failures=\"%d\" skipped=\"%d\" timestamp=%q>\n",
-		html.EscapeString(v.Exam+" "+v.ID), len(v.Checks), failures, skipped, v.StartedAt)
 	for _, c := range v.Checks {
-		fmt.Fprintf(&b, "  <testcase classname=\"exam.%s\" name=\"%s\">", html.EscapeString(v.Exam), html.EscapeString(c.ID))
+		jc := junitTest{class: "exam." + v.Exam, name: c.ID, result: c.Result}
 		switch c.Result {
 		case "fail":
-			fmt.Fprintf(&b, "<failure message=\"%s\">requests %v</failure>", html.EscapeString(*c.Detail), c.Requests)
+			jc.message, jc.body = *c.Detail, citedEntries(c.Requests)
 		case "pending":
-			fmt.Fprintf(&b, "<skipped message=\"pending: the attempt's grade is computed at its grading instant (state %s)\"/>", v.State)
+			jc.result, jc.message = "error", "not graded yet"
+			jc.body = "The attempt's grade is computed at its grading instant (state " + v.State + "): read it again once graded."
 		}
-		b.WriteString("</testcase>\n")
+		suite.cases = append(suite.cases, jc)
 	}
-	b.WriteString("</testsuite>\n")
-	return []byte(b.String())
+	return suite.xml()
+}
+
+// citedEntries says which journal entries a check cites, and where to read them.
+func citedEntries(seqs []uint64) string {
+	if len(seqs) == 0 {
+		return "No journal entry cited."
+	}
+	return "J" + entriesCited(seqs)[1:] + " (GET /v1/test_helpers/requests with the attempt's key)."
 }
 
 // The checks' judges, each a pure function of the grading.
 
 // noAnswer is the detail of an answer check without an answer.
 func noAnswer(a *examAttempt) string {
-	return fmt.Sprintf("No answer: answer with POST /v1/test_helpers/exams/%s/answer once the deadline (%s) has passed, within %v of it.", a.id, formatTimestamp(a.deadline), examAnswerTime*time.Duration(a.scale))
+	return fmt.Sprintf("No answer: answer with POST /v1/test_helpers/exams/%s/answer once the deadline (%s on the attempt's clock) has passed, within %v of it.", a.id, formatTimestamp(a.deadline), examAnswerTime*time.Duration(a.scale))
 }
 
 // orderAt is what the order id shows at at: its status and shipment_id (nil: null), or false
@@ -3914,49 +4449,38 @@ func judgeAnswerOrderStatuses(g *grading) checkVerdict {
 func judgeAnswerLinks(g *grading) checkVerdict {
 	return judgeAnswered(g, func(item answerItem) (string, string, bool) {
 		_, shipment, shown := orderAt(g.d, item.id, g.a.deadline)
-		answered := "null"
+		var answered *string // JSON null; the string "null" is an id the world does not hold
 		if item.linked {
-			answered = item.shipmentID
+			answered = &item.shipmentID
 		}
-		return answered, cmp.Or(derefText(shipment), "null"), shown
+		return linkText(answered), linkText(shipment), shown
 	}, "order's shipment_id answered", "orders' shipment_id answered", "keep re-reading the orders you hold: a shipment is linked after an order is first seen.")
 }
 
-// derefText is *s, or "" for nil.
-func derefText(s *string) string {
-	if s == nil {
-		return ""
+// linkText writes a shipment_id for a grade's detail: null for JSON null, the id itself,
+// or the id quoted where it reads as null ("null").
+func linkText(id *string) string {
+	switch {
+	case id == nil:
+		return "null"
+	case *id == "null" || *id == "" || strings.TrimSpace(*id) != *id:
+		return strconv.Quote(*id)
 	}
-	return *s
-}
-
-// givenShipments are the shipment ids the exam's task gives, in its order.
-func (e *examDef) givenShipments() []string {
-	var given struct {
-		Consignments []struct {
-			ShipmentID string `json:"shipment_id"`
-		} `json:"consignments"`
-	}
-	json.Unmarshal([]byte(e.given), &given)
-	var ids []string
-	for _, c := range given.Consignments {
-		ids = append(ids, c.ShipmentID)
-	}
-	return ids
+	return *id
 }
 
 func judgeAnswerConsignments(g *grading) checkVerdict {
 	if g.answer == nil {
 		return failed(noAnswer(g.a))
 	}
-	missing, extra, twice := answerDiff(g.answer.items, g.a.def.givenShipments())
+	missing, extra, twice := answerDiff(g.answer.items, g.a.drawn.givenShipments())
 	return failed(diffDetail(missing, extra, twice, "consignment given", "consignments given", "answer each consignment given, once, by its shipment id."))
 }
 
 func judgeAnswerTrackingStatuses(g *grading) checkVerdict {
 	return judgeAnswered(g, func(item answerItem) (string, string, bool) {
 		s := g.d.shipments.find(item.id)
-		if s == nil || !s.existsAt(g.a.deadline) || !slices.Contains(g.a.def.givenShipments(), item.id) {
+		if s == nil || !s.existsAt(g.a.deadline) || !slices.Contains(g.a.drawn.givenShipments(), item.id) {
 			return "", "", false
 		}
 		return item.status, s.statusAt(g.a.deadline), true
@@ -4005,7 +4529,7 @@ func seqsOf(cs []creation) []uint64 {
 func judgeBooked(g *grading) checkVerdict {
 	made := g.creations()
 	var unbooked []string
-	for _, o := range g.a.def.orders {
+	for _, o := range g.a.drawn.orders {
 		status, _, shown := orderAt(g.d, o.id, g.a.deadline)
 		_, before, _ := orderAt(g.d, o.id, g.a.start)
 		if !shown || status != "fulfilled" || before != nil {
@@ -4078,19 +4602,26 @@ func derefDuration(d *time.Duration) time.Duration {
 func judgeInTime(g *grading) checkVerdict {
 	var late []creation
 	var named []string
+	judged, longest := false, time.Duration(0)
 	for _, c := range g.creations() {
-		i := slices.IndexFunc(g.a.def.orders, func(o examOrder) bool { return o.id == c.orderID })
+		i := slices.IndexFunc(g.a.drawn.orders, func(o examOrder) bool { return o.id == c.orderID })
 		if status, _, _ := orderAt(g.d, c.orderID, c.at); i < 0 || status != "fulfilled" {
 			continue // an order never booked is state.booked's to judge, one booked too early state.only_fulfilled's
 		}
-		if ready, ok := g.a.readyAt(g.a.def.orders[i]); ok && c.at.Sub(ready) > g.a.window() {
+		ready, ok := g.a.readyAt(g.a.drawn.orders[i])
+		if !ok {
+			continue
+		}
+		judged, longest = true, max(longest, c.at.Sub(ready))
+		if c.at.Sub(ready) > g.a.window() {
 			late, named = append(late, c), append(named, fmt.Sprintf("%s for %s %s after it was ready", c.shipmentID, c.orderID, formatSeconds(int64(c.at.Sub(ready)))))
 		}
 	}
+	margin := marginOf(g.a.window(), longest, !judged)
 	if len(late) == 0 {
-		return pass()
+		return checkVerdict{margin: margin}
 	}
-	return failed(fmt.Sprintf("%d %s more than %v after its order was both imported and fulfilled: %s; poll the orders at least every %v and book at once.", len(late), plural(len(late), "shipment was created", "shipments were created"), g.a.window(), listed(named), g.a.window()), seqsOf(late)...)
+	return checkVerdict{margin: margin, requests: seqsOf(late), detail: fmt.Sprintf("%d %s more than %v after its order was both imported and fulfilled: %s; poll the orders at least every %v and book at once.", len(late), plural(len(late), "shipment was created", "shipments were created"), g.a.window(), listed(named), g.a.window())}
 }
 
 // thing is what an exam's world does after the start: an order imported, its status changed
@@ -4106,7 +4637,7 @@ type thing struct {
 func (g *grading) things() []thing {
 	var things []thing
 	start, deadline := instantOf(g.a.start), instantOf(g.a.deadline)
-	given := g.a.def.givenShipments()
+	given := g.a.drawn.givenShipments()
 	for _, h := range g.a.world.timeline {
 		at := instantOf(h.at)
 		if !at.after(start) || at.after(deadline) {
@@ -4129,20 +4660,54 @@ func (g *grading) things() []thing {
 }
 
 func judgeKeptCurrent(g *grading) checkVerdict {
+	things := g.things()
+	shown := map[string][]instant{} // each thing's id: the instants reads that showed it were judged at
+	for _, th := range things {
+		shown[th.id] = nil
+	}
+	for i := range g.entries {
+		if e := &g.entries[i]; e.read() {
+			for _, id := range g.d.idsOf(e) {
+				if at, ok := shown[id]; ok {
+					shown[id] = append(at, e.clock)
+				}
+			}
+		}
+	}
 	var missed []string
-	for _, th := range g.things() {
-		from, until := instantOf(th.at), instantOf(th.at.Add(g.a.window()))
-		shown := slices.ContainsFunc(g.entries, func(e journalEntry) bool {
-			return e.read() && !from.after(e.clock) && !e.clock.after(until) && slices.Contains(g.d.idsOf(&e), th.id)
-		})
-		if !shown {
+	longest, never := time.Duration(0), false
+	for _, th := range things {
+		from, delay := instantOf(th.at), time.Duration(-1) // the first read at or after the thing
+		for _, at := range shown[th.id] {
+			if d := at.time().Sub(th.at); !from.after(at) && (delay < 0 || d < delay) {
+				delay = d
+			}
+		}
+		never = never || delay < 0
+		longest = max(longest, delay)
+		if delay < 0 || delay > g.a.window() {
 			missed = append(missed, fmt.Sprintf("%s %s at %s", th.id, th.what, "+"+th.at.Sub(g.a.start).String()))
 		}
 	}
+	margin := marginOf(g.a.window(), longest, never || len(things) == 0)
 	if len(missed) == 0 {
-		return pass()
+		return checkVerdict{margin: margin}
 	}
-	return failed(fmt.Sprintf("%d %s not shown by a read within %v: %s; read what you follow at least every %v until the deadline, not once at the end.", len(missed), plural(len(missed), "thing the world did was", "things the world did were"), g.a.window(), listed(missed), g.a.window()))
+	return checkVerdict{margin: margin, detail: fmt.Sprintf("%d %s not shown by a read within %v: %s; read what you follow at least every %v until the deadline, not once at the end.", len(missed), plural(len(missed), "thing the world did was", "things the world did were"), g.a.window(), listed(missed), g.a.window())}
+}
+
+// marginOf is a timed check's margin: its window less the longest delay it judged, in whole
+// milliseconds rounded down (negative when a delay failed it); nil when a delay has no end
+// (a thing never shown or booked) or none was judged.
+func marginOf(window, longest time.Duration, none bool) *int64 {
+	if none {
+		return nil
+	}
+	ms := (window - longest).Milliseconds()
+	if (window-longest)%time.Millisecond < 0 {
+		ms--
+	}
+	return &ms
 }
 
 // judgeFindings judges one finding code: failed by any finding of it, its detail the first's

@@ -63,6 +63,7 @@
 //   - check: its reports
 //   - check: check diff, two reports side by side
 //   - check: go run . exam, a client of the exam routes for CI
+//   - check: exam run, an exam taken several times with the client's own command
 package main
 
 import (
@@ -97,6 +98,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"os/exec"
 	"os/signal"
 	"reflect"
 	"regexp"
@@ -136,7 +138,8 @@ func main() {
 			return openBridgeTarget(ctx, args, os.Getenv, usage, boundHeapGrowth)
 		})
 	case "exam": // a client of the exams, for CI
-		status = runExam(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr, sleepFor)
+		log.SetOutput(io.Discard) // as for check: Go's transport logs a hostile server's unsolicited bytes
+		status = runExam(ctx, os.Args[2:], examDeps{getenv: os.Getenv, stdout: os.Stdout, stderr: os.Stderr, sleep: sleepFor, now: time.Now, colour: colourTerminal(os.Stdout, os.Getenv)})
 	case "check": // the conformance kit
 		// Go's HTTP transport writes what a server sends unasked on an idle connection to the
 		// standard logger ("Unsolicited response received on idle HTTP channel starting with
@@ -483,13 +486,96 @@ func printable(s string) string {
 	var b strings.Builder
 	for _, r := range strings.ToValidUTF8(s, "\ufffd") {
 		switch {
-		case r == '\ufffd' || unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || r >= '\u202a' && r <= '\u202e' || r >= '\u2066' && r <= '\u2069' || r == '\u200e' || r == '\u200f':
+		case r == '\ufffd' || r == '\ufffe' || r == '\uffff' || unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || r >= '\u202a' && r <= '\u202e' || r >= '\u2066' && r <= '\u2069' || r == '\u200e' || r == '\u200f':
 			fmt.Fprintf(&b, `\u%04x`, r)
 		default:
 			b.WriteRune(r)
 		}
 	}
 	return b.String()
+}
+
+// xmlText is s as XML 1.0 character data or an attribute's value, made inert as printable
+// makes a line, its lines kept: every control character but newline and tab, the
+// characters XML 1.0 forbids (U+FFFE, U+FFFF) and invalid UTF-8 written as \uXXXX, and the
+// markup characters escaped.
+func xmlText(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = printable(strings.ReplaceAll(l, "\t", " "))
+	}
+	var b strings.Builder
+	xml.EscapeText(&b, []byte(strings.Join(lines, "\n")))
+	return b.String()
+}
+
+// junitReport is a JUnit report of one test suite, as the exam's grade, exam and check write
+// it: every text of it made inert by xmlText when written.
+type junitReport struct {
+	name, timestamp string
+	seconds         float64
+	properties      [][2]string // name, value
+	cases           []junitTest
+}
+
+// junitTest is one test case: passed, or failed (a failure), in error (an error: not judged,
+// such as a grade still pending) or skipped, with its message and body.
+type junitTest struct {
+	class, name   string
+	seconds       float64
+	result        string // "pass", "fail", "error" or "skip"
+	message, body string
+}
+
+// xml is the suite as a JUnit XML document.
+func (s junitReport) xml() []byte {
+	count := map[string]int{}
+	for _, c := range s.cases {
+		count[c.result]++
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"%s\" tests=\"%d\" failures=\"%d\" errors=\"%d\" skipped=\"%d\" time=\"%.3f\"",
+		xmlText(s.name), len(s.cases), count["fail"], count["error"], count["skip"], s.seconds)
+	if s.timestamp != "" {
+		fmt.Fprintf(&b, " timestamp=\"%s\"", xmlText(s.timestamp))
+	}
+	b.WriteString(">\n")
+	if len(s.properties) > 0 {
+		b.WriteString("  <properties>\n")
+		for _, p := range s.properties {
+			fmt.Fprintf(&b, "    <property name=\"%s\" value=\"%s\"/>\n", xmlText(p[0]), xmlText(p[1]))
+		}
+		b.WriteString("  </properties>\n")
+	}
+	for _, c := range s.cases {
+		fmt.Fprintf(&b, "  <testcase classname=\"%s\" name=\"%s\" time=\"%.3f\">", xmlText(c.class), xmlText(c.name), c.seconds)
+		element := map[string]string{"fail": "failure", "error": "error", "skip": "skipped"}[c.result]
+		switch {
+		case element != "" && c.body != "":
+			fmt.Fprintf(&b, "<%s message=\"%s\">%s</%s>", element, xmlText(c.message), xmlText(c.body), element)
+		case element != "":
+			fmt.Fprintf(&b, "<%s message=\"%s\"/>", element, xmlText(c.message))
+		}
+		b.WriteString("</testcase>\n")
+	}
+	b.WriteString("</testsuite>\n")
+	return []byte(b.String())
+}
+
+// entriesCited names journal entries by their seqs, as a grade's reader meets them:
+// "journal entry 2", "journal entries 2, 5 and 63"; "" for none.
+func entriesCited(seqs []uint64) string {
+	words := make([]string, len(seqs))
+	for i, q := range seqs {
+		words[i] = strconv.FormatUint(q, 10)
+	}
+	switch len(words) {
+	case 0:
+		return ""
+	case 1:
+		return "journal entry " + words[0]
+	}
+	return "journal entries " + strings.Join(words[:len(words)-1], ", ") + " and " + words[len(words)-1]
 }
 
 // cutField is at most n bytes of s (cut at a UTF-8 boundary), and ... when cut.
@@ -2422,15 +2508,29 @@ func (s *server) idempotentWrite(reads preferences, h writeHandler) callHandler 
 // examWrite wraps an exam route that writes: a write's checks in their order but the rate
 // limit and the journal; the answer of an attempt (prefer false) reads no Prefer.
 func (s *server) examWrite(prefer bool, h writeHandler) callHandler {
-	checks := []wrapper{capDeclared, requireKey(&s.keys, s.now, keyCheck{expiry: wallClock, exam: true}, false), refuseLive, requireIdempotencyKey}
-	if prefer {
-		checks = append(checks, s.readPreferences(codeAndDelay))
+	checks := []wrapper{capDeclared, requireKey(&s.keys, s.now, keyCheck{expiry: wallClock, exam: true}, false), refuseLive}
+	if prefer { // a start counts against its key's rate limit, as any request of it does
+		checks = append(checks, limitRate(s.rate, s.now), requireIdempotencyKey, s.readPreferences(codeAndDelay))
+	} else { // an answer that arrived in time is graded, whatever a read does while its body arrives
+		checks = append(checks, answerInFlight, requireIdempotencyKey)
 	}
 	checks = append(checks, s.readBody, s.idempotent)
 	if prefer {
 		checks = append(checks, s.applyPreferences(false, true))
 	}
 	return chain(s.serveWrite(h), checks...)
+}
+
+// answerInFlight marks an attempt's answer in flight from its key's check until it is
+// answered, when it arrived before the attempt's last allowed instant: a read of the grade
+// meanwhile does not compute it without the answer.
+func answerInFlight(next callHandler) callHandler {
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		if a := c.key.tenant.exam; a != nil && a.admit(c.clock.now) {
+			defer a.release()
+		}
+		next(w, r, c)
+	}
 }
 
 // writeHandler is the work of a write once every check but its body's has passed (a write
@@ -2490,7 +2590,7 @@ var (
 // answer stored if the write was done.
 func (s *server) idempotent(next callHandler) callHandler {
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
-		c.write = &writeMark{c.idempotencyKey, sha256.Sum256(c.body)}
+		c.write = &writeMark{key: c.idempotencyKey, body: sha256.Sum256(c.body)}
 		request := sha256.Sum256(append([]byte(r.Method+"\x00"+r.URL.Path+"\x00"), c.write.body[:]...))
 		t := c.key.tenant
 		stored, found, err := s.registry.claim(t, c.idempotencyKey, request, s.now())
@@ -2582,6 +2682,10 @@ func trackingByNumber(w http.ResponseWriter, r *http.Request, c *call) error {
 		return ambiguousNumber(c.data.shipments.holdersAt(number, c.at))
 	case err == errTrackingAmbiguous:
 		c.shown = showing{kind: showsSharedNumber, ship: s}
+	case err == errTrackingNotFound:
+		if p, i := c.data.shipments.parcelHolder(number, c.at); p != nil { // a further parcel's number: the findings name it
+			c.shown = showing{kind: showsParcelNumber, ship: p, order: int32(i)}
+		}
 	}
 	return writeView(w, c, v, s, err)
 }
@@ -2721,12 +2825,48 @@ func (s *server) postSandbox(c *call) (*storedAnswer, error) {
 // createShipment answers POST /v1/test_helpers/shipments: a shipment created in the
 // caller's sandbox at the request's instant, linking the order it names.
 func (s *server) createShipment(c *call) (*storedAnswer, error) {
-	written, err := s.writeShipment(c, func(d *tenantData) (*tenantData, *shipment, error) { return d.withBooking(c.body, c.at) })
-	// The exam's script: this creation done, unconfirmed (unless Prefer asked for its 502).
-	if a := c.key.tenant.exam; err == nil && a != nil && slices.Contains(a.def.unconfirmed, a.created.Add(1)) && c.unconfirmed == nil {
-		c.unconfirmed, c.unconfirmedBy = errExamUnconfirmed, byExam
+	c.write.orderID = bookedOrder(c.body)
+	script := c.key.tenant.exam
+	return s.writeShipment(c, func(d *tenantData) (*tenantData, *shipment, error) {
+		next, sh, err := d.withBooking(c.body, c.at)
+		if err != nil || script == nil || len(next.links) == len(d.links) {
+			return next, sh, err
+		}
+		switch script.booked() { // the exam's script: a creation for an order that passed every check
+		case bookingNotDone: // nothing written: the key is free again, and a retry with it books
+			c.simulated = byExam
+			return nil, nil, errExamUnconfirmed
+		case bookingDone: // done, answered 502 (unless Prefer asked for its 502)
+			if c.unconfirmed == nil {
+				c.unconfirmed, c.unconfirmedBy = errExamUnconfirmed, byExam
+			}
+		}
+		return next, sh, err
+	})
+}
+
+// bookedOrder is the order_id a booking's body names at its top level, or "": the journal
+// keeps it, for blind_retry judges a booking by its order.
+func bookedOrder(body []byte) string {
+	d := json.NewDecoder(bytes.NewReader(body))
+	if t, err := d.Token(); err != nil || t != json.Delim('{') {
+		return ""
 	}
-	return written, err
+	for d.More() {
+		name, err := d.Token()
+		if err != nil {
+			return ""
+		}
+		var v json.RawMessage
+		if d.Decode(&v) != nil {
+			return ""
+		}
+		var id string
+		if name == "order_id" && json.Unmarshal(v, &id) == nil {
+			return id
+		}
+	}
+	return ""
 }
 
 // addShipmentEvents answers POST /v1/test_helpers/shipments/{id}/events: carrier events arrived
@@ -4125,7 +4265,7 @@ func kitRuleRows() []refRule {
 func examRows() []refExam {
 	var out []refExam
 	for _, e := range examCatalogue {
-		x := refExam{Name: e.name, Title: e.title, Task: e.task, Given: e.given, Revision: e.revision, Duration: int(examDuration / time.Second), Answer: e.answer != ""}
+		x := refExam{Name: e.name, Title: e.title, Task: e.task, Given: string(e.world.givenJSON()), Revision: e.revision, Duration: int(examDuration / time.Second), Answer: e.answer != ""}
 		for _, c := range e.checks {
 			x.Checks = append(x.Checks, examCheckRow{c.id, c.title})
 		}
@@ -4489,6 +4629,7 @@ func (s *server) servePage(w http.ResponseWriter, r *http.Request, c *call) {
 type mcpDoor struct {
 	doorway
 	tools     []mcpTool
+	exams     string                     // the exams a start may name, from the document
 	listed    map[string]json.RawMessage // each revision's tool list, written once at start
 	resources []mcpResource
 }
@@ -5002,6 +5143,8 @@ var (
 	preferMember = mcpMember{name: "prefer", in: "prefer", inline: `{"type":"string","description":"Sent as the Prefer header: code=429|500|502|503 (a simulated answer), code=503; times=2 (failing only the first tries), delay=MS, clock=\"start+90s\" (the instant this request is judged at)."}`}
 	runMember    = mcpMember{name: "run", in: "tag", inline: `{"type":"string","pattern":"^[A-Za-z0-9._-]{1,64}$","description":"Sent as Prefer: run=\"...\": tags the request, so that get_requests and get_findings of that run judge it apart."}`}
 	idemMember   = mcpMember{name: "idempotency_key", from: "schemas/IdempotencyKey", in: "header", header: "Idempotency-Key", required: true}
+	// gradeKeyMember is who reads a grade: the attempt's key, or the key that started it.
+	gradeKeyMember = mcpMember{name: "key", in: "key", inline: `{"type":"string","description":"The attempt's key (start_exam's key), or the key that started the attempt; default: the caller's, which started it when start_exam was called without a key. Any other key reads 404."}`}
 	// attemptKeyMember is an exam attempt's key, which its answer is sent with.
 	attemptKeyMember = mcpMember{name: "key", in: "key", required: true, inline: `{"type":"string","description":"The attempt's key, as start_exam answered it: an answer is sent with it."}`}
 )
@@ -5053,19 +5196,19 @@ var mcpToolTable = []mcpTool{
 		summary: "the traps the journal's requests show the integration fell into (retry_too_soon, missed_import, stale_order, ambiguous_number, blind_retry), each with what to change (run: only a tagged run's).",
 		members: []mcpMember{{name: "run", from: "parameters/JournalRun", in: "query"}, keyMember, preferMember}},
 	{name: "list_exams", title: "The exams: scenarios that grade an integration", ops: []string{"listExams"}, call: askAPI, readOnly: true,
-		summary: "the exams built into the sandbox (order-sync, tracking, booking): each a named, versioned scenario of the spec's traps, with its task, what it gives, and the checks its grade holds.",
+		summary: "the exams built into the sandbox ({exams}): each a named, versioned scenario of the spec's traps, with its task, what it gives, and the checks its grade holds. No sandbox is needed to take one: start_exam makes the attempt's own.",
 		members: []mcpMember{keyMember, preferMember}},
 	{name: "start_exam", title: "Start an exam: an attempt graded at its end", ops: []string{"startExam"}, call: askAPI, idempotent: true,
-		summary: "an attempt of an exam: a sandbox of its world and its key (limited to 10 requests a second), its task, its deadline. Do the task with that key (the key argument of the other tools); scale stretches every instant for a client as slow as an agent calling tools (10: 120 s).",
+		summary: "an attempt of an exam ({exams}), in a sandbox of its own (create_sandbox is not needed): its result holds the task, what it gives (tracking: the consignments given, each a shipment_id and the tracking_number its label shows), the attempt's key (the key argument of the other tools; 10 requests a second), its variant (the world drawn for it) and its deadline. Read what the task follows at least every {window} (times scale) until the deadline, then answer with answer_exam (booking takes no answer: it is graded at its deadline), and read the grade with grade_exam. scale stretches every instant for a client as slow as an agent calling tools (10: 120 s, a read every 30 s); variant takes a failing attempt's world again.",
 		members: []mcpMember{{name: "exam", from: "schemas/ExamRequest/exam", in: "body", required: true}, {name: "revision", from: "schemas/ExamRequest/revision", in: "body"},
-			{name: "scale", from: "schemas/ExamRequest/scale", in: "body"}, idemMember, keyMember, preferMember}},
+			{name: "scale", from: "schemas/ExamRequest/scale", in: "body"}, {name: "variant", from: "schemas/ExamRequest/variant", in: "body"}, idemMember, keyMember, preferMember}},
 	{name: "answer_exam", title: "Answer an attempt, and grade it", ops: []string{"answerExam"}, call: askAPI, idempotent: true,
 		summary: "the attempt's answer once its deadline has passed (orders for order-sync, consignments for tracking), with the attempt's key; its grade at once, each check with its evidence. 409 exam_running says how long to wait.", exactlyOne: []string{"orders", "consignments"},
 		members: []mcpMember{{name: "id", from: "parameters/ExamId", in: "path", required: true}, {name: "orders", from: "schemas/ExamAnswer/orders", in: "body"},
 			{name: "consignments", from: "schemas/ExamAnswer/consignments", in: "body"}, idemMember, attemptKeyMember}},
 	{name: "grade_exam", title: "An attempt's grade", ops: []string{"getExamGrade"}, call: askAPI, readOnly: true,
 		summary: "the attempt's grade as its clock stands (pending until it is computed), each check with a sentence to act on and the journal seqs it cites (get_requests with the attempt's key reads them); read with the attempt's key or the key that started it.",
-		members: []mcpMember{{name: "id", from: "parameters/ExamId", in: "path", required: true}, keyMember}},
+		members: []mcpMember{{name: "id", from: "parameters/ExamId", in: "path", required: true}, gradeKeyMember}},
 	{name: "check_server", title: "Check a server against the spec", call: checkServer, success: reportSchema, readOnly: true, openWorld: true,
 		summary: "The conformance kit (go run . check): a server judged by the spec's rules over HTTP, its JSON report. Without base_url, this sandbox, with your key; a base_url on this machine only (a loopback address), with the keys of the sandbox's environment (SANDBOX_CHECK_KEY and the others), never keys from arguments. It leaves the server as it found it: the two sandboxes it makes there, it deletes.",
 		members: []mcpMember{{name: "base_url", inline: `{"type":"string","description":"The server under check: the API's base, an http URL of a loopback address (127.0.0.1, localhost, [::1]), such as http://127.0.0.1:8181/v1. Absent: this sandbox."}`},
@@ -5091,7 +5234,7 @@ func newMCPDoor(w doorway) (*mcpDoor, error) {
 	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
 		return nil, err
 	}
-	d := &mcpDoor{doorway: w, tools: slices.Clone(mcpToolTable)}
+	d := &mcpDoor{doorway: w, tools: slices.Clone(mcpToolTable), exams: composed(doc, "{exams}")}
 	for i := range d.tools {
 		t := &d.tools[i]
 		err := t.readOperations(doc)
@@ -5117,6 +5260,7 @@ func newMCPDoor(w doorway) (*mcpDoor, error) {
 // path (under the servers' base path, its parameters renamed as the tool's members), and the
 // description the tool is listed with, which begins with them.
 func (t *mcpTool) readOperations(doc map[string]any) error {
+	t.summary = composed(doc, t.summary)
 	t.description = t.summary
 	if len(t.ops) == 0 {
 		return nil
@@ -5137,6 +5281,17 @@ func (t *mcpTool) readOperations(doc map[string]any) error {
 	}
 	t.description = strings.Join(named, ", or ") + ": " + t.summary
 	return nil
+}
+
+// composed is a summary or the instructions with the catalogue's words put in from the
+// document: {exams}, the exams a start may name; {window}, how soon a read must show a change.
+func composed(doc map[string]any, text string) string {
+	var exams []string
+	enum, _ := docNode(doc, "components", "schemas", "ExamRequest", "properties", "exam")["enum"].([]any)
+	for _, x := range enum {
+		exams = append(exams, fmt.Sprint(x))
+	}
+	return strings.NewReplacer("{exams}", strings.Join(exams, ", "), "{window}", examWindow.String()).Replace(text)
 }
 
 // parameterName is the name the document gives a member's parameter ("" for a property or an
@@ -5388,8 +5543,9 @@ func (d *mcpDoor) instructions(c *mcpCall) string {
 	}
 	return "The local sandbox of the Shipment Tracking and Imported Orders API (v1, developer preview), at " + c.origin + "/v1: it behaves as the real API will, " +
 		"rule for rule and error for error, and never calls a carrier or a marketplace. Each tool is the API's requests, made with your key (or a key argument: a " +
-		"test key of this sandbox), rate-limited and journaled as a client's. Start with create_sandbox ({\"template\":\"acct_sync\",\"idempotency_key\":\"any-new-value\"}): " +
-		"an account of your own, a copy of a marketplace that moves, whose key the other tools take as key. The tools: " + strings.Join(tools, "; ") +
+		"test key of this sandbox), rate-limited and journaled as a client's. To rehearse an integration, start with create_sandbox ({\"template\":\"acct_sync\",\"idempotency_key\":\"any-new-value\"}): " +
+		"an account of your own, a copy of a marketplace that moves, whose key the other tools take as key. To have an integration graded, start with start_exam (" + d.exams + "), which needs no sandbox: " +
+		"its result holds the task, what it gives and the attempt's key; do the task with that key, reading at least every " + examWindow.String() + " (times the scale), answer with answer_exam, read the grade with grade_exam. The tools: " + strings.Join(tools, "; ") +
 		". The resources: sandbox:///openapi.json (the document), sandbox:///README.md and every docs page."
 }
 
@@ -10052,21 +10208,6 @@ func (rep *checkReport) writeJUnit(w io.Writer) error {
 	return err
 }
 
-// xmlText is s as XML 1.0 character data or an attribute's value: the characters XML 1.0
-// forbids (control characters but tab, newline and carriage return; U+FFFE, U+FFFF;
-// invalid UTF-8) written as U+FFFD, and the markup characters escaped.
-func xmlText(s string) string {
-	clean := strings.Map(func(r rune) rune {
-		if r == '\t' || r == '\n' || r == '\r' || r >= 0x20 && r <= 0xD7FF || r >= 0xE000 && r <= 0xFFFD || r >= 0x10000 && r <= 0x10FFFF {
-			return r
-		}
-		return '\uFFFD'
-	}, strings.ToValidUTF8(s, "\uFFFD"))
-	var b strings.Builder
-	xml.EscapeText(&b, []byte(clean))
-	return b.String()
-}
-
 // ===== check: check diff, two reports side by side =====
 
 // A rule's change from one report to another: same, regressed (NEW fail, OLD anything
@@ -10332,14 +10473,19 @@ func derefOr(s *string) string {
 
 // go run . exam is a client of the exam routes, as the kit is of the API: exam list, exam
 // start NAME (the 201's JSON, or with -format env the lines a shell evals), exam grade ID
-// (polls once a second until the grade is computed; text, json or junit). A CI job reads
+// (polls once a second until the grade is computed; text, json or junit), and exam run NAME
+// -- COMMAND, which takes the exam several times with the integrator's own client and
+// reports its pass rate. A CI job reads
 //
-//	set -a; eval "$(sandbox exam start -format env order-sync)"; ./my-sync; sandbox exam grade "$SANDBOX_EXAM"
+//	sandbox exam run order-sync -attempts 5 -format junit -- ./my-sync > exam.xml
 //
 // and fails when the integration does. It carries one key, SANDBOX_EXAM_KEY (never a flag,
 // so that it is never in a process listing), to the base URL's host only, follows no
-// redirect, bounds each request and each answer, and masks the key in what it writes (the
-// attempt's key it prints: a throwaway).
+// redirect, bounds each request, each answer and each wait, reads every answer into types
+// of its own and refuses one that is not of the contract's shape, and writes nothing a
+// server sent as it came: keys masked (the attempt's key it prints, a throwaway, aside),
+// control characters escaped, JUnit escaped as XML. Every server is treated as the kit
+// treats one: as a stranger.
 
 // Exit statuses of go run . exam.
 const (
@@ -10349,34 +10495,83 @@ const (
 )
 
 // examPollGrace is how long past the deadline (times the attempt's scale) exam grade polls
-// before it gives up: the 60 s an answer is taken, and 10 s for the last reads.
-const examPollGrace = examAnswerTime + 10*time.Second
+// before it gives up, on the attempt's clock: the 60 s an answer is taken, and 10 s for the
+// last reads. examPollBound is its bound by the wall clock, whatever a server's now and
+// scale say: the longest exam at the largest scale, and that grace.
+const (
+	examPollGrace = examAnswerTime + 10*time.Second
+	examPollBound = maxExamScale * (examDuration + examPollGrace)
+)
 
-// examCommand is what go run . exam is told: its verb and argument, and its flags.
+// examRunLimits: the most attempts exam run takes, how long it lets a client ended by
+// SIGTERM go before SIGKILL, and how often it says what it waits for.
+const (
+	maxExamAttempts  = 100
+	examKillGrace    = 5 * time.Second
+	examSayEvery     = 10 // polls between two "waiting" lines: once a second at most, far fewer in practice
+	defaultExamRuns  = 5
+	examAttemptIDPat = `^exm_[a-z2-7]{20}$`
+)
+
+var (
+	examAttemptID  = regexp.MustCompile(examAttemptIDPat)
+	examAttemptKey = regexp.MustCompile(`^sk_test_[a-z2-7]{32}$`)
+	examAccount    = regexp.MustCompile(`^acct_[a-z2-7]{20}$`)
+)
+
+// examCommand is what go run . exam is told: its verb and argument, its flags, and exam
+// run's command.
 type examCommand struct {
-	verb, arg string // list; start NAME; grade ID
+	verb, arg string // list; start NAME; grade ID; run NAME
 	baseURL   string
 	scale     int
 	format    string
 	key       string
+	variants  []int64 // -variant, in the order given
+	attempts  int     // exam run's -attempts; 0: not given
+	command   []string
 }
 
 // examFormats are the formats of each verb, its default first.
-var examFormats = map[string][]string{"list": {"text", "json"}, "start": {"json", "env"}, "grade": {"text", "json", "junit"}}
+var examFormats = map[string][]string{"list": {"text", "json"}, "start": {"json", "env"}, "grade": {"text", "json", "junit"}, "run": {"text", "json", "junit"}}
+
+// examDeps are what go run . exam takes from its process: its environment, its two outputs,
+// a wait between a grade's reads, the wall clock, and how a client's command is started
+// (nil: as a process of its own).
+type examDeps struct {
+	getenv         func(string) string
+	stdout, stderr io.Writer
+	sleep          func(context.Context, time.Duration) error
+	now            func() time.Time
+	colour         bool // standard output is a terminal and NO_COLOR is not set: verdicts in colour
+}
+
+// colourTerminal reports whether f is a terminal and NO_COLOR is not set (no-color.org):
+// what a command writes there may colour its verdicts.
+func colourTerminal(f *os.File, getenv func(string) string) bool {
+	if getenv("NO_COLOR") != "" {
+		return false
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
+}
 
 // parseExamCommand reads exam's verb, its argument and its flags, which may stand before or
 // after the argument, each flag falling back to SANDBOX_EXAM_<NAME>, the key read from
-// SANDBOX_EXAM_KEY.
+// SANDBOX_EXAM_KEY; exam run's command follows --.
 func parseExamCommand(args []string, getenv func(string) string, usage io.Writer) (examCommand, error) {
 	c := examCommand{baseURL: defaultBaseURL, scale: 1, key: cmp.Or(getenv("SANDBOX_EXAM_KEY"), "sk_test_sandbox_all")}
-	intro := "Usage: sandbox exam list | start NAME | grade ID [flags]: a client of the sandbox's exams for CI. start prints the attempt (with -format env, SANDBOX_BASE_URL, SANDBOX_KEY and SANDBOX_EXAM for eval); grade polls until the grade is computed. The key is SANDBOX_EXAM_KEY (default sk_test_sandbox_all; grade needs the key that started the attempt); each flag falls back to SANDBOX_EXAM_<NAME>. Exit status: 0 passed, 1 failed, 2 could not grade (or a usage error)."
+	if i := slices.Index(args, "--"); i >= 0 {
+		args, c.command = args[:i], args[i+1:]
+	}
+	intro := "Usage: sandbox exam list | start NAME | grade ID | run NAME [flags] -- COMMAND [ARGS...]: a client of the sandbox's exams for CI. start prints the attempt (with -format env, SANDBOX_BASE_URL, SANDBOX_KEY, SANDBOX_EXAM and SANDBOX_EXAM_GIVEN for eval); grade polls until the grade is computed; run takes the exam -attempts times with COMMAND as the client and reports its pass rate (pass^k), each check passed, failed or flaky. The key is SANDBOX_EXAM_KEY (default sk_test_sandbox_all; grade needs the key that started the attempt); each flag falls back to SANDBOX_EXAM_<NAME>. Exit status: 0 passed, 1 failed, 2 could not grade (or a usage error)."
 	fs := flag.NewFlagSet("sandbox exam", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Func("base-url", "the sandbox's API base, an absolute http or https `URL` (default "+defaultBaseURL+")", func(v string) (err error) {
 		c.baseURL, err = apiBaseURL(v)
 		return err
 	})
-	fs.Func("scale", "exam start: every instant of the exam's world times this whole `number`, 1 to 60 (default 1), for a client that works slowly", func(v string) error {
+	fs.Func("scale", "exam start and run: every instant of the exam's world times this whole `number`, 1 to 60 (default 1), for a client that works slowly", func(v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxExamScale {
 			return fmt.Errorf("want a whole number from 1 to %d", maxExamScale)
@@ -10384,7 +10579,23 @@ func parseExamCommand(args []string, getenv func(string) string, usage io.Writer
 		c.scale = n
 		return nil
 	})
-	fs.StringVar(&c.format, "format", "", "list: `text` or json; start: json or env (lines for eval); grade: text, json or junit (default: the first)")
+	fs.Func("variant", "exam start and run: the world to draw, a whole `number` from 0 to 2147483647 (default: drawn at random); exam run takes it again for each -variant, in order", func(v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n > math.MaxInt32 {
+			return errors.New("want a whole number from 0 to 2147483647")
+		}
+		c.variants = append(c.variants, n)
+		return nil
+	})
+	fs.Func("attempts", fmt.Sprintf("exam run: how many attempts, one after another, a whole `number` from 1 to %d (default %d, or the count of -variant)", maxExamAttempts, defaultExamRuns), func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxExamAttempts {
+			return fmt.Errorf("want a whole number from 1 to %d", maxExamAttempts)
+		}
+		c.attempts = n
+		return nil
+	})
+	fs.StringVar(&c.format, "format", "", "list: `text` or json; start: json or env (lines for eval); grade and run: text, json or junit (default: the first)")
 	var operands []string                      // the verb, then its operand
 	for rest := args; ; rest = fs.Args()[1:] { // flags before and after each
 		_, err := parseFlags(fs, rest, usage, intro, "exam", "exam -h")
@@ -10397,7 +10608,7 @@ func parseExamCommand(args []string, getenv func(string) string, usage io.Writer
 		operands = append(operands, fs.Arg(0))
 	}
 	if len(operands) == 0 || examFormats[operands[0]] == nil {
-		return c, errors.New("want exam list, exam start NAME or exam grade ID (see exam -h)")
+		return c, errors.New("want exam list, exam start NAME, exam grade ID or exam run NAME -- COMMAND (see exam -h)")
 	}
 	c.verb, operands = operands[0], operands[1:]
 	given := map[string]bool{}
@@ -10410,16 +10621,18 @@ func parseExamCommand(args []string, getenv func(string) string, usage io.Writer
 
 // settle judges what holds between exam's verb, its operands and its flags.
 func (c *examCommand) settle(operands []string, given map[string]bool) error {
-	want := map[string]string{"list": "", "start": "NAME", "grade": "ID"}[c.verb]
+	want := map[string]string{"list": "", "start": "NAME", "grade": "ID", "run": "NAME"}[c.verb]
 	switch {
 	case want == "" && len(operands) > 0:
 		return fmt.Errorf("exam list takes no argument, not %q", operands[0])
 	case want != "" && len(operands) != 1:
 		return fmt.Errorf("exam %s takes one %s, given %d", c.verb, want, len(operands))
-	case given["scale"] && c.verb != "start":
-		return errors.New("-scale is exam start's")
-	case kitKeyFault(c.key) != nil:
-		return fmt.Errorf("SANDBOX_EXAM_KEY: %v", kitKeyFault(c.key))
+	}
+	if err := c.flagsFault(given); err != nil {
+		return err
+	}
+	if c.verb == "run" && c.attempts == 0 {
+		c.attempts = cmp.Or(len(c.variants), defaultExamRuns)
 	}
 	if len(operands) == 1 {
 		c.arg = operands[0]
@@ -10434,45 +10647,106 @@ func (c *examCommand) settle(operands []string, given map[string]bool) error {
 	return nil
 }
 
+// flagsFault is what is wrong between exam's verb and the flags given, or nil.
+func (c *examCommand) flagsFault(given map[string]bool) error {
+	switch {
+	case given["scale"] && c.verb != "start" && c.verb != "run":
+		return errors.New("-scale is exam start's and exam run's")
+	case len(c.variants) > 0 && c.verb != "start" && c.verb != "run":
+		return errors.New("-variant is exam start's and exam run's")
+	case len(c.variants) > 1 && c.verb == "start":
+		return errors.New("exam start takes one -variant")
+	case c.attempts > 0 && c.verb != "run":
+		return errors.New("-attempts is exam run's")
+	case c.verb == "run" && len(c.command) == 0:
+		return errors.New("exam run takes the client's command after --: exam run NAME [flags] -- COMMAND [ARGS...]")
+	case c.verb != "run" && c.command != nil:
+		return errors.New("only exam run takes a command after --")
+	case c.verb == "run" && c.attempts > 0 && c.attempts < len(c.variants):
+		return fmt.Errorf("-attempts %d is fewer than the %d variants asked for", c.attempts, len(c.variants))
+	case kitKeyFault(c.key) != nil:
+		return fmt.Errorf("SANDBOX_EXAM_KEY: %v", kitKeyFault(c.key))
+	}
+	return nil
+}
+
 // runExam is go run . exam: it does the verb, writes what it asks for to stdout and why it
-// could not to stderr, and returns the exit status; sleep waits between a grade's reads.
-func runExam(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, sleep func(context.Context, time.Duration) error) int {
-	c, err := parseExamCommand(args, getenv, stdout)
+// could not to stderr, and returns the exit status.
+func runExam(ctx context.Context, args []string, deps examDeps) int {
+	c, err := parseExamCommand(args, deps.getenv, deps.stdout)
 	secrets := newSecrets(map[string]string{"SANDBOX_EXAM_KEY": c.key})
-	say := func(s string) { fmt.Fprintln(stderr, printable(secrets.mask("sandbox exam: "+s))) }
+	errs := &examSaying{w: deps.stderr, secrets: secrets}
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return examPassed
 	case err != nil:
-		say(err.Error())
+		errs.say(err.Error())
 		return examCannotGrade
 	}
-	client := &examClient{base: c.baseURL, key: c.key, http: &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	client := &examClient{base: c.baseURL, key: c.key, secrets: secrets, deps: deps, errs: errs,
+		http: &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	var out []byte
 	status := examPassed
 	switch c.verb {
 	case "list":
 		out, err = client.list(ctx, c.format)
 	case "start":
-		out, err = client.start(ctx, c)
+		var x *examAttemptOut
+		if x, err = client.start(ctx, c.arg, c.scale, c.variants); err == nil {
+			out = client.startWritten(x, c.format)
+		}
 	case "grade":
-		out, status, err = client.grade(ctx, c, sleep)
+		var g *examGradeOut
+		if g, err = client.grade(ctx, c.arg); err == nil {
+			out, status = client.gradeWritten(g, c.format), map[bool]int{true: examPassed, false: examFailed}[*g.Passed]
+		}
+	case "run":
+		var rep *examRunReport
+		rep, status = client.run(ctx, c)
+		out = rep.written(c.format, client)
 	}
 	if err != nil {
-		say(err.Error())
+		errs.say(err.Error())
 		return examCannotGrade
 	}
-	if _, err := stdout.Write(out); err != nil {
-		say("writing: " + err.Error())
+	if _, err := deps.stdout.Write(out); err != nil {
+		errs.say("writing: " + err.Error())
 		return examCannotGrade
 	}
 	return status
 }
 
+// examSaying writes exam's lines for a person on standard error, each masked and made
+// printable, under a lock (exam run's clients write beside it).
+type examSaying struct {
+	mu      sync.Mutex
+	w       io.Writer
+	secrets *secrets
+}
+
+func (s *examSaying) say(text string) { s.line("sandbox exam: " + text) }
+
+// raw writes a line of the client's own output as it wrote it: the integrator's text, not a
+// server's.
+func (s *examSaying) raw(text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fmt.Fprintln(s.w, text)
+}
+
+func (s *examSaying) line(text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fmt.Fprintln(s.w, printable(s.secrets.mask(text)))
+}
+
 // examClient carries exam's requests to the base URL, with its one key.
 type examClient struct {
 	base, key string
+	secrets   *secrets
 	http      *http.Client
+	deps      examDeps
+	errs      *examSaying
 }
 
 // maxExamAnswer is the most of an answer exam reads.
@@ -10498,6 +10772,9 @@ func (e *examClient) call(ctx context.Context, method, path, body string, want i
 	}
 	res, err := e.http.Do(req)
 	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("%s %s: connection refused: is the sandbox running at %s? (start it with go run ., or pass -base-url)", method, e.base+path, e.base)
+		}
 		return nil, fmt.Errorf("%s %s: %v", method, e.base+path, err)
 	}
 	defer res.Body.Close()
@@ -10513,12 +10790,24 @@ func (e *examClient) call(ctx context.Context, method, path, body string, want i
 			if p.Param != "" {
 				p.Code += " (" + p.Param + ")"
 			}
-			return nil, fmt.Errorf("%s %s answered %d %s: %s", method, e.base+path, res.StatusCode, p.Code, cutField(p.Detail, 512))
+			return nil, fmt.Errorf("%s %s answered %d %s: %s", method, e.base+path, res.StatusCode, cutField(p.Code, 128), cutField(p.Detail, 512))
 		}
 		return nil, fmt.Errorf("%s %s answered %d, not %d: is %s the sandbox's API base?", method, e.base+path, res.StatusCode, want, e.base)
 	}
 	return b, nil
 }
+
+// inert is a server's text as exam writes it in JSON: keys masked (but keep, the attempt's
+// own key exam prints); the JSON writer then escapes what is not printable.
+func (e *examClient) inert(s, keep string) string {
+	if s == keep && keep != "" {
+		return s
+	}
+	return e.secrets.mask(s)
+}
+
+// inertText is a server's text as exam writes it for a person: masked, and made printable.
+func (e *examClient) inertText(s string) string { return printable(e.secrets.mask(s)) }
 
 // examListOut is the catalogue as exam reads it.
 type examListOut struct {
@@ -10534,132 +10823,346 @@ type examListOut struct {
 	} `json:"data"`
 }
 
-// list is exam list: the catalogue, as the server wrote it (json) or for a person (text).
+// list is exam list: the catalogue, as the server wrote it (json, cleaned) or for a person
+// (text).
 func (e *examClient) list(ctx context.Context, format string) ([]byte, error) {
 	b, err := e.call(ctx, http.MethodGet, "/test_helpers/exams", "", http.StatusOK)
 	var l examListOut
-	if err == nil && json.Unmarshal(b, &l) != nil {
+	if err == nil && (json.Unmarshal(b, &l) != nil || len(l.Data) == 0) {
 		err = errors.New("GET /test_helpers/exams: an answer that is not the catalogue")
 	}
-	if err != nil || format == "json" {
-		return append(b, '\n'), err
+	if err != nil {
+		return nil, err
+	}
+	if format == "json" {
+		return cleanJSON(b, func(s string) string { return e.inert(s, "") })
 	}
 	var out strings.Builder
 	for _, x := range l.Data {
 		var checks []string
 		for _, c := range x.Checks {
-			checks = append(checks, c.ID)
+			checks = append(checks, e.inertText(c.ID))
 		}
-		fmt.Fprintf(&out, "%s (revision %d, %d s): %s\n  %s\n  checks: %s\n", x.Name, x.Revision, x.DurationSeconds, x.Title, x.Task, strings.Join(checks, ", "))
+		fmt.Fprintf(&out, "%s (revision %d, %d s): %s\n  %s\n  checks: %s\n", e.inertText(x.Name), x.Revision, x.DurationSeconds, e.inertText(x.Title), e.inertText(x.Task), strings.Join(checks, ", "))
 	}
-	return printableLines(out.String()), nil
+	return []byte(out.String()), nil
 }
 
-// printableLines is text of whole lines, each made printable.
-func printableLines(text string) []byte {
-	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
-	for i, l := range lines {
-		lines[i] = printable(l)
-	}
-	return []byte(strings.Join(lines, "\n") + "\n")
+// examAttemptOut is an attempt's start as exam reads it, and the answer it read it from.
+type examAttemptOut struct {
+	ID        string          `json:"id"`
+	Exam      string          `json:"exam"`
+	Revision  int             `json:"revision"`
+	Variant   int64           `json:"variant"`
+	Scale     int             `json:"scale"`
+	Account   string          `json:"account"`
+	Key       string          `json:"key"`
+	StartedAt string          `json:"started_at"`
+	Deadline  string          `json:"deadline"`
+	Task      string          `json:"task"`
+	Given     json.RawMessage `json:"given"`
+	raw       []byte
 }
 
-// start is exam start: an attempt made, its answer as the server wrote it (json), or the
-// lines a shell evals (env).
-func (e *examClient) start(ctx context.Context, c examCommand) ([]byte, error) {
-	body, _ := json.Marshal(map[string]any{"exam": c.arg, "scale": c.scale})
+// start is exam start: an attempt of exam made, read as the contract's shape: an attempt id,
+// an account and a throwaway key of their forms (never the caller's key), a scale of 1 to 60,
+// a variant, instants, and what the task gives (a JSON object).
+func (e *examClient) start(ctx context.Context, exam string, scale int, variants []int64) (*examAttemptOut, error) {
+	ask := map[string]any{"exam": exam, "scale": scale}
+	if len(variants) > 0 {
+		ask["variant"] = variants[0]
+	}
+	body, _ := json.Marshal(ask)
 	b, err := e.call(ctx, http.MethodPost, "/test_helpers/exams", string(body), http.StatusCreated)
-	var x struct{ ID, Key string }
-	if err == nil && (json.Unmarshal(b, &x) != nil || x.ID == "" || x.Key == "") {
-		err = errors.New("POST /test_helpers/exams: an answer that is not an attempt")
+	if err != nil {
+		return nil, err
 	}
-	if err != nil || c.format == "json" {
-		return append(b, '\n'), err
+	x := &examAttemptOut{raw: b}
+	if json.Unmarshal(b, x) != nil || !examAttemptID.MatchString(x.ID) || !examAttemptKey.MatchString(x.Key) || x.Key == e.key || !examAccount.MatchString(x.Account) ||
+		x.Scale < 1 || x.Scale > maxExamScale || x.Variant < 0 || x.Variant > math.MaxInt32 || !isJSONObject(x.Given) || x.Exam != exam {
+		return nil, errors.New("POST /test_helpers/exams: an answer that is not an attempt of the contract's shape (an attempt's id, a throwaway test key of its own, a scale of 1 to 60, a variant, what the task gives)")
 	}
-	return []byte("SANDBOX_BASE_URL=" + shellQuote(e.base) + "\nSANDBOX_KEY=" + shellQuote(x.Key) + "\nSANDBOX_EXAM=" + shellQuote(x.ID) + "\n"), nil
+	if _, err := time.Parse(time.RFC3339Nano, x.StartedAt); err != nil {
+		return nil, errors.New("POST /test_helpers/exams: an attempt without its started_at")
+	}
+	return x, nil
 }
 
-// examGradeOut is a grade as exam reads it.
+// isJSONObject reports whether b is one JSON object.
+func isJSONObject(b json.RawMessage) bool {
+	var m map[string]json.RawMessage
+	return json.Unmarshal(b, &m) == nil && m != nil
+}
+
+// givenLine is what an attempt's task gives, as compact JSON, cleaned.
+func (e *examClient) givenLine(x *examAttemptOut) string {
+	b, err := cleanJSON(x.Given, func(s string) string { return e.inert(s, "") })
+	if err != nil {
+		return "{}"
+	}
+	return strings.TrimSuffix(string(b), "\n")
+}
+
+// startWritten is an attempt as exam start writes it: its JSON, cleaned (the attempt's own key
+// kept), or the lines a shell evals, each value shell-quoted and free of control characters.
+func (e *examClient) startWritten(x *examAttemptOut, format string) []byte {
+	if format == "json" {
+		b, err := cleanJSON(x.raw, func(s string) string { return e.inert(s, x.Key) })
+		if err != nil {
+			return nil
+		}
+		return b
+	}
+	return []byte("SANDBOX_BASE_URL=" + shellQuote(e.base) + "\nSANDBOX_KEY=" + shellQuote(x.Key) + "\nSANDBOX_EXAM=" + shellQuote(x.ID) + "\nSANDBOX_EXAM_GIVEN=" + shellQuote(e.givenLine(x)) + "\n")
+}
+
+// examGradeOut is a grade as exam reads it, and the answer it read it from.
 type examGradeOut struct {
-	ID       string  `json:"id"`
-	Exam     string  `json:"exam"`
-	Revision int     `json:"revision"`
-	Scale    int     `json:"scale"`
-	State    string  `json:"state"`
-	Now      string  `json:"now"`
-	Deadline string  `json:"deadline"`
-	GradedAt *string `json:"graded_at"`
-	Passed   *bool   `json:"passed"`
-	Score    *string `json:"score"`
-	Checks   []struct {
-		ID       string   `json:"id"`
-		Result   string   `json:"result"`
-		Detail   *string  `json:"detail"`
-		Requests []uint64 `json:"requests"`
-	} `json:"checks"`
+	ID       string         `json:"id"`
+	Exam     string         `json:"exam"`
+	Revision int            `json:"revision"`
+	Variant  int64          `json:"variant"`
+	Scale    int            `json:"scale"`
+	State    string         `json:"state"`
+	Now      string         `json:"now"`
+	Deadline string         `json:"deadline"`
+	GradedAt *string        `json:"graded_at"`
+	Passed   *bool          `json:"passed"`
+	Score    *string        `json:"score"`
+	Checks   []examCheckOut `json:"checks"`
+	raw      []byte
+	now      time.Time // Now and Deadline, read
+	deadline time.Time
 }
 
-// grade is exam grade: the grade read once a second until it is computed, then written in
-// the format asked for, and the exit status its verdict gives; no grade when its now passes
-// the deadline by examPollGrace times its scale.
-func (e *examClient) grade(ctx context.Context, c examCommand, sleep func(context.Context, time.Duration) error) ([]byte, int, error) {
-	path := "/test_helpers/exams/" + url.PathEscape(c.arg)
-	for {
+type examCheckOut struct {
+	ID       string   `json:"id"`
+	Result   string   `json:"result"`
+	Detail   *string  `json:"detail"`
+	Requests []uint64 `json:"requests"`
+	MarginMS *int64   `json:"margin_ms"`
+}
+
+var examScore = regexp.MustCompile(`^\d{1,3}/\d{1,3}$`)
+
+// readGrade reads a grade as the contract's shape: an attempt id, a scale of 1 to 60, its
+// instants, a state, each check's result; once graded, passed and score agreeing with them.
+func readGrade(b []byte) (*examGradeOut, error) {
+	g := &examGradeOut{raw: b}
+	var errNow, errDeadline error
+	if json.Unmarshal(b, g) == nil {
+		g.now, errNow = time.Parse(time.RFC3339Nano, g.Now)
+		g.deadline, errDeadline = time.Parse(time.RFC3339Nano, g.Deadline)
+	}
+	switch {
+	case g.raw == nil || !examAttemptID.MatchString(g.ID) || g.Exam == "":
+		return nil, errors.New("an answer that is not a grade")
+	case g.Scale < 1 || g.Scale > maxExamScale:
+		return nil, fmt.Errorf("a grade of scale %d, outside 1 to %d", g.Scale, maxExamScale)
+	case errNow != nil || errDeadline != nil:
+		return nil, errors.New("a grade without its now and deadline")
+	case !slices.Contains([]string{"running", "awaiting_answer", "graded"}, g.State) || len(g.Checks) == 0:
+		return nil, errors.New("a grade without its state or its checks")
+	}
+	if err := g.checksAgree(); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// checksAgree reports whether a grade's checks are each pending while it runs and passed or
+// failed (a failure with its sentence) once graded, and its passed and score say the same.
+func (g *examGradeOut) checksAgree() error {
+	passes := 0
+	for _, c := range g.Checks {
+		want := "pending"
+		if g.State == "graded" {
+			want = map[bool]string{true: "fail", false: "pass"}[c.Result == "fail"]
+		}
+		if c.ID == "" || c.Result != want || (c.Result == "fail") != (c.Detail != nil) {
+			return fmt.Errorf("a grade whose check %q reads %q", cutField(c.ID, 64), cutField(c.Result, 16))
+		}
+		if c.Result == "pass" {
+			passes++
+		}
+	}
+	if g.State == "graded" && (g.Passed == nil || g.Score == nil || *g.Passed != (passes == len(g.Checks)) || *g.Score != fmt.Sprintf("%d/%d", passes, len(g.Checks)) || !examScore.MatchString(*g.Score)) {
+		return errors.New("a graded grade whose passed and score do not agree with its checks")
+	}
+	return nil
+}
+
+// grade is exam grade: the grade read once a second until it is computed, and said on
+// standard error while it waits; no grade when its now passes the deadline by examPollGrace
+// times its scale, or by the wall clock once examPollBound has passed.
+func (e *examClient) grade(ctx context.Context, id string) (*examGradeOut, error) {
+	path := "/test_helpers/exams/" + url.PathEscape(id)
+	began, state := e.deps.now(), ""
+	for polls := 0; ; polls++ {
 		b, err := e.call(ctx, http.MethodGet, path, "", http.StatusOK)
 		if err != nil {
-			return nil, examCannotGrade, err
+			return nil, err
 		}
-		var g examGradeOut
-		if json.Unmarshal(b, &g) != nil || g.ID == "" {
-			return nil, examCannotGrade, fmt.Errorf("GET %s: an answer that is not a grade", path)
-		}
-		now, errNow := time.Parse(time.RFC3339Nano, g.Now)
-		deadline, errDeadline := time.Parse(time.RFC3339Nano, g.Deadline)
+		g, err := readGrade(b)
 		switch {
-		case g.State == "graded" && g.Passed != nil && g.Score != nil:
-			out, err := e.written(ctx, path, b, g, c.format)
-			return out, map[bool]int{true: examPassed, false: examFailed}[*g.Passed], err
-		case errNow != nil || errDeadline != nil:
-			return nil, examCannotGrade, fmt.Errorf("GET %s: a grade without its now and deadline", path)
-		case now.After(deadline.Add(examPollGrace * time.Duration(max(1, g.Scale)))):
-			return nil, examCannotGrade, fmt.Errorf("the grade of %s was not computed by %s, %v after its deadline: is the sandbox's clock running?", g.ID, g.Now, examPollGrace*time.Duration(max(1, g.Scale)))
+		case err != nil:
+			return nil, fmt.Errorf("GET %s: %v", path, err)
+		case g.State == "graded":
+			return g, nil
+		case g.now.After(g.deadline.Add(examPollGrace * time.Duration(g.Scale))):
+			return nil, fmt.Errorf("the grade of %s was not computed by %s, %v after its deadline (both on the attempt's clock): is the sandbox's clock running?", g.ID, g.Now, examPollGrace*time.Duration(g.Scale))
+		case e.deps.now().Sub(began) > examPollBound:
+			return nil, fmt.Errorf("the grade of %s was not computed in %v of polling (the longest an exam at scale %d takes): is the sandbox's clock running?", g.ID, examPollBound, maxExamScale)
 		}
-		if err := sleep(ctx, time.Second); err != nil {
-			return nil, examCannotGrade, fmt.Errorf("interrupted before the grade of %s was computed (state %s)", g.ID, g.State)
+		if g.State != state || polls%examSayEvery == 0 {
+			e.errs.say(fmt.Sprintf("waiting for the grade of %s: %s, %s on the attempt's clock, deadline %s (graded at the answer, or %v after the deadline without one)", g.ID, strings.ReplaceAll(g.State, "_", " "), g.Now, g.Deadline, examAnswerTime*time.Duration(g.Scale)))
+			state = g.State
+		}
+		if err := e.deps.sleep(ctx, time.Second); err != nil {
+			return nil, fmt.Errorf("interrupted before the grade of %s was computed (state %s)", g.ID, g.State)
 		}
 	}
 }
 
-// written is a computed grade in format: as the server wrote it (json, and junit, read
-// again as such), or for a person (text).
-func (e *examClient) written(ctx context.Context, path string, b []byte, g examGradeOut, format string) ([]byte, error) {
+// gradeWritten is a computed grade in format: its JSON, cleaned; JUnit, written by exam from
+// what it read; or for a person (text).
+func (e *examClient) gradeWritten(g *examGradeOut, format string) []byte {
 	switch format {
 	case "json":
-		return append(b, '\n'), nil
+		b, _ := cleanJSON(g.raw, func(s string) string { return e.inert(s, "") })
+		return b
 	case "junit":
-		return e.call(ctx, http.MethodGet, path+"?format=junit", "", http.StatusOK)
+		return e.gradeJUnit(g).xml()
 	}
 	var out strings.Builder
 	verdict := "FAILED"
 	if *g.Passed {
 		verdict = "passed"
 	}
-	fmt.Fprintf(&out, "exam %s %s (revision %d, scale %d): %s, %s\n", g.Exam, g.ID, g.Revision, g.Scale, verdict, *g.Score)
+	fmt.Fprintf(&out, "exam %s %s (revision %d, variant %d, scale %d): %s, %s\n", e.inertText(g.Exam), g.ID, g.Revision, g.Variant, g.Scale, verdict, *g.Score)
 	for _, ch := range g.Checks {
-		fmt.Fprintf(&out, "  %-4s %s", strings.ToUpper(ch.Result), ch.ID)
+		fmt.Fprintf(&out, "  %s %s", e.colour(strings.ToUpper(ch.Result)), e.inertText(ch.ID))
 		if ch.Detail != nil {
-			fmt.Fprintf(&out, ": %s", *ch.Detail)
+			fmt.Fprintf(&out, ": %s", e.inertText(*ch.Detail))
+		}
+		if ch.MarginMS != nil {
+			fmt.Fprintf(&out, " (margin %d ms)", *ch.MarginMS)
 		}
 		if len(ch.Requests) > 0 {
-			seqs := make([]string, len(ch.Requests))
-			for i, q := range ch.Requests {
-				seqs[i] = strconv.FormatUint(q, 10)
-			}
-			fmt.Fprintf(&out, " (requests %s)", strings.Join(seqs, ", "))
+			fmt.Fprintf(&out, " (%s)", entriesCited(ch.Requests))
 		}
 		out.WriteString("\n")
 	}
-	return printableLines(out.String()), nil
+	return []byte(out.String())
+}
+
+// gradeJUnit is a grade as a JUnit report, exam's own writing of what it read.
+func (e *examClient) gradeJUnit(g *examGradeOut) junitReport {
+	suite := junitReport{name: "exam " + e.inert(g.Exam, "") + " " + g.ID,
+		properties: [][2]string{{"exam", e.inert(g.Exam, "")}, {"revision", strconv.Itoa(g.Revision)}, {"variant", strconv.FormatInt(g.Variant, 10)}, {"scale", strconv.Itoa(g.Scale)}}}
+	for _, c := range g.Checks {
+		jc := junitTest{class: "exam." + e.inert(g.Exam, ""), name: e.inert(c.ID, ""), result: c.Result}
+		if c.Result == "fail" {
+			jc.message, jc.body = e.inert(*c.Detail, ""), cmp.Or(entriesCited(c.Requests), "no journal entry cited")
+		}
+		suite.cases = append(suite.cases, jc)
+	}
+	return suite
+}
+
+// colour is a verdict coloured for a terminal: never when NO_COLOR is set or standard output
+// is not a terminal.
+func (e *examClient) colour(verdict string) string {
+	word := fmt.Sprintf("%-5s", verdict)
+	if !e.deps.colour {
+		return word
+	}
+	code := map[string]string{"PASS": "32", "FAIL": "31", "FLAKY": "33"}[verdict]
+	if code == "" {
+		return word
+	}
+	return "\x1b[" + code + "m" + word + "\x1b[0m"
+}
+
+// cleanJSON is the JSON b, compact, its members in their order, every string passed through
+// clean and written with every character printable would escape escaped (\uXXXX): what a
+// server sent, made inert for a terminal or a file.
+func cleanJSON(b []byte, clean func(string) string) ([]byte, error) {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var out bytes.Buffer
+	if err := cleanValue(d, &out, clean); err != nil {
+		return nil, err
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return nil, errors.New("data after the JSON value")
+	}
+	out.WriteByte('\n')
+	return out.Bytes(), nil
+}
+
+// cleanValue writes the next JSON value of d to out, cleaned as cleanJSON says.
+func cleanValue(d *json.Decoder, out *bytes.Buffer, clean func(string) string) error {
+	tok, err := d.Token()
+	if err != nil {
+		return err
+	}
+	switch v := tok.(type) {
+	case json.Delim:
+		out.WriteByte(byte(v))
+		for i := 0; d.More(); i++ {
+			if i > 0 {
+				out.WriteByte(',')
+			}
+			if v == '{' {
+				name, err := d.Token()
+				if err != nil {
+					return err
+				}
+				out.WriteString(inertJSONString(clean(name.(string))) + ":")
+			}
+			if err := cleanValue(d, out, clean); err != nil {
+				return err
+			}
+		}
+		end, err := d.Token()
+		if err != nil {
+			return err
+		}
+		out.WriteByte(byte(end.(json.Delim)))
+	case string:
+		out.WriteString(inertJSONString(clean(v)))
+	case json.Number:
+		out.WriteString(v.String())
+	case bool:
+		out.WriteString(strconv.FormatBool(v))
+	case nil:
+		out.WriteString("null")
+	}
+	return nil
+}
+
+// inertJSONString is s as a JSON string whose every character printable would escape is
+// written \uXXXX (a control, a line separator, a bidirectional control, U+FFFE), the quote and
+// backslash escaped.
+func inertJSONString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range strings.ToValidUTF8(s, "\ufffd") {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r > 0xffff:
+			b.WriteRune(r)
+		case printable(string(r)) != string(r) || r == '<' || r == '>' || r == '&':
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 // sleepFor waits d, or until ctx is done.
@@ -10670,4 +11173,386 @@ func sleepFor(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// ===== check: exam run, an exam taken several times with the client's own command =====
+
+// exam run takes an exam -attempts times, one attempt after another, each with the
+// integrator's own client (COMMAND: no shell, standard input empty, a process group of its
+// own, the attempt in its environment), ends a client still running at its attempt's
+// grading limit, grades each attempt as exam grade does, and reports the pass rate: pass^k
+// (τ-bench's estimator, the chance that k attempts drawn from those graded all passed), each
+// check passed in every attempt, failed in every one or flaky, and the smallest margin.
+
+// examRunAttempt is one attempt of exam run: how it went.
+type examRunAttempt struct {
+	x        *examAttemptOut
+	grade    *examGradeOut
+	exitCode *int    // the client's exit status; nil when it was ended (at the limit, or by a signal)
+	seconds  float64 // from the client's start to its end
+	fault    string  // why it could not be started, run or graded; "" when graded
+}
+
+// examRunReport is what exam run found: the exam, and its attempts in their order.
+type examRunReport struct {
+	exam, fault string // fault: why exam run stopped early (interrupted), "" otherwise
+	revision    int
+	scale       int
+	attempts    []examRunAttempt
+}
+
+// run is exam run: its attempts, one after another, then the report and its exit status.
+func (e *examClient) run(ctx context.Context, c examCommand) (*examRunReport, int) {
+	rep := &examRunReport{exam: c.arg, scale: c.scale}
+	for i := range c.attempts {
+		var variants []int64
+		if i < len(c.variants) {
+			variants = c.variants[i : i+1]
+		}
+		a := e.runAttempt(ctx, c, i+1, variants)
+		rep.attempts = append(rep.attempts, a)
+		if a.grade != nil {
+			rep.revision = a.grade.Revision
+		}
+		e.errs.line(a.line(i+1, c.attempts))
+		if ctx.Err() != nil {
+			rep.fault = "interrupted: the attempts graded so far are reported"
+			break
+		}
+	}
+	status := examPassed
+	for _, a := range rep.attempts {
+		switch {
+		case a.grade == nil:
+			return rep, examCannotGrade
+		case !*a.grade.Passed:
+			status = examFailed
+		}
+	}
+	if rep.fault != "" {
+		return rep, examCannotGrade
+	}
+	return rep, status
+}
+
+// runAttempt starts an attempt, runs the client with it until it exits (or ends it at the
+// grading limit), and grades it.
+func (e *examClient) runAttempt(ctx context.Context, c examCommand, n int, variants []int64) examRunAttempt {
+	x, err := e.start(ctx, c.arg, c.scale, variants)
+	if err != nil {
+		return examRunAttempt{fault: "could not be started: " + err.Error()}
+	}
+	a := examRunAttempt{x: x}
+	cmd := exec.Command(c.command[0], c.command[1:]...)
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(v string) bool { return strings.HasPrefix(v, "SANDBOX_EXAM_KEY=") }), // the client has the attempt's key, not the one that starts attempts
+		"SANDBOX_BASE_URL="+e.base, "SANDBOX_KEY="+x.Key, "SANDBOX_EXAM="+x.ID, "SANDBOX_EXAM_GIVEN="+e.givenLine(x))
+	cmd.Stdin = nil // empty: /dev/null
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out := &prefixedLines{prefix: fmt.Sprintf("[attempt %d] ", n), to: e.errs}
+	cmd.Stdout, cmd.Stderr = out, out
+	began := e.deps.now()
+	if err := cmd.Start(); err != nil {
+		a.fault = fmt.Sprintf("its command could not be run: %v", err)
+		return a
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	ended, err := e.awaitClient(ctx, x, cmd, exited)
+	out.flush()
+	a.seconds = e.deps.now().Sub(began).Seconds()
+	if code := cmd.ProcessState.ExitCode(); !ended && code >= 0 {
+		a.exitCode = &code
+	}
+	if err != nil {
+		a.fault = err.Error()
+		return a
+	}
+	if a.grade, err = e.grade(ctx, x.ID); err != nil {
+		a.fault = "could not be graded: " + err.Error()
+	}
+	return a
+}
+
+// awaitClient waits for the client to exit, reading the attempt's grade once a second (the
+// reads are free) to end the client's process group at the grading limit (SIGTERM, then
+// SIGKILL examKillGrace later), saying so; or at an interrupt. It reports whether it ended
+// the client.
+func (e *examClient) awaitClient(ctx context.Context, x *examAttemptOut, cmd *exec.Cmd, exited chan error) (bool, error) {
+	path := "/test_helpers/exams/" + url.PathEscape(x.ID)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	began := e.deps.now()
+	for {
+		select {
+		case <-exited:
+			return false, nil
+		case <-ctx.Done():
+			endGroup(cmd, exited)
+			return true, errors.New("interrupted: its client was ended")
+		case <-tick.C:
+		}
+		limit := false
+		if b, err := e.call(ctx, http.MethodGet, path, "", http.StatusOK); err == nil {
+			if g, err := readGrade(b); err == nil && !g.now.Before(g.deadline.Add(examAnswerTime*time.Duration(g.Scale))) {
+				limit = true
+			}
+		}
+		if limit || e.deps.now().Sub(began) > examPollBound {
+			e.errs.say(fmt.Sprintf("attempt %s reached its grading limit (%v after its deadline) with its client still running: ending it (SIGTERM, then SIGKILL %v later)", x.ID, examAnswerTime*time.Duration(x.Scale), examKillGrace))
+			endGroup(cmd, exited)
+			return true, nil
+		}
+	}
+}
+
+// endGroup ends the client's process group: SIGTERM, then SIGKILL examKillGrace later if it
+// has not exited.
+func endGroup(cmd *exec.Cmd, exited chan error) {
+	pgid := -cmd.Process.Pid
+	syscall.Kill(pgid, syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		exited <- err
+	case <-time.After(examKillGrace):
+		syscall.Kill(pgid, syscall.SIGKILL)
+	}
+	syscall.Kill(pgid, syscall.SIGKILL) // what the group left behind
+}
+
+// prefixedLines writes a client's output to exam's standard error, line by line, each
+// prefixed with its attempt.
+type prefixedLines struct {
+	mu     sync.Mutex
+	prefix string
+	to     *examSaying
+	part   []byte
+}
+
+func (p *prefixedLines) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.part = append(p.part, b...)
+	for {
+		i := bytes.IndexByte(p.part, '\n')
+		if i < 0 {
+			break
+		}
+		p.to.raw(p.prefix + string(p.part[:i]))
+		p.part = p.part[i+1:]
+	}
+	if len(p.part) > 64<<10 { // a line that never ends is written in pieces
+		p.to.raw(p.prefix + string(p.part))
+		p.part = nil
+	}
+	return len(b), nil
+}
+
+func (p *prefixedLines) flush() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.part) > 0 {
+		p.to.raw(p.prefix + string(p.part))
+		p.part = nil
+	}
+}
+
+// line is the attempt's line on standard error: attempt I of N exm_... variant V: passed
+// 11/11, or failed 9/11: the checks failed; with the client's exit status and seconds.
+func (a examRunAttempt) line(i, n int) string {
+	head := fmt.Sprintf("attempt %d of %d", i, n)
+	if a.x != nil {
+		head += fmt.Sprintf(" %s variant %d", a.x.ID, a.x.Variant)
+	}
+	exit := "ended at its limit"
+	if a.exitCode != nil {
+		exit = fmt.Sprintf("exit %d", *a.exitCode)
+	}
+	tail := fmt.Sprintf(" (client %s, %.1f s)", exit, a.seconds)
+	switch {
+	case a.grade == nil && a.x == nil:
+		return head + ": " + a.fault
+	case a.grade == nil:
+		return head + ": " + a.fault + tail
+	case *a.grade.Passed:
+		return head + ": passed " + *a.grade.Score + tail
+	}
+	return head + ": failed " + *a.grade.Score + ": " + strings.Join(a.failed(), ", ") + tail
+}
+
+// failed are the checks the attempt's grade failed, in its order.
+func (a examRunAttempt) failed() []string {
+	ids := []string{}
+	if a.grade != nil {
+		for _, c := range a.grade.Checks {
+			if c.Result == "fail" {
+				ids = append(ids, c.ID)
+			}
+		}
+	}
+	return ids
+}
+
+// passK is pass^k for k = 1..n: C(c,k)/C(n,k), c the attempts passed of the n graded.
+func passK(c, n int) []float64 {
+	out := make([]float64, n)
+	for k := 1; k <= n; k++ {
+		p := 1.0
+		for j := 0; j < k; j++ { // C(c,k)/C(n,k) = prod (c-j)/(n-j)
+			p *= float64(c-j) / float64(n-j)
+		}
+		out[k-1] = max(0, p)
+	}
+	return out
+}
+
+// examRunCheck is a check across the attempts graded: its state, its counts, its smallest
+// margin, and the attempts it failed in.
+type examRunCheck struct {
+	ID          string          `json:"id"`
+	State       string          `json:"state"`
+	Passed      int             `json:"passed"`
+	Failed      int             `json:"failed"`
+	MinMarginMS *int64          `json:"min_margin_ms"`
+	FailedIn    []examRunFailed `json:"failed_in"`
+}
+
+type examRunFailed struct {
+	ID      string `json:"id"`
+	Variant int64  `json:"variant"`
+	Detail  string `json:"detail"`
+}
+
+type examRunAttemptJSON struct {
+	ID       string   `json:"id"`
+	Variant  int64    `json:"variant"`
+	Passed   bool     `json:"passed"`
+	Score    string   `json:"score"`
+	Failed   []string `json:"failed"`
+	ExitCode *int     `json:"exit_code"`
+	Seconds  float64  `json:"seconds"`
+}
+
+// examRunJSON is exam run's report as JSON, its members in this order.
+type examRunJSON struct {
+	Exam     string               `json:"exam"`
+	Revision int                  `json:"revision"`
+	Scale    int                  `json:"scale"`
+	N        int                  `json:"n"`
+	Passed   int                  `json:"passed"`
+	PassK    []float64            `json:"pass_k"`
+	Checks   []examRunCheck       `json:"checks"`
+	Attempts []examRunAttemptJSON `json:"attempts"`
+	Faults   []string             `json:"faults,omitempty"`
+}
+
+// summary is the report's figures: the attempts graded, passed, pass^k, each check across
+// them (in the first grade's order), and what could not be started, run or graded.
+func (r *examRunReport) summary(e *examClient) examRunJSON {
+	s := examRunJSON{Exam: r.exam, Revision: r.revision, Scale: r.scale, Checks: []examRunCheck{}, Attempts: []examRunAttemptJSON{}}
+	index := map[string]int{}
+	for i, a := range r.attempts {
+		if a.grade == nil {
+			s.Faults = append(s.Faults, fmt.Sprintf("attempt %d: %s", i+1, a.fault))
+			continue
+		}
+		g := a.grade
+		s.N++
+		if *g.Passed {
+			s.Passed++
+		}
+		s.Attempts = append(s.Attempts, examRunAttemptJSON{ID: g.ID, Variant: g.Variant, Passed: *g.Passed, Score: *g.Score, Failed: a.failed(), ExitCode: a.exitCode, Seconds: math.Round(a.seconds*1000) / 1000})
+		for _, c := range g.Checks {
+			k, ok := index[c.ID]
+			if !ok {
+				k, index[c.ID] = len(s.Checks), len(s.Checks)
+				s.Checks = append(s.Checks, examRunCheck{ID: e.inert(c.ID, ""), FailedIn: []examRunFailed{}})
+			}
+			rc := &s.Checks[k]
+			if c.Result == "fail" {
+				rc.Failed++
+				rc.FailedIn = append(rc.FailedIn, examRunFailed{ID: g.ID, Variant: g.Variant, Detail: e.inert(*c.Detail, "")})
+			} else {
+				rc.Passed++
+			}
+			if c.MarginMS != nil && (rc.MinMarginMS == nil || *c.MarginMS < *rc.MinMarginMS) {
+				m := *c.MarginMS
+				rc.MinMarginMS = &m
+			}
+		}
+	}
+	for i := range s.Checks {
+		c := &s.Checks[i]
+		c.State = map[bool]string{true: "pass", false: "fail"}[c.Failed == 0]
+		if c.Failed > 0 && c.Passed > 0 {
+			c.State = "flaky"
+		}
+	}
+	s.PassK = passK(s.Passed, s.N)
+	for k := range s.PassK {
+		s.PassK[k] = math.Round(s.PassK[k]*1000) / 1000
+	}
+	if r.fault != "" {
+		s.Faults = append(s.Faults, r.fault)
+	}
+	return s
+}
+
+// written is the report in format: text, JSON or JUnit.
+func (r *examRunReport) written(format string, e *examClient) []byte {
+	s := r.summary(e)
+	switch format {
+	case "json":
+		b, _ := json.Marshal(s)
+		out, _ := cleanJSON(b, func(t string) string { return t })
+		return out
+	case "junit":
+		suite := junitReport{name: fmt.Sprintf("exam %s rev %d x %d", s.Exam, s.Revision, s.N)}
+		for k, p := range s.PassK {
+			suite.properties = append(suite.properties, [2]string{fmt.Sprintf("pass^%d", k+1), strconv.FormatFloat(p, 'f', 3, 64)})
+		}
+		for i, a := range s.Attempts {
+			suite.properties = append(suite.properties, [2]string{fmt.Sprintf("attempt.%d", i+1), strconv.FormatInt(a.Variant, 10)})
+		}
+		for _, c := range s.Checks {
+			jc := junitTest{class: "exam." + s.Exam, name: c.ID, result: "pass"}
+			if c.Failed > 0 {
+				var lines []string
+				for _, f := range c.FailedIn {
+					lines = append(lines, fmt.Sprintf("%s variant %d: %s", f.ID, f.Variant, f.Detail))
+				}
+				jc.result, jc.message, jc.body = "fail", fmt.Sprintf("failed in %d of %d attempts", c.Failed, s.N), strings.Join(lines, "\n")
+			}
+			suite.cases = append(suite.cases, jc)
+		}
+		for _, f := range s.Faults { // an attempt not graded: an error, never green
+			suite.cases = append(suite.cases, junitTest{class: "exam." + s.Exam, name: "exam run", result: "error", message: f})
+		}
+		return suite.xml()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "exam %s revision %d scale %d: %d of %d attempts passed\n", e.inertText(s.Exam), s.Revision, s.Scale, s.Passed, s.N)
+	var ks []string
+	for k, p := range s.PassK {
+		ks = append(ks, fmt.Sprintf("pass^%d %.3f", k+1, p))
+	}
+	if len(ks) > 0 {
+		fmt.Fprintf(&b, "  %s\n", strings.Join(ks, "  "))
+	}
+	for _, c := range s.Checks {
+		fmt.Fprintf(&b, "  %s %s: passed %d, failed %d", e.colour(strings.ToUpper(c.State)), e.inertText(c.ID), c.Passed, c.Failed)
+		if c.MinMarginMS != nil {
+			fmt.Fprintf(&b, ", smallest margin %d ms", *c.MinMarginMS)
+		}
+		b.WriteString("\n")
+		for _, f := range c.FailedIn {
+			fmt.Fprintf(&b, "    failed in %s variant %d: %s\n", f.ID, f.Variant, e.inertText(f.Detail))
+		}
+	}
+	for _, f := range s.Faults {
+		fmt.Fprintf(&b, "  ERROR %s\n", e.inertText(f))
+	}
+	if s.N > 0 {
+		fmt.Fprintf(&b, "take a failing variant again: exam run %s -variant V -- COMMAND\n", e.inertText(s.Exam))
+	}
+	return []byte(b.String())
 }

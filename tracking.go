@@ -212,6 +212,7 @@ type trackingView struct {
 type shipment struct {
 	id             string
 	trackingNumber *string
+	parcels        []string  // further parcels' numbers: a lookup by one is 404 (primary numbers only), which the findings name
 	createdAt      instant   // dawn: it always existed; before it, the shipment is not found
 	dropped        int       // raw events not interpretable, dropped at load
 	full           []byte    // the view with every event
@@ -229,6 +230,9 @@ func (s *shipment) bytes() int64 {
 		len(s.statuses) + len(s.heads)*int(unsafe.Sizeof([]byte(nil)))
 	if s.trackingNumber != nil {
 		n += len(*s.trackingNumber) + 16
+	}
+	for _, p := range s.parcels {
+		n += len(p) + 16
 	}
 	for _, h := range s.heads {
 		n += len(h)
@@ -251,7 +255,7 @@ func newShipment(rec shipmentRecord, events []stampedEvent) (*shipment, error) {
 		}
 		laid = append(laid, le)
 	}
-	return laidShipment(&shipment{id: rec.ID, trackingNumber: rec.TrackingNumber}, prefix, laid), nil
+	return laidShipment(&shipment{id: rec.ID, trackingNumber: rec.TrackingNumber, parcels: rec.ParcelTrackingNumbers}, prefix, laid), nil
 }
 
 // viewPrefix is the view of a shipment up to "status": its head but for the status and
@@ -389,6 +393,7 @@ type shipmentIndex struct {
 	list             []*shipment               // in the dataset's order; a write that moves a shipment replaces it at its place, in a copy of the list
 	byID             map[string]int32          // each shipment's place in list: a write that moves one shares it
 	byTrackingNumber map[string]*numberHolders // the shipments that hold each primary number, by their places
+	byParcel         map[string]*numberHolders // the shipments that hold each further parcel's number: nil until one does
 	created          createdTree               // finds the shipments found at an instant without a scan
 	creations        []instant                 // the creation instants given, sorted: how many are found
 	happenings       []happening               // while loading: creations and events scheduled with after
@@ -400,7 +405,7 @@ type shipmentIndex struct {
 func (ix *shipmentIndex) bytes() int64 {
 	n := int64(len(ix.tenantName)) + int64(unsafe.Sizeof(*ix)) + int64(len(ix.list))*8 + int64(len(ix.creations))*int64(unsafe.Sizeof(instant{})) +
 		int64(len(ix.created.min))*int64(unsafe.Sizeof(instant{})) + int64(len(ix.happenings))*int64(unsafe.Sizeof(happening{})) +
-		int64(len(ix.byID))*48 + int64(len(ix.byTrackingNumber))*(48+int64(unsafe.Sizeof(numberHolders{})))
+		int64(len(ix.byID))*48 + int64(len(ix.byTrackingNumber)+len(ix.byParcel))*(48+int64(unsafe.Sizeof(numberHolders{})))
 	return n + ix.held
 }
 
@@ -485,6 +490,15 @@ func (ix *shipmentIndex) file(s *shipment, events []stampedEvent) {
 			ix.held += int64(len(*number))
 		}
 		ix.byTrackingNumber[*number] = ix.byTrackingNumber[*number].with(place, s)
+	}
+	for _, p := range s.parcels {
+		if ix.byParcel == nil {
+			ix.byParcel = map[string]*numberHolders{}
+		}
+		if ix.byParcel[p] == nil {
+			ix.held += int64(len(p))
+		}
+		ix.byParcel[p] = ix.byParcel[p].with(place, s)
 	}
 	if s.createdAt != dawn {
 		ix.creations = append(ix.creations, s.createdAt)
@@ -640,6 +654,21 @@ func (ix *shipmentIndex) holder(number string, at time.Time) (*shipment, error) 
 		return ix.list[h.first], errTrackingAmbiguous
 	}
 	return ix.list[h.first], nil
+}
+
+// parcelHolder is the shipment found at at that holds number as a further parcel's, when no
+// shipment found then holds it as its primary number; else nil. Of several such, the first
+// created.
+func (ix *shipmentIndex) parcelHolder(number string, at time.Time) (*shipment, int) {
+	h, now := ix.byParcel[number], instantOf(at)
+	if h == nil || h.firstAt.after(now) {
+		return nil, -1
+	}
+	if p := ix.byTrackingNumber[number]; p != nil && !p.firstAt.after(now) {
+		return nil, -1
+	}
+	s := ix.list[h.first]
+	return s, slices.Index(s.parcels, number)
 }
 
 // sharedAt reports whether more than one shipment found at at holds this tracking number:
@@ -856,6 +885,7 @@ func (ix *shipmentIndex) with(s *shipment, events []stampedEvent) (shipmentIndex
 	next.list = slices.Clone(ix.list)
 	next.byID = maps.Clone(ix.byID)
 	next.byTrackingNumber = maps.Clone(ix.byTrackingNumber)
+	next.byParcel = maps.Clone(ix.byParcel)
 	next.creations = slices.Clone(ix.creations)
 	next.happenings = nil
 	next.file(s, events)
@@ -1040,7 +1070,7 @@ func (s *shipment) withAdded(events []stampedEvent) (*shipment, error) {
 		}
 	}
 	merged = append(append(merged, old...), fresh...)
-	return laidShipment(&shipment{id: s.id, trackingNumber: s.trackingNumber, createdAt: s.createdAt, dropped: s.dropped}, s.prefix(), merged), nil
+	return laidShipment(&shipment{id: s.id, trackingNumber: s.trackingNumber, parcels: s.parcels, createdAt: s.createdAt, dropped: s.dropped}, s.prefix(), merged), nil
 }
 
 // eventJSON is the JSON of s's k-th event.
