@@ -326,10 +326,11 @@ func (rec *accountRecord) decode(d *jsonReader, path string) error {
 // atomics, added to under a tenant's mu and read under b.mu.
 type tenantRegistry struct {
 	mu          sync.Mutex
-	dataset     []*tenant            // the dataset's tenants: fixed
-	sandboxes   lru[string, *tenant] // weights: what each sandbox's data holds of its own
-	keys        sync.Map             // [sha256.Size]byte -> *apiKey: the sandboxes' keys, found without the lock
-	exams       map[string]*tenant   // the exam attempts among the sandboxes, by their id
+	dataset     []*tenant             // the dataset's tenants: fixed
+	sandboxes   lru[string, *tenant]  // weights: what each sandbox's data holds of its own
+	keys        sync.Map              // [sha256.Size]byte -> *apiKey: the sandboxes' keys, found without the lock
+	exams       map[string]*tenant    // the exam attempts among the sandboxes, by their id
+	running     map[*apiKey][]*tenant // each key's attempts that were not graded when it last started one: its bound's count
 	shared      map[*sandboxTemplate]*sharedData
 	sharedBytes int64 // what the shared data held by some copy holds, each counted once
 	maxBytes    int64 // what the sandboxes' data may hold together
@@ -366,7 +367,7 @@ type sharedData struct {
 }
 
 func newTenantRegistry(dataset []*tenant, journalLimit int, journalBytes int64) *tenantRegistry {
-	b := &tenantRegistry{dataset: dataset, shared: map[*sandboxTemplate]*sharedData{}, exams: map[string]*tenant{}, maxBytes: maxSandboxBytes, idle: sandboxIdle,
+	b := &tenantRegistry{dataset: dataset, shared: map[*sandboxTemplate]*sharedData{}, exams: map[string]*tenant{}, running: map[*apiKey][]*tenant{}, maxBytes: maxSandboxBytes, idle: sandboxIdle,
 		journalLimit: journalLimit, maxJournal: journalBytes, maxAnswerBytes: maxStoredAnswerBytes}
 	b.sandboxes.max = maxSandboxes
 	return b
@@ -448,6 +449,7 @@ func (b *tenantRegistry) add(t, caller *tenant, keys map[[sha256.Size]byte]*apiK
 	}
 	if t.exam != nil {
 		b.exams[t.exam.id] = t
+		b.running[t.exam.maker] = append(b.running[t.exam.maker], t)
 	}
 	return nil
 }
@@ -460,18 +462,17 @@ const maxRunningAttempts = 100
 // yet graded at now: 429 with the whole seconds until its oldest such attempt's grading
 // limit. b.mu is held.
 func (b *tenantRegistry) attemptRoomLocked(maker *apiKey, now time.Time) error {
-	running := 0
-	var oldest *tenant
-	for _, t := range b.exams {
-		if a := t.exam; a.maker == maker && !a.gradedBy(t, now) {
-			if running++; oldest == nil || a.start.Before(oldest.exam.start) {
-				oldest = t
-			}
-		}
+	held := slices.DeleteFunc(b.running[maker], func(t *tenant) bool { return t.gone.Load() || t.exam.gradedBy(t, now) }) // a graded attempt stays graded: its clock never goes back
+	if len(held) == 0 {
+		delete(b.running, maker)
+	} else {
+		b.running[maker] = held
 	}
+	running := len(held)
 	if running < maxRunningAttempts {
 		return nil
 	}
+	oldest := held[0] // started in this order
 	wait := oldest.exam.untilGraded(oldest, now)
 	return &apiError{code: codeRateLimited, retryAfter: max(1, int((wait+time.Second-1)/time.Second)), detail: fmt.Sprintf(
 		"This key holds %d exam attempts not yet graded, the most one key may: start another once one is graded (answer it, or wait for its grading limit: Retry-After).", running)}
@@ -570,7 +571,9 @@ func (b *tenantRegistry) forgetLocked(t *tenant) {
 		return // forgotten already
 	}
 	for _, digest := range t.sandbox.digests {
-		b.keys.Delete(digest)
+		if k, ok := b.keys.LoadAndDelete(digest); ok {
+			delete(b.running, k.(*apiKey)) // a key forgotten starts no more attempts
+		}
 	}
 	if t.exam != nil {
 		delete(b.exams, t.exam.id)
@@ -4661,31 +4664,41 @@ func (g *grading) things() []thing {
 
 func judgeKeptCurrent(g *grading) checkVerdict {
 	things := g.things()
-	shown := map[string][]instant{} // each thing's id: the instants reads that showed it were judged at
-	for _, th := range things {
-		shown[th.id] = nil
+	delays := make([]time.Duration, len(things)) // each thing's delay until the first read that showed it; -1: none yet
+	pending := map[string][]int{}                // the things not yet shown, by id
+	for k, th := range things {
+		delays[k], pending[th.id] = -1, append(pending[th.id], k)
 	}
-	for i := range g.entries {
-		if e := &g.entries[i]; e.read() {
-			for _, id := range g.d.idsOf(e) {
-				if at, ok := shown[id]; ok {
-					shown[id] = append(at, e.clock)
+	// An attempt's clock only moves on, so its entries come in the order of their instants:
+	// the first read at or after a thing that shows it is its delay's end, and once every
+	// thing is shown no later entry can change a delay.
+	for i := 0; i < len(g.entries) && len(pending) > 0; i++ {
+		e := &g.entries[i]
+		if !e.read() {
+			continue
+		}
+		for _, id := range g.d.idsOf(e) {
+			ks := pending[id]
+			ks = slices.DeleteFunc(ks, func(k int) bool {
+				if d := e.clock.time().Sub(things[k].at); !instantOf(things[k].at).after(e.clock) {
+					delays[k] = d
+					return true
 				}
+				return false
+			})
+			if len(ks) == 0 {
+				delete(pending, id)
+			} else if _, ok := pending[id]; ok {
+				pending[id] = ks
 			}
 		}
 	}
 	var missed []string
 	longest, never := time.Duration(0), false
-	for _, th := range things {
-		from, delay := instantOf(th.at), time.Duration(-1) // the first read at or after the thing
-		for _, at := range shown[th.id] {
-			if d := at.time().Sub(th.at); !from.after(at) && (delay < 0 || d < delay) {
-				delay = d
-			}
-		}
-		never = never || delay < 0
-		longest = max(longest, delay)
-		if delay < 0 || delay > g.a.window() {
+	for k, th := range things {
+		never = never || delays[k] < 0
+		longest = max(longest, delays[k])
+		if delays[k] < 0 || delays[k] > g.a.window() {
 			missed = append(missed, fmt.Sprintf("%s %s at %s", th.id, th.what, "+"+th.at.Sub(g.a.start).String()))
 		}
 	}

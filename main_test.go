@@ -9657,9 +9657,17 @@ func takeExam(t testing.TB, o envOptions, body string) *examTaker {
 	return &examTaker{e: e, x: x, maker: "sk_test_sandbox_all"}
 }
 
+// sleep waits d on the exam's own time, scale 1: d times the attempt's scale on its clock,
+// so that a client written for scale 1 takes any scale.
 func (c *examTaker) sleep(d time.Duration) {
-	c.e.clock.advance(d)
+	c.e.clock.advance(d * time.Duration(max(1, c.x.Scale)))
 	c.at += d
+}
+
+// wait waits d on the clock itself, whatever the scale: a Retry-After.
+func (c *examTaker) wait(d time.Duration) {
+	c.e.clock.advance(d)
+	c.at += d / time.Duration(max(1, c.x.Scale))
 }
 
 // until sleeps until the attempt's clock shows d after its start.
@@ -9700,12 +9708,12 @@ func (c *examTaker) orders(t testing.TB, query string, pause time.Duration) []or
 	for {
 		rep := c.get(t, target)
 		if rep.status == 429 {
-			wait := pause
-			if wait == 0 {
-				s, _ := strconv.Atoi(rep.header.Get("Retry-After"))
-				wait = time.Duration(s) * time.Second
+			if pause > 0 { // impatient, on the clock itself whatever the scale
+				c.wait(pause)
+				continue
 			}
-			c.sleep(wait)
+			s, _ := strconv.Atoi(rep.header.Get("Retry-After"))
+			c.wait(time.Duration(s) * time.Second)
 			continue
 		}
 		p := decodePage(t, rep)
@@ -9805,13 +9813,13 @@ func watermarkSync(t *testing.T, c *examTaker) {
 // on, citing the requests that show it.
 func TestExamOrderSync(t *testing.T) {
 	t.Parallel()
-	tight := func(t *testing.T, c *examTaker) { // polls every 100 ms and sends a 429 again 10 ms later
+	tight := func(t *testing.T, c *examTaker) { // polls every 100 ms of the clock, whatever the scale, and sends a 429 again 10 ms later
 		held := map[string]orderJSON{}
 		for c.at <= 12*time.Second {
 			for _, o := range c.orders(t, "", 10*time.Millisecond) {
 				held[o.ID] = o
 			}
-			c.sleep(100 * time.Millisecond)
+			c.wait(100 * time.Millisecond)
 		}
 		c.answerOrders(t, held)
 	}
@@ -9938,28 +9946,39 @@ type examTrap struct {
 	fails  []string
 }
 
-// examTraps has each client take an attempt of body of its own, all in parallel, and holds
-// each grade to the checks it names: each failure with a sentence, each pass without.
+// examTraps has each client take an attempt of body of its own, all in parallel, at scale 1
+// and at scale 3 (each client's moves on the exam's own time), and holds each grade to the
+// checks it names: each failure with a sentence, each pass without.
 func examTraps(t *testing.T, body string, traps []examTrap) {
-	for _, tt := range traps {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			c := takeExam(t, envOptions{}, body)
-			if tt.client != nil {
-				c.get(t, "/v1/test_helpers/clock") // the client's first request: the attempt's clock runs from it
-				tt.client(t, c)
-			}
-			g := c.grade(t)
-			if got := g.failing(); !slices.Equal(got, tt.fails) {
-				t.Errorf("failed %v, want %v\n%s", got, tt.fails, gradeText(g))
-			}
-			for _, ch := range g.Checks {
-				if (ch.Result == "fail") != (ch.Detail != nil) || ch.Detail != nil && !strings.HasSuffix(*ch.Detail, ".") {
-					t.Errorf("%s: %s, detail %v", ch.ID, ch.Result, ch.Detail)
-				}
-			}
-		})
+	for _, scale := range []int{1, 3} {
+		for _, tt := range traps {
+			t.Run(fmt.Sprintf("%s at scale %d", tt.name, scale), func(t *testing.T) {
+				t.Parallel()
+				examTrapAt(t, strings.Replace(body, "{", fmt.Sprintf(`{"scale":%d,`, scale), 1), tt)
+			})
+		}
 	}
+}
+
+// examTrapAt has the trap's client take an attempt of body, and holds its grade to the
+// checks the trap names.
+func examTrapAt(t *testing.T, body string, tt examTrap) gradeOut {
+	t.Helper()
+	c := takeExam(t, envOptions{}, body)
+	if tt.client != nil {
+		c.get(t, "/v1/test_helpers/clock") // the client's first request: the attempt's clock runs from it
+		tt.client(t, c)
+	}
+	g := c.grade(t)
+	if got := g.failing(); !slices.Equal(got, tt.fails) {
+		t.Errorf("variant %d, scale %d: failed %v, want %v\n%s", g.Variant, g.Scale, got, tt.fails, gradeText(g))
+	}
+	for _, ch := range g.Checks {
+		if (ch.Result == "fail") != (ch.Detail != nil) || ch.Detail != nil && !strings.HasSuffix(*ch.Detail, ".") {
+			t.Errorf("%s: %s, detail %v", ch.ID, ch.Result, ch.Detail)
+		}
+	}
+	return g
 }
 
 // TestExamRoutes: the catalogue, an attempt's start, its answer and its grade, each with its
@@ -10156,11 +10175,11 @@ func TestExamRoutes(t *testing.T) {
 		t.Parallel()
 		c := takeExam(t, envOptions{}, `{"exam":"tracking","scale":2}`)
 		c.get(t, "/v1/test_helpers/clock")
-		c.sleep(24*time.Second + 2*examAnswerTime - time.Millisecond)
+		c.wait(24*time.Second + 2*examAnswerTime - time.Millisecond)
 		if g := c.e.gradeOf(t, c.x.ID, c.x.Key); g.State != "awaiting_answer" || g.Passed != nil || g.Score != nil || g.GradedAt != nil || g.Now != "2026-11-22T12:02:23.999Z" {
 			t.Errorf("a millisecond before the last instant to answer: %+v", g)
 		}
-		c.sleep(time.Millisecond)
+		c.wait(time.Millisecond)
 		wantProblem(t, c.answer(t, `{"consignments":[]}`), 409, "exam_graded", "")
 		if g := c.e.gradeOf(t, c.x.ID, c.x.Key); g.State != "graded" || *g.GradedAt != "2026-11-22T12:02:24Z" || g.check("answer.consignments").Detail == nil || !strings.HasPrefix(*g.check("answer.consignments").Detail, "No answer") {
 			t.Errorf("graded without an answer: %+v", g)
@@ -10405,11 +10424,11 @@ func TestExamsHeldAgainstAbuse(t *testing.T) {
 		t.Parallel()
 		c := takeExam(t, envOptions{}, `{"exam":"order-sync","scale":60}`)
 		c.get(t, "/v1/orders")
-		c.sleep(sandboxIdle + time.Second) // idle an hour; its hour to answer runs until +72 min
+		c.wait(sandboxIdle + time.Second) // idle an hour; its hour to answer runs until +72 min
 		if rep := c.get(t, "/v1/orders"); rep.status != 200 {
 			t.Fatalf("an hour idle, before its grading limit: %s", rep)
 		}
-		c.sleep(80*time.Minute + sandboxIdle)
+		c.wait(80*time.Minute + sandboxIdle)
 		wantProblem(t, c.get(t, "/v1/orders"), 401, "invalid_api_key", "")
 	})
 	t.Run("a grade read as JUnit before it is computed is an error", func(t *testing.T) {
@@ -10702,6 +10721,9 @@ func BenchmarkExamStart(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		rec := httptest.NewRecorder()
+		if i%maxRunningAttempts == maxRunningAttempts-1 { // those made so far past their grading limits: a key holds 100 not yet graded
+			e.clock.advance(200 * time.Second)
+		}
 		e.h.ServeHTTP(rec, newBodyRequest(http.MethodPost, "/v1/test_helpers/exams", "sk_test_sandbox_all", `{"exam":"order-sync"}`, "Idempotency-Key", fmt.Sprint("k-", i)))
 		if rec.Code != 201 {
 			b.Fatalf("%d %s", rec.Code, rec.Body)
@@ -10724,7 +10746,7 @@ func BenchmarkExamGrade(b *testing.B) {
 		default:
 			c.get(b, fmt.Sprintf("/v1/orders?created_from=2026-11-22T11:5%d:00Z", i%10))
 		}
-		c.sleep(100 * time.Millisecond)
+		c.wait(100 * time.Millisecond)
 	}
 	if lost := c.e.srv.registry.exams[c.x.ID].journalLost(); lost != 0 {
 		b.Fatalf("lost %d", lost)
