@@ -20,6 +20,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"math/big"
 	"math/rand/v2"
 	"net"
@@ -9634,11 +9635,12 @@ func (e *env) gradeOf(t testing.TB, id, key string) gradeOut {
 // every instant a request is judged at is the test's. The attempt's clock starts at the
 // client's first request, which it makes at its start (at 0).
 type examTaker struct {
-	e     *env
-	x     examStartedOut
-	maker string
-	at    time.Duration // the attempt's clock, since its start
-	seq   int           // Idempotency-Keys made
+	e          *env
+	x          examStartedOut
+	maker      string
+	lastAnswer string        // the body of its last answer
+	at         time.Duration // the attempt's clock, since its start
+	seq        int           // Idempotency-Keys made
 }
 
 // takeExam makes an env (with options o) and an attempt of body in it, made with
@@ -9728,6 +9730,7 @@ func (c *examTaker) orders(t testing.TB, query string, pause time.Duration) []or
 // answer posts the answer with the attempt's key.
 func (c *examTaker) answer(t testing.TB, body string) reply {
 	t.Helper()
+	c.lastAnswer = body
 	return c.post(t, "/v1/test_helpers/exams/"+c.x.ID+"/answer", body, c.newKey())
 }
 
@@ -9885,11 +9888,17 @@ func trackConsignments(from, to time.Duration, byNumber bool) examScript {
 
 // bookOrders is booking's reference client: from its start until to, every second, it reads
 // the orders and books each one it sees (every one, or only those fulfilled without a
-// shipment), once: a 502 it sends again with the same Idempotency-Key (blind: with a new one).
-func bookOrders(from, to time.Duration, every, blind bool) examScript {
+// shipment), once; a 502 it sends again as retry says.
+func bookOrders(from, to time.Duration, every bool, retry retryPolicy) examScript {
 	return func(t *testing.T, c *examTaker) {
 		booked := map[string]bool{}
 		c.orders(t, "", 0) // the client starts: the attempt's clock runs
+		if retry == spendsTheScript {
+			for i := range 4 { // shipments for no order, as revision 1's script counted them
+				c.post(t, "/v1/test_helpers/shipments", fmt.Sprintf(`{"reference":"SPARE-%d"}`, i), c.newKey())
+				c.sleep(250 * time.Millisecond)
+			}
+		}
 		c.until(from)
 		for c.at <= to {
 			for _, o := range c.orders(t, "", 0) {
@@ -9898,18 +9907,48 @@ func bookOrders(from, to time.Duration, every, blind bool) examScript {
 				}
 				body, idem := fmt.Sprintf(`{"reference":"SHIP-%s","order_id":%q}`, o.MerchantReference, o.ID), c.newKey()
 				rep := c.post(t, "/v1/test_helpers/shipments", body, idem)
-				if rep.status == 502 {
-					if blind {
-						idem = c.newKey()
-					}
+				booked[o.ID] = true
+				switch {
+				case rep.status != 502:
+				case retry == sameKey: // right: the first write's result, or the booking if it was not done
 					rep = c.post(t, "/v1/test_helpers/shipments", body, idem)
+					booked[o.ID] = rep.status == 201
+				case retry == newKey: // blind: another key, a fresh reference, no read of the order
+					c.post(t, "/v1/test_helpers/shipments", fmt.Sprintf(`{"reference":"SHIP-%s-again","order_id":%q}`, o.MerchantReference, o.ID), c.newKey())
 				}
-				booked[o.ID] = rep.status == 201 || blind
 				c.sleep(250 * time.Millisecond) // within the attempt's 10 requests a second
 			}
 			c.sleep(time.Second)
 		}
 	}
+}
+
+// retryPolicy is what a booking client does with a 502.
+type retryPolicy int
+
+const (
+	sameKey         retryPolicy = iota // sends it again with the same Idempotency-Key and body: right
+	newKey                             // books again under another key with a fresh reference, reading nothing
+	neverRetries                       // takes the 502 as the last word
+	spendsTheScript                    // makes four shipments for no order first, then never retries
+)
+
+// bookNames is a booking client that reads nothing: it books variant 0's ids at variant 0's
+// instants (b1 and b2 at once, b3 at +4.3 s, b7 at +6.3 s), retrying each 502 with the same
+// Idempotency-Key. Revision 1's world, the same at every attempt, passed it.
+func bookNames(t *testing.T, c *examTaker) {
+	book := func(id string) {
+		body, idem := fmt.Sprintf(`{"reference":"NAMES-%s","order_id":%q}`, id, id), c.newKey()
+		if rep := c.post(t, "/v1/test_helpers/shipments", body, idem); rep.status == 502 {
+			c.post(t, "/v1/test_helpers/shipments", body, idem)
+		}
+	}
+	book("ord_exam_b1")
+	book("ord_exam_b2")
+	c.until(4300 * time.Millisecond)
+	book("ord_exam_b3")
+	c.until(6300 * time.Millisecond)
+	book("ord_exam_b7")
 }
 
 // TestExamTracking: tracking's reference client passes; a client that does nothing, one that
@@ -9930,13 +9969,214 @@ func TestExamTracking(t *testing.T) {
 func TestExamBooking(t *testing.T) {
 	t.Parallel()
 	examTraps(t, `{"exam":"booking"}`, []examTrap{
-		{"the reference client", bookOrders(0, 12*time.Second, false, false), []string{}},
+		{"the reference client", bookOrders(0, 12*time.Second, false, sameKey), []string{}},
 		{"a client that does nothing", nil, []string{"state.booked"}},
-		{"a blind retrier after a 502", bookOrders(0, 12*time.Second, false, true), []string{"findings.blind_retry"}},
-		{"one that books every order it sees", bookOrders(0, 12*time.Second, true, false), []string{"state.only_fulfilled"}},
-		{"one that books once at the start", bookOrders(0, 0, false, false), []string{"state.booked"}},
-		{"one that books late", bookOrders(10*time.Second, 12*time.Second, false, false), []string{"state.in_time"}},
+		{"a blind retrier after a 502, a fresh reference under a new key", bookOrders(0, 12*time.Second, false, newKey), []string{"findings.blind_retry"}},
+		{"one that never retries a 502", bookOrders(0, 12*time.Second, false, neverRetries), []string{"state.booked"}},
+		{"one that spends the script on shipments for no order", bookOrders(0, 12*time.Second, false, spendsTheScript), []string{"state.booked"}},
+		{"one that books every order it sees", bookOrders(0, 12*time.Second, true, sameKey), []string{"state.only_fulfilled"}},
+		{"one that books once at the start", bookOrders(0, 0, false, sameKey), []string{"state.booked"}},
+		{"one that books late", bookOrders(10*time.Second, 12*time.Second, false, sameKey), []string{"state.in_time"}},
+		{"one that reads nothing and books variant 0's names", bookNames, []string{}},
 	})
+}
+
+// drawnVariants are n variants drawn for a test, the same at every run.
+func drawnVariants(n int, seed uint64) []int64 {
+	r := rand.New(rand.NewPCG(seed, 57))
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = 1 + r.Int64N(math.MaxInt32)
+	}
+	return out
+}
+
+// TestExamVariants: a world drawn for each attempt. The reference clients pass every variant
+// they are given (20 drawn per exam); the script that books variant 0's names without
+// reading fails booking on a drawn variant (it passes variant 0: the world stops it); a
+// replay of a passing attempt's requests at the same offsets fails on another variant; two
+// attempts of one variant meet the same names and instants, and two variants share no drawn
+// name.
+func TestExamVariants(t *testing.T) {
+	t.Parallel()
+	references := map[string]examScript{"order-sync": syncOrders(time.Second, 0, 12*time.Second, false), "tracking": trackConsignments(0, 12*time.Second, false), "booking": bookOrders(0, 12*time.Second, false, sameKey)}
+	for exam, client := range references {
+		for i, v := range drawnVariants(20, uint64(len(exam))) {
+			t.Run(fmt.Sprintf("%s's reference client, variant %d", exam, v), func(t *testing.T) {
+				t.Parallel()
+				g := examTrapAt(t, fmt.Sprintf(`{"exam":%q,"variant":%d,"scale":%d}`, exam, v, 1+2*(i%2)), examTrap{client: client, fails: []string{}})
+				if g.Variant != v {
+					t.Errorf("the grade's variant %d, want %d", g.Variant, v)
+				}
+				if m := g.check(map[string]string{"booking": "state.in_time"}[exam] + map[bool]string{true: "journal.kept_current"}[exam != "booking"]).MarginMS; m == nil || *m < 0 {
+					t.Errorf("a pass's margin: %v", m)
+				}
+			})
+		}
+	}
+	for _, v := range drawnVariants(5, 99) {
+		t.Run(fmt.Sprintf("booking's names without a read, variant %d", v), func(t *testing.T) {
+			t.Parallel()
+			examTrapAt(t, fmt.Sprintf(`{"exam":"booking","variant":%d}`, v), examTrap{client: bookNames, fails: []string{"state.booked"}})
+		})
+	}
+	t.Run("a replay of a passing attempt fails on another variant", func(t *testing.T) {
+		t.Parallel()
+		c := takeExam(t, envOptions{}, `{"exam":"order-sync","variant":0}`)
+		c.get(t, "/v1/test_helpers/clock")
+		syncOrders(time.Second, 0, 12*time.Second, false)(t, c)
+		if g := c.grade(t); !*g.Passed {
+			t.Fatalf("the attempt replayed did not pass:\n%s", gradeText(g))
+		}
+		c.wait(time.Second)
+		sent := c.e.journalOf(t, c.x.Key, "limit=1000")
+		answer := c.lastAnswer
+		for _, v := range drawnVariants(3, 7) {
+			r := takeExam(t, envOptions{}, fmt.Sprintf(`{"exam":"order-sync","variant":%d}`, v))
+			r.get(t, "/v1/test_helpers/clock")
+			for _, entry := range sent.Data { // the same requests at the same offsets from the start
+				at, _ := time.Parse(time.RFC3339Nano, entry.Clock)
+				r.until(at.Sub(testNow))
+				r.e.do(t, newRequest(entry.Method, entry.Target, r.x.Key))
+			}
+			r.until(12 * time.Second)
+			r.answer(t, answer)
+			if g := r.grade(t); *g.Passed || !slices.Contains(g.failing(), "answer.orders") {
+				t.Errorf("variant %d: the replay passed %v:\n%s", v, g.failing(), gradeText(g))
+			}
+		}
+	})
+	t.Run("one variant, one world; two variants, no name shared", func(t *testing.T) {
+		t.Parallel()
+		worldOf := func(exam string, v int64) (names []string, seen string) {
+			c := takeExam(t, envOptions{}, fmt.Sprintf(`{"exam":%q,"variant":%d}`, exam, v))
+			c.get(t, "/v1/test_helpers/clock")
+			var timeline strings.Builder
+			for _, at := range []string{"start", "start+5s", "start+12s"} { // what the world schedules, around each instant
+				c.until(map[string]time.Duration{"start": 0, "start+5s": 5 * time.Second, "start+12s": 12 * time.Second}[at])
+				rep := c.get(t, "/v1/test_helpers/timeline")
+				timeline.Write(rep.body)
+			}
+			for _, m := range regexp.MustCompile(`(ord|shp)_exam_[a-z0-9]+|EX[MTB]\d{10}`).FindAllString(timeline.String()+string(c.x.Given), -1) {
+				if !slices.Contains(names, m) {
+					names = append(names, m)
+				}
+			}
+			for _, o := range c.orders(t, "", 0) {
+				if !slices.Contains(names, o.ID) {
+					names = append(names, o.ID)
+				}
+				seen += o.ID + " " + o.Platform + " " + o.CreatedAt + "\n"
+			}
+			return names, timeline.String() + string(c.x.Given) + seen
+		}
+		for _, exam := range []string{"order-sync", "tracking", "booking"} {
+			a, aSeen := worldOf(exam, 42)
+			b, bSeen := worldOf(exam, 42)
+			if aSeen != bSeen || !slices.Equal(a, b) {
+				t.Errorf("%s: two attempts of variant 42 differ:\n%s\n%s", exam, aSeen, bSeen)
+			}
+			other, _ := worldOf(exam, 43)
+			zero, _ := worldOf(exam, 0)
+			for _, name := range a {
+				if slices.Contains(other, name) || slices.Contains(zero, name) {
+					t.Errorf("%s: %s is in variants 42 and 43 (or 0)", exam, name)
+				}
+			}
+			if len(a) < 5 {
+				t.Errorf("%s: the names seen %v", exam, a)
+			}
+		}
+	})
+}
+
+// TestExamWorldsDrawn: what a variant draws, over many variants, holds the contract's rules:
+// every order and shipment renamed (ord_exam_ and 8 characters, shp_exam_ and 8, numbers of
+// their prefix and 10 digits), all distinct and none of variant 0's, two shipments sharing a
+// number still sharing one and the given parcel still a further parcel's; every instant after
+// the start moved by at most a second and within +1 s to +10 s, in each order's and each
+// shipment's order, every instant before it within 5 minutes and still before it; order-sync's
+// old orders 21 to 27; booking's two unconfirmed bookings two of its first four.
+func TestExamWorldsDrawn(t *testing.T) {
+	t.Parallel()
+	orderID, shipmentID, number := regexp.MustCompile(`^ord_exam_[a-z0-9]{8}$`), regexp.MustCompile(`^shp_exam_[a-z0-9]{8}$`), regexp.MustCompile(`^EX[MTB]\d{10}$`)
+	moved := func(t *testing.T, what string, was, now time.Duration) {
+		switch {
+		case was > 0 && (now < time.Second || now > 10*time.Second || now-was > time.Second || was-now > time.Second || now%time.Second != 0):
+			t.Errorf("%s: %v moved to %v", what, was, now)
+		case was <= 0 && (now >= 0 || now-was > 5*time.Minute || was-now > 5*time.Minute || (now-was)%time.Minute != 0):
+			t.Errorf("%s: %v moved to %v", what, was, now)
+		}
+	}
+	for _, e := range examCatalogue {
+		if !reflect.DeepEqual(e.worldOf(0), e.world.clone()) {
+			t.Errorf("%s: variant 0 is not the world as written", e.name)
+		}
+		for _, v := range drawnVariants(300, 5) {
+			w := e.worldOf(v)
+			if !reflect.DeepEqual(w, e.worldOf(v)) {
+				t.Fatalf("%s variant %d: drawn twice, two worlds", e.name, v)
+			}
+			names := map[string]bool{}
+			distinct := func(name string, pattern *regexp.Regexp) {
+				if !pattern.MatchString(name) || names[name] {
+					t.Errorf("%s variant %d: %q drawn twice, or not of its form", e.name, v, name)
+				}
+				names[name] = true
+			}
+			for i, o := range w.orders {
+				distinct(o.id, orderID)
+				if !strings.HasPrefix(o.reference, prefixOf(e.world.orders[min(i, len(e.world.orders)-1)].reference)) || !slices.Contains(platforms, o.platform) {
+					t.Errorf("%s variant %d: order %+v", e.name, v, o)
+				}
+				if i < len(e.world.orders) {
+					was := e.world.orders[i]
+					moved(t, o.id+" created", was.created, o.created)
+					for k, ch := range o.changes {
+						moved(t, o.id+" change", was.changes[k].at, ch.at)
+						if ch.at <= o.created || k > 0 && ch.at <= o.changes[k-1].at {
+							t.Errorf("%s variant %d: %s's changes out of order: %+v", e.name, v, o.id, o)
+						}
+					}
+					if o.imported != nil && (*o.imported < o.created) {
+						t.Errorf("%s variant %d: %s imported before its creation", e.name, v, o.id)
+					}
+				}
+			}
+			shared := map[string]int{}
+			for i, sh := range w.shipments {
+				distinct(sh.id, shipmentID)
+				was := e.world.shipments[i]
+				shared[sh.number]++
+				if !number.MatchString(sh.number) || sh.number[:3] != was.number[:3] || !strings.HasPrefix(sh.reference, prefixOf(was.reference)) || (sh.orderID == "") != (was.orderID == "") {
+					t.Errorf("%s variant %d: shipment %+v", e.name, v, sh)
+				}
+				for _, p := range sh.parcels {
+					distinct(p, number)
+				}
+				for k, ev := range sh.events {
+					moved(t, sh.id+" event", was.events[k].after, ev.after)
+					if sh.created != nil && ev.after < *sh.created || k > 0 && ev.after <= sh.events[k-1].after {
+						t.Errorf("%s variant %d: %s's events out of order: %+v", e.name, v, sh.id, sh)
+					}
+				}
+			}
+			if e.name == "tracking" && (shared[w.shipments[1].number] != 2 || w.shipments[1].number != w.shipments[2].number) {
+				t.Errorf("tracking variant %d: the shared number is no longer shared", v)
+			}
+			for _, g := range w.given {
+				if g.parcel >= len(w.shipments[g.shipment].parcels) {
+					t.Errorf("%s variant %d: a given parcel that is none", e.name, v)
+				}
+			}
+			if n := len(w.orders) - 6; e.name == "order-sync" && (n < 21 || n > 27) {
+				t.Errorf("order-sync variant %d: %d old orders", v, n)
+			}
+			if u := w.unconfirmed; e.name == "booking" && (u[0] < 1 || u[0] > 4 || u[1] < 1 || u[1] > 4 || u[0] == u[1]) {
+				t.Errorf("booking variant %d: unconfirmed %v", v, u)
+			}
+		}
+	}
 }
 
 // examTrap is a client of an exam, and the checks it fails.
