@@ -825,9 +825,6 @@ func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, t
 	if err != nil {
 		return cfg.loadStopTimeout, err
 	}
-	if tuneHeap != nil {
-		defer tuneHeap(getenv)()
-	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return cfg.loadStopTimeout, listenError(cfg, err)
@@ -840,6 +837,12 @@ func loadAndServe(ctx context.Context, cfg config, getenv func(string) string, t
 	if err != nil {
 		ln.Close()
 		return cfg.loadStopTimeout, err
+	}
+	// The heap tuned once everything built at start is built (the reference and the MCP door
+	// among it): its collection then frees what building them left, which a headroom set
+	// before would keep resident.
+	if tuneHeap != nil {
+		defer tuneHeap(getenv)()
 	}
 	exposed := exposure(ln.Addr(), cfg.addrName, cfg.addr)
 	if cfg.clock != nil {
@@ -3862,6 +3865,7 @@ type (
 		Groups     []refGroup
 		Schemas    []refSchema
 		Responses  []refResponseDef
+		Params     []refParamDef // the shared parameters whose description is said once
 		Errors     []refError
 		Findings   []refFinding
 		Rules      []refRule
@@ -3884,6 +3888,7 @@ type (
 	refParam struct {
 		Name, In, Type, Description, Example string
 		Required                             bool
+		Shared                               string // a long description said once: the shared parameter's name, at #param-Shared; "" for none
 	}
 	refBody struct {
 		Schema   refType
@@ -3907,8 +3912,9 @@ type (
 		Name, Description string
 		Types             []refMedia
 	}
-	refSample struct{ Lang, Code string }
-	refTry    struct {
+	refParamDef struct{ Name, Param, In, Description string }
+	refSample   struct{ Lang, Code string }
+	refTry      struct {
 		Path, Query, Headers []refParam // the fields of its form, each prefilled with its example
 		Body                 string
 	}
@@ -4092,6 +4098,18 @@ func memberOf(node json.RawMessage, name string) json.RawMessage {
 	return m[name]
 }
 
+// sharedParamText is the longest description of a shared parameter an operation repeats:
+// past it, an operation says its first sentence and links the parameter's one section.
+const sharedParamText = 500
+
+// firstSentence is text up to its first full stop followed by a space, or all of it.
+func firstSentence(text string) string {
+	if i := strings.Index(text, ". "); i >= 0 {
+		return text[:i+1]
+	}
+	return text
+}
+
 // theReference is the reference of the embedded document, prepared once for the process.
 var theReference = sync.OnceValues(func() (*referencePages, error) { return newReference(openAPIDocument) })
 
@@ -4109,6 +4127,11 @@ func newReference(document []byte) (*referencePages, error) {
 	for _, n := range d.order["responses"] {
 		r := d.components["responses"][n]
 		data.Responses = append(data.Responses, refResponseDef{Name: n, Description: textOf(r, "description"), Types: d.mediaOf(r)})
+	}
+	for _, n := range d.order["parameters"] {
+		if p := d.components["parameters"][n]; len(textOf(p, "description")) > sharedParamText {
+			data.Params = append(data.Params, refParamDef{Name: n, Param: textOf(p, "name"), In: textOf(p, "in"), Description: textOf(p, "description")})
+		}
 	}
 	data.Errors, data.Findings, data.Rules, data.Exams = d.errorRows(), findingRows(), kitRuleRows(), examRows()
 	page, err := template.New("reference").Parse(referenceHTML)
@@ -4175,7 +4198,7 @@ func (d refDoc) operation(method, path string, node json.RawMessage) refOp {
 	var params []json.RawMessage
 	json.Unmarshal(m["parameters"], &params)
 	for _, raw := range params {
-		p, _ := d.resolve(raw)
+		p, ref := d.resolve(raw)
 		_, pm := jsonMembers(p)
 		var required bool
 		json.Unmarshal(pm["required"], &required)
@@ -4187,7 +4210,11 @@ func (d refDoc) operation(method, path string, node json.RawMessage) refOp {
 			}
 			example = s
 		}
-		op.Params = append(op.Params, refParam{Name: textOf(p, "name"), In: textOf(p, "in"), Type: d.typeOf(pm["schema"]).Text, Description: textOf(p, "description"), Example: example, Required: required})
+		param := refParam{Name: textOf(p, "name"), In: textOf(p, "in"), Type: d.typeOf(pm["schema"]).Text, Description: textOf(p, "description"), Example: example, Required: required}
+		if ref != "" && len(param.Description) > sharedParamText {
+			param.Shared, param.Description = ref, firstSentence(param.Description)
+		}
+		op.Params = append(op.Params, param)
 	}
 	if body, ok := m["requestBody"]; ok {
 		media := d.mediaOf(body)
@@ -4353,21 +4380,32 @@ func (req sampleRequest) curl() string {
 	return b.String()
 }
 
+// goCode is the request as a whole Go program, as the other languages' samples are whole:
+// package main, its imports, and main.
 func (req sampleRequest) goCode() string {
 	var b strings.Builder
+	imports := []string{"fmt", "io", "net/http"}
 	reader := "nil"
 	if req.body != "" {
-		reader = "strings.NewReader(" + goString(req.body) + ")"
+		reader, imports = "strings.NewReader("+goString(req.body)+")", append(imports, "strings")
 	}
-	fmt.Fprintf(&b, "req, err := http.NewRequest(%q, %q, %s)\nif err != nil {\n\treturn err\n}\n", req.method, req.target, reader)
+	if slices.ContainsFunc(req.headers, keyed) {
+		imports = append(imports, "os")
+	}
+	slices.Sort(imports)
+	b.WriteString("package main\n\nimport (\n")
+	for _, p := range imports {
+		fmt.Fprintf(&b, "\t%q\n", p)
+	}
+	fmt.Fprintf(&b, ")\n\nfunc main() {\n\treq, err := http.NewRequest(%q, %q, %s)\n\tif err != nil {\n\t\tpanic(err)\n\t}\n", req.method, req.target, reader)
 	for _, h := range req.headers {
 		if keyed(h) {
-			fmt.Fprintf(&b, "req.Header.Set(%q, \"Bearer \"+os.Getenv(\"SANDBOX_KEY\"))\n", h[0])
+			fmt.Fprintf(&b, "\treq.Header.Set(%q, \"Bearer \"+os.Getenv(\"SANDBOX_KEY\"))\n", h[0])
 		} else {
-			fmt.Fprintf(&b, "req.Header.Set(%q, %q)\n", h[0], h[1])
+			fmt.Fprintf(&b, "\treq.Header.Set(%q, %q)\n", h[0], h[1])
 		}
 	}
-	b.WriteString("res, err := http.DefaultClient.Do(req)\nif err != nil {\n\treturn err\n}\ndefer res.Body.Close()\nanswer, err := io.ReadAll(res.Body)\nfmt.Println(res.Status, string(answer))\nreturn err")
+	b.WriteString("\tres, err := http.DefaultClient.Do(req)\n\tif err != nil {\n\t\tpanic(err)\n\t}\n\tdefer res.Body.Close()\n\tanswer, err := io.ReadAll(res.Body)\n\tif err != nil {\n\t\tpanic(err)\n\t}\n\tfmt.Println(res.Status, string(answer))\n}")
 	return b.String()
 }
 
@@ -4453,6 +4491,10 @@ func referenceMarkdown(d referenceData) []byte {
 		fmt.Fprintf(&b, "\n### response-%s\n\n%s\n", r.Name, r.Description)
 		mdMedia(&b, r.Types, "")
 	}
+	b.WriteString("\n## Shared parameters\n")
+	for _, p := range d.Params {
+		fmt.Fprintf(&b, "\n### param-%s\n\n`%s` (%s): %s\n", p.Name, p.Param, p.In, p.Description)
+	}
 	b.WriteString("\n## Schemas\n")
 	for _, s := range d.Schemas {
 		fmt.Fprintf(&b, "\n### schema-%s\n\n%s: %s\n", s.Name, s.Type, s.Description)
@@ -4497,7 +4539,11 @@ func mdOperation(b *strings.Builder, op refOp) {
 	if len(op.Params) > 0 {
 		b.WriteString("\n| Parameter | In | Type | Required | Example | Description |\n|---|---|---|---|---|---|\n")
 		for _, p := range op.Params {
-			fmt.Fprintf(b, "| `%s` | %s | %s | %v | `%s` | %s |\n", p.Name, p.In, mdCell(p.Type), p.Required, mdCell(p.Example), mdCell(p.Description))
+			description := mdCell(p.Description)
+			if p.Shared != "" {
+				description += " See [param-" + p.Shared + "](#param-" + p.Shared + ")."
+			}
+			fmt.Fprintf(b, "| `%s` | %s | %s | %v | `%s` | %s |\n", p.Name, p.In, mdCell(p.Type), p.Required, mdCell(p.Example), description)
 		}
 	}
 	if op.Body != nil {

@@ -14338,15 +14338,17 @@ func TestReferenceSamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var goFile strings.Builder
-	goFile.WriteString("package samples\n\nimport (\n\t\"fmt\"\n\t\"io\"\n\t\"net/http\"\n\t\"os\"\n\t\"strings\"\n)\n\nvar _ = strings.NewReader\nvar _ = os.Getenv\n")
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module samples\n\ngo 1.22\n"), 0o644)
 	ran := 0
 	for _, g := range groups {
 		for i, op := range g.Ops {
 			if len(op.Samples) != 4 || !bytes.Contains(ref.html, []byte(`id="op-`+op.ID+`"`)) {
 				t.Fatalf("%s: %d samples", op.ID, len(op.Samples))
 			}
-			fmt.Fprintf(&goFile, "\nfunc %s%d() error {\n%s\n}\n", op.ID, i, op.Samples[1].Code)
+			program := filepath.Join(dir, fmt.Sprintf("%s%d", op.ID, i)) // each sample a whole program, as a reader saves it
+			os.MkdirAll(program, 0o755)
+			os.WriteFile(filepath.Join(program, "main.go"), []byte(strings.ReplaceAll(op.Samples[1].Code, originMark, ts.URL)), 0o644)
 			curl := op.Samples[0].Code
 			if op.Method != http.MethodGet || op.NeedsSandboxKey || strings.Contains(op.Path, "exams/{id}") {
 				continue
@@ -14362,15 +14364,32 @@ func TestReferenceSamples(t *testing.T) {
 	if ran < 10 {
 		t.Errorf("only %d curls run", ran)
 	}
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module samples\n\ngo 1.22\n"), 0o644)
-	os.WriteFile(filepath.Join(dir, "samples.go"), []byte(goFile.String()), 0o644)
-	vet := exec.Command("go", "vet", ".")
+	vet := exec.Command("go", "vet", "./...")
 	vet.Dir = dir
 	vet.Env = append(os.Environ(), "GOFLAGS=", "GOTOOLCHAIN=local")
 	if out, err := vet.CombinedOutput(); err != nil {
-		t.Errorf("the Go samples do not compile: %v\n%s", err, out)
+		t.Errorf("the Go samples are not whole programs that compile: %v\n%s", err, out)
 	}
+	var getOrder string
+	for _, g := range groups {
+		for i, op := range g.Ops {
+			if op.ID == "getOrder" {
+				getOrder = fmt.Sprintf("./%s%d", op.ID, i)
+			}
+		}
+	}
+	run := exec.Command("go", "run", getOrder) // one of them run as written: GET /v1/orders/{id}
+	run.Dir = dir
+	run.Env = append(os.Environ(), "GOFLAGS=", "GOTOOLCHAIN=local", "SANDBOX_KEY=sk_test_sandbox_all")
+	if out, err := run.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "200 OK {\"id\":\"ord_sbx_0001\"") {
+		t.Errorf("a Go sample run: %v\n%s", err, out)
+	}
+}
+
+// atoiOr is s as a number, 0 when it is none.
+func atoiOr(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }
 
 // chromiumsOwn are the hosts of the services Chromium calls by itself (its updates, its
@@ -14401,8 +14420,18 @@ func TestReferenceInABrowser(t *testing.T) {
 	// The harness: the page in a frame of the same origin, its try-it form of GET /v1/orders
 	// filled and sent as a reader would, the answer copied out once it shows its journal entry.
 	mux.HandleFunc("GET /harness", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, `<!doctype html><iframe id="f" src="/reference" width="800" height="600"></iframe><pre id="out">waiting</pre><script>
-var f = document.getElementById("f"), out = document.getElementById("out");
+		fmt.Fprint(w, `<!doctype html><iframe id="w1280" src="/reference" width="1280" height="800"></iframe><iframe id="w390" src="/reference" width="390" height="844"></iframe>
+<iframe id="f" src="/reference" width="800" height="600"></iframe><pre id="widths">waiting</pre><pre id="out">waiting</pre><script>
+var f = document.getElementById("f"), out = document.getElementById("out"), widths = document.getElementById("widths");
+var measured = [];
+["w1280", "w390"].forEach(function (id) {
+  var frame = document.getElementById(id);
+  frame.onload = function () {
+    var root = frame.contentDocument.documentElement;
+    measured.push("WIDTH " + id + " scroll " + root.scrollWidth + " client " + root.clientWidth);
+    widths.textContent = measured.join("\n");
+  };
+});
 f.onload = function () {
   var d = f.contentDocument, form = d.querySelector("#op-listOrders form.try");
   if (!form || form.hidden) { out.textContent = "no visible try-it form"; return; }
@@ -14452,6 +14481,15 @@ f.onload = function () {
 		t.Fatalf("%s: %v\n%s", browser, err, out)
 	}
 	answer := html.UnescapeString(string(out))
+	measures := regexp.MustCompile(`WIDTH (\w+) scroll (\d+) client (\d+)`).FindAllStringSubmatch(answer, -1)
+	for _, m := range measures {
+		if scroll, _ := strconv.Atoi(m[2]); scroll > atoiOr(m[3]) {
+			t.Errorf("at %s the page scrolls sideways: %s px wide in %s px", strings.TrimPrefix(m[1], "w"), m[2], m[3])
+		}
+	}
+	if n := len(measures); n != 2 {
+		t.Errorf("the page measured at %d widths, want 1280 and 390:\n%s", n, answer)
+	}
 	if !strings.Contains(answer, "ANSWER\nHTTP 200") || !strings.Contains(answer, `"route":"/v1/orders","target":"/v1/orders?limit=1"`) || !strings.Contains(answer, "request-id: req_") {
 		t.Errorf("the try-it form of GET /v1/orders:\n%s", answer)
 	}
