@@ -7154,10 +7154,20 @@ func newKit(ctx context.Context, cfg checkConfig, until time.Time) *kit {
 		// A redirect is an answer, judged as such: its Location is never requested, so a key
 		// never goes to another host.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		Transport:     &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 4, MaxResponseHeaderBytes: maxKitHeaders},
+		// A body of more than a few packets is sent with Expect: 100-continue, so that a server
+		// that answers before reading it (a 413) and closes is read, not lost to the write its
+		// close cut; a server that ignores Expect gets the body after ExpectContinueTimeout.
+		Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 4, MaxResponseHeaderBytes: maxKitHeaders, ExpectContinueTimeout: kitExpectContinue},
 	}
 	return k
 }
+
+// kitExpectContinue is how long the kit waits for a 100 Continue before it sends a large
+// body anyway, and kitLargeBody the body past which it asks for one.
+const (
+	kitExpectContinue = 2 * time.Second
+	kitLargeBody      = 16 << 10
+)
 
 // kitRequest is one request of the kit: its key by role (or a key no server holds,
 // unknownKey), a body, further header fields, and the answer it should get: its status and,
@@ -7290,6 +7300,9 @@ func (k *kit) httpRequest(r kitRequest, key string) (*http.Request, error) {
 	}
 	if r.body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if len(r.body) > kitLargeBody {
+		req.Header.Set("Expect", "100-continue")
 	}
 	for i := 0; i+1 < len(r.header); i += 2 {
 		req.Header.Set(r.header[i], r.header[i+1])

@@ -17444,6 +17444,48 @@ func TestConformanceNeverShowsAKey(t *testing.T) {
 	})
 }
 
+// TestConformanceReadsA413SentBeforeTheBody: a server that answers 413 as soon as it has read
+// a request's header fields, then resets the connection without reading the body (a busy
+// machine's order of events, every time): the kit reads its 413, rather than lose it to the
+// body's write the reset cut. Before the kit sent a large body with Expect: 100-continue, the
+// write's error hid the answer.
+func TestConformanceReadsA413SentBeforeTheBody(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func(c net.Conn) {
+				r := bufio.NewReader(c)
+				for { // the header fields, to their blank line
+					line, err := r.ReadString('\n')
+					if err != nil || line == "\r\n" {
+						break
+					}
+				}
+				body := `{"type":"about:blank","title":"Content Too Large","status":413,"detail":"too large","code":"body_too_large","request_id":"req_x"}`
+				fmt.Fprintf(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: application/problem+json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
+				c.(*net.TCPConn).SetLinger(0) // a reset, not a graceful close: the body's write fails at once
+				c.Close()
+			}(conn)
+		}
+	}()
+	k := newKit(context.Background(), checkConfig{baseURL: "http://" + ln.Addr().String() + "/v1", timeout: 10 * time.Second, keys: map[kitRole]string{roleMain: "sk_test_sandbox_all"}}, time.Time{})
+	for i := range 20 {
+		ex := k.sendOnce(kitRequest{method: http.MethodGet, target: "/orders", role: roleMain, body: bytes.Repeat([]byte("x"), 256<<10+1)})
+		if ex.err != nil || ex.status != http.StatusRequestEntityTooLarge {
+			t.Fatalf("try %d: %d %v", i, ex.status, ex.err)
+		}
+	}
+}
+
 // TestConformanceReportsWhatAServerSendsSafely: escapes and newlines in bodies, ids and
 // header fields forge no line of the text report (no PASS line, no runnable curl line, no
 // terminal escape), the JUnit report is well-formed XML 1.0 whatever bytes come, and header
