@@ -6466,7 +6466,8 @@ func (b *mcpBridge) carry(ctx context.Context, line stdinLine) {
 		return
 	}
 	defer res.Body.Close()
-	answer, why := b.answerOf(ctx, res, head)
+	answer, why, held := b.answerOf(ctx, res, head)
+	defer b.held.give(held) // once its line is written: every copy of it counted until then
 	b.asking.Add(-1)
 	switch {
 	case why != "":
@@ -6523,26 +6524,38 @@ func (b *mcpBridge) request(ctx context.Context, line []byte, head mcpHead) *htt
 // written as it is; another's is read, within the bridge's bounds (its time, its size, the
 // bytes held at once), and written only when it is one JSON-RPC response to the request,
 // re-encoded compactly.
-func (b *mcpBridge) answerOf(ctx context.Context, res *http.Response, head mcpHead) ([]byte, string) {
+func (b *mcpBridge) answerOf(ctx context.Context, res *http.Response, head mcpHead) ([]byte, string, int64) {
 	rpc := res.Header.Get("Content-Type") == jsonContentType
 	if b.inside {
 		body, err := io.ReadAll(res.Body)
 		switch {
 		case err == nil && res.StatusCode == http.StatusAccepted:
-			return nil, ""
+			return nil, "", 0
 		case err == nil && rpc:
-			return body, ""
+			return body, "", 0
 		}
-		return nil, problemOf(res, body)
+		return nil, problemOf(res, body), 0
 	}
 	size := int64(maxBridgeAnswer + 1)
 	if res.ContentLength >= 0 {
 		size = min(size, res.ContentLength)
 	}
-	if !b.held.take(ctx, size) {
-		return nil, "the session ended while the bridge's memory was full"
+	held := size * bridgeCopies
+	if !b.held.take(ctx, held) {
+		return nil, "the session ended while the bridge's memory was full", 0
 	}
-	defer b.held.give(size)
+	line, why := b.readAnswer(ctx, res, head, size)
+	return line, why, held
+}
+
+// bridgeCopies is how many copies of an answer the bridge holds at its peak, each counted
+// against bridgeHeld: the body read, its members decoded, their compact encoding, the line
+// (grown by appending) and the line as written.
+const bridgeCopies = 6
+
+// readAnswer reads another door's answer of at most size bytes and judges it.
+func (b *mcpBridge) readAnswer(ctx context.Context, res *http.Response, head mcpHead, size int64) ([]byte, string) {
+	rpc := res.Header.Get("Content-Type") == jsonContentType
 	defer context.AfterFunc(ctx, func() { res.Body.Close() })() // a body that stalls is cut at the exchange's end, whatever its transport
 	body, err := io.ReadAll(io.LimitReader(res.Body, size))
 	switch {
