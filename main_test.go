@@ -10179,6 +10179,57 @@ func TestExamWorldsDrawn(t *testing.T) {
 	}
 }
 
+// TestExamMargins: each check's margin_ms, the window less the longest delay it judged: a
+// sync that reads every 2 s is 1 s late at worst (2,000 ms left of 3,000; 6,000 of 9,000 at
+// scale 3), one that reads every 5 s 1 s too late (-1,000, failed), one that reads nothing
+// has none (null); every other check has none; booking's state.in_time says how soon the
+// reference client booked.
+func TestExamMargins(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name   string
+		body   string
+		client examScript
+		check  string
+		margin *int64
+	}{
+		{"reads every 2 s", `{"exam":"order-sync"}`, syncOrders(2*time.Second, 0, 12*time.Second, false), "journal.kept_current", ptrTo[int64](2000)},
+		{"reads every 2 s, scale 3", `{"exam":"order-sync","scale":3}`, syncOrders(2*time.Second, 0, 12*time.Second, false), "journal.kept_current", ptrTo[int64](6000)},
+		{"reads every 5 s", `{"exam":"order-sync"}`, syncOrders(5*time.Second, 0, 12*time.Second, false), "journal.kept_current", ptrTo[int64](-1000)},
+		{"reads nothing", `{"exam":"tracking"}`, nil, "journal.kept_current", nil},
+		{"books at once", `{"exam":"booking"}`, bookOrders(0, 12*time.Second, false, sameKey), "state.in_time", ptrTo[int64](2250)}, // its longest: 750 ms, an order ready while it booked another,
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := takeExam(t, envOptions{}, tt.body)
+			if tt.client != nil {
+				c.get(t, "/v1/test_helpers/clock")
+				tt.client(t, c)
+			}
+			g := c.grade(t)
+			for _, ch := range g.Checks {
+				switch {
+				case ch.ID == tt.check && fmt.Sprint(deref(ch.MarginMS)) != fmt.Sprint(deref(tt.margin)):
+					t.Errorf("%s's margin_ms %v, want %v\n%s", ch.ID, deref(ch.MarginMS), deref(tt.margin), gradeText(g))
+				case ch.ID != tt.check && ch.MarginMS != nil && ch.ID != "journal.kept_current" && ch.ID != "state.in_time":
+					t.Errorf("%s has a margin: %d", ch.ID, *ch.MarginMS)
+				}
+			}
+		})
+	}
+}
+
+// ptrTo is a pointer to v.
+func ptrTo[T any](v T) *T { return &v }
+
+// deref is *p, or nil for a nil pointer.
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
 // examTrap is a client of an exam, and the checks it fails.
 type examTrap struct {
 	name   string
