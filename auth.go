@@ -76,7 +76,8 @@ type tenant struct {
 	clock   sandboxClock
 	faulted atomic.Uint64   // the requests -faults has judged, the k of the next is this plus one
 	sandbox *sandboxAccount // nil for a tenant of the dataset; set before it is served
-	exam    *examAttempt    // a sandbox made for an exam attempt; nil for any other
+	rules   tenantRules     // what it is allowed, and how what it remembers is kept: set before it is served
+	exam    *examAttempt    // the exam book's own: the attempt it was made for, read by that book alone; nil for any other
 
 	// What the sandbox remembers of the tenant's callers, under mu, the last lock. Each
 	// takes memory only as it fills.
@@ -89,6 +90,46 @@ type tenant struct {
 	// mu, read without it when the registry looks for the largest.
 	journalBytes, answerBytes atomic.Int64
 }
+
+// tenantRules is what a tenant is allowed, and how the sandbox keeps what it remembers of it:
+// properties it is made with, read where they apply (the request path, the journal, the
+// registry), as the rate limiter reads a key's limit. A dataset's tenant and a sandbox have
+// the zero rules; an exam attempt is made with its exam's (Exams: an attempt, and its grade).
+type tenantRules struct {
+	name       string    // what it is found by besides its account ("" for none): an attempt's id
+	maker      *apiKey   // the key that made it: a key holds at most maxHeldByMaker such tenants while they are held
+	keepFirst  int       // its journal keeps its first keepFirst entries, whatever -journal, the later ones lost (and counted); 0: -journal's last entries
+	clockFixed *apiError // its clock cannot be set, nor a request judged at an instant of its own: this refusal; nil: it can
+	noFaults   bool      // -faults never fails its requests
+	script     writeScript
+	hold       holding // until when the bounds keep it first: not forgotten for idleness, its journal shed and it forgotten last; nil: like any sandbox
+}
+
+// writeScript is what answers a tenant's writes beyond their checks: of a creation of a
+// shipment for an order that passed every check, what the script makes of it.
+type writeScript interface{ booked() bookingScript }
+
+// bookingScript is what a script makes of a creation of a shipment for an order.
+type bookingScript uint8
+
+const (
+	bookingConfirmed bookingScript = iota // done and answered 201
+	bookingDone                           // done, answered 502
+	bookingNotDone                        // not done, answered 502
+)
+
+// holding is why the bounds keep a tenant first, and until when.
+type holding interface {
+	done() bool                                  // known to be over, without reading a clock
+	doneAt(t *tenant, now time.Time) bool        // over at the wall clock's now
+	left(t *tenant, now time.Time) time.Duration // how long after now it is over
+}
+
+// held reports whether the bounds keep t first at now.
+func (t *tenant) held(now time.Time) bool { return t.rules.hold != nil && !t.rules.hold.doneAt(t, now) }
+
+// heldYet reports, without reading a clock, whether the bounds may still keep t first.
+func (t *tenant) heldYet() bool { return t.rules.hold != nil && !t.rules.hold.done() }
 
 // newTenant is the tenant id, whose relative instants count from start, without data.
 func newTenant(id tenantID, start time.Time) *tenant {
@@ -203,6 +244,14 @@ func (set *clockSetting) read(wall func() time.Time) clockReading {
 		return clockReading{now: set.at.Add(wall().Sub(set.since)), running: true, runningFrom: set.at}
 	default:
 		return clockReading{now: set.at, frozen: true}
+	}
+}
+
+// begin starts a clock that stands until a first request (waits) at the wall clock's now:
+// that request reads the instant it stands at. Any other clock is left as it is.
+func (c *sandboxClock) begin(now time.Time) {
+	if set := c.setting.Load(); set != nil && set.waits && now.Before(set.since) {
+		c.setting.CompareAndSwap(set, &clockSetting{at: set.at, running: true, since: now})
 	}
 }
 
@@ -329,8 +378,8 @@ type tenantRegistry struct {
 	dataset     []*tenant             // the dataset's tenants: fixed
 	sandboxes   lru[string, *tenant]  // weights: what each sandbox's data holds of its own
 	keys        sync.Map              // [sha256.Size]byte -> *apiKey: the sandboxes' keys, found without the lock
-	exams       map[string]*tenant    // the exam attempts among the sandboxes, by their id
-	running     map[*apiKey][]*tenant // each key's attempts that were not graded when it last started one: its bound's count
+	named       map[string]*tenant    // the sandboxes found by a name besides their account (an exam attempt's id)
+	held        map[*apiKey][]*tenant // each key's tenants made by it that were held when it last made one: its bound's count
 	shared      map[*sandboxTemplate]*sharedData
 	sharedBytes int64 // what the shared data held by some copy holds, each counted once
 	maxBytes    int64 // what the sandboxes' data may hold together
@@ -367,7 +416,7 @@ type sharedData struct {
 }
 
 func newTenantRegistry(dataset []*tenant, journalLimit int, journalBytes int64) *tenantRegistry {
-	b := &tenantRegistry{dataset: dataset, shared: map[*sandboxTemplate]*sharedData{}, exams: map[string]*tenant{}, running: map[*apiKey][]*tenant{}, maxBytes: maxSandboxBytes, idle: sandboxIdle,
+	b := &tenantRegistry{dataset: dataset, shared: map[*sandboxTemplate]*sharedData{}, named: map[string]*tenant{}, held: map[*apiKey][]*tenant{}, maxBytes: maxSandboxBytes, idle: sandboxIdle,
 		journalLimit: journalLimit, maxJournal: journalBytes, maxAnswerBytes: maxStoredAnswerBytes}
 	b.sandboxes.max = maxSandboxes
 	return b
@@ -407,13 +456,10 @@ func (b *tenantRegistry) find(digest [sha256.Size]byte, now time.Time) *apiKey {
 	return k
 }
 
-// idleLocked reports whether the sandbox t is idle for its time at now, and so forgotten: an
-// exam attempt never before its grading limit. b.mu is held.
+// idleLocked reports whether the sandbox t is idle for its time at now, and so forgotten:
+// never while it is held. b.mu is held.
 func (b *tenantRegistry) idleLocked(t *tenant, now time.Time) bool {
-	if now.UnixNano()-t.sandbox.lastUsed < int64(b.idle) {
-		return false
-	}
-	return t.exam == nil || t.exam.gradedBy(t, now)
+	return now.UnixNano()-t.sandbox.lastUsed >= int64(b.idle) && !t.held(now)
 }
 
 // add keeps the sandbox t, made for caller, with its keys, at now: the idle go first, then,
@@ -426,8 +472,8 @@ func (b *tenantRegistry) add(t, caller *tenant, keys map[[sha256.Size]byte]*apiK
 	if caller.gone.Load() {
 		return errForgotten
 	}
-	if t.exam != nil {
-		if err := b.attemptRoomLocked(t.exam.maker, now); err != nil {
+	if t.rules.maker != nil {
+		if err := b.makerRoomLocked(t.rules.maker, now); err != nil {
 			return err
 		}
 	}
@@ -447,35 +493,36 @@ func (b *tenantRegistry) add(t, caller *tenant, keys map[[sha256.Size]byte]*apiK
 		t.sandbox.digests = append(t.sandbox.digests, digest)
 		b.keys.Store(digest, k)
 	}
-	if t.exam != nil {
-		b.exams[t.exam.id] = t
-		b.running[t.exam.maker] = append(b.running[t.exam.maker], t)
+	if t.rules.name != "" {
+		b.named[t.rules.name] = t
+	}
+	if t.rules.maker != nil {
+		b.held[t.rules.maker] = append(b.held[t.rules.maker], t)
 	}
 	return nil
 }
 
-// maxRunningAttempts is how many attempts not yet graded one key may hold: a start past it is
-// 429, so that one key cannot fill the sandboxes' bound and forget other tenants'.
-const maxRunningAttempts = 100
+// maxHeldByMaker is how many held tenants (exam attempts not yet graded) one key may have
+// made: the next is 429, so that one key cannot fill the sandboxes' bound and forget other
+// tenants'.
+const maxHeldByMaker = 100
 
-// attemptRoomLocked refuses a start by maker while it holds maxRunningAttempts attempts not
-// yet graded at now: 429 with the whole seconds until its oldest such attempt's grading
-// limit. b.mu is held.
-func (b *tenantRegistry) attemptRoomLocked(maker *apiKey, now time.Time) error {
-	held := slices.DeleteFunc(b.running[maker], func(t *tenant) bool { return t.gone.Load() || t.exam.gradedBy(t, now) }) // a graded attempt stays graded: its clock never goes back
+// makerRoomLocked refuses a tenant made by maker while it made maxHeldByMaker that are held at
+// now: 429 with the whole seconds until its oldest such is no longer held. b.mu is held.
+func (b *tenantRegistry) makerRoomLocked(maker *apiKey, now time.Time) error {
+	held := slices.DeleteFunc(b.held[maker], func(t *tenant) bool { return t.gone.Load() || !t.held(now) }) // once over, a hold never comes back
 	if len(held) == 0 {
-		delete(b.running, maker)
+		delete(b.held, maker)
 	} else {
-		b.running[maker] = held
+		b.held[maker] = held
 	}
-	running := len(held)
-	if running < maxRunningAttempts {
+	if len(held) < maxHeldByMaker {
 		return nil
 	}
-	oldest := held[0] // started in this order
-	wait := oldest.exam.untilGraded(oldest, now)
+	oldest := held[0] // made in this order
+	wait := oldest.rules.hold.left(oldest, now)
 	return &apiError{code: codeRateLimited, retryAfter: max(1, int((wait+time.Second-1)/time.Second)), detail: fmt.Sprintf(
-		"This key holds %d exam attempts not yet graded, the most one key may: start another once one is graded (answer it, or wait for its grading limit: Retry-After).", running)}
+		"This key holds %d exam attempts not yet graded, the most one key may: start another once one is graded (answer it, or wait for its grading limit: Retry-After).", len(held))}
 }
 
 // makeRoomLocked forgets the least recently used sandboxes, but those pinned, while the
@@ -483,7 +530,7 @@ func (b *tenantRegistry) attemptRoomLocked(maker *apiKey, now time.Time) error {
 // held.
 func (b *tenantRegistry) makeRoomLocked() {
 	for b.sandboxes.len() > b.sandboxes.max || b.sandboxes.weight+b.sharedBytes > b.maxBytes {
-		_, oldest, ok := b.sandboxes.oldestWhere(func(t *tenant) bool { return t.exam == nil || t.exam.graded.Load() })
+		_, oldest, ok := b.sandboxes.oldestWhere(func(t *tenant) bool { return !t.heldYet() })
 		if !ok {
 			if _, oldest, ok = b.sandboxes.oldest(); !ok {
 				return
@@ -572,11 +619,11 @@ func (b *tenantRegistry) forgetLocked(t *tenant) {
 	}
 	for _, digest := range t.sandbox.digests {
 		if k, ok := b.keys.LoadAndDelete(digest); ok {
-			delete(b.running, k.(*apiKey)) // a key forgotten starts no more attempts
+			delete(b.held, k.(*apiKey)) // a key forgotten makes no more
 		}
 	}
-	if t.exam != nil {
-		delete(b.exams, t.exam.id)
+	if t.rules.name != "" {
+		delete(b.named, t.rules.name)
 	}
 	b.release(t.sandbox.shared)
 	if b.hooks.forgetting != nil {
@@ -1687,8 +1734,8 @@ type findingsCount struct {
 // forgotten meanwhile keeps nothing.
 func (b *tenantRegistry) keepEntry(t *tenant, e *journalEntry) {
 	cost, limit := e.cost(), b.journalLimit
-	if t.exam != nil {
-		limit = maxExamEntries
+	if t.rules.keepFirst > 0 {
+		limit = t.rules.keepFirst
 	}
 	for {
 		t.mu.Lock()
@@ -1700,7 +1747,7 @@ func (b *tenantRegistry) keepEntry(t *tenant, e *journalEntry) {
 		switch {
 		case j == nil: // its first entry opens it
 			need += journalHeader + entrySlot
-		case j.n == limit && t.exam != nil: // an attempt's first entries are the ones kept; a later one is never numbered
+		case j.n == limit && t.rules.keepFirst > 0: // its first entries are the ones kept; a later one is never numbered
 			j.lost++
 			t.mu.Unlock()
 			return
@@ -1726,7 +1773,7 @@ func (b *tenantRegistry) keepEntry(t *tenant, e *journalEntry) {
 			t.mu.Lock()
 			if t.journal != nil {
 				t.journal.last++
-				if t.exam != nil {
+				if t.rules.keepFirst > 0 {
 					t.journal.lost++
 				}
 			}
@@ -1800,14 +1847,14 @@ func (b *tenantRegistry) makeJournalRoom(need int64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for b.journalTotal.Load()+need > b.maxJournal {
-		t := b.largest(func(t *tenant) int64 { // an exam attempt not yet graded is shed last
-			if t.exam != nil && !t.exam.graded.Load() {
+		t := b.largest(func(t *tenant) int64 { // a tenant held is shed last
+			if t.heldYet() {
 				return 0
 			}
 			return t.journalBytes.Load()
 		})
 		if t == nil {
-			t = b.heaviestMakersAttempt()
+			t = b.heaviestMakersHeld()
 		}
 		if t == nil {
 			return false
@@ -1817,7 +1864,7 @@ func (b *tenantRegistry) makeJournalRoom(need int64) bool {
 		if j := t.journal; j != nil {
 			held := j.n
 			freed = j.shed(b.journalTotal.Load()+need-b.maxJournal, t.journalBytes.Load())
-			if t.exam != nil {
+			if t.rules.keepFirst > 0 {
 				j.lost += uint64(held - j.n)
 			}
 		}
@@ -1831,13 +1878,15 @@ func (b *tenantRegistry) makeJournalRoom(need int64) bool {
 	return true
 }
 
-// heaviestMakersAttempt is, among the running attempts, the largest journal of the key
-// whose attempts hold the most entries: another key's attempts never shed a running
-// attempt's evidence. nil when none holds any. b.mu is held.
-func (b *tenantRegistry) heaviestMakersAttempt() *tenant {
+// heaviestMakersHeld is, among the tenants held, the largest journal of the key whose
+// tenants hold the most entries: another key's attempts never shed a running attempt's
+// evidence. nil when none holds any. b.mu is held.
+func (b *tenantRegistry) heaviestMakersHeld() *tenant {
 	held := map[*apiKey]int64{}
-	for _, t := range b.exams {
-		held[t.exam.maker] += t.journalBytes.Load()
+	for maker, ts := range b.held {
+		for _, t := range ts {
+			held[maker] += t.journalBytes.Load()
+		}
 	}
 	var maker *apiKey
 	for k, n := range held {
@@ -1846,8 +1895,8 @@ func (b *tenantRegistry) heaviestMakersAttempt() *tenant {
 		}
 	}
 	var most *tenant
-	for _, t := range b.exams {
-		if t.exam.maker == maker && (most == nil || t.journalBytes.Load() > most.journalBytes.Load()) {
+	for _, t := range b.held[maker] {
+		if most == nil || t.journalBytes.Load() > most.journalBytes.Load() {
 			most = t
 		}
 	}
@@ -2507,7 +2556,7 @@ func (d *tenantData) blindBookings(es []journalEntry) []rawFinding {
 
 func blindDetail(_ *tenantData, es []journalEntry, f *rawFinding) string {
 	A, B := &es[f.cited[0]], &es[f.cited[1]]
-	if A.write.orderID != "" && (B.write.body != A.write.body || A.simulated == byExam && A.shown.kind != showsWritten) {
+	if A.write.orderID != "" && (B.write.body != A.write.body || A.simulated == byScript && A.shown.kind != showsWritten) {
 		return fmt.Sprintf("%s %s for order %s was answered 502 (request %d): the booking may or may not have been done; request %d booked the order again under another Idempotency-Key (%s, not %s) without reading it in between: retry a 502 with the same Idempotency-Key, which answers the first write's result, or read the order first (GET /v1/orders/{id} shows its shipment_id) before booking it anew.",
 			A.method, A.target, A.write.orderID, A.seq, B.seq, strconv.Quote(B.write.key), strconv.Quote(A.write.key))
 	}
@@ -3829,15 +3878,6 @@ type examAttempt struct {
 	graded          atomic.Bool // grade is set: the registry forgets a graded attempt before one that runs
 }
 
-// bookingScript is what an attempt's script makes of a creation of a shipment for an order.
-type bookingScript uint8
-
-const (
-	bookingConfirmed bookingScript = iota // done and answered 201
-	bookingDone                           // done, answered 502
-	bookingNotDone                        // not done, answered 502
-)
-
 // booked counts a creation for an order that passed every check (under its tenant's writing
 // lock) and says what the script makes of it: of the first four, the world's two answered
 // 502, one done and one not.
@@ -3879,13 +3919,17 @@ func (a *examAttempt) untilGraded(t *tenant, now time.Time) time.Duration {
 	return left
 }
 
-// begin starts the attempt's clock at the wall clock's now, when it stands still: the first
-// request of its key to a route other than the exam routes reads the start instant.
-func (a *examAttempt) begin(t *tenant, now time.Time) {
-	if set := t.clock.setting.Load(); set != nil && set.waits && now.Before(set.since) {
-		t.clock.setting.CompareAndSwap(set, &clockSetting{at: set.at, running: true, since: now})
-	}
+// rules are what the attempt's tenant is allowed and how what it remembers is kept: found by
+// the attempt's id, its maker's to count, its journal kept whole (its first maxExamEntries),
+// its clock not to be moved, no fault, the booking's script, and held until it is graded.
+func (a *examAttempt) rules() tenantRules {
+	return tenantRules{name: a.id, maker: a.maker, keepFirst: maxExamEntries, clockFixed: errExamClock, noFaults: true, script: a, hold: a}
 }
+
+// done, doneAt and left are the attempt's hold: until it is graded.
+func (a *examAttempt) done() bool                                  { return a.graded.Load() }
+func (a *examAttempt) doneAt(t *tenant, now time.Time) bool        { return a.gradedBy(t, now) }
+func (a *examAttempt) left(t *tenant, now time.Time) time.Duration { return a.untilGraded(t, now) }
 
 var (
 	errExamClock    = &apiError{code: codeCapabilityUnavailable, detail: "An exam's clock runs by itself, from the first request of its key: it cannot be set, nor a request judged at an instant of its own (Prefer: clock)."}
@@ -3893,9 +3937,6 @@ var (
 	errExamUnknown  = &apiError{code: codeNotFound, detail: "No exam attempt of this id is held for this key: an attempt is read with its own key or the key that started it, and is forgotten with its sandbox."}
 	errExamNoAnswer = &apiError{code: codeCapabilityUnavailable, detail: "This exam takes no answer: it is graded from its world at the deadline."}
 	errExamGraded   = &apiError{code: codeExamGraded, detail: "This attempt is graded already (by an answer, or without one 60 s after its deadline, times its scale): read its grade with GET /v1/test_helpers/exams/{id}."}
-	// errExamUnconfirmed answers the booking exam's two creations the script does not confirm,
-	// one done and one not, alike: a client cannot tell them apart, as Prefer: code=502 answers one.
-	errExamUnconfirmed = &apiError{code: codeProviderNotConfirmed, detail: "The provider did not confirm the booking, which may or may not have been done (the exam's script): do not retry it blindly; send it again with the same Idempotency-Key, which answers the first write's result if it was done and books it if it was not."}
 )
 
 // examRequest is the body of POST /v1/test_helpers/exams: the exam, its revision (-1: not
@@ -4011,7 +4052,7 @@ func (b *tenantRegistry) newAttempt(body []byte, caller *apiKey, now time.Time) 
 	a := &examAttempt{id: "exm_" + randomText(20), def: req.def, variant: req.variant, drawn: drawn, scale: req.scale, start: start, maker: caller, key: key, world: d,
 		deadline: start.Add(examDuration * time.Duration(req.scale))}
 	t.data.Store(d)
-	t.sandbox, t.exam = &sandboxAccount{}, a
+	t.sandbox, t.exam, t.rules = &sandboxAccount{}, a, a.rules()
 	t.clock.setting.Store(&clockSetting{at: start, running: true, waits: true, since: now.Add(examClockWait)})
 	keys := map[[sha256.Size]byte]*apiKey{sha256.Sum256([]byte(out.Key)): key}
 	if err := b.add(t, caller.tenant, keys, d.bytes()+int64(unsafe.Sizeof(tenant{})+unsafe.Sizeof(examAttempt{})), now); err != nil {
@@ -4027,11 +4068,65 @@ func (b *tenantRegistry) newAttempt(body []byte, caller *apiKey, now time.Time) 
 func (b *tenantRegistry) attempt(id string, key *apiKey) *tenant {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	t := b.exams[id]
+	t := b.named[id]
 	if t == nil || t.gone.Load() || key != t.exam.key && key != t.exam.maker {
 		return nil
 	}
 	return t
+}
+
+// gradeRead is GET /v1/test_helpers/exams/{id}'s answer for key: the grade of the attempt of
+// this id as its clock shows it at the wall clock's now (pending until its grading instant),
+// as JSON or JUnit, and its content type; 404 for an attempt key may not read.
+func (b *tenantRegistry) gradeRead(id string, key *apiKey, wall func() time.Time, junit bool) ([]byte, string, error) {
+	t := b.attempt(id, key)
+	if t == nil {
+		return nil, "", errExamUnknown
+	}
+	now := t.clock.read(wall).now
+	view := t.exam.gradeView(t, t.exam.gradeAt(t, now), now)
+	if junit {
+		return view.junit(), "application/xml; charset=utf-8", nil
+	}
+	b2, err := marshalJSON(view)
+	return b2, jsonContentType, err
+}
+
+// answerAttempt is POST /v1/test_helpers/exams/{id}/answer's answer: the grade of t's
+// attempt of this id with the answer body, which arrived at now on its clock, sent with key
+// (the attempt's own); or why not, in the contract's order: the attempt (404), the body (400,
+// 422), an exam without an answer (422), before the deadline (409 exam_running), graded
+// already (409 exam_graded).
+func (t *tenant) answerAttempt(id string, key *apiKey, body []byte, now time.Time) ([]byte, error) {
+	a := t.exam
+	if a == nil || a.id != id || a.key != key {
+		return nil, errExamUnknown
+	}
+	answer, err := readExamAnswer(body, a.def)
+	switch {
+	case err != nil:
+		return nil, err
+	case a.def.answer == "":
+		return nil, errExamNoAnswer
+	}
+	grade, fault := a.answered(t, answer, now)
+	if fault != nil {
+		return nil, fault
+	}
+	if t.gone.Load() { // forgotten while it was graded: its grade is no one's to read
+		return nil, errForgotten
+	}
+	return marshalJSON(a.gradeView(t, grade, now))
+}
+
+// answerArrived notes an answer to t's attempt that arrived at now on its clock, when that is
+// before its last allowed instant: until the function it returns is called, no read computes
+// the grade without it. nil when there is no attempt, or the answer is late.
+func (t *tenant) answerArrived(now time.Time) func() {
+	if a := t.exam; a != nil && a.admit(now) {
+		return a.release
+	}
+	return nil
 }
 
 // examAnswer is an attempt's answer as read: its items (orders, or consignments), and

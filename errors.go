@@ -191,7 +191,7 @@ const (
 	notSimulated simulation = iota
 	byPrefer                // Prefer: code=...
 	byFaults                // -faults
-	byExam                  // an exam's script: the booking's unconfirmed creations
+	byScript                // a tenant's write script (an exam's: the booking's unconfirmed creations); the journal says "exam"
 )
 
 // String is how the journal names it: "prefer", "faults", or "" for an answer of the route.
@@ -201,7 +201,7 @@ func (s simulation) String() string {
 		return "prefer"
 	case byFaults:
 		return "faults"
-	case byExam:
+	case byScript:
 		return "exam"
 	}
 	return ""

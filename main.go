@@ -1496,7 +1496,7 @@ func (s *server) testHelper(reads preferences, h keyedHandler) callHandler {
 // query parameters and is not journaled itself; with the journal off it answers 404.
 func (s *server) journalReader(h keyedHandler) callHandler {
 	return s.keyed(func(w http.ResponseWriter, r *http.Request, c *call) error {
-		if !s.registry.journaling() && c.key.tenant.exam == nil { // an exam attempt's journal is kept whatever -journal
+		if !s.registry.journaling() && c.key.tenant.rules.keepFirst == 0 { // a journal kept whole is kept whatever -journal
 			return errJournalOff
 		}
 		return h(w, r, c)
@@ -1524,7 +1524,7 @@ func (s *server) keyed(h keyedHandler, expiry expiryClock, j journaling, own ...
 // expiry judged by the wall clock; Prefer code and delay), but no rate limit and no journal,
 // so that reading a grade never changes one; its own query.
 func (s *server) examRoute(h keyedHandler) callHandler {
-	return chain(s.serveKeyed(h), capDeclared, requireKey(&s.keys, s.now, keyCheck{expiry: wallClock, exam: true}, false), refuseLive, s.simulate(codeAndDelay), s.readBody)
+	return chain(s.serveKeyed(h), capDeclared, requireKey(&s.keys, s.now, keyCheck{expiry: wallClock, standing: true}, false), refuseLive, s.simulate(codeAndDelay), s.readBody)
 }
 
 // keyless wraps a route that needs no key: it has only the body's cap.
@@ -1818,7 +1818,7 @@ const (
 type keyCheck struct {
 	expiry    expiryClock
 	journaled bool
-	exam      bool
+	standing  bool // its requests leave a clock that stands until a first request as it stands (the exam routes)
 }
 
 // requireKey answers 401 unless the request carries an active key, which it hands on with
@@ -1831,13 +1831,13 @@ func requireKey(keys *keyFinder, wall func() time.Time, kc keyCheck, journalOn b
 		return func(w http.ResponseWriter, r *http.Request, c *call) {
 			k, fault := keys.authenticate(r.Header)
 			if k != nil {
-				if a := k.tenant.exam; a != nil && !kc.exam && fault == nil {
-					a.begin(k.tenant, wall())
+				if !kc.standing && fault == nil { // a clock that stands until a first request starts
+					k.tenant.clock.begin(wall())
 				}
 				c.data = k.tenant.current()
 				c.clock = k.tenant.clock.read(wall)
 				c.at = c.clock.now
-				if kc.journaled && !k.tenant.live && (journalOn || k.tenant.exam != nil) {
+				if kc.journaled && !k.tenant.live && (journalOn || k.tenant.rules.keepFirst > 0) {
 					c.journal = k
 				}
 			}
@@ -1957,8 +1957,8 @@ func (s *server) readPreferences(reads preferences) wrapper {
 		return func(w http.ResponseWriter, r *http.Request, c *call) {
 			if fields := r.Header["Prefer"]; len(fields) > 0 {
 				p, err := parsePrefer(fields, reads, c.key.tenant.start)
-				if err == nil && p.clock != nil && c.key.tenant.exam != nil {
-					err = errExamClock // an exam's clock runs by itself: no request is judged at an instant of its own
+				if fixed := c.key.tenant.rules.clockFixed; err == nil && p.clock != nil && fixed != nil {
+					err = fixed // a clock not to be moved: no request is judged at an instant of its own
 				}
 				if err != nil {
 					c.fail(w, err)
@@ -2026,7 +2026,7 @@ func (s *server) answerOf(p *preference, r *http.Request, c *call, faultable boo
 	case p.code != nil:
 		c.simulated = byPrefer
 		return p.code, p.code.prefer
-	case faultable && t.exam == nil: // -faults never fails an exam attempt's requests
+	case faultable && !t.rules.noFaults:
 		k := t.faulted.Add(1)
 		if answer := s.faults.failureOf(t.id, k); answer != nil {
 			c.simulated = byFaults
@@ -2511,7 +2511,7 @@ func (s *server) idempotentWrite(reads preferences, h writeHandler) callHandler 
 // examWrite wraps an exam route that writes: a write's checks in their order but the rate
 // limit and the journal; the answer of an attempt (prefer false) reads no Prefer.
 func (s *server) examWrite(prefer bool, h writeHandler) callHandler {
-	checks := []wrapper{capDeclared, requireKey(&s.keys, s.now, keyCheck{expiry: wallClock, exam: true}, false), refuseLive}
+	checks := []wrapper{capDeclared, requireKey(&s.keys, s.now, keyCheck{expiry: wallClock, standing: true}, false), refuseLive}
 	if prefer { // a start counts against its key's rate limit, as any request of it does
 		checks = append(checks, limitRate(s.rate, s.now), requireIdempotencyKey, s.readPreferences(codeAndDelay))
 	} else { // an answer that arrived in time is graded, whatever a read does while its body arrives
@@ -2529,8 +2529,8 @@ func (s *server) examWrite(prefer bool, h writeHandler) callHandler {
 // meanwhile does not compute it without the answer.
 func answerInFlight(next callHandler) callHandler {
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
-		if a := c.key.tenant.exam; a != nil && a.admit(c.clock.now) {
-			defer a.release()
+		if done := c.key.tenant.answerArrived(c.clock.now); done != nil {
+			defer done()
 		}
 		next(w, r, c)
 	}
@@ -2578,6 +2578,11 @@ func requireIdempotencyKey(next callHandler) callHandler {
 		next(w, r, c)
 	}
 }
+
+// errScriptUnconfirmed answers the creations a tenant's write script does not confirm (the
+// booking exam's two), one done and one not, alike: a client cannot tell them apart, as
+// Prefer: code=502 answers one.
+var errScriptUnconfirmed = &apiError{code: codeProviderNotConfirmed, detail: "The provider did not confirm the booking, which may or may not have been done (the exam's script): do not retry it blindly; send it again with the same Idempotency-Key, which answers the first write's result if it was done and books it if it was not."}
 
 // errUnconfirmedWrite is a write's Prefer: code=502, answered once the write is done.
 var errUnconfirmedWrite = &apiError{code: codeProviderNotConfirmed, detail: "Simulated at your request (Prefer: code=502): the provider did not confirm the operation, which may have been done. Do not retry it blindly: send it again with the same Idempotency-Key, which answers the first write's result."}
@@ -2748,8 +2753,8 @@ func (s *server) getClock(w http.ResponseWriter, r *http.Request, c *call) error
 }
 
 func (s *server) setClock(w http.ResponseWriter, r *http.Request, c *call) error {
-	if _, err := parseClockBody(c.body, c.key.tenant.start); err == nil && c.key.tenant.exam != nil {
-		return errExamClock
+	if _, err := parseClockBody(c.body, c.key.tenant.start); err == nil && c.key.tenant.rules.clockFixed != nil {
+		return c.key.tenant.rules.clockFixed
 	}
 	return s.clocks.set(w, c.body, c.key.tenant)
 }
@@ -2829,19 +2834,19 @@ func (s *server) postSandbox(c *call) (*storedAnswer, error) {
 // caller's sandbox at the request's instant, linking the order it names.
 func (s *server) createShipment(c *call) (*storedAnswer, error) {
 	c.write.orderID = bookedOrder(c.body)
-	script := c.key.tenant.exam
+	script := c.key.tenant.rules.script
 	return s.writeShipment(c, func(d *tenantData) (*tenantData, *shipment, error) {
 		next, sh, err := d.withBooking(c.body, c.at)
 		if err != nil || script == nil || len(next.links) == len(d.links) {
 			return next, sh, err
 		}
-		switch script.booked() { // the exam's script: a creation for an order that passed every check
+		switch script.booked() { // the script: a creation for an order that passed every check
 		case bookingNotDone: // nothing written: the key is free again, and a retry with it books
-			c.simulated = byExam
-			return nil, nil, errExamUnconfirmed
+			c.simulated = byScript
+			return nil, nil, errScriptUnconfirmed
 		case bookingDone: // done, answered 502 (unless Prefer asked for its 502)
 			if c.unconfirmed == nil {
-				c.unconfirmed, c.unconfirmedBy = errExamUnconfirmed, byExam
+				c.unconfirmed, c.unconfirmedBy = errScriptUnconfirmed, byScript
 			}
 		}
 		return next, sh, err
@@ -2929,17 +2934,11 @@ func (s *server) readGrade(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err != nil {
 		return err
 	}
-	t := s.registry.attempt(r.PathValue("id"), c.key)
-	if t == nil {
-		return errExamUnknown
+	b, contentType, err := s.registry.gradeRead(r.PathValue("id"), c.key, s.now, junit)
+	if err == nil {
+		writeBody(w, http.StatusOK, contentType, b)
 	}
-	now := t.clock.read(s.now).now
-	view := t.exam.gradeView(t, t.exam.gradeAt(t, now), now)
-	if junit {
-		writeBody(w, http.StatusOK, "application/xml; charset=utf-8", view.junit())
-		return nil
-	}
-	return writeJSON(w, view)
+	return err
 }
 
 // parseGradeQuery reads the query of a grade's read: format, json (the default) or junit.
@@ -2965,26 +2964,11 @@ func parseGradeQuery(raw string) (junit bool, err error) {
 // answerExam answers POST /v1/test_helpers/exams/{id}/answer: the attempt graded with its
 // answer, once its deadline has passed; with the attempt's key only.
 func (s *server) answerExam(c *call) (*storedAnswer, error) {
-	t := c.key.tenant
-	if t.exam == nil || t.exam.id != c.wildcard || t.exam.key != c.key {
-		return nil, errExamUnknown
-	}
-	answer, err := readExamAnswer(c.body, t.exam.def)
-	switch {
-	case err != nil:
+	b, err := c.key.tenant.answerAttempt(c.wildcard, c.key, c.body, c.clock.now)
+	if err != nil {
 		return nil, err
-	case t.exam.def.answer == "":
-		return nil, errExamNoAnswer
 	}
-	grade, fault := t.exam.answered(t, answer, c.clock.now)
-	if fault != nil {
-		return nil, fault
-	}
-	if t.gone.Load() { // forgotten while it was graded: its grade is no one's to read
-		return nil, errForgotten
-	}
-	b, err := marshalJSON(t.exam.gradeView(t, grade, c.clock.now))
-	return &storedAnswer{status: http.StatusOK, contentType: jsonContentType, body: b}, err
+	return &storedAnswer{status: http.StatusOK, contentType: jsonContentType, body: b}, nil
 }
 
 var errNoSandbox = &apiError{code: codeNotFound, detail: "No sandbox of this account is named by the key: a key deletes the sandbox it was made for, and a dataset's account is never deleted."}

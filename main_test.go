@@ -10576,7 +10576,7 @@ func TestExamsHeldAgainstAbuse(t *testing.T) {
 		e := newEnv(t, envOptions{step: -1, quiet: true, rate: -1})
 		_, other := e.postSandbox(t, "sk_test_other_all", `{"template":"acct_other"}`, "other")
 		var first examStartedOut
-		for i := range maxRunningAttempts {
+		for i := range maxHeldByMaker {
 			rep, x := e.startAttempt(t, "sk_test_sandbox_all", `{"exam":"order-sync"}`, fmt.Sprint("s-", i))
 			if rep.status != 201 {
 				t.Fatalf("attempt %d: %s", i+1, rep)
@@ -10692,7 +10692,7 @@ func TestExamsHeldAgainstAbuse(t *testing.T) {
 			}
 			done <- res
 		}()
-		a := c.e.srv.registry.exams[c.x.ID].exam
+		a := c.e.srv.registry.named[c.x.ID].exam
 		for inFlight := false; !inFlight; time.Sleep(time.Millisecond) { // until its headers passed the key's check
 			a.mu.Lock()
 			inFlight = a.answering > 0
@@ -11012,7 +11012,7 @@ func BenchmarkExamStart(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		rec := httptest.NewRecorder()
-		if i%maxRunningAttempts == maxRunningAttempts-1 { // those made so far past their grading limits: a key holds 100 not yet graded
+		if i%maxHeldByMaker == maxHeldByMaker-1 { // those made so far past their grading limits: a key holds 100 not yet graded
 			e.clock.advance(200 * time.Second)
 		}
 		e.h.ServeHTTP(rec, newBodyRequest(http.MethodPost, "/v1/test_helpers/exams", "sk_test_sandbox_all", `{"exam":"order-sync"}`, "Idempotency-Key", fmt.Sprint("k-", i)))
@@ -11039,10 +11039,10 @@ func BenchmarkExamGrade(b *testing.B) {
 		}
 		c.wait(100 * time.Millisecond)
 	}
-	if lost := c.e.srv.registry.exams[c.x.ID].journalLost(); lost != 0 {
+	if lost := c.e.srv.registry.named[c.x.ID].journalLost(); lost != 0 {
 		b.Fatalf("lost %d", lost)
 	}
-	t := c.e.srv.registry.exams[c.x.ID]
+	t := c.e.srv.registry.named[c.x.ID]
 	answer, err := readExamAnswer([]byte(`{"orders":[{"id":"ord_exam_0001","status":"fulfilled","shipment_id":"shp_exam_1"}]}`), t.exam.def)
 	if err != nil {
 		b.Fatal(err)
