@@ -4,9 +4,11 @@
 // tenant: the versions of its data and the one seam that writes the next; its sandbox clock
 // and timeline; its rate limit (a key's); its rehearsals counted (Prefer times); its journal
 // of requests and the findings judged from it; its stored answers (the answers of writes
-// kept under their Idempotency-Keys); and the registry that bounds what all tenants
-// remember together and keeps the sandboxes. Its sections, each under a banner (grep
-// '^// =====' *.go):
+// kept under their Idempotency-Keys); the registry that bounds what all tenants remember
+// together and keeps the sandboxes; and the exams, an integration graded: their catalogue
+// (each exam's task, checks and world, drawn for each attempt's variant) and an attempt (a
+// sandbox made with the exam's rules, its answer and its grade). Its sections, each under a
+// banner (grep '^// =====' *.go):
 //
 //   - Tenants: accounts and environments, one owner of what each holds
 //   - The registry: the bounds every tenant shares, and the sandboxes it keeps
@@ -248,9 +250,14 @@ func (set *clockSetting) read(wall func() time.Time) clockReading {
 }
 
 // begin starts a clock that stands until a first request (waits) at the wall clock's now:
-// that request reads the instant it stands at. Any other clock is left as it is.
-func (c *sandboxClock) begin(now time.Time) {
-	if set := c.setting.Load(); set != nil && set.waits && now.Before(set.since) {
+// that request reads the instant it stands at. Any other clock is left as it is, and the
+// wall clock is not read for it (a request reads it once).
+func (c *sandboxClock) begin(wall func() time.Time) {
+	set := c.setting.Load()
+	if set == nil || !set.waits {
+		return
+	}
+	if now := wall(); now.Before(set.since) {
 		c.setting.CompareAndSwap(set, &clockSetting{at: set.at, running: true, since: now})
 	}
 }
@@ -4274,7 +4281,9 @@ type grading struct {
 }
 
 // gradeOf computes the grade of the attempt t at its grading instant at, with answer (nil:
-// none): a pure function of its data, its journal up to at and its answer.
+// none): a function of its data, the entries of its journal judged before at, its answer,
+// and how many entries its journal lost by the time it is computed (which may count entries
+// that came after at: a flood's losses are its own evidence).
 func gradeOf(t *tenant, at time.Time, answer *examAnswer) *examGrade {
 	a := t.exam
 	g := &grading{a: a, d: t.current(), answer: answer}

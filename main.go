@@ -1832,7 +1832,7 @@ func requireKey(keys *keyFinder, wall func() time.Time, kc keyCheck, journalOn b
 			k, fault := keys.authenticate(r.Header)
 			if k != nil {
 				if !kc.standing && fault == nil { // a clock that stands until a first request starts
-					k.tenant.clock.begin(wall())
+					k.tenant.clock.begin(wall)
 				}
 				c.data = k.tenant.current()
 				c.clock = k.tenant.clock.read(wall)
@@ -2674,8 +2674,10 @@ func (s *server) serveWrite(h writeHandler) callHandler {
 // The operations read their wildcards (named in the route table) and ask the tenant's
 // indexes, which take values and answer bytes or an error; each notes in the call what its
 // answer shows, for the journal. The test helpers read the tenant's clock, timeline and
-// journal; the writes (a sandbox made, a shipment created, its events added) return the
-// answer the write wrapper stores under the Idempotency-Key; POST /mcp is handed to the door.
+// journal; the writes (a sandbox made, a shipment created, its events added, an exam's
+// attempt started and answered) return the answer the write wrapper stores under the
+// Idempotency-Key; the exam routes each make one call into the exam book (auth.go) and write
+// what it returns; POST /mcp is handed to the door.
 
 func trackingByID(w http.ResponseWriter, r *http.Request, c *call) error {
 	v, s, err := c.data.shipments.viewByID(r.PathValue("id"), c.at)
@@ -3997,8 +3999,8 @@ func compactJSON(raw json.RawMessage) string {
 	return b.String()
 }
 
-// typeOf writes a schema's type: a schema of the document by its name, else its type with
-// its items, enum or formats.
+// typeOf writes a schema's type: a schema of the document by its name, else its type (or
+// its alternatives, oneOf, anyOf, allOf) with its items and its enum.
 func (d refDoc) typeOf(schema json.RawMessage) refType {
 	if node, name := d.resolve(schema); name != "" {
 		return refType{Name: name, Text: name}
@@ -4286,7 +4288,8 @@ func examRows() []refExam {
 }
 
 // sampleRequest is an operation's example request: its target at originMark, its headers
-// (the key written as $SANDBOX_KEY), its body (a write's first example), and its try-it form.
+// (the key written as $SANDBOX_KEY) and its body (a write's first example). Its try-it form
+// is made beside it (exampleRequest).
 type sampleRequest struct {
 	method, target, body string
 	headers              [][2]string
@@ -6352,11 +6355,7 @@ func (f *idFinder) step(c byte) {
 		f.inString = true
 		f.keep(c)
 	case c == '{' || c == '[':
-		f.depth++
-		f.atName = f.depth == 1 && c == '{'
-		if f.depth > 1 && f.reading == findingValue { // an object or a list is no id
-			f.reading = findingNothing
-		}
+		f.open(c)
 	case c == ':' && f.depth == 1:
 		f.atName = false
 		if f.named == "id" {
@@ -6372,6 +6371,15 @@ func (f *idFinder) step(c byte) {
 		f.depth--
 	default:
 		f.keep(c)
+	}
+}
+
+// open reads an object's or a list's start: one level deeper, and no id when it is a value.
+func (f *idFinder) open(c byte) {
+	f.depth++
+	f.atName = f.depth == 1 && c == '{'
+	if f.depth > 1 && f.reading == findingValue { // an object or a list is no id
+		f.reading = findingNothing
 	}
 }
 

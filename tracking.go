@@ -10,6 +10,7 @@
 //   - Shipments as a dataset holds them
 //   - A shipment's tracking view, prepared once
 //   - The index: a tenant's shipments
+//   - A record made a shipment: what loading and booking share
 //   - A shipment created in a sandbox
 //   - Shipment events: carrier events added to a sandbox's shipment
 //   - The two operations: GET /v1/shipments/{id}/tracking and GET /v1/tracking/{tracking_number}
@@ -440,44 +441,6 @@ func (ix *shipmentIndex) addShipment(path string, rec shipmentRecord) (*shipment
 	return s, n, nil
 }
 
-// prepareShipment reads a shipment's raw events, their after counted from since, normalizes
-// them and prepares its view: the shipment, created at createdAt, and its events.
-func prepareShipment(path string, rec shipmentRecord, createdAt instant, since time.Time) (*shipment, []stampedEvent, normalization, error) {
-	raw, err := readEvents(path, slices.Clone(rec.Events), since) // a copy: a template's records are read by every sandbox made from it
-	if err != nil {
-		return nil, nil, normalization{}, err
-	}
-	events, n := normalizeEvents(raw)
-	s, err := newShipment(rec, events)
-	if err != nil {
-		return nil, nil, n, err
-	}
-	s.dropped, s.createdAt = n.dropped, createdAt
-	return s, events, n, nil
-}
-
-// readEvents checks a shipment's raw events and reads each one's schedule.
-func readEvents(path string, raw []rawEvent, start time.Time) ([]rawEvent, error) {
-	for i := range raw {
-		epath := path + ".events[" + strconv.Itoa(i) + "]"
-		if _, err := oneOf(epath, "status", "tracking status", raw[i].Status, trackingStatuses); err != nil {
-			return nil, err
-		}
-		if raw[i].Description == nil {
-			return nil, &datasetError{path: epath + ".description", reason: "required"}
-		}
-		if err := readAfter(epath, &raw[i], start); err != nil {
-			return nil, err
-		}
-		if ts := raw[i].Timestamp; ts.isString {
-			if _, err := parseTimestamp(ts.text); errors.Is(err, errOutOfRFC3339) { // RFC 3339, but an instant none can write: refused, as an after past it is
-				return nil, &datasetError{path: epath + ".timestamp", reason: strconv.Quote(ts.text) + " places the event outside the years 0000 to 9999 in UTC, which RFC 3339 cannot write"}
-			}
-		}
-	}
-	return raw, nil
-}
-
 // file indexes a shipment: by id, by primary tracking number (the shipments that hold one
 // number are chained, the last filed first), and what its dataset schedules.
 func (ix *shipmentIndex) file(s *shipment, events []stampedEvent) {
@@ -528,35 +491,6 @@ func (ix *shipmentIndex) build() {
 	if len(ix.creations) > 0 {
 		ix.created = newCreatedTree(ix.list)
 	}
-}
-
-// checkShipment checks a shipment's ids and numbers.
-func checkShipment(path string, rec shipmentRecord) error {
-	if err := checkID(path, "id", rec.ID); err != nil {
-		return err
-	}
-	if err := checkID(path, "reference", rec.Reference); err != nil {
-		return err
-	}
-	if rec.TrackingNumber != nil {
-		if *rec.TrackingNumber == "" {
-			return &datasetError{path: path + ".tracking_number", reason: "must not be empty; use null for a shipment without a tracking number"}
-		}
-		if err := checkID(path, "tracking_number", *rec.TrackingNumber); err != nil {
-			return err
-		}
-	}
-	if rec.OrderID != nil { // absent or null: no link; "" is no order id
-		if err := checkID(path, "order_id", *rec.OrderID); err != nil {
-			return err
-		}
-	}
-	for i, p := range rec.ParcelTrackingNumbers {
-		if err := checkID(path, "parcel_tracking_numbers["+strconv.Itoa(i)+"]", p); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // shownShipment is a shipment as a list shows it at an instant.
@@ -740,6 +674,79 @@ func (t *createdTree) next(i int, at instant) int {
 		}
 	}
 	return j - t.leaf
+}
+
+// ===== A record made a shipment: what loading and booking share =====
+
+// A shipment's record (a dataset's, or a booking's body) becomes a shipment in one step that
+// loading and the booking share: its ids and numbers checked, its raw events read and
+// normalized, its view prepared.
+
+// checkShipment checks a shipment's ids and numbers.
+func checkShipment(path string, rec shipmentRecord) error {
+	if err := checkID(path, "id", rec.ID); err != nil {
+		return err
+	}
+	if err := checkID(path, "reference", rec.Reference); err != nil {
+		return err
+	}
+	if rec.TrackingNumber != nil {
+		if *rec.TrackingNumber == "" {
+			return &datasetError{path: path + ".tracking_number", reason: "must not be empty; use null for a shipment without a tracking number"}
+		}
+		if err := checkID(path, "tracking_number", *rec.TrackingNumber); err != nil {
+			return err
+		}
+	}
+	if rec.OrderID != nil { // absent or null: no link; "" is no order id
+		if err := checkID(path, "order_id", *rec.OrderID); err != nil {
+			return err
+		}
+	}
+	for i, p := range rec.ParcelTrackingNumbers {
+		if err := checkID(path, "parcel_tracking_numbers["+strconv.Itoa(i)+"]", p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prepareShipment reads a shipment's raw events, their after counted from since, normalizes
+// them and prepares its view: the shipment, created at createdAt, and its events.
+func prepareShipment(path string, rec shipmentRecord, createdAt instant, since time.Time) (*shipment, []stampedEvent, normalization, error) {
+	raw, err := readEvents(path, slices.Clone(rec.Events), since) // a copy: a template's records are read by every sandbox made from it
+	if err != nil {
+		return nil, nil, normalization{}, err
+	}
+	events, n := normalizeEvents(raw)
+	s, err := newShipment(rec, events)
+	if err != nil {
+		return nil, nil, n, err
+	}
+	s.dropped, s.createdAt = n.dropped, createdAt
+	return s, events, n, nil
+}
+
+// readEvents checks a shipment's raw events and reads each one's schedule.
+func readEvents(path string, raw []rawEvent, start time.Time) ([]rawEvent, error) {
+	for i := range raw {
+		epath := path + ".events[" + strconv.Itoa(i) + "]"
+		if _, err := oneOf(epath, "status", "tracking status", raw[i].Status, trackingStatuses); err != nil {
+			return nil, err
+		}
+		if raw[i].Description == nil {
+			return nil, &datasetError{path: epath + ".description", reason: "required"}
+		}
+		if err := readAfter(epath, &raw[i], start); err != nil {
+			return nil, err
+		}
+		if ts := raw[i].Timestamp; ts.isString {
+			if _, err := parseTimestamp(ts.text); errors.Is(err, errOutOfRFC3339) { // RFC 3339, but an instant none can write: refused, as an after past it is
+				return nil, &datasetError{path: epath + ".timestamp", reason: strconv.Quote(ts.text) + " places the event outside the years 0000 to 9999 in UTC, which RFC 3339 cannot write"}
+			}
+		}
+	}
+	return raw, nil
 }
 
 // ===== A shipment created in a sandbox =====
