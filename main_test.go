@@ -9799,6 +9799,16 @@ func syncOrders(every time.Duration, from, to time.Duration, write bool) examScr
 	}
 }
 
+// writesUnconfirmed is order-sync's reference client that also books an order once, with
+// Prefer: code=502 (the write done, answered 502) and never again: a write all the same.
+func writesUnconfirmed(t *testing.T, c *examTaker) {
+	rep := c.e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/shipments", c.x.Key, `{"reference":"W-502","order_id":"ord_exam_0003"}`, "Content-Type", "application/json", "Idempotency-Key", c.newKey(), "Prefer", "code=502"))
+	if rep.status != 502 {
+		t.Fatalf("the write = %s", rep)
+	}
+	syncOrders(time.Second, 0, 12*time.Second, false)(t, c)
+}
+
 // watermarkSync is a sync that keeps a created_from watermark: after its first read it asks
 // only for orders created at or after the newest it has seen.
 func watermarkSync(t *testing.T, c *examTaker) {
@@ -9841,6 +9851,7 @@ func TestExamOrderSync(t *testing.T) {
 		{"one that reads only at the end", syncOrders(time.Second, 12*time.Second, 12*time.Second, false), []string{"journal.kept_current"}},
 		{"a tight loop that ignores Retry-After", tight, []string{"findings.retry_too_soon"}},
 		{"one that writes", syncOrders(time.Second, 0, 12*time.Second, true), []string{"journal.read_only"}},
+		{"one that writes, answered 502 (done)", writesUnconfirmed, []string{"journal.read_only"}},
 	})
 }
 
@@ -10204,7 +10215,9 @@ func TestExamMargins(t *testing.T) {
 		{"reads every 2 s, scale 3", `{"exam":"order-sync","scale":3}`, syncOrders(2*time.Second, 0, 12*time.Second, false), "journal.kept_current", ptrTo[int64](6000)},
 		{"reads every 5 s", `{"exam":"order-sync"}`, syncOrders(5*time.Second, 0, 12*time.Second, false), "journal.kept_current", ptrTo[int64](-1000)},
 		{"reads nothing", `{"exam":"tracking"}`, nil, "journal.kept_current", nil},
-		{"books at once", `{"exam":"booking"}`, bookOrders(0, 12*time.Second, false, sameKey), "state.in_time", ptrTo[int64](2250)}, // its longest: 750 ms, an order ready while it booked another,
+		{"books at once", `{"exam":"booking"}`, bookOrders(0, 12*time.Second, false, sameKey), "state.in_time", ptrTo[int64](2250)}, // its longest: 750 ms, an order ready while it booked another
+		{"books at once, scale 3", `{"exam":"booking","scale":3}`, bookOrders(0, 12*time.Second, false, sameKey), "state.in_time", ptrTo[int64](6750)},
+		{"reads only at the grading instant", `{"exam":"order-sync"}`, readsAtTheAnswer, "journal.kept_current", nil}, // a read at the answer's own instant is not judged,
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -10223,6 +10236,19 @@ func TestExamMargins(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// readsAtTheAnswer reads every order at the deadline and answers at that same instant: the
+// grading instant, at which no read is judged.
+func readsAtTheAnswer(t *testing.T, c *examTaker) {
+	c.until(12 * time.Second)
+	held := map[string]orderJSON{}
+	for _, o := range c.orders(t, "", 0) {
+		held[o.ID] = o
+	}
+	if rep := c.answerOrders(t, held); rep.status != 200 {
+		t.Fatalf("the answer = %s", rep)
 	}
 }
 
@@ -10461,11 +10487,11 @@ func TestExamRoutes(t *testing.T) {
 		}
 		wantProblem(t, e.get(t, "/v1/tracking/EXT1000000005", x.Key), 404, "not_found", "")
 		e.clock.advance(5 * time.Second)
-		if rep := e.get(t, "/v1/shipments/shp_exam_t1/tracking", x.Key); !strings.Contains(string(rep.body), `"status":"pre_transit"`) {
+		if rep := e.get(t, "/v1/shipments/shp_exam_t1/tracking", x.Key); !strings.Contains(string(rep.body), `"tracking_number":"EXT1000000001","status":"pre_transit","events":`) {
 			t.Errorf("t1 at +5 s, scale 3: %s", rep)
 		}
 		e.clock.advance(time.Second)
-		if rep := e.get(t, "/v1/shipments/shp_exam_t1/tracking", x.Key); !strings.Contains(string(rep.body), `"status":"in_transit"`) {
+		if rep := e.get(t, "/v1/shipments/shp_exam_t1/tracking", x.Key); !strings.Contains(string(rep.body), `"tracking_number":"EXT1000000001","status":"in_transit","events":`) {
 			t.Errorf("t1 at +6 s, scale 3: %s", rep)
 		}
 		// It sees nothing of the account that made it, and that account nothing of it.
@@ -10742,6 +10768,15 @@ func TestExamsHeldAgainstAbuse(t *testing.T) {
 		if len(j.Data) != 110 || repeats != 190 {
 			t.Errorf("%d entries with %d repeats, want 110 and 190", len(j.Data), repeats)
 		}
+		// A 429 that Prefer asked for is an answer of its own, never a repeat.
+		for range 3 {
+			c.e.get(t, "/v1/shipments/shp_000/tracking", c.x.Key, "Prefer", "code=429")
+		}
+		c.sleep(time.Second)
+		asked := c.e.journalOf(t, c.x.Key, "limit=1000&after="+strconv.FormatUint(j.LastSeq, 10))
+		if len(asked.Data) != 3 || asked.Data[0].Simulated == nil || *asked.Data[0].Simulated != "prefer" || asked.Data[2].Repeats != nil {
+			t.Errorf("three 429s Prefer asked for: %+v", asked.Data)
+		}
 	})
 	t.Run("an answer in flight is graded whatever a read does", func(t *testing.T) {
 		t.Parallel()
@@ -10888,6 +10923,11 @@ func TestExamAttemptClock(t *testing.T) {
 		c.e.clock.advance(30 * time.Second) // the client boots: the exam routes leave the clock as it is
 		if g := c.e.gradeOf(t, c.x.ID, c.x.Key); g.Now != "2026-11-22T12:00:00Z" {
 			t.Errorf("before the first request: now %s", g.Now)
+		}
+		c.answer(t, `{"orders":[]}`) // 409 exam_running: an exam route too
+		c.e.clock.advance(20 * time.Second)
+		if g := c.e.gradeOf(t, c.x.ID, c.x.Key); g.Now != "2026-11-22T12:00:00Z" {
+			t.Errorf("a read and an answer later, still before the first request: now %s", g.Now)
 		}
 		clock := c.e.readClock(t, c.x.Key)
 		c.e.clock.advance(2 * time.Second)
@@ -11245,17 +11285,23 @@ func TestExamCommand(t *testing.T) {
 		}
 	})
 	t.Run("a grade never computed", func(t *testing.T) {
-		// A server whose clock passes the deadline and never grades: exam gives up 70 s past it.
-		reads := 0
-		stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			reads++
-			now := testNow.Add(time.Duration(reads) * time.Second)
-			fmt.Fprintf(w, `{"id":"exm_aaaaaaaaaaaaaaaaaaaa","exam":"order-sync","revision":2,"variant":0,"scale":1,"state":"awaiting_answer","now":%q,"deadline":"2026-11-22T12:00:12Z","graded_at":null,"passed":null,"score":null,"checks":[{"id":"answer.orders","result":"pending","detail":null,"requests":[],"margin_ms":null}]}`, formatTimestamp(now))
-		}))
-		defer stuck.Close()
-		status, out, errs := examCLI(t, e, stuck.URL+"/v1", nil, "grade", "exm_aaaaaaaaaaaaaaaaaaaa")
-		if status != 2 || out != "" || reads != 83 || !strings.Contains(errs, "the grade of exm_aaaaaaaaaaaaaaaaaaaa was not computed by 2026-11-22T12:01:23Z, 1m10s after its deadline (both on the attempt's clock)") {
-			t.Errorf("%d %q %q after %d reads", status, out, errs, reads)
+		// A server whose clock passes the deadline and never grades: exam gives up 70 s past
+		// it, times the scale.
+		for _, tt := range []struct {
+			scale, reads int
+			by, after    string
+		}{{1, 83, "12:01:23", "1m10s"}, {2, 153, "12:02:33", "2m20s"}} {
+			reads := 0
+			stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				reads++
+				now := testNow.Add(time.Duration(reads) * time.Second)
+				fmt.Fprintf(w, `{"id":"exm_aaaaaaaaaaaaaaaaaaaa","exam":"order-sync","revision":2,"variant":0,"scale":%d,"state":"awaiting_answer","now":%q,"deadline":"2026-11-22T12:00:12Z","graded_at":null,"passed":null,"score":null,"checks":[{"id":"answer.orders","result":"pending","detail":null,"requests":[],"margin_ms":null}]}`, tt.scale, formatTimestamp(now))
+			}))
+			status, out, errs := examCLI(t, e, stuck.URL+"/v1", nil, "grade", "exm_aaaaaaaaaaaaaaaaaaaa")
+			stuck.Close()
+			if status != 2 || out != "" || reads != tt.reads || !strings.Contains(errs, "the grade of exm_aaaaaaaaaaaaaaaaaaaa was not computed by 2026-11-22T"+tt.by+"Z, "+tt.after+" after its deadline (both on the attempt's clock)") {
+				t.Errorf("scale %d: %d %q %q after %d reads", tt.scale, status, out, errs, reads)
+			}
 		}
 	})
 	t.Run("the key is never written", func(t *testing.T) {
@@ -14278,8 +14324,35 @@ func TestReference(t *testing.T) {
 	rep := e.get(t, "/reference", "")
 	page := string(rep.body)
 	if rep.status != 200 || rep.header.Get("Content-Type") != "text/html; charset=utf-8" || len(rep.body) > 512<<10 ||
-		!strings.Contains(rep.header.Get("Content-Security-Policy"), "default-src 'none'") || !strings.Contains(rep.header.Get("Content-Security-Policy"), "connect-src 'self'") {
-		t.Fatalf("%d %v, %d bytes", rep.status, rep.header, len(rep.body))
+		rep.header.Get("Content-Security-Policy") != "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:; form-action 'none'; base-uri 'none'; frame-ancestors 'self'" {
+		t.Fatalf("%d %v, %d bytes: the page reaches this sandbox only, and nothing else", rep.status, rep.header, len(rep.body))
+	}
+	// The Markdown: every link to an anchor names a heading of it, and every table row has
+	// its header's cells (a | in a cell escaped).
+	md := string(e.get(t, "/reference.md", "").body)
+	headings := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^#+ (\S+)$`).FindAllStringSubmatch(md, -1) {
+		headings[m[1]] = true
+	}
+	for _, m := range regexp.MustCompile(`\]\(#([^)]+)\)`).FindAllStringSubmatch(md, -1) {
+		if !headings[m[1]] {
+			t.Errorf("/reference.md links #%s, which no heading is", m[1])
+		}
+	}
+	if got := mdCell("code=429|500\nnext"); got != `code=429\|500 next` { // a cell's own | escaped, so that no row splits
+		t.Errorf("mdCell = %q", got)
+	}
+	cells := func(row string) int { return len(regexp.MustCompile(`[^\\]\|`).FindAllString(row, -1)) }
+	header := 0
+	for _, line := range strings.Split(md, "\n") {
+		switch {
+		case !strings.HasPrefix(line, "|"):
+			header = 0
+		case header == 0:
+			header = cells(line)
+		case cells(line) != header:
+			t.Errorf("/reference.md's row has %d cells, its header %d: %s", cells(line), header, cutField(line, 200))
+		}
 	}
 	ids := map[string]bool{}
 	for _, m := range regexp.MustCompile(` id="([^"]+)"`).FindAllStringSubmatch(page, -1) {
