@@ -10326,6 +10326,332 @@ func TestExamsAreOneTable(t *testing.T) {
 	}
 }
 
+// TestEveryCheckIsCaughtFailing: every check of every exam is caught failing, each by a
+// client of its own that fails exactly that check, taken at scale 1 and at scale 3 (variant
+// 0's world, whose names the clients may know); the checks no client can fail alone are
+// listed with the reason, and each of them is failed, beside others, by some client. A check
+// that no client can fail, or a finding that never fires, passes nothing here.
+func TestEveryCheckIsCaughtFailing(t *testing.T) {
+	t.Parallel()
+	caught := map[string]map[string]examScript{
+		"order-sync": {
+			"answer.orders":   syncTweaked(func(held map[string]orderJSON) { delete(held, "ord_exam_0004") }, nil),
+			"answer.statuses": syncTweaked(func(held map[string]orderJSON) { o := held["ord_exam_0004"]; o.Status = "cancelled"; held[o.ID] = o }, nil),
+			"answer.links": syncTweaked(func(held map[string]orderJSON) {
+				o := held["ord_exam_0004"]
+				o.ShipmentID = ptrTo("shp_nowhere")
+				held[o.ID] = o
+			}, nil),
+			"journal.kept_current":    syncOrders(time.Second, 12*time.Second, 12*time.Second, false),
+			"findings.retry_too_soon": tightSync,
+			"journal.read_only":       syncOrders(time.Second, 0, 12*time.Second, true),
+			"journal.complete":        syncTweaked(nil, flood),
+		},
+		"tracking": {
+			"answer.consignments":           trackTweaked(nil, func(items []consignmentItem) []consignmentItem { return items[1:] }, nil),
+			"answer.statuses":               trackTweaked(nil, func(items []consignmentItem) []consignmentItem { items[0].Status = "cancelled"; return items }, nil),
+			"journal.kept_current":          trackConsignments(12*time.Second, 12*time.Second, false),
+			"findings.retry_too_soon":       trackTight,
+			"findings.ambiguous_number":     trackTweaked(lookUp("EXT1000000002"), nil, nil),
+			"findings.parcel_number_lookup": trackTweaked(lookUp("EXT1000000005"), nil, nil),
+			"journal.read_only":             trackTweaked(writeOnce(`{"reference":"W-1"}`), nil, nil),
+			"journal.complete":              trackTweaked(nil, nil, flood),
+		},
+		"booking": {
+			"state.booked":                  bookOrders(0, 12*time.Second, false, neverRetries),
+			"state.only_fulfilled":          bookOrders(0, 12*time.Second, true, sameKey),
+			"state.in_time":                 bookOrders(10*time.Second, 12*time.Second, false, sameKey),
+			"findings.retry_too_soon":       bookTight,
+			"findings.missed_import":        bookBlindToImports,
+			"findings.stale_order":          bookThenLookAway,
+			"findings.ambiguous_number":     bookWith(writeOnce(`{"reference":"TWIN","tracking_number":"EXB1000000000"}`), lookUp("EXB1000000000")),
+			"findings.blind_retry":          bookOrders(0, 12*time.Second, false, newKey),
+			"findings.parcel_number_lookup": bookWith(writeOnce(`{"reference":"PARCELS","tracking_number":"EXBPRIMARY01","parcel_tracking_numbers":["EXBPARCEL001"]}`), lookUp("EXBPARCEL001")),
+			"journal.complete":              bookWith(nil, flood),
+		},
+	}
+	// Checks no client can fail alone, and a client that fails each beside others.
+	alone := map[string]map[string]struct {
+		why    string
+		client examScript
+	}{
+		"order-sync": {
+			"findings.missed_import":        {"an import missed is a thing not shown: journal.kept_current fails with it", watermarkSync},
+			"findings.stale_order":          {"every change of the world is by +6 s: a change not read within 3 s fails journal.kept_current, one read is not stale", watermarkSync},
+			"findings.ambiguous_number":     {"its world holds no number two shipments share: two made by the client are writes (journal.read_only)", inTurn(writeOnce(`{"reference":"T-1","tracking_number":"EXMTWIN0001"}`), writeOnce(`{"reference":"T-2","tracking_number":"EXMTWIN0001"}`), lookUp("EXMTWIN0001"), syncTweaked(nil, nil))},
+			"findings.blind_retry":          {"a retry is a write (journal.read_only)", inTurn(blindWriter, syncTweaked(nil, nil))},
+			"findings.parcel_number_lookup": {"its world holds no further parcel: one made by the client is a write (journal.read_only)", inTurn(writeOnce(`{"reference":"P-1","tracking_number":"EXMPRIMARY1","parcel_tracking_numbers":["EXMPARCEL01"]}`), lookUp("EXMPARCEL01"), syncTweaked(nil, nil))},
+		},
+		"tracking": {
+			"findings.missed_import": {"its world holds no order, and a client cannot make one: no client can fail it (the contract's one check per finding code in every exam alike)", nil},
+			"findings.stale_order":   {"its world holds no order, and a client cannot make one: no client can fail it (the contract's one check per finding code in every exam alike)", nil},
+			"findings.blind_retry":   {"a retry is a write (journal.read_only)", inTurn(blindWriter, trackTweaked(nil, nil, nil))},
+		},
+	}
+	for _, e := range examCatalogue {
+		for _, c := range e.checks {
+			_, ok := caught[e.name][c.id]
+			_, excused := alone[e.name][c.id]
+			if ok == excused {
+				t.Errorf("%s's %s: caught by a client of its own %v, listed as failed only beside others %v", e.name, c.id, ok, excused)
+			}
+		}
+	}
+	for exam, clients := range caught {
+		for check, client := range clients {
+			for _, scale := range []int{1, 3} {
+				t.Run(fmt.Sprintf("%s %s at scale %d", exam, check, scale), func(t *testing.T) {
+					t.Parallel()
+					examTrapAt(t, fmt.Sprintf(`{"exam":%q,"scale":%d}`, exam, scale), examTrap{client: client, fails: []string{check}})
+				})
+			}
+		}
+	}
+	for exam, checks := range alone {
+		for check, a := range checks {
+			if a.client == nil {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s %s beside others", exam, check), func(t *testing.T) {
+				t.Parallel()
+				c := takeExam(t, envOptions{}, fmt.Sprintf(`{"exam":%q}`, exam))
+				c.get(t, "/v1/test_helpers/clock")
+				a.client(t, c)
+				if g := c.grade(t); !slices.Contains(g.failing(), check) {
+					t.Errorf("%s's %s is never failed: %v", exam, check, g.failing())
+				}
+			})
+		}
+	}
+}
+
+// syncTweaked is order-sync's reference client, whose copy tweak changes (nil: none) and which
+// does after before it answers (nil: nothing).
+func syncTweaked(tweak func(held map[string]orderJSON), after examScript) examScript {
+	return func(t *testing.T, c *examTaker) {
+		held := map[string]orderJSON{}
+		for c.at <= 12*time.Second {
+			for _, o := range c.orders(t, "", 0) {
+				held[o.ID] = o
+			}
+			c.sleep(time.Second)
+		}
+		if tweak != nil {
+			tweak(held)
+		}
+		if after != nil {
+			after(t, c)
+		}
+		if rep := c.answerOrders(t, held); rep.status != 200 {
+			t.Fatalf("the answer = %s", rep)
+		}
+	}
+}
+
+// tightSync polls every 100 ms of the clock, whatever the scale, and sends a 429 again 10 ms
+// later, ignoring its Retry-After.
+func tightSync(t *testing.T, c *examTaker) {
+	held := map[string]orderJSON{}
+	for c.at <= 12*time.Second {
+		for _, o := range c.orders(t, "", 10*time.Millisecond) {
+			held[o.ID] = o
+		}
+		c.wait(100 * time.Millisecond)
+	}
+	c.answerOrders(t, held)
+}
+
+// flood sends maxExamEntries+1 requests, each to a target of its own (its 429s each an entry):
+// the attempt's journal keeps its first maxExamEntries and loses the rest.
+func flood(t *testing.T, c *examTaker) {
+	for i := range maxExamEntries + 1 {
+		c.get(t, fmt.Sprintf("/v1/orders/ord_flood_%05d", i))
+	}
+	c.wait(time.Second)
+}
+
+// lookUp is a client's one lookup by a tracking number.
+func lookUp(number string) examScript {
+	return func(t *testing.T, c *examTaker) { c.get(t, "/v1/tracking/"+number) }
+}
+
+// writeOnce is a client's one creation of a shipment with body.
+func writeOnce(body string) examScript {
+	return func(t *testing.T, c *examTaker) {
+		if rep := c.post(t, "/v1/test_helpers/shipments", body, c.newKey()); rep.status != 201 {
+			t.Fatalf("the write = %s", rep)
+		}
+	}
+}
+
+// blindWriter creates a shipment once answered 502 (done), and sends it again under another
+// Idempotency-Key.
+func blindWriter(t *testing.T, c *examTaker) {
+	body := `{"reference":"W-BLIND"}`
+	c.e.do(t, newBodyRequest(http.MethodPost, "/v1/test_helpers/shipments", c.x.Key, body, "Content-Type", "application/json", "Idempotency-Key", c.newKey(), "Prefer", "code=502"))
+	c.post(t, "/v1/test_helpers/shipments", body, c.newKey())
+}
+
+// inTurn is a client that is each of clients in turn.
+func inTurn(clients ...examScript) examScript {
+	return func(t *testing.T, c *examTaker) {
+		for _, client := range clients {
+			client(t, c)
+		}
+	}
+}
+
+// consignmentItem is an item of tracking's answer.
+type consignmentItem struct {
+	ShipmentID string `json:"shipment_id"`
+	Status     string `json:"status"`
+}
+
+// trackTweaked is tracking's reference client, which does before first (nil: nothing), whose
+// answer tweak changes (nil: none), and which does after before it answers.
+func trackTweaked(before examScript, tweak func([]consignmentItem) []consignmentItem, after examScript) examScript {
+	return func(t *testing.T, c *examTaker) {
+		if before != nil {
+			before(t, c)
+		}
+		items := trackRead(t, c, 0)
+		if tweak != nil {
+			items = tweak(items)
+		}
+		if after != nil {
+			after(t, c)
+		}
+		b, _ := json.Marshal(map[string]any{"consignments": items})
+		if rep := c.answer(t, string(b)); rep.status != 200 {
+			t.Fatalf("the answer = %s", rep)
+		}
+	}
+}
+
+// trackRead reads each consignment given by its shipment id from the start until the
+// deadline, every second (pause 0), or every 100 ms of the clock, sending a 429 again pause
+// later; and says each one's status as last read.
+func trackRead(t *testing.T, c *examTaker, pause time.Duration) []consignmentItem {
+	var given struct {
+		Consignments []consignmentItem `json:"consignments"`
+	}
+	mustDecode(t, c.x.Given, &given)
+	status := map[string]string{}
+	for c.at <= 12*time.Second {
+		for _, g := range given.Consignments {
+			rep := c.get(t, "/v1/shipments/"+g.ShipmentID+"/tracking")
+			for pause > 0 && rep.status == 429 {
+				c.wait(pause)
+				rep = c.get(t, "/v1/shipments/"+g.ShipmentID+"/tracking")
+			}
+			var v consignmentItem
+			if rep.status == 200 && json.Unmarshal(rep.body, &v) == nil {
+				status[g.ShipmentID] = v.Status
+			}
+		}
+		if pause > 0 {
+			c.wait(100 * time.Millisecond)
+		} else {
+			c.sleep(time.Second)
+		}
+	}
+	c.until(12 * time.Second)
+	items := []consignmentItem{}
+	for _, g := range given.Consignments {
+		items = append(items, consignmentItem{g.ShipmentID, status[g.ShipmentID]})
+	}
+	return items
+}
+
+// trackTight reads every 100 ms of the clock, sending a 429 again 10 ms later.
+func trackTight(t *testing.T, c *examTaker) {
+	b, _ := json.Marshal(map[string]any{"consignments": trackRead(t, c, 10*time.Millisecond)})
+	c.answer(t, string(b))
+}
+
+// bookWith is booking's reference client, which does before first and after last (nil:
+// nothing).
+func bookWith(before, after examScript) examScript {
+	return func(t *testing.T, c *examTaker) {
+		if before != nil {
+			before(t, c)
+		}
+		bookOrders(0, 10*time.Second, false, sameKey)(t, c)
+		if after != nil {
+			after(t, c)
+		}
+	}
+}
+
+// bookTight is booking's reference client polling every 50 ms of the clock (past its 10
+// requests a second) and sending a 429 of a read again 10 ms later (its bookings wait their
+// Retry-After).
+func bookTight(t *testing.T, c *examTaker) {
+	booked := map[string]bool{}
+	for c.at <= 12*time.Second {
+		for _, o := range c.orders(t, "", 10*time.Millisecond) {
+			if booked[o.ID] || o.ShipmentID != nil || o.Status != "fulfilled" {
+				continue
+			}
+			body, idem := fmt.Sprintf(`{"reference":"SHIP-%s","order_id":%q}`, o.MerchantReference, o.ID), c.newKey()
+			for {
+				rep := c.post(t, "/v1/test_helpers/shipments", body, idem)
+				if rep.status == 429 {
+					s, _ := strconv.Atoi(rep.header.Get("Retry-After"))
+					c.wait(time.Duration(s) * time.Second)
+					continue
+				}
+				if rep.status != 502 {
+					break
+				}
+			}
+			booked[o.ID] = true
+		}
+		c.wait(50 * time.Millisecond)
+	}
+}
+
+// bookBlindToImports reads the whole list once at the start and then only the orders it saw,
+// by id, every second; it books each fulfilled one, and ord_exam_b7, which it never reads,
+// by its name once it is imported: the import it missed is a finding, and nothing else.
+func bookBlindToImports(t *testing.T, c *examTaker) {
+	seen := map[string]orderJSON{}
+	for _, o := range c.orders(t, "", 0) {
+		seen[o.ID] = o
+	}
+	booked := map[string]bool{}
+	book := func(id, ref string) {
+		body, idem := fmt.Sprintf(`{"reference":"SHIP-%s","order_id":%q}`, ref, id), c.newKey()
+		if rep := c.post(t, "/v1/test_helpers/shipments", body, idem); rep.status == 502 {
+			c.post(t, "/v1/test_helpers/shipments", body, idem)
+		}
+		booked[id] = true
+		c.sleep(250 * time.Millisecond)
+	}
+	for c.at <= 12*time.Second {
+		for _, id := range slices.Sorted(maps.Keys(seen)) {
+			var o orderJSON
+			strict(t, c.get(t, "/v1/orders/"+id), &o)
+			if o.Status == "fulfilled" && o.ShipmentID == nil && !booked[id] {
+				book(id, o.MerchantReference)
+			}
+			c.sleep(100 * time.Millisecond)
+		}
+		if !booked["ord_exam_b7"] && c.at >= 6500*time.Millisecond {
+			book("ord_exam_b7", "BK-7")
+		}
+		c.sleep(time.Second)
+	}
+}
+
+// bookThenLookAway books as the reference client until +7 s, then reads one order that never
+// changes before the deadline: the order it booked last was last seen without its shipment.
+func bookThenLookAway(t *testing.T, c *examTaker) {
+	bookOrders(0, 7*time.Second, false, sameKey)(t, c)
+	c.until(11 * time.Second) // before the deadline, booking's grading instant
+	c.get(t, "/v1/orders/ord_exam_b8")
+}
+
 // examTrap is a client of an exam, and the checks it fails.
 type examTrap struct {
 	name   string
