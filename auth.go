@@ -3371,10 +3371,10 @@ type examEvent struct {
 	status, description, where string
 }
 
-// examCheck is a check of a grade: its stable id, its title, and its judge.
+// examCheck is a check of a grade: its stable id, its title, and its verdict on a grading.
 type examCheck struct {
 	id, title string
-	judge     func(g *grading) checkVerdict
+	verdict   func(g *grading) checkVerdict // the check's verdict on a grading
 }
 
 // examDuration is how long an attempt lasts, examWindow how soon after a thing the world
@@ -3389,7 +3389,9 @@ const (
 // maxVariant is the largest variant: a start that names none draws one from 1 to it.
 const maxVariant = math.MaxInt32
 
-func at(d time.Duration) *time.Duration { return &d }
+// offset is an instant of a world, relative to the attempt's start, as a field that may be
+// absent.
+func offset(d time.Duration) *time.Duration { return &d }
 
 // examCatalogue is the exams, in the order GET /v1/test_helpers/exams lists them.
 var examCatalogue = []*examDef{orderSyncExam(), trackingExam(), bookingExam()}
@@ -3416,35 +3418,35 @@ func findingChecks() []examCheck {
 	var checks []examCheck
 	for _, code := range codes {
 		k := &findingKinds[code]
-		checks = append(checks, examCheck{"findings." + k.code, "no finding " + k.code + ": " + k.advice, judgeFindings(code)})
+		checks = append(checks, examCheck{"findings." + k.code, "no finding " + k.code + ": " + k.advice, verdictOnFindings(code)})
 	}
 	return checks
 }
 
-var completeCheck = examCheck{"journal.complete", "the attempt's journal lost no entry", judgeComplete}
+var completeCheck = examCheck{"journal.complete", "the attempt's journal lost no entry", verdictOnComplete}
 
 func orderSyncExam() *examDef {
 	e := &examDef{name: "order-sync", title: "Keep a copy of the imported orders", revision: 2, answer: "orders",
 		task: "Keep a copy of this account's imported orders, each with its current status and shipment_id, from the start until the deadline; then answer with the copy: POST /v1/test_helpers/exams/{id}/answer (over MCP: answer_exam) with {\"orders\":[{\"id\",\"status\",\"shipment_id\"},...]}.",
 		world: examWorld{orders: []examOrder{
 			{id: "ord_exam_0001", reference: "EX-1001", platform: "amazon", status: "unfulfilled", created: -10 * time.Minute, changes: []examChange{{"partially_fulfilled", 3 * time.Second}, {"fulfilled", 6 * time.Second}}},
-			{id: "ord_exam_0002", reference: "EX-1002", platform: "ebay", status: "unfulfilled", created: -5 * time.Minute, imported: at(5 * time.Second)},
+			{id: "ord_exam_0002", reference: "EX-1002", platform: "ebay", status: "unfulfilled", created: -5 * time.Minute, imported: offset(5 * time.Second)},
 			{id: "ord_exam_0003", reference: "EX-1003", platform: "etsy", status: "unfulfilled", created: -2 * time.Minute},
 			{id: "ord_exam_0004", reference: "EX-1004", platform: "shopify", status: "fulfilled", created: -2 * time.Minute},
 			{id: "ord_exam_0005", reference: "EX-1005", platform: "tiktok_shop", status: "unfulfilled", created: -time.Minute, changes: []examChange{{"cancelled", 2 * time.Second}}},
 			{id: "ord_exam_0006", reference: "EX-1006", platform: "shopify", status: "unfulfilled", created: 4 * time.Second},
 		},
-			shipments: []examShipment{{id: "shp_exam_1", reference: "EX-REF-1", number: "EXM1000000001", created: at(3 * time.Second), orderID: "ord_exam_0001",
+			shipments: []examShipment{{id: "shp_exam_1", reference: "EX-REF-1", number: "EXM1000000001", created: offset(3 * time.Second), orderID: "ord_exam_0001",
 				events: []examEvent{{3 * time.Second, "pre_transit", "Label created", "Leeds, GB"}, {5 * time.Second, "in_transit", "Departed facility", "Leeds, GB"}}}}},
 		vary: func(w *examWorld, r *mrand.Rand) { w.orders = append(w.orders[:6], oldOrders(21+r.IntN(7))...) }, // 21 to 27: two pages still
 	}
 	e.world.orders = append(e.world.orders, oldOrders(24)...)
 	e.checks = append([]examCheck{
-		{"answer.orders", "every order the account shows at the deadline, each once, no other", judgeAnswerOrders},
-		{"answer.statuses", "each answered order's status as it stands at the deadline", judgeAnswerOrderStatuses},
-		{"answer.links", "each answered order's shipment_id as it stands at the deadline", judgeAnswerLinks},
-		{"journal.kept_current", "each thing the world does after the start (an import, a change of status, a link) shown within 3 s (times the scale)", judgeKeptCurrent},
-	}, append(findingChecks(), examCheck{"journal.read_only", "no write done with the attempt's key", judgeReadOnly}, completeCheck)...)
+		{"answer.orders", "every order the account shows at the deadline, each once, no other", verdictOnAnswerOrders},
+		{"answer.statuses", "each answered order's status as it stands at the deadline", verdictOnAnswerOrderStatuses},
+		{"answer.links", "each answered order's shipment_id as it stands at the deadline", verdictOnAnswerLinks},
+		{"journal.kept_current", "each thing the world does after the start (an import, a change of status, a link) shown within 3 s (times the scale)", verdictOnKeptCurrent},
+	}, append(findingChecks(), examCheck{"journal.read_only", "no write done with the attempt's key", verdictOnReadOnly}, completeCheck)...)
 	return e
 }
 
@@ -3482,10 +3484,10 @@ func trackingExam() *examDef {
 		},
 	}
 	e.checks = append([]examCheck{
-		{"answer.consignments", "each consignment given answered once, no other", judgeAnswerConsignments},
-		{"answer.statuses", "each consignment's status as it stands at the deadline", judgeAnswerTrackingStatuses},
-		{"journal.kept_current", "each event of a consignment given after the start shown within 3 s (times the scale)", judgeKeptCurrent},
-	}, append(findingChecks(), examCheck{"journal.read_only", "no write done with the attempt's key", judgeReadOnly}, completeCheck)...)
+		{"answer.consignments", "each consignment given answered once, no other", verdictOnAnswerConsignments},
+		{"answer.statuses", "each consignment's status as it stands at the deadline", verdictOnAnswerTrackingStatuses},
+		{"journal.kept_current", "each event of a consignment given after the start shown within 3 s (times the scale)", verdictOnKeptCurrent},
+	}, append(findingChecks(), examCheck{"journal.read_only", "no write done with the attempt's key", verdictOnReadOnly}, completeCheck)...)
 	return e
 }
 
@@ -3499,7 +3501,7 @@ func bookingExam() *examDef {
 			{id: "ord_exam_b4", reference: "BK-4", platform: "etsy", status: "unfulfilled", created: -30 * time.Minute},
 			{id: "ord_exam_b5", reference: "BK-5", platform: "tiktok_shop", status: "partially_fulfilled", created: -20 * time.Minute},
 			{id: "ord_exam_b6", reference: "BK-6", platform: "shopify", status: "cancelled", created: -10 * time.Minute},
-			{id: "ord_exam_b7", reference: "BK-7", platform: "amazon", status: "fulfilled", created: -5 * time.Minute, imported: at(6 * time.Second)},
+			{id: "ord_exam_b7", reference: "BK-7", platform: "amazon", status: "fulfilled", created: -5 * time.Minute, imported: offset(6 * time.Second)},
 			{id: "ord_exam_b8", reference: "BK-8", platform: "shopify", status: "fulfilled", created: -2 * time.Hour},
 		},
 			shipments:   []examShipment{{id: "shp_exam_b0", reference: "BK-REF-0", number: "EXB1000000000", orderID: "ord_exam_b8", events: []examEvent{{-time.Hour, "pre_transit", "Label created", "Leeds, GB"}}}},
@@ -3510,9 +3512,9 @@ func bookingExam() *examDef {
 		},
 	}
 	e.checks = append([]examCheck{
-		{"state.booked", "each order fulfilled at the deadline that had no shipment at the start has one, created by the attempt", judgeBooked},
-		{"state.only_fulfilled", "no shipment created for an order that was not fulfilled when it was created", judgeOnlyFulfilled},
-		{"state.in_time", "each shipment created within 3 s (times the scale) of its order's being both imported and fulfilled (or of the start)", judgeInTime},
+		{"state.booked", "each order fulfilled at the deadline that had no shipment at the start has one, created by the attempt", verdictOnBooked},
+		{"state.only_fulfilled", "no shipment created for an order that was not fulfilled when it was created", verdictOnOnlyFulfilled},
+		{"state.in_time", "each shipment created within 3 s (times the scale) of its order's being both imported and fulfilled (or of the start)", verdictOnInTime},
 	}, append(findingChecks(), completeCheck)...)
 	return e
 }
@@ -4298,7 +4300,7 @@ func gradeOf(t *tenant, at time.Time, answer *examAnswer) *examGrade {
 	g.found = g.d.rawFindings(g.entries)
 	grade := &examGrade{gradedAt: at}
 	for _, c := range a.def.checks {
-		grade.verdicts = append(grade.verdicts, c.judge(g))
+		grade.verdicts = append(grade.verdicts, c.verdict(g))
 	}
 	return grade
 }
@@ -4446,7 +4448,7 @@ func citedEntries(seqs []uint64) string {
 	return "J" + entriesCited(seqs)[1:] + " (GET /v1/test_helpers/requests with the attempt's key)."
 }
 
-// The checks' judges, each a pure function of the grading.
+// The checks' verdicts, each a function of the grading.
 
 // noAnswer is the detail of an answer check without an answer.
 func noAnswer(a *examAttempt) string {
@@ -4467,8 +4469,8 @@ func orderAt(d *tenantData, id string, at time.Time) (string, *string, bool) {
 	return o.Status, o.ShipmentID, true
 }
 
-// listed names at most five of ids, and how many more there are.
-func listed(ids []string) string {
+// firstFive names at most five of ids, and how many more there are.
+func firstFive(ids []string) string {
 	s := strings.Join(ids[:min(5, len(ids))], ", ")
 	if len(ids) > 5 {
 		s += fmt.Sprintf(" and %d more", len(ids)-5)
@@ -4500,13 +4502,13 @@ func answerDiff(items []answerItem, want []string) (missing, extra, twice []stri
 func diffDetail(missing, extra, twice []string, one, many, advice string) string {
 	var parts []string
 	if len(missing) > 0 {
-		parts = append(parts, fmt.Sprintf("lacks %d %s (%s)", len(missing), plural(len(missing), one, many), listed(missing)))
+		parts = append(parts, fmt.Sprintf("lacks %d %s (%s)", len(missing), plural(len(missing), one, many), firstFive(missing)))
 	}
 	if len(extra) > 0 {
-		parts = append(parts, fmt.Sprintf("holds %d that it should not (%s)", len(extra), listed(extra)))
+		parts = append(parts, fmt.Sprintf("holds %d that it should not (%s)", len(extra), firstFive(extra)))
 	}
 	if len(twice) > 0 {
-		parts = append(parts, fmt.Sprintf("holds %d more than once (%s)", len(twice), listed(twice)))
+		parts = append(parts, fmt.Sprintf("holds %d more than once (%s)", len(twice), firstFive(twice)))
 	}
 	if len(parts) == 0 {
 		return ""
@@ -4514,7 +4516,7 @@ func diffDetail(missing, extra, twice []string, one, many, advice string) string
 	return "The answer " + strings.Join(parts, ", ") + ": " + advice
 }
 
-func judgeAnswerOrders(g *grading) checkVerdict {
+func verdictOnAnswerOrders(g *grading) checkVerdict {
 	if g.answer == nil {
 		return failed(noAnswer(g.a))
 	}
@@ -4528,9 +4530,9 @@ func judgeAnswerOrders(g *grading) checkVerdict {
 		"keep every order you have seen, read the whole list (every page), and re-read a window that looks back further than imports can be late."))
 }
 
-// judgeAnswered judges each answered item the world shows at the deadline by what is told
+// verdictOnAnswered judges each answered item the world shows at the deadline by what is told
 // of it (its status, or its shipment_id), listing those unlike the world.
-func judgeAnswered(g *grading, told func(item answerItem) (answered, actual string, shown bool), one, many, advice string) checkVerdict {
+func verdictOnAnswered(g *grading, told func(item answerItem) (answered, actual string, shown bool), one, many, advice string) checkVerdict {
 	if g.answer == nil {
 		return failed(noAnswer(g.a))
 	}
@@ -4543,18 +4545,18 @@ func judgeAnswered(g *grading, told func(item answerItem) (answered, actual stri
 	if len(wrong) == 0 {
 		return pass()
 	}
-	return failed(fmt.Sprintf("%d %s unlike the world at the deadline: %s; %s", len(wrong), plural(len(wrong), one, many), listed(wrong), advice))
+	return failed(fmt.Sprintf("%d %s unlike the world at the deadline: %s; %s", len(wrong), plural(len(wrong), one, many), firstFive(wrong), advice))
 }
 
-func judgeAnswerOrderStatuses(g *grading) checkVerdict {
-	return judgeAnswered(g, func(item answerItem) (string, string, bool) {
+func verdictOnAnswerOrderStatuses(g *grading) checkVerdict {
+	return verdictOnAnswered(g, func(item answerItem) (string, string, bool) {
 		status, _, shown := orderAt(g.d, item.id, g.a.deadline)
 		return item.status, status, shown
 	}, "order's status answered", "orders' statuses answered", "keep re-reading the orders you hold until the deadline: a status changes after an order is first seen.")
 }
 
-func judgeAnswerLinks(g *grading) checkVerdict {
-	return judgeAnswered(g, func(item answerItem) (string, string, bool) {
+func verdictOnAnswerLinks(g *grading) checkVerdict {
+	return verdictOnAnswered(g, func(item answerItem) (string, string, bool) {
 		_, shipment, shown := orderAt(g.d, item.id, g.a.deadline)
 		var answered *string // JSON null; the string "null" is an id the world does not hold
 		if item.linked {
@@ -4576,7 +4578,7 @@ func linkText(id *string) string {
 	return *id
 }
 
-func judgeAnswerConsignments(g *grading) checkVerdict {
+func verdictOnAnswerConsignments(g *grading) checkVerdict {
 	if g.answer == nil {
 		return failed(noAnswer(g.a))
 	}
@@ -4584,8 +4586,8 @@ func judgeAnswerConsignments(g *grading) checkVerdict {
 	return failed(diffDetail(missing, extra, twice, "consignment given", "consignments given", "answer each consignment given, once, by its shipment id."))
 }
 
-func judgeAnswerTrackingStatuses(g *grading) checkVerdict {
-	return judgeAnswered(g, func(item answerItem) (string, string, bool) {
+func verdictOnAnswerTrackingStatuses(g *grading) checkVerdict {
+	return verdictOnAnswered(g, func(item answerItem) (string, string, bool) {
 		s := g.d.shipments.find(item.id)
 		if s == nil || !s.existsAt(g.a.deadline) || !slices.Contains(g.a.drawn.givenShipments(), item.id) {
 			return "", "", false
@@ -4633,7 +4635,7 @@ func seqsOf(cs []creation) []uint64 {
 	return seqs
 }
 
-func judgeBooked(g *grading) checkVerdict {
+func verdictOnBooked(g *grading) checkVerdict {
 	made := g.creations()
 	var unbooked []string
 	for _, o := range g.a.drawn.orders {
@@ -4647,15 +4649,15 @@ func judgeBooked(g *grading) checkVerdict {
 		}
 	}
 	if len(made) == 0 && len(unbooked) > 0 {
-		return failed(fmt.Sprintf("No shipment created: %d %s none (%s); book each with POST /v1/test_helpers/shipments and its order_id.", len(unbooked), plural(len(unbooked), "order fulfilled at the deadline has", "orders fulfilled at the deadline have"), listed(unbooked)))
+		return failed(fmt.Sprintf("No shipment created: %d %s none (%s); book each with POST /v1/test_helpers/shipments and its order_id.", len(unbooked), plural(len(unbooked), "order fulfilled at the deadline has", "orders fulfilled at the deadline have"), firstFive(unbooked)))
 	}
 	if len(unbooked) > 0 {
-		return failed(fmt.Sprintf("%d %s no shipment (%s): poll the orders until the deadline, and book each order once it is fulfilled, those imported late too.", len(unbooked), plural(len(unbooked), "order fulfilled at the deadline has", "orders fulfilled at the deadline have"), listed(unbooked)), seqsOf(made)...)
+		return failed(fmt.Sprintf("%d %s no shipment (%s): poll the orders until the deadline, and book each order once it is fulfilled, those imported late too.", len(unbooked), plural(len(unbooked), "order fulfilled at the deadline has", "orders fulfilled at the deadline have"), firstFive(unbooked)), seqsOf(made)...)
 	}
 	return checkVerdict{requests: seqsOf(made)}
 }
 
-func judgeOnlyFulfilled(g *grading) checkVerdict {
+func verdictOnOnlyFulfilled(g *grading) checkVerdict {
 	var wrong []creation
 	var named []string
 	for _, c := range g.creations() {
@@ -4666,7 +4668,7 @@ func judgeOnlyFulfilled(g *grading) checkVerdict {
 	if len(wrong) == 0 {
 		return pass()
 	}
-	return failed(fmt.Sprintf("%d %s for an order that was not fulfilled then: %s; book an order only once its status is fulfilled.", len(wrong), plural(len(wrong), "shipment was created", "shipments were created"), listed(named)), seqsOf(wrong)...)
+	return failed(fmt.Sprintf("%d %s for an order that was not fulfilled then: %s; book an order only once its status is fulfilled.", len(wrong), plural(len(wrong), "shipment was created", "shipments were created"), firstFive(named)), seqsOf(wrong)...)
 }
 
 // readyAt is when the exam's order o was first both imported and fulfilled, or the start
@@ -4706,7 +4708,7 @@ func derefDuration(d *time.Duration) time.Duration {
 	return *d
 }
 
-func judgeInTime(g *grading) checkVerdict {
+func verdictOnInTime(g *grading) checkVerdict {
 	var late []creation
 	var named []string
 	judged, longest := false, time.Duration(0)
@@ -4728,7 +4730,7 @@ func judgeInTime(g *grading) checkVerdict {
 	if len(late) == 0 {
 		return checkVerdict{margin: margin}
 	}
-	return checkVerdict{margin: margin, requests: seqsOf(late), detail: fmt.Sprintf("%d %s more than %v after its order was both imported and fulfilled: %s; poll the orders at least every %v and book at once.", len(late), plural(len(late), "shipment was created", "shipments were created"), g.a.window(), listed(named), g.a.window())}
+	return checkVerdict{margin: margin, requests: seqsOf(late), detail: fmt.Sprintf("%d %s more than %v after its order was both imported and fulfilled: %s; poll the orders at least every %v and book at once.", len(late), plural(len(late), "shipment was created", "shipments were created"), g.a.window(), firstFive(named), g.a.window())}
 }
 
 // thing is what an exam's world does after the start: an order imported, its status changed
@@ -4766,7 +4768,7 @@ func (g *grading) things() []thing {
 	return things
 }
 
-func judgeKeptCurrent(g *grading) checkVerdict {
+func verdictOnKeptCurrent(g *grading) checkVerdict {
 	things := g.things()
 	delays := make([]time.Duration, len(things)) // each thing's delay until the first read that showed it; -1: none yet
 	pending := map[string][]int{}                // the things not yet shown, by id
@@ -4810,7 +4812,7 @@ func judgeKeptCurrent(g *grading) checkVerdict {
 	if len(missed) == 0 {
 		return checkVerdict{margin: margin}
 	}
-	return checkVerdict{margin: margin, detail: fmt.Sprintf("%d %s not shown by a read within %v: %s; read what you follow at least every %v until the deadline, not once at the end.", len(missed), plural(len(missed), "thing the world did was", "things the world did were"), g.a.window(), listed(missed), g.a.window())}
+	return checkVerdict{margin: margin, detail: fmt.Sprintf("%d %s not shown by a read within %v: %s; read what you follow at least every %v until the deadline, not once at the end.", len(missed), plural(len(missed), "thing the world did was", "things the world did were"), g.a.window(), firstFive(missed), g.a.window())}
 }
 
 // marginOf is a timed check's margin: its window less the longest delay it judged, in whole
@@ -4827,9 +4829,9 @@ func marginOf(window, longest time.Duration, none bool) *int64 {
 	return &ms
 }
 
-// judgeFindings judges one finding code: failed by any finding of it, its detail the first's
+// verdictOnFindings judges one finding code: failed by any finding of it, its detail the first's
 // (and how many more), citing every such finding's requests.
-func judgeFindings(code findingCode) func(g *grading) checkVerdict {
+func verdictOnFindings(code findingCode) func(g *grading) checkVerdict {
 	return func(g *grading) checkVerdict {
 		var of []rawFinding
 		for _, f := range g.found {
@@ -4860,7 +4862,7 @@ func judgeFindings(code findingCode) func(g *grading) checkVerdict {
 // shipments created and moved.
 var writeRoutes = []string{"POST /v1/test_helpers/shipments", "POST /v1/test_helpers/shipments/{id}/events", "POST /v1/test_helpers/sandboxes", "DELETE /v1/test_helpers/sandboxes/{account}"}
 
-func judgeReadOnly(g *grading) checkVerdict {
+func verdictOnReadOnly(g *grading) checkVerdict {
 	var seqs []uint64
 	for i := range g.entries {
 		e := &g.entries[i]
@@ -4874,7 +4876,7 @@ func judgeReadOnly(g *grading) checkVerdict {
 	return failed(fmt.Sprintf("%d %s done with the attempt's key: the task only reads; a sync or a tracker that writes changes what it reports.", len(seqs), plural(len(seqs), "write was", "writes were")), seqs...)
 }
 
-func judgeComplete(g *grading) checkVerdict {
+func verdictOnComplete(g *grading) checkVerdict {
 	if g.lost == 0 {
 		return pass()
 	}

@@ -4340,8 +4340,8 @@ func exampleRequest(op refOp) (sampleRequest, refTry) {
 	return req, try
 }
 
-// keyed reports whether a header's value is the key's.
-func keyed(h [2]string) bool { return strings.Contains(h[1], "$SANDBOX_KEY") }
+// headerHoldsKey reports whether a header's value is the key's.
+func headerHoldsKey(h [2]string) bool { return strings.Contains(h[1], "$SANDBOX_KEY") }
 
 func (req sampleRequest) curl() string {
 	var b strings.Builder
@@ -4356,7 +4356,7 @@ func (req sampleRequest) curl() string {
 	b.WriteString(" " + shellQuote(req.target))
 	for _, h := range req.headers {
 		v := shellQuote(h[0] + ": " + h[1])
-		if keyed(h) {
+		if headerHoldsKey(h) {
 			v = `"` + h[0] + ": " + h[1] + `"`
 		}
 		b.WriteString(" \\\n  -H " + v)
@@ -4376,7 +4376,7 @@ func (req sampleRequest) goCode() string {
 	if req.body != "" {
 		reader, imports = "strings.NewReader("+goString(req.body)+")", append(imports, "strings")
 	}
-	if slices.ContainsFunc(req.headers, keyed) {
+	if slices.ContainsFunc(req.headers, headerHoldsKey) {
 		imports = append(imports, "os")
 	}
 	slices.Sort(imports)
@@ -4386,7 +4386,7 @@ func (req sampleRequest) goCode() string {
 	}
 	fmt.Fprintf(&b, ")\n\nfunc main() {\n\treq, err := http.NewRequest(%q, %q, %s)\n\tif err != nil {\n\t\tpanic(err)\n\t}\n", req.method, req.target, reader)
 	for _, h := range req.headers {
-		if keyed(h) {
+		if headerHoldsKey(h) {
 			fmt.Fprintf(&b, "\treq.Header.Set(%q, \"Bearer \"+os.Getenv(\"SANDBOX_KEY\"))\n", h[0])
 		} else {
 			fmt.Fprintf(&b, "\treq.Header.Set(%q, %q)\n", h[0], h[1])
@@ -4402,7 +4402,7 @@ func (req sampleRequest) headerEntries(key string) []string {
 	var entries []string
 	for _, h := range req.headers {
 		value := strconv.Quote(h[1])
-		if keyed(h) {
+		if headerHoldsKey(h) {
 			value = key
 		}
 		entries = append(entries, strconv.Quote(h[0])+": "+value)
