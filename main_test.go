@@ -11919,6 +11919,34 @@ func TestExamRun(t *testing.T) {
 	})
 }
 
+// BenchmarkExamRun: exam run's own cost per attempt, beyond its client's and its grade's
+// time: a stand-in grades each attempt at once and the client is true(1), so what is left is
+// the start, the client's process started and waited for, the grade read and the report (the
+// contract's bound: 100 ms).
+func BenchmarkExamRun(b *testing.B) {
+	client, err := exec.LookPath("true")
+	if err != nil {
+		b.Skip("no true(1)")
+	}
+	s := &examRunStandIn{variants: map[string]int64{}, numbers: map[string]int{}, passes: func(int) bool { return true }}
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/test_helpers/exams", s)
+	mux.Handle("GET /v1/test_helpers/exams/{id}", s)
+	ts := httptest.NewServer(mux)
+	defer ts.Close()
+	getenv := func(k string) string { return map[string]string{"SANDBOX_EXAM_BASE_URL": ts.URL + "/v1"}[k] }
+	b.ReportAllocs()
+	for b.Loop() {
+		s.mu.Lock()
+		s.n = 0 // the stand-in's ids run to z: start again
+		s.mu.Unlock()
+		var out, errs bytes.Buffer
+		if status := runExam(context.Background(), []string{"run", "order-sync", "-attempts", "1", "-format", "json", "--", client}, examDeps{getenv: getenv, stdout: &out, stderr: &errs, sleep: sleepFor, now: time.Now}); status != 0 {
+			b.Fatalf("%d %s %s", status, out.String(), errs.String())
+		}
+	}
+}
+
 // examsPage is docs/exams.md, and its blocks of a kind ("sh", "go", "text") in order.
 func examsPage(t *testing.T, kind string) []string {
 	t.Helper()
