@@ -11374,13 +11374,15 @@ func (e *examClient) awaitClient(ctx context.Context, x *examAttemptOut, cmd *ex
 func endGroup(cmd *exec.Cmd, exited chan error) {
 	pgid := -cmd.Process.Pid
 	syscall.Kill(pgid, syscall.SIGTERM)
+	var err error
 	select {
-	case err := <-exited:
-		exited <- err
+	case err = <-exited:
 	case <-time.After(examKillGrace):
 		syscall.Kill(pgid, syscall.SIGKILL)
+		err = <-exited // its state is read once Wait is done with it
 	}
 	syscall.Kill(pgid, syscall.SIGKILL) // what the group left behind
+	exited <- err
 }
 
 // prefixedLines writes a client's output to exam's standard error, line by line, each

@@ -11737,14 +11737,15 @@ func TestExamCommandAgainstAHostileServer(t *testing.T) {
 
 // examRunStandIn is a sandbox's exam routes as exam run meets them: each attempt started is
 // graded at once, passed or not as passes says of its number (from 1), with a check whose
-// margin is the attempt's number times 100 ms, and a now past its grading limit (so that a
-// client still running is ended at exam run's first look).
+// margin is the attempt's number times 100 ms, and, limited, a now past its grading limit (so
+// that a client still running is ended at exam run's first look).
 type examRunStandIn struct {
 	mu       sync.Mutex
 	n        int
 	variants map[string]int64
 	numbers  map[string]int
 	passes   func(n int) bool
+	limited  bool // its now past the grading limit (else a second past the deadline)
 }
 
 func (s *examRunStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -11780,8 +11781,9 @@ func (s *examRunStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !passed {
 		check, score = `{"id":"journal.kept_current","result":"fail","detail":"1 thing the world did was not shown by a read within 3s.","requests":[4],"margin_ms":%d}`, "1/2"
 	}
-	fmt.Fprintf(w, `{"id":%q,"exam":"order-sync","revision":2,"variant":%d,"scale":1,"account":"acct_x","state":"graded","started_at":"2026-11-22T12:00:00Z","now":"2026-11-22T12:01:12Z","deadline":"2026-11-22T12:00:12Z","graded_at":"2026-11-22T12:00:13Z","passed":%t,"score":%q,"checks":[{"id":"answer.orders","result":"pass","detail":null,"requests":[],"margin_ms":null},`+check+`]}`,
-		id, s.variants[id], passed, score, map[bool]int{true: 1, false: -1}[passed]*100*n)
+	now := map[bool]string{true: "2026-11-22T12:01:12Z", false: "2026-11-22T12:00:13Z"}[s.limited]
+	fmt.Fprintf(w, `{"id":%q,"exam":"order-sync","revision":2,"variant":%d,"scale":1,"account":"acct_x","state":"graded","started_at":"2026-11-22T12:00:00Z","now":%q,"deadline":"2026-11-22T12:00:12Z","graded_at":"2026-11-22T12:00:13Z","passed":%t,"score":%q,"checks":[{"id":"answer.orders","result":"pass","detail":null,"requests":[],"margin_ms":null},`+check+`]}`,
+		id, s.variants[id], now, passed, score, map[bool]int{true: 1, false: -1}[passed]*100*n)
 }
 
 // TestExamRunClient is the client exam run runs in its tests (this test binary, its argument
@@ -11820,7 +11822,7 @@ func TestExamRun(t *testing.T) {
 	}
 	run := func(t *testing.T, passes func(int) bool, mode string, args ...string) (int, string, string) {
 		t.Helper()
-		s := &examRunStandIn{variants: map[string]int64{}, numbers: map[string]int{}, passes: passes}
+		s := &examRunStandIn{variants: map[string]int64{}, numbers: map[string]int{}, passes: passes, limited: mode == "hang" || mode == "stubborn"}
 		mux := http.NewServeMux()
 		mux.Handle("POST /v1/test_helpers/exams", s)
 		mux.Handle("GET /v1/test_helpers/exams/{id}", s)
