@@ -1516,7 +1516,7 @@ const (
 // clock), live environment (503), rate limit (429), then the route's own (scope, Prefer),
 // then the streamed body size (413).
 func (s *server) keyed(h keyedHandler, expiry expiryClock, j journaling, own ...wrapper) callHandler {
-	checks := []wrapper{capDeclared, requireKey(&s.keys, s.now, keyCheck{expiry: expiry, journaled: bool(j)}, s.registry.journaling()), refuseLive, limitRate(s.rate, s.now)}
+	checks := []wrapper{capDeclared, requireKey(&s.keys, s.now, keyRule{expiry: expiry, journaled: bool(j)}, s.registry.journaling()), refuseLive, limitRate(s.rate, s.now)}
 	return chain(s.serveKeyed(h), append(append(checks, own...), s.readBody)...)
 }
 
@@ -1524,7 +1524,7 @@ func (s *server) keyed(h keyedHandler, expiry expiryClock, j journaling, own ...
 // expiry judged by the wall clock; Prefer code and delay), but no rate limit and no journal,
 // so that reading a grade never changes one; its own query.
 func (s *server) examRoute(h keyedHandler) callHandler {
-	return chain(s.serveKeyed(h), capDeclared, requireKey(&s.keys, s.now, keyCheck{expiry: wallClock, standing: true}, false), refuseLive, s.simulate(codeAndDelay), s.readBody)
+	return chain(s.serveKeyed(h), capDeclared, requireKey(&s.keys, s.now, keyRule{expiry: wallClock, standing: true}, false), refuseLive, s.simulate(codeAndDelay), s.readBody)
 }
 
 // keyless wraps a route that needs no key: it has only the body's cap.
@@ -1811,11 +1811,11 @@ const (
 	wallClock                      // the wall clock: the test helpers, so that a tenant can always move its clock back
 )
 
-// keyCheck is how a route's key is checked: the clock its expiry is judged by, whether its
+// keyRule is how a route's key is checked: the clock its expiry is judged by, whether its
 // requests are journaled (in the key's tenant, while the journal is on, or always in an exam
 // attempt's), and whether it is an exam route (whose requests leave an attempt's clock as it
 // stands, and are never journaled).
-type keyCheck struct {
+type keyRule struct {
 	expiry    expiryClock
 	journaled bool
 	standing  bool // its requests leave a clock that stands until a first request as it stands (the exam routes)
@@ -1826,7 +1826,7 @@ type keyCheck struct {
 // to a route other than the exam routes, which reads the start instant). A key's expiry is
 // judged by that reading or by the wall clock, as the check says. A journaled request that
 // names a key of a test environment, whatever its state, is journaled in its tenant.
-func requireKey(keys *keyFinder, wall func() time.Time, kc keyCheck, journalOn bool) wrapper {
+func requireKey(keys *keyFinder, wall func() time.Time, kc keyRule, journalOn bool) wrapper {
 	return func(next callHandler) callHandler {
 		return func(w http.ResponseWriter, r *http.Request, c *call) {
 			k, fault := keys.authenticate(r.Header)
@@ -1986,7 +1986,7 @@ func (s *server) applyPreferences(faultable, write bool) wrapper {
 			if p == nil {
 				p = &preference{codeAt: -1, delayAt: -1}
 			}
-			answer, problem := s.answerOf(p, r, c, faultable)
+			answer, problem := s.simulatedFor(p, r, c, faultable)
 			if write && answer != nil && answer.code == codeProviderNotConfirmed {
 				c.simulated, c.unconfirmed, c.unconfirmedBy, answer = notSimulated, errUnconfirmedWrite, byPrefer, nil
 			}
@@ -2015,10 +2015,10 @@ func (s *server) applyPreferences(faultable, write bool) wrapper {
 	}
 }
 
-// answerOf is the answer a request gets instead of its own, with its problem, or nil: the
+// simulatedFor is the answer a request gets instead of its own, with its problem, or nil: the
 // code Prefer asks for, unless its sequence has failed its times already; or, where
 // faultable and no code is asked for, the request's fault under -faults.
-func (s *server) answerOf(p *preference, r *http.Request, c *call, faultable bool) (*simulatedAnswer, *apiError) {
+func (s *server) simulatedFor(p *preference, r *http.Request, c *call, faultable bool) (*simulatedAnswer, *apiError) {
 	t := c.key.tenant
 	switch {
 	case p.code != nil && p.times > 0 && t.countRequest(sequenceOf(r.Method, targetOf(r), r.Header["Prefer"]), s.now()) > p.times:
@@ -2504,14 +2504,14 @@ const maxIdempotencyKey = 255
 // meanwhile) and code 429, 500 or 503 (nothing written); then h, which judges the query, the
 // body and the state and writes; a Prefer code=502 answers last, once the write is done.
 func (s *server) idempotentWrite(reads preferences, h writeHandler) callHandler {
-	return chain(s.serveWrite(h), capDeclared, requireKey(&s.keys, s.now, keyCheck{expiry: wallClock, journaled: true}, s.registry.journaling()), refuseLive, limitRate(s.rate, s.now),
+	return chain(s.serveWrite(h), capDeclared, requireKey(&s.keys, s.now, keyRule{expiry: wallClock, journaled: true}, s.registry.journaling()), refuseLive, limitRate(s.rate, s.now),
 		requireIdempotencyKey, s.readPreferences(reads), s.readBody, s.idempotent, s.applyPreferences(false, true))
 }
 
 // examWrite wraps an exam route that writes: a write's checks in their order but the rate
 // limit and the journal; the answer of an attempt (prefer false) reads no Prefer.
 func (s *server) examWrite(prefer bool, h writeHandler) callHandler {
-	checks := []wrapper{capDeclared, requireKey(&s.keys, s.now, keyCheck{expiry: wallClock, standing: true}, false), refuseLive}
+	checks := []wrapper{capDeclared, requireKey(&s.keys, s.now, keyRule{expiry: wallClock, standing: true}, false), refuseLive}
 	if prefer { // a start counts against its key's rate limit, as any request of it does
 		checks = append(checks, limitRate(s.rate, s.now), requireIdempotencyKey, s.readPreferences(codeAndDelay))
 	} else { // an answer that arrived in time is graded, whatever a read does while its body arrives
@@ -6324,16 +6324,16 @@ type idFinder struct {
 	depth             int
 	inString, escaped bool
 	atName            bool   // at the object's top, the next string is a member's name
-	reading           uint8  // what token holds: findingNothing, findingName or findingValue
+	reading           uint8  // what token holds: idNothing, idName or idValue
 	token             []byte // the name, or the id's value, as read so far
 	named             string // the last member's name read at the object's top
 	id                json.RawMessage
 }
 
 const (
-	findingNothing uint8 = iota
-	findingName
-	findingValue
+	idNothing uint8 = iota
+	idName
+	idValue
 	maxFoundID = 1024
 )
 
@@ -6350,7 +6350,7 @@ func (f *idFinder) step(c byte) {
 	}
 	switch {
 	case c == '"' && f.depth == 1 && f.atName:
-		f.inString, f.reading, f.token = true, findingName, append(f.token[:0], c)
+		f.inString, f.reading, f.token = true, idName, append(f.token[:0], c)
 	case c == '"':
 		f.inString = true
 		f.keep(c)
@@ -6359,7 +6359,7 @@ func (f *idFinder) step(c byte) {
 	case c == ':' && f.depth == 1:
 		f.atName = false
 		if f.named == "id" {
-			f.reading, f.token = findingValue, f.token[:0]
+			f.reading, f.token = idValue, f.token[:0]
 		}
 	case (c == ',' || c == '}' || c == ']') && f.depth == 1:
 		f.settle()
@@ -6378,8 +6378,8 @@ func (f *idFinder) step(c byte) {
 func (f *idFinder) open(c byte) {
 	f.depth++
 	f.atName = f.depth == 1 && c == '{'
-	if f.depth > 1 && f.reading == findingValue { // an object or a list is no id
-		f.reading = findingNothing
+	if f.depth > 1 && f.reading == idValue { // an object or a list is no id
+		f.reading = idNothing
 	}
 }
 
@@ -6393,20 +6393,20 @@ func (f *idFinder) stepInString(c byte) {
 		f.escaped = true
 	case c == '"':
 		f.inString = false
-		if f.reading == findingName {
+		if f.reading == idName {
 			json.Unmarshal(f.token, &f.named)
-			f.reading = findingNothing
+			f.reading = idNothing
 		}
 	}
 }
 
 // keep adds c to the token being read; a token past maxFoundID is no id.
 func (f *idFinder) keep(c byte) {
-	if f.reading == findingNothing {
+	if f.reading == idNothing {
 		return
 	}
 	if len(f.token) == maxFoundID {
-		f.reading = findingNothing
+		f.reading = idNothing
 		return
 	}
 	f.token = append(f.token, c)
@@ -6414,12 +6414,12 @@ func (f *idFinder) keep(c byte) {
 
 // settle ends a member's value at the object's top: the id's, when it is a string or a number.
 func (f *idFinder) settle() {
-	if f.reading == findingValue {
+	if f.reading == idValue {
 		if v := bytes.TrimSpace(f.token); validID(v) && json.Valid(v) && utf8.Valid(v) {
 			f.id = bytes.Clone(v)
 		}
 	}
-	f.reading, f.named = findingNothing, ""
+	f.reading, f.named = idNothing, ""
 }
 
 // carry carries one message to the door and writes its answer to stdout: this process's
@@ -6458,7 +6458,7 @@ func (b *mcpBridge) carry(ctx context.Context, line stdinLine) {
 		return
 	}
 	defer res.Body.Close()
-	answer, why, held := b.answerOf(ctx, res, head)
+	answer, why, held := b.lineOf(ctx, res, head)
 	defer b.held.give(held) // once its line is written: every copy of it counted until then
 	b.asking.Add(-1)
 	switch {
@@ -6511,12 +6511,12 @@ func (b *mcpBridge) request(ctx context.Context, line []byte, head mcpHead) *htt
 	return req
 }
 
-// answerOf reads a door's answer to the message head: the line to write (nil for a
+// lineOf reads a door's answer to the message head: the line to write (nil for a
 // notification taken), or why it is not one. This process's door's JSON-RPC answer is
 // written as it is; another's is read, within the bridge's bounds (its time, its size, the
 // bytes held at once), and written only when it is one JSON-RPC response to the request,
 // re-encoded compactly.
-func (b *mcpBridge) answerOf(ctx context.Context, res *http.Response, head mcpHead) ([]byte, string, int64) {
+func (b *mcpBridge) lineOf(ctx context.Context, res *http.Response, head mcpHead) ([]byte, string, int64) {
 	rpc := res.Header.Get("Content-Type") == jsonContentType
 	if b.inside {
 		body, err := io.ReadAll(res.Body)

@@ -419,7 +419,7 @@ func newShipmentIndex(owner string, start time.Time) shipmentIndex {
 // addShipment checks one dataset shipment, normalizes its events (those scheduled with
 // after happen after start), prepares its view and files it.
 func (ix *shipmentIndex) addShipment(path string, rec shipmentRecord) (*shipment, normalization, error) {
-	if err := checkShipment(path, rec); err != nil {
+	if err := vetShipment(path, rec); err != nil {
 		return nil, normalization{}, err
 	}
 	if ix.find(rec.ID) != nil {
@@ -682,8 +682,8 @@ func (t *createdTree) next(i int, at instant) int {
 // loading and the booking share: its ids and numbers checked, its raw events read and
 // normalized, its view prepared.
 
-// checkShipment checks a shipment's ids and numbers.
-func checkShipment(path string, rec shipmentRecord) error {
+// vetShipment checks a shipment's ids and numbers.
+func vetShipment(path string, rec shipmentRecord) error {
 	if err := checkID(path, "id", rec.ID); err != nil {
 		return err
 	}
@@ -841,7 +841,7 @@ func (d *tenantData) withShipment(rec *bookingRecord, at time.Time) (*tenantData
 			rec.ID = "shp_" + randomText(20)
 		}
 	}
-	if err := checkShipment("$", rec.shipmentRecord); err != nil {
+	if err := vetShipment("$", rec.shipmentRecord); err != nil {
 		return nil, nil, bodyFault(err)
 	}
 	if d.shipments.find(rec.ID) != nil {
