@@ -394,6 +394,7 @@ type tenantRegistry struct {
 
 	journalLimit   int   // the entries a tenant's journal keeps (-journal); 0: none is kept
 	maxJournal     int64 // what every journal may hold together
+	examEntries    int   // the first entries an exam attempt's journal keeps: maxExamEntries (a test may lower it)
 	journalTotal   atomic.Int64
 	maxAnswerBytes int64 // what every tenant's stored answers may hold together
 	answerTotal    atomic.Int64
@@ -424,7 +425,7 @@ type sharedData struct {
 
 func newTenantRegistry(dataset []*tenant, journalLimit int, journalBytes int64) *tenantRegistry {
 	b := &tenantRegistry{dataset: dataset, shared: map[*sandboxTemplate]*sharedData{}, named: map[string]*tenant{}, held: map[*apiKey][]*tenant{}, maxBytes: maxSandboxBytes, idle: sandboxIdle,
-		journalLimit: journalLimit, maxJournal: journalBytes, maxAnswerBytes: maxStoredAnswerBytes}
+		journalLimit: journalLimit, maxJournal: journalBytes, examEntries: maxExamEntries, maxAnswerBytes: maxStoredAnswerBytes}
 	b.sandboxes.max = maxSandboxes
 	return b
 }
@@ -3876,6 +3877,7 @@ type examAttempt struct {
 	def             *examDef
 	variant         int64
 	drawn           *examWorld // the world of its variant, as its records were made from it
+	kept            int        // the first entries its journal keeps
 	scale           int
 	start, deadline time.Time
 	maker, key      *apiKey
@@ -3932,7 +3934,7 @@ func (a *examAttempt) untilGraded(t *tenant, now time.Time) time.Duration {
 // the attempt's id, its maker's to count, its journal kept whole (its first maxExamEntries),
 // its clock not to be moved, no fault, the booking's script, and held until it is graded.
 func (a *examAttempt) rules() tenantRules {
-	return tenantRules{name: a.id, maker: a.maker, keepFirst: maxExamEntries, clockFixed: errExamClock, noFaults: true, script: a, hold: a}
+	return tenantRules{name: a.id, maker: a.maker, keepFirst: a.kept, clockFixed: errExamClock, noFaults: true, script: a, hold: a}
 }
 
 // done, doneAt and left are the attempt's hold: until it is graded.
@@ -4058,7 +4060,7 @@ func (b *tenantRegistry) newAttempt(body []byte, caller *apiKey, now time.Time) 
 	}
 	key, out, _ := sandboxKey("$.keys[0]", keyRecord{Scopes: scopeNames}, t)
 	key.limit = newRateLimit(examRate, now)
-	a := &examAttempt{id: "exm_" + randomText(20), def: req.def, variant: req.variant, drawn: drawn, scale: req.scale, start: start, maker: caller, key: key, world: d,
+	a := &examAttempt{id: "exm_" + randomText(20), def: req.def, variant: req.variant, drawn: drawn, kept: b.examEntries, scale: req.scale, start: start, maker: caller, key: key, world: d,
 		deadline: start.Add(examDuration * time.Duration(req.scale))}
 	t.data.Store(d)
 	t.sandbox, t.exam, t.rules = &sandboxAccount{}, a, a.rules()
@@ -4880,5 +4882,5 @@ func verdictOnComplete(g *grading) checkVerdict {
 	if g.lost == 0 {
 		return pass()
 	}
-	return failed(fmt.Sprintf("%d %s not kept in its journal (past its first %d entries, or dropped to keep every journal within %d MiB): the grade cannot judge what it did not keep; send fewer requests (a client that ignores Retry-After floods it).", g.lost, plural(int(g.lost), "request of the attempt was", "requests of the attempt were"), maxExamEntries, maxJournalBytes>>20))
+	return failed(fmt.Sprintf("%d %s not kept in its journal (past its first %d entries, or dropped to keep every journal within %d MiB): the grade cannot judge what it did not keep; send fewer requests (a client that ignores Retry-After floods it).", g.lost, plural(int(g.lost), "request of the attempt was", "requests of the attempt were"), g.a.kept, maxJournalBytes>>20))
 }
