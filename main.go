@@ -64,6 +64,7 @@
 //   - check: check diff, two reports side by side
 //   - check: go run . exam, a client of the exam routes for CI
 //   - check: exam run, an exam taken several times with the client's own command
+//   - check: exam lint, the checks that need no world, on any HAR
 package main
 
 import (
@@ -139,7 +140,7 @@ func main() {
 		})
 	case "exam": // a client of the exams, for CI
 		log.SetOutput(io.Discard) // as for check: Go's transport logs a hostile server's unsolicited bytes
-		status = runExam(ctx, os.Args[2:], examDeps{getenv: os.Getenv, stdout: os.Stdout, stderr: os.Stderr, sleep: sleepFor, now: time.Now, colour: colourTerminal(os.Stdout, os.Getenv)})
+		status = runExam(ctx, os.Args[2:], examDeps{getenv: os.Getenv, stdout: os.Stdout, stderr: os.Stderr, sleep: sleepFor, now: time.Now, colour: colourTerminal(os.Stdout, os.Getenv), stdin: os.Stdin})
 	case "check": // the conformance kit
 		// Go's HTTP transport writes what a server sends unasked on an idle connection to the
 		// standard logger ("Unsolicited response received on idle HTTP channel starting with
@@ -10594,10 +10595,12 @@ type examCommand struct {
 	variants  []int64 // -variant, in the order given
 	attempts  int     // exam run's -attempts; 0: not given
 	command   []string
+	readOnly  bool // exam lint's -read-only
+	baseGiven bool // -base-url given (exam lint reads the file's own base otherwise)
 }
 
 // examFormats are the formats of each verb, its default first.
-var examFormats = map[string][]string{"list": {"text", "json"}, "start": {"json", "env"}, "grade": {"text", "json", "junit"}, "run": {"text", "json", "junit"}}
+var examFormats = map[string][]string{"list": {"text", "json"}, "start": {"json", "env"}, "grade": {"text", "json", "junit"}, "run": {"text", "json", "junit"}, "lint": {"text", "json", "junit"}}
 
 // examDeps are what go run . exam takes from its process: its environment, its two outputs,
 // a wait between a grade's reads, the wall clock, and how a client's command is started
@@ -10607,7 +10610,8 @@ type examDeps struct {
 	stdout, stderr io.Writer
 	sleep          func(context.Context, time.Duration) error
 	now            func() time.Time
-	colour         bool // standard output is a terminal and NO_COLOR is not set: verdicts in colour
+	colour         bool      // standard output is a terminal and NO_COLOR is not set: verdicts in colour
+	stdin          io.Reader // what exam lint - reads
 }
 
 // colourTerminal reports whether f is a terminal and NO_COLOR is not set (no-color.org):
@@ -10628,7 +10632,7 @@ func parseExamCommand(args []string, getenv func(string) string, usage io.Writer
 	if i := slices.Index(args, "--"); i >= 0 {
 		args, c.command = args[:i], args[i+1:]
 	}
-	intro := "Usage: sandbox exam list | start NAME | grade ID | run NAME [flags] -- COMMAND [ARGS...]: a client of the sandbox's exams for CI. start prints the attempt (with -format env, SANDBOX_BASE_URL, SANDBOX_KEY, SANDBOX_EXAM and SANDBOX_EXAM_GIVEN for eval); grade polls until the grade is computed; run takes the exam -attempts times with COMMAND as the client and reports its pass rate (pass^k), each check passed, failed or flaky. The key is SANDBOX_EXAM_KEY (default sk_test_sandbox_all; grade needs the key that started the attempt); each flag falls back to SANDBOX_EXAM_<NAME>. Exit status: 0 passed, 1 failed, 2 could not grade (or a usage error)."
+	intro := "Usage: sandbox exam list | start NAME | grade ID | run NAME [flags] -- COMMAND [ARGS...] | lint FILE: a client of the sandbox's exams for CI. start prints the attempt (with -format env, SANDBOX_BASE_URL, SANDBOX_KEY, SANDBOX_EXAM and SANDBOX_EXAM_GIVEN for eval); grade polls until the grade is computed; run takes the exam -attempts times with COMMAND as the client and reports its pass rate (pass^k), each check passed, failed or flaky; lint judges any HAR file (- for standard input) by the checks that need no world. The key is SANDBOX_EXAM_KEY (default sk_test_sandbox_all; grade needs the key that started the attempt); each flag falls back to SANDBOX_EXAM_<NAME>. Exit status: 0 passed, 1 failed, 2 could not grade (or a usage error)."
 	fs := flag.NewFlagSet("sandbox exam", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Func("base-url", "the sandbox's API base, an absolute http or https `URL` (default "+defaultBaseURL+")", func(v string) (err error) {
@@ -10659,7 +10663,8 @@ func parseExamCommand(args []string, getenv func(string) string, usage io.Writer
 		c.attempts = n
 		return nil
 	})
-	fs.StringVar(&c.format, "format", "", "list: `text` or json; start: json or env (lines for eval); grade and run: text, json or junit (default: the first)")
+	fs.StringVar(&c.format, "format", "", "list: `text` or json; start: json or env (lines for eval); grade, run and lint: text, json or junit (default: the first)")
+	fs.BoolVar(&c.readOnly, "read-only", false, "exam lint: judge lint.read_only (the client was to only read)")
 	var operands []string                      // the verb, then its operand
 	for rest := args; ; rest = fs.Args()[1:] { // flags before and after each
 		_, err := parseFlags(fs, rest, usage, intro, "exam", "exam -h")
@@ -10672,7 +10677,7 @@ func parseExamCommand(args []string, getenv func(string) string, usage io.Writer
 		operands = append(operands, fs.Arg(0))
 	}
 	if len(operands) == 0 || examFormats[operands[0]] == nil {
-		return c, errors.New("want exam list, exam start NAME, exam grade ID or exam run NAME -- COMMAND (see exam -h)")
+		return c, errors.New("want exam list, exam start NAME, exam grade ID, exam run NAME -- COMMAND or exam lint FILE (see exam -h)")
 	}
 	c.verb, operands = operands[0], operands[1:]
 	given := map[string]bool{}
@@ -10680,12 +10685,13 @@ func parseExamCommand(args []string, getenv func(string) string, usage io.Writer
 	if err := fallBack(fs, given, getenv, "SANDBOX_EXAM_"); err != nil {
 		return c, err
 	}
+	c.baseGiven = given["base-url"]
 	return c, c.settle(operands, given)
 }
 
 // settle judges what holds between exam's verb, its operands and its flags.
 func (c *examCommand) settle(operands []string, given map[string]bool) error {
-	want := map[string]string{"list": "", "start": "NAME", "grade": "ID", "run": "NAME"}[c.verb]
+	want := map[string]string{"list": "", "start": "NAME", "grade": "ID", "run": "NAME", "lint": "FILE"}[c.verb]
 	switch {
 	case want == "" && len(operands) > 0:
 		return fmt.Errorf("exam list takes no argument, not %q", operands[0])
@@ -10722,6 +10728,8 @@ func (c *examCommand) flagsFault(given map[string]bool) error {
 		return errors.New("exam start takes one -variant")
 	case c.attempts > 0 && c.verb != "run":
 		return errors.New("-attempts is exam run's")
+	case given["read-only"] && c.verb != "lint":
+		return errors.New("-read-only is exam lint's")
 	case c.verb == "run" && len(c.command) == 0:
 		return errors.New("exam run takes the client's command after --: exam run NAME [flags] -- COMMAND [ARGS...]")
 	case c.verb != "run" && c.command != nil:
@@ -10768,6 +10776,8 @@ func runExam(ctx context.Context, args []string, deps examDeps) int {
 		var rep *examRunReport
 		rep, status = client.run(ctx, c)
 		out = rep.written(c.format, client)
+	case "lint":
+		out, status, err = client.lintFile(c, deps.stdin)
 	}
 	if err != nil {
 		errs.say(err.Error())
@@ -11621,4 +11631,538 @@ func (r *examRunReport) written(format string, e *examClient) []byte {
 		fmt.Fprintf(&b, "take a failing variant again: exam run %s -variant V -- COMMAND\n", e.inertText(s.Exam))
 	}
 	return []byte(b.String())
+}
+
+// ===== check: exam lint, the checks that need no world, on any HAR =====
+
+// exam lint judges any HAR 1.2 file, a browser's export, mitmproxy's or one recorded against
+// live, with or without the sandbox's _ members: the checks that the requests alone decide
+// (retries, cursors, walks, writes, pace, auth loops); every check that needs the world is a
+// skip with that reason. It reads the file alone, never sends anything, and writes nothing of
+// it as it came: keys masked, control characters escaped.
+
+// lintHAR is a HAR file as exam lint reads it: only what it judges.
+type lintHAR struct {
+	Log *struct {
+		Entries *[]json.RawMessage `json:"entries"`
+	} `json:"log"`
+}
+
+// lintEntry is one entry of a HAR as exam lint reads it.
+type lintEntry struct {
+	StartedDateTime string  `json:"startedDateTime"`
+	Time            float64 `json:"time"`
+	Key             *string `json:"_key"`
+	Request         struct {
+		Method   string    `json:"method"`
+		URL      string    `json:"url"`
+		Headers  []harPair `json:"headers"`
+		PostData *struct {
+			Text *string `json:"text"`
+		} `json:"postData"`
+	} `json:"request"`
+	Response struct {
+		Status  *int      `json:"status"`
+		Headers []harPair `json:"headers"`
+		Content struct {
+			Text *string `json:"text"`
+		} `json:"content"`
+	} `json:"response"`
+}
+
+// linted is an entry judged: its place in the file (from 1), its key, method, target (below
+// the base URL) and query, its arrival and end, its status, its headers and texts.
+type linted struct {
+	n              int
+	key            string
+	method, target string
+	path           string
+	query          url.Values
+	arrived, ended time.Time
+	status         int
+	retryAfter     time.Duration // -1 when none
+	idem           *string
+	body, answer   *string
+}
+
+// lintCheck is one check's result.
+type lintCheck struct {
+	ID       string  `json:"id"`
+	Result   string  `json:"result"`
+	Detail   *string `json:"detail"`
+	Requests []int   `json:"requests"`
+}
+
+// lintReport is exam lint's report, its members in this order.
+type lintReport struct {
+	File       string      `json:"file"`
+	BaseURL    string      `json:"base_url"`
+	Entries    int         `json:"entries"`
+	Judged     int         `json:"judged"`
+	OtherHosts int         `json:"other_hosts"`
+	Unreadable int         `json:"unreadable"`
+	Keys       int         `json:"keys"`
+	Checks     []lintCheck `json:"checks"`
+}
+
+// lintWorldChecks are the checks that need the world: skipped, saying so.
+var lintWorldChecks = []string{"answer.orders", "answer.statuses", "answer.links", "answer.consignments", "state.booked", "state.only_fulfilled", "state.in_time",
+	"journal.kept_current", "findings.missed_import", "findings.stale_order", "findings.ambiguous_number", "findings.parcel_number_lookup", "journal.complete"}
+
+// lintFile is exam lint FILE (- standard input): its report in the format asked for, and its
+// exit status.
+func (e *examClient) lintFile(c examCommand, stdin io.Reader) ([]byte, int, error) {
+	var data []byte
+	var err error
+	if c.arg == "-" {
+		if stdin == nil {
+			stdin = strings.NewReader("")
+		}
+		data, err = io.ReadAll(io.LimitReader(stdin, maxLintFile+1))
+	} else {
+		data, err = readBounded(c.arg, maxLintFile+1)
+	}
+	switch {
+	case err != nil:
+		return nil, examCannotGrade, fmt.Errorf("%s: %v", printable(cutField(c.arg, 256)), err)
+	case len(data) > maxLintFile:
+		return nil, examCannotGrade, fmt.Errorf("%s: over %d MiB, the most exam lint reads", printable(cutField(c.arg, 256)), maxLintFile>>20)
+	}
+	base := ""
+	if c.baseGiven {
+		base = strings.TrimSuffix(strings.TrimSuffix(c.baseURL, "/v1"), "/")
+	}
+	rep, err := e.lint(c.arg, data, base, c.readOnly)
+	if err != nil {
+		return nil, examCannotGrade, err
+	}
+	out, status := rep.written(c.format, e)
+	return out, status, nil
+}
+
+// maxLintFile is the largest HAR exam lint reads.
+const maxLintFile = 256 << 20
+
+// readBounded is at most n bytes of the file name.
+func readBounded(name string, n int64) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, n))
+}
+
+// lint is exam lint: the file read, judged, and the report with its exit status; an error for
+// a file it cannot read as HAR (no JSON, no log.entries list).
+func (e *examClient) lint(name string, data []byte, base string, readOnly bool) (*lintReport, error) {
+	var har lintHAR
+	if err := json.Unmarshal(data, &har); err != nil || har.Log == nil || har.Log.Entries == nil {
+		return nil, errors.New(printable(cutField(name, 256)) + ": not a HAR file (JSON with a log.entries list)")
+	}
+	rep := &lintReport{File: name, Entries: len(*har.Log.Entries), Checks: []lintCheck{}}
+	var entries []lintEntry
+	for _, raw := range *har.Log.Entries {
+		var le lintEntry
+		if json.Unmarshal(raw, &le) != nil {
+			le = lintEntry{}
+		}
+		entries = append(entries, le)
+	}
+	if base == "" {
+		for _, le := range entries {
+			if u, err := url.Parse(le.Request.URL); err == nil && strings.HasPrefix(u.Path, "/v1/") {
+				base = u.Scheme + "://" + u.Host
+				break
+			}
+		}
+	}
+	rep.BaseURL = e.inert(base, "")
+	judged := e.lintRead(entries, base, rep)
+	keys := map[string]bool{}
+	for _, l := range judged {
+		keys[l.key] = true
+	}
+	rep.Keys = len(keys)
+	rep.Checks = append(rep.Checks, lintRetries(judged), lintBlindRetries(judged), lintCursorFilters(judged), lintWalks(judged), lintReadOnly(judged, readOnly),
+		lintPace(judged), lintAuthLoops(judged))
+	for _, id := range lintWorldChecks {
+		reason := "needs the world"
+		rep.Checks = append(rep.Checks, lintCheck{ID: id, Result: "skip", Detail: &reason, Requests: []int{}})
+	}
+	for i := range rep.Checks {
+		if d := rep.Checks[i].Detail; d != nil {
+			clean := e.inert(*d, "")
+			rep.Checks[i].Detail = &clean
+		}
+	}
+	return rep, nil
+}
+
+// lintRead reads the entries under base, each derendered to its path and query below it; the
+// others are counted.
+func (e *examClient) lintRead(entries []lintEntry, base string, rep *lintReport) []linted {
+	var judged []linted
+	for i, le := range entries {
+		started, err := time.Parse(time.RFC3339Nano, le.StartedDateTime)
+		if le.Request.Method == "" || le.Request.URL == "" || le.Response.Status == nil || err != nil {
+			rep.Unreadable++
+			continue
+		}
+		rest, ok := strings.CutPrefix(le.Request.URL, base)
+		if !ok || base == "" || rest != "" && rest[0] != '/' && rest[0] != '?' {
+			rep.OtherHosts++
+			continue
+		}
+		u, err := url.Parse(rest)
+		if err != nil {
+			rep.Unreadable++
+			continue
+		}
+		l := linted{n: i + 1, method: le.Request.Method, target: rest, path: u.Path, query: u.Query(), arrived: started,
+			ended: started.Add(time.Duration(le.Time * float64(time.Millisecond))), status: *le.Response.Status, retryAfter: -1, answer: le.Response.Content.Text}
+		l.key = "no key"
+		if auth := harHeader(le.Request.Headers, "Authorization"); auth != "" {
+			l.key = strings.TrimSpace(strings.TrimPrefix(auth, "Bearer "))
+		}
+		if le.Key != nil {
+			l.key = *le.Key
+		}
+		if v := harHeader(le.Request.Headers, "Idempotency-Key"); v != "" {
+			l.idem = &v
+		}
+		if le.Request.PostData != nil {
+			l.body = le.Request.PostData.Text
+		}
+		l.retryAfter = retryAfterOf(le.Response.Headers)
+		judged = append(judged, l)
+		rep.Judged++
+	}
+	return judged
+}
+
+// harHeader is the first value of a header named name (any case), or "".
+func harHeader(headers []harPair, name string) string {
+	for _, h := range headers {
+		if strings.EqualFold(h.Name, name) {
+			return h.Value
+		}
+	}
+	return ""
+}
+
+// retryAfterOf is an answer's Retry-After: seconds, or an HTTP-date against its Date; -1
+// when it has none it can read.
+func retryAfterOf(headers []harPair) time.Duration {
+	v := harHeader(headers, "Retry-After")
+	if v == "" {
+		return -1
+	}
+	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	at, err1 := http.ParseTime(v)
+	date, err2 := http.ParseTime(harHeader(headers, "Date"))
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return max(0, at.Sub(date))
+}
+
+func lintPass(id string) lintCheck { return lintCheck{ID: id, Result: "pass", Requests: []int{}} }
+
+func lintFail(id, detail string, cited ...int) lintCheck {
+	return lintCheck{ID: id, Result: "fail", Detail: &detail, Requests: cited}
+}
+
+func lintSkip(id, reason string) lintCheck {
+	return lintCheck{ID: id, Result: "skip", Detail: &reason, Requests: []int{}}
+}
+
+// lintRetries is retry_too_soon's rule: a request of a key, method and target that arrived
+// while an earlier answer's Retry-After ran, counted from that answer's end; each such request
+// counted once, whatever the number of answers: a search of the arrivals for each window.
+func lintRetries(judged []linted) lintCheck {
+	groups := map[string][]int{}
+	var order []string
+	for i, l := range judged {
+		k := l.key + " " + l.method + " " + l.target
+		if groups[k] == nil {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], i)
+	}
+	count, first := 0, []int(nil)
+	for _, k := range order {
+		g := slices.Clone(groups[k])
+		slices.SortStableFunc(g, func(a, b int) int { return judged[a].arrived.Compare(judged[b].arrived) })
+		type window struct {
+			from, until time.Time
+			a           int
+		}
+		var windows []window
+		for _, a := range groups[k] { // in the file's order
+			A := &judged[a]
+			if A.retryAfter < 0 {
+				continue
+			}
+			from := A.ended
+			if !from.After(A.arrived) {
+				from = A.arrived.Add(1) // never a retry of itself
+			}
+			windows = append(windows, window{from, A.ended.Add(A.retryAfter), a})
+		}
+		search := func(at time.Time) int {
+			x, _ := slices.BinarySearchFunc(g, at, func(i int, at time.Time) int { return judged[i].arrived.Compare(at) })
+			return x
+		}
+		for _, w := range windows { // the first answer, in the file's order, with a request in its window
+			if x := search(w.from); first == nil && x < len(g) && judged[g[x]].arrived.Before(w.until) {
+				first = []int{judged[w.a].n, judged[g[x]].n}
+			}
+		}
+		slices.SortFunc(windows, func(a, b window) int { return a.from.Compare(b.from) })
+		reach := 0 // the arrivals before it are counted, or before every window
+		for _, w := range windows {
+			for x := max(reach, search(w.from)); x < len(g) && judged[g[x]].arrived.Before(w.until); x++ {
+				count++
+				reach = x + 1
+			}
+		}
+	}
+	if count == 0 {
+		return lintPass("findings.retry_too_soon")
+	}
+	return lintFail("findings.retry_too_soon", fmt.Sprintf("%d %s sent again before the Retry-After of an earlier answer to them had passed: wait at least the Retry-After seconds (429, 503) before sending a request again.", count, plural(count, "request was", "requests were")), first...)
+}
+
+// writeMethods are the methods that write.
+var writeMethods = []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// lintBlindRetries is blind_retry's rule on a HAR: a write answered 502, then one of the same
+// key, method, target and body, arriving at or after its end, under another Idempotency-Key or
+// none.
+func lintBlindRetries(judged []linted) lintCheck {
+	for _, A := range judged {
+		if A.status == http.StatusBadGateway && slices.Contains(writeMethods, A.method) && A.body == nil {
+			return lintSkip("findings.blind_retry", "needs request bodies: a write answered 502 has no postData.text")
+		}
+	}
+	for i, A := range judged {
+		if A.status != http.StatusBadGateway || !slices.Contains(writeMethods, A.method) {
+			continue
+		}
+		for _, B := range judged[i+1:] {
+			if B.key == A.key && B.method == A.method && B.target == A.target && B.body != nil && *B.body == *A.body && !B.arrived.Before(A.ended) &&
+				(A.idem == nil || B.idem == nil || *A.idem != *B.idem) {
+				return lintFail("findings.blind_retry", fmt.Sprintf("%s %s was answered 502 (entry %d), and the same write was sent again under another Idempotency-Key (entry %d): retry a 502 with the same Idempotency-Key, which answers the first write's result.", A.method, A.path, A.n, B.n), A.n, B.n)
+			}
+		}
+	}
+	return lintPass("findings.blind_retry")
+}
+
+// pageOf reads an answer's text as a page: its next_cursor and has_more (a JSON object with
+// has_more, or pagination.has_more); false when it is none.
+func pageOf(l *linted) (next string, more, ok bool) {
+	if l.status != http.StatusOK || l.answer == nil {
+		return "", false, false
+	}
+	var p struct {
+		HasMore    *bool   `json:"has_more"`
+		NextCursor *string `json:"next_cursor"`
+		Pagination *struct {
+			HasMore    *bool   `json:"has_more"`
+			NextCursor *string `json:"next_cursor"`
+		} `json:"pagination"`
+	}
+	if json.Unmarshal([]byte(*l.answer), &p) != nil {
+		return "", false, false
+	}
+	if p.Pagination != nil && p.Pagination.HasMore != nil {
+		p.HasMore, p.NextCursor = p.Pagination.HasMore, p.Pagination.NextCursor
+	}
+	if p.HasMore == nil {
+		return "", false, false
+	}
+	if p.NextCursor != nil {
+		next = *p.NextCursor
+	}
+	return next, *p.HasMore, true
+}
+
+// filtersOf are a query's parameters but cursor and limit, as a multiset in one string.
+func filtersOf(q url.Values) string {
+	var pairs []string
+	for name, values := range q {
+		if name == "cursor" || name == "limit" {
+			continue
+		}
+		for _, v := range values {
+			pairs = append(pairs, name+"="+v)
+		}
+	}
+	slices.Sort(pairs)
+	return strings.Join(pairs, "&")
+}
+
+// lintCursorFilters: a request with cursor keeps the other query parameters (limit aside) of
+// the latest page whose next_cursor it sent.
+func lintCursorFilters(judged []linted) lintCheck {
+	pages, from := 0, map[string]int{} // a next_cursor: the latest page that gave it
+	for i := range judged {
+		l := &judged[i]
+		if c := l.query.Get("cursor"); c != "" {
+			if p, ok := from[c]; ok && filtersOf(judged[p].query) != filtersOf(l.query) {
+				return lintFail("lint.cursor_filters", fmt.Sprintf("Entry %d sent the cursor of entry %d's page with other filters (%q, not %q): keep the same filters between pages.", l.n, judged[p].n, filtersOf(l.query), filtersOf(judged[p].query)), judged[p].n, l.n)
+			}
+		}
+		if next, _, ok := pageOf(l); ok {
+			pages++
+			if next != "" {
+				from[next] = i
+			}
+		}
+	}
+	if pages == 0 {
+		return lintSkip("lint.cursor_filters", "needs response bodies: no 200 page has a text")
+	}
+	return lintPass("lint.cursor_filters")
+}
+
+// lintWalks: each 200 page with has_more true had its next_cursor sent later by its key.
+func lintWalks(judged []linted) lintCheck {
+	pages := 0
+	sent := map[string][]int{} // a cursor sent: by whom (their places)
+	for i := range judged {
+		if c := judged[i].query.Get("cursor"); c != "" {
+			sent[c] = append(sent[c], i)
+		}
+	}
+	var unwalked []int
+	for i := range judged {
+		next, more, ok := pageOf(&judged[i])
+		if !ok {
+			continue
+		}
+		pages++
+		if more && !slices.ContainsFunc(sent[next], func(k int) bool { return k > i && judged[k].key == judged[i].key }) {
+			unwalked = append(unwalked, judged[i].n)
+		}
+	}
+	switch {
+	case pages == 0:
+		return lintSkip("lint.walk_complete", "needs response bodies: no 200 page has a text")
+	case len(unwalked) > 0:
+		return lintFail("lint.walk_complete", fmt.Sprintf("%d %s more (has_more true) whose next_cursor was never sent: read every page to its end.", len(unwalked), plural(len(unwalked), "page had", "pages had")), unwalked...)
+	}
+	return lintPass("lint.walk_complete")
+}
+
+// lintReadOnly: no write answered 2xx or 502, when asked.
+func lintReadOnly(judged []linted, asked bool) lintCheck {
+	if !asked {
+		return lintSkip("lint.read_only", "not asked (-read-only)")
+	}
+	var writes []int
+	for _, l := range judged {
+		if slices.Contains(writeMethods, l.method) && (l.status/100 == 2 || l.status == http.StatusBadGateway) {
+			writes = append(writes, l.n)
+		}
+	}
+	if len(writes) > 0 {
+		return lintFail("lint.read_only", fmt.Sprintf("%d %s done (2xx, or a 502 that may have been): the client was to only read.", len(writes), plural(len(writes), "write was", "writes were")), writes...)
+	}
+	return lintPass("lint.read_only")
+}
+
+// lintPace: no key sent over 10 requests within one second (the exam key's limit).
+func lintPace(judged []linted) lintCheck {
+	byKey := map[string][]*linted{}
+	var keys []string
+	for i := range judged {
+		l := &judged[i]
+		if byKey[l.key] == nil {
+			keys = append(keys, l.key)
+		}
+		byKey[l.key] = append(byKey[l.key], l)
+	}
+	var cited []int
+	for _, k := range keys {
+		ls := byKey[k]
+		slices.SortStableFunc(ls, func(a, b *linted) int { return a.arrived.Compare(b.arrived) })
+		for i := 0; i+10 < len(ls); i++ {
+			if ls[i+10].arrived.Sub(ls[i].arrived) < time.Second {
+				cited = append(cited, ls[i].n, ls[i+10].n)
+				break
+			}
+		}
+	}
+	if len(cited) > 0 {
+		return lintFail("lint.polling_rate", fmt.Sprintf("%d %s sent over 10 requests within one second: poll no faster than the limit (the exam key's: 10 a second), and wait a 429's Retry-After.", len(cited)/2, plural(len(cited)/2, "key", "keys")), cited...)
+	}
+	return lintPass("lint.polling_rate")
+}
+
+// lintAuthLoops: no request of a key after a 401 to it, nor of its method and path after a 403.
+func lintAuthLoops(judged []linted) lintCheck {
+	var cited []int
+	for i, A := range judged {
+		if A.status != http.StatusUnauthorized && A.status != http.StatusForbidden {
+			continue
+		}
+		for _, B := range judged[i+1:] {
+			if B.key == A.key && (A.status == http.StatusUnauthorized || B.method == A.method && B.path == A.path) {
+				cited = append(cited, A.n, B.n)
+				break
+			}
+		}
+	}
+	if len(cited) > 0 {
+		return lintFail("lint.auth_loop", fmt.Sprintf("%d %s sent again after a 401 to its key (or a 403 to its method and path): a key refused stays refused; fix the key or its scopes, do not retry.", len(cited)/2, plural(len(cited)/2, "request was", "requests were")), cited...)
+	}
+	return lintPass("lint.auth_loop")
+}
+
+// written is the lint report in format, and its exit status: 0 no failure, 1 a failure.
+func (r *lintReport) written(format string, e *examClient) ([]byte, int) {
+	failing := 0
+	for _, c := range r.Checks {
+		if c.Result == "fail" {
+			failing++
+		}
+	}
+	status := map[bool]int{true: examFailed, false: examPassed}[failing > 0]
+	switch format {
+	case "json":
+		b, _ := json.Marshal(r)
+		out, _ := cleanJSON(b, func(s string) string { return e.inert(s, "") })
+		return out, status
+	case "junit":
+		suite := junitReport{name: "exam lint " + e.inert(r.File, "")}
+		for _, c := range r.Checks {
+			jc := junitTest{class: "exam.lint", name: c.ID, result: c.Result}
+			if c.Detail != nil {
+				jc.message = *c.Detail
+			}
+			if c.Result == "fail" {
+				jc.body = "HAR entries " + strings.Trim(fmt.Sprint(c.Requests), "[]")
+			}
+			suite.cases = append(suite.cases, jc)
+		}
+		return suite.xml(), status
+	}
+	var b strings.Builder
+	for _, c := range r.Checks {
+		switch c.Result {
+		case "pass":
+			fmt.Fprintf(&b, "pass %s\n", c.ID)
+		case "fail":
+			fmt.Fprintf(&b, "FAIL %s: %s (entries %s)\n", c.ID, e.inertText(*c.Detail), strings.ReplaceAll(strings.Trim(fmt.Sprint(c.Requests), "[]"), " ", ", "))
+		default:
+			fmt.Fprintf(&b, "skip %s: %s\n", c.ID, e.inertText(*c.Detail))
+		}
+	}
+	fmt.Fprintf(&b, "lint: %d entries judged, %d other hosts, %d unreadable, %d failing\n", r.Judged, r.OtherHosts, r.Unreadable, failing)
+	return []byte(b.String()), status
 }

@@ -11960,6 +11960,133 @@ func BenchmarkExamRun(b *testing.B) {
 	}
 }
 
+// TestExamLint: exam lint on a HAR as a browser's network panel saves it (no _ members, a key
+// in some Authorization fields, none in others): retry_too_soon and blind_retry found, a
+// cursor sent with other filters, a walk left unfinished, a write when asked to read only, a
+// key past 10 requests a second and one sent on after its 401 each fail, citing entries by
+// their place; the world's checks skipped; another host's entry and an unreadable one
+// counted; no key and no control character of the file written; exit 1; a clean HAR exit 0;
+// one that is no HAR exit 2.
+func TestExamLint(t *testing.T) {
+	t.Parallel()
+	const key = "sk_test_secretsecretsecret"
+	at := func(ms int) string {
+		return testNow.Add(time.Duration(ms) * time.Millisecond).UTC().Format("2006-01-02T15:04:05.000Z")
+	}
+	entry := func(ms int, method, url string, headers map[string]string, body string, status int, respHeaders map[string]string, text string) map[string]any {
+		var hs, rhs []map[string]string
+		for k, v := range headers {
+			hs = append(hs, map[string]string{"name": k, "value": v})
+		}
+		for k, v := range respHeaders {
+			rhs = append(rhs, map[string]string{"name": k, "value": v})
+		}
+		req := map[string]any{"method": method, "url": url, "headers": hs}
+		if body != "" {
+			req["postData"] = map[string]any{"mimeType": "application/json", "text": body}
+		}
+		resp := map[string]any{"status": status, "headers": rhs, "content": map[string]any{"size": len(text), "mimeType": "application/json", "text": text}}
+		return map[string]any{"startedDateTime": at(ms), "time": 10, "request": req, "response": resp}
+	}
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	b := "http://127.0.0.1:8080"
+	entries := []map[string]any{
+		entry(0, "GET", b+"/v1/orders?status=fulfilled", auth, "", 200, nil, `{"data":[],"pagination":{"limit":20,"next_cursor":"C1","has_more":true}}`),                     // 1
+		entry(100, "GET", b+"/v1/orders?cursor=C1", auth, "", 200, nil, `{"data":[],"pagination":{"limit":20,"next_cursor":null,"has_more":false}}`),                         // 2: the filter dropped
+		entry(200, "GET", b+"/v1/orders?limit=1", nil, "", 200, nil, `{"data":[],"pagination":{"limit":1,"next_cursor":"C2","has_more":true}}`),                              // 3: never walked on
+		entry(300, "GET", b+"/v1/orders/ord_1", auth, "", 429, map[string]string{"Retry-After": "1"}, `{}`),                                                                  // 4
+		entry(500, "GET", b+"/v1/orders/ord_1", auth, "", 200, nil, `{}`),                                                                                                    // 5: too soon
+		entry(600, "POST", b+"/v1/test_helpers/shipments", map[string]string{"Authorization": "Bearer " + key, "Idempotency-Key": "a"}, `{"reference":"R"}`, 502, nil, `{}`), // 6
+		entry(700, "POST", b+"/v1/test_helpers/shipments", map[string]string{"Authorization": "Bearer " + key, "Idempotency-Key": "b"}, `{"reference":"R"}`, 201, nil, `{}`), // 7: blind
+		entry(800, "GET", "https://elsewhere.example/\u001b[2J", auth, "", 200, nil, ""),                                                                                     // 8: another host
+		{"request": map[string]any{"method": "GET"}}, // 9: unreadable
+		entry(900, "GET", b+"/v1/orders", map[string]string{"Authorization": "Bearer sk_test_revoked\u001b]0;x\u0007"}, "", 401, nil, `{}`), // 10
+		entry(950, "GET", b+"/v1/orders", map[string]string{"Authorization": "Bearer sk_test_revoked\u001b]0;x\u0007"}, "", 401, nil, `{}`), // 11: after its 401
+	}
+	for i := range 11 { // 12..22: eleven within a second
+		entries = append(entries, entry(2000+50*i, "GET", b+"/v1/orders/ord_2", auth, "", 200, nil, `{}`))
+	}
+	file := filepath.Join(t.TempDir(), "browser.har")
+	raw, _ := json.Marshal(map[string]any{"log": map[string]any{"version": "1.2", "creator": map[string]string{"name": "WebInspector", "version": "537.36"}, "entries": entries}})
+	os.WriteFile(file, raw, 0o644)
+	e := newEnv(t, envOptions{quiet: true, step: -1})
+	lint := func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		status := runExam(context.Background(), append([]string{"lint"}, args...), examDeps{getenv: func(k string) string { return map[string]string{"SANDBOX_EXAM_KEY": key}[k] }, stdout: &stdout, stderr: &stderr, sleep: sleepFor, now: e.clock.now})
+		return status, stdout.String(), stderr.String()
+	}
+	status, out, errs := lint(file, "-read-only")
+	want := `FAIL findings.retry_too_soon: 1 request was sent again before the Retry-After of an earlier answer to them had passed: wait at least the Retry-After seconds (429, 503) before sending a request again. (entries 4, 5)
+FAIL findings.blind_retry: POST /v1/test_helpers/shipments was answered 502 (entry 6), and the same write was sent again under another Idempotency-Key (entry 7): retry a 502 with the same Idempotency-Key, which answers the first write's result. (entries 6, 7)
+FAIL lint.cursor_filters: Entry 2 sent the cursor of entry 1's page with other filters ("", not "status=fulfilled"): keep the same filters between pages. (entries 1, 2)
+FAIL lint.walk_complete: 1 page had more (has_more true) whose next_cursor was never sent: read every page to its end. (entries 3)
+FAIL lint.read_only: 2 writes were done (2xx, or a 502 that may have been): the client was to only read. (entries 6, 7)
+FAIL lint.polling_rate: 1 key sent over 10 requests within one second: poll no faster than the limit (the exam key's: 10 a second), and wait a 429's Retry-After. (entries 12, 22)
+FAIL lint.auth_loop: 1 request was sent again after a 401 to its key (or a 403 to its method and path): a key refused stays refused; fix the key or its scopes, do not retry. (entries 10, 11)
+`
+	for _, id := range lintWorldChecks {
+		want += "skip " + id + ": needs the world\n"
+	}
+	want += "lint: 20 entries judged, 1 other hosts, 1 unreadable, 7 failing\n"
+	if status != 1 || out != want || errs != "" {
+		t.Errorf("%d %q\n%s\nwant\n%s", status, errs, out, want)
+	}
+	for _, format := range []string{"text", "json", "junit"} {
+		status, out, _ := lint(file, "-format", format)
+		if status != 1 || strings.Contains(out, "secretsecret") || strings.ContainsAny(out, "\x1b\x07") {
+			t.Errorf("%s: %d, a key or a control character written:\n%s", format, status, out)
+		}
+		if format == "json" && !strings.HasPrefix(out, `{"file":"`+file+`","base_url":"http://127.0.0.1:8080","entries":22,"judged":20,"other_hosts":1,"unreadable":1,"keys":3,"checks":[{"id":"findings.retry_too_soon","result":"fail",`) {
+			t.Errorf("the JSON report: %s", out)
+		}
+		if format == "junit" && (xml.Unmarshal([]byte(out), new(struct{})) != nil || strings.Count(out, "<skipped") != len(lintWorldChecks)+1) { // the world's, and read_only not asked
+			t.Errorf("the JUnit report: %s", out)
+		}
+	}
+	clean := filepath.Join(t.TempDir(), "clean.har")
+	raw, _ = json.Marshal(map[string]any{"log": map[string]any{"version": "1.2", "entries": entries[:1:1]}})
+	os.WriteFile(clean, raw, 0o644)
+	if status, out, _ := lint(clean); status != 1 || !strings.Contains(out, "FAIL lint.walk_complete") {
+		t.Errorf("one page never walked on: %d\n%s", status, out)
+	}
+	raw, _ = json.Marshal(map[string]any{"log": map[string]any{"version": "1.2", "entries": entries[3:4:4]}})
+	os.WriteFile(clean, raw, 0o644)
+	if status, out, _ := lint(clean); status != 0 || !strings.Contains(out, "skip lint.cursor_filters: needs response bodies") || !strings.Contains(out, "lint: 1 entries judged") {
+		t.Errorf("a clean HAR: %d\n%s", status, out)
+	}
+	for _, bad := range []string{"\x1b[2J" + key, `{"log":{}}`, `[]`} {
+		os.WriteFile(clean, []byte(bad), 0o644)
+		if status, out, errs := lint(clean); status != 2 || out != "" || strings.Contains(errs, "secretsecret") || !strings.Contains(errs, "not a HAR file") {
+			t.Errorf("%q: %d %q %q", bad, status, out, errs)
+		}
+	}
+}
+
+// BenchmarkExamLint: exam lint on a HAR of 20,000 entries, pages and retries among them (the
+// contract's bound: 1 s).
+func BenchmarkExamLint(b *testing.B) {
+	var entries []map[string]any
+	for i := range 20000 {
+		status, headers := 200, []map[string]string{}
+		if i%5 == 0 {
+			status, headers = 429, []map[string]string{{"name": "Retry-After", "value": "1"}}
+		}
+		entries = append(entries, map[string]any{"startedDateTime": testNow.Add(time.Duration(i) * 30 * time.Millisecond).Format(time.RFC3339Nano), "time": 5,
+			"request":  map[string]any{"method": "GET", "url": fmt.Sprintf("http://127.0.0.1:8080/v1/orders?limit=100&cursor=C%d", i%100), "headers": []map[string]string{{"name": "Authorization", "value": "Bearer k"}}},
+			"response": map[string]any{"status": status, "headers": headers, "content": map[string]any{"text": fmt.Sprintf(`{"data":[],"pagination":{"limit":100,"next_cursor":"C%d","has_more":true}}`, (i+1)%100)}}})
+	}
+	raw, _ := json.Marshal(map[string]any{"log": map[string]any{"version": "1.2", "entries": entries}})
+	file := filepath.Join(b.TempDir(), "big.har")
+	os.WriteFile(file, raw, 0o644)
+	b.ReportAllocs()
+	for b.Loop() {
+		var stdout, stderr bytes.Buffer
+		if status := runExam(context.Background(), []string{"lint", file, "-format", "json"}, examDeps{getenv: func(string) string { return "" }, stdout: &stdout, stderr: &stderr, sleep: sleepFor, now: time.Now}); status == 2 {
+			b.Fatal(stderr.String())
+		}
+	}
+}
+
 // examsPage is docs/exams.md, and its blocks of a kind ("sh", "go", "text") in order.
 func examsPage(t *testing.T, kind string) []string {
 	t.Helper()
