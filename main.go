@@ -10633,6 +10633,33 @@ func parseExamCommand(args []string, getenv func(string) string, usage io.Writer
 		args, c.command = args[:i], args[i+1:]
 	}
 	intro := "Usage: sandbox exam list | start NAME | grade ID | run NAME [flags] -- COMMAND [ARGS...] | lint FILE: a client of the sandbox's exams for CI. start prints the attempt (with -format env, SANDBOX_BASE_URL, SANDBOX_KEY, SANDBOX_EXAM and SANDBOX_EXAM_GIVEN for eval); grade polls until the grade is computed; run takes the exam -attempts times with COMMAND as the client and reports its pass rate (pass^k), each check passed, failed or flaky; lint judges any HAR file (- for standard input) by the checks that need no world. The key is SANDBOX_EXAM_KEY (default sk_test_sandbox_all; grade needs the key that started the attempt); each flag falls back to SANDBOX_EXAM_<NAME>. Exit status: 0 passed, 1 failed, 2 could not grade (or a usage error)."
+	fs := c.flagSet()
+	var operands []string                      // the verb, then its operand
+	for rest := args; ; rest = fs.Args()[1:] { // flags before and after each
+		_, err := parseFlags(fs, rest, usage, intro, "exam", "exam -h")
+		if err == nil {
+			break
+		}
+		if !strings.HasPrefix(err.Error(), "unexpected argument") {
+			return c, err
+		}
+		operands = append(operands, fs.Arg(0))
+	}
+	if len(operands) == 0 || examFormats[operands[0]] == nil {
+		return c, errors.New("want exam list, exam start NAME, exam grade ID, exam run NAME -- COMMAND or exam lint FILE (see exam -h)")
+	}
+	c.verb, operands = operands[0], operands[1:]
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if err := fallBack(fs, given, getenv, "SANDBOX_EXAM_"); err != nil {
+		return c, err
+	}
+	c.baseGiven = given["base-url"]
+	return c, c.settle(operands, given)
+}
+
+// flagSet is exam's flags, each setting c.
+func (c *examCommand) flagSet() *flag.FlagSet {
 	fs := flag.NewFlagSet("sandbox exam", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Func("base-url", "the sandbox's API base, an absolute http or https `URL` (default "+defaultBaseURL+")", func(v string) (err error) {
@@ -10665,28 +10692,7 @@ func parseExamCommand(args []string, getenv func(string) string, usage io.Writer
 	})
 	fs.StringVar(&c.format, "format", "", "list: `text` or json; start: json or env (lines for eval); grade, run and lint: text, json or junit (default: the first)")
 	fs.BoolVar(&c.readOnly, "read-only", false, "exam lint: judge lint.read_only (the client was to only read)")
-	var operands []string                      // the verb, then its operand
-	for rest := args; ; rest = fs.Args()[1:] { // flags before and after each
-		_, err := parseFlags(fs, rest, usage, intro, "exam", "exam -h")
-		if err == nil {
-			break
-		}
-		if !strings.HasPrefix(err.Error(), "unexpected argument") {
-			return c, err
-		}
-		operands = append(operands, fs.Arg(0))
-	}
-	if len(operands) == 0 || examFormats[operands[0]] == nil {
-		return c, errors.New("want exam list, exam start NAME, exam grade ID, exam run NAME -- COMMAND or exam lint FILE (see exam -h)")
-	}
-	c.verb, operands = operands[0], operands[1:]
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	if err := fallBack(fs, given, getenv, "SANDBOX_EXAM_"); err != nil {
-		return c, err
-	}
-	c.baseGiven = given["base-url"]
-	return c, c.settle(operands, given)
+	return fs
 }
 
 // settle judges what holds between exam's verb, its operands and its flags.
@@ -10730,14 +10736,21 @@ func (c *examCommand) flagsFault(given map[string]bool) error {
 		return errors.New("-attempts is exam run's")
 	case given["read-only"] && c.verb != "lint":
 		return errors.New("-read-only is exam lint's")
+	case kitKeyFault(c.key) != nil:
+		return fmt.Errorf("SANDBOX_EXAM_KEY: %v", kitKeyFault(c.key))
+	}
+	return c.commandFault()
+}
+
+// commandFault is what is wrong between exam run and its command, or nil.
+func (c *examCommand) commandFault() error {
+	switch {
 	case c.verb == "run" && len(c.command) == 0:
 		return errors.New("exam run takes the client's command after --: exam run NAME [flags] -- COMMAND [ARGS...]")
 	case c.verb != "run" && c.command != nil:
 		return errors.New("only exam run takes a command after --")
 	case c.verb == "run" && c.attempts > 0 && c.attempts < len(c.variants):
 		return fmt.Errorf("-attempts %d is fewer than the %d variants asked for", c.attempts, len(c.variants))
-	case kitKeyFault(c.key) != nil:
-		return fmt.Errorf("SANDBOX_EXAM_KEY: %v", kitKeyFault(c.key))
 	}
 	return nil
 }
