@@ -28,6 +28,7 @@
 //   - Sandboxes: accounts made at run time
 //   - Exams: the catalogue
 //   - Exams: an attempt, and its grade
+//   - Exams: an attempt's trace, and its grade judged again
 package main
 
 import (
@@ -35,14 +36,17 @@ import (
 	"cmp"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
 	"math"
 	mrand "math/rand/v2"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -50,6 +54,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 )
 
@@ -1648,7 +1653,25 @@ type journalEntry struct {
 	// other entry) for its key, method and target, the later ones counted in repeats.
 	limited int64
 	repeats int32
+	traced  *tracedParts // an exam attempt's entry: what its trace shows beyond the journal's members; nil for none
 }
+
+// tracedParts is what an exam attempt's journal keeps of an entry for its trace (GET
+// /v1/test_helpers/exams/{id}/trace), beyond what every journal keeps: the body a write read
+// and its Content-Type (lost past the attempt's maxTracedBodies), the answer's text as sent
+// where it is no read (a read's is rendered again from the world), the id a write made, and
+// whether its target was cut.
+type tracedParts struct {
+	contentType string
+	body        []byte
+	bodyLost    bool
+	text        []byte
+	made        string // "shp_..." or "acct_...": the id its write made (a 201, or the 502 of a write done); "" for none
+	targetCut   bool
+}
+
+// maxTracedBodies is what the bodies an attempt's journal keeps for its trace hold together.
+const maxTracedBodies = 16 << 20
 
 // writeMark is what blind_retry compares of a write: its Idempotency-Key as read (no
 // quotes) and its body's digest (the journal keeps no body).
@@ -1672,6 +1695,9 @@ func (e *journalEntry) cost() int64 {
 	n := int64(len(e.method)+len(e.target)+len(e.prefer)+len(e.runTag)+len(e.requestID)+len(e.idempotencyKey)) + 16
 	if e.write != nil {
 		n += int64(unsafe.Sizeof(writeMark{})) + int64(len(e.write.orderID)) // its key is the field's, as sent
+	}
+	if p := e.traced; p != nil {
+		n += int64(unsafe.Sizeof(tracedParts{})) + int64(len(p.contentType)+len(p.body)+len(p.text)+len(p.made))
 	}
 	return n
 }
@@ -1724,6 +1750,7 @@ type journal struct {
 	// what merges them (nil until the first).
 	limitedSeqs   map[limitedKey]uint64
 	limitedSecond int64
+	bodies        int64 // the bytes of the bodies its entries keep for an attempt's trace (at most maxTracedBodies)
 }
 
 // findingsCount is how many findings a journal's entries held when its newest was seq, and
@@ -1751,6 +1778,7 @@ func (b *tenantRegistry) keepEntry(t *tenant, e *journalEntry) {
 			t.mu.Unlock()
 			return
 		}
+		cost -= t.journal.bodyKept(e)
 		j, need := t.journal, cost
 		switch {
 		case j == nil: // its first entry opens it
@@ -1771,6 +1799,9 @@ func (b *tenantRegistry) keepEntry(t *tenant, e *journalEntry) {
 			}
 			j.push(e, limit)
 			j.noteLimited(e)
+			if e.traced != nil {
+				j.bodies += int64(len(e.traced.body))
+			}
 			t.journalBytes.Add(need)
 			t.mu.Unlock()
 			return
@@ -1789,6 +1820,19 @@ func (b *tenantRegistry) keepEntry(t *tenant, e *journalEntry) {
 			return
 		}
 	}
+}
+
+// bodyKept drops the body e keeps for an attempt's trace when it would take the attempt's
+// bodies past maxTracedBodies (its trace says it is lost), and returns the bytes dropped. j
+// is under its tenant's mu; nil holds none.
+func (j *journal) bodyKept(e *journalEntry) int64 {
+	p := e.traced
+	if j == nil || p == nil || p.body == nil || j.bodies+int64(len(p.body)) <= maxTracedBodies {
+		return 0
+	}
+	n := int64(len(p.body))
+	p.body, p.bodyLost = nil, true
+	return n
 }
 
 // repeated counts e in the entry of the same key, method and target that the same second
@@ -2707,14 +2751,20 @@ type (
 		Seq             uint64      `json:"_seq"` // custom members start with _
 	}
 	harRequest struct {
-		Method      string    `json:"method"`
-		URL         string    `json:"url"`
-		HTTPVersion string    `json:"httpVersion"`
-		Cookies     []harPair `json:"cookies"`
-		Headers     []harPair `json:"headers"`
-		QueryString []harPair `json:"queryString"`
-		HeadersSize int       `json:"headersSize"`
-		BodySize    int64     `json:"bodySize"`
+		Method      string       `json:"method"`
+		URL         string       `json:"url"`
+		HTTPVersion string       `json:"httpVersion"`
+		Cookies     []harPair    `json:"cookies"`
+		Headers     []harPair    `json:"headers"`
+		QueryString []harPair    `json:"queryString"`
+		PostData    *harPostData `json:"postData,omitempty"` // a trace's writes only
+		HeadersSize int          `json:"headersSize"`
+		BodySize    int64        `json:"bodySize"`
+	}
+	harPostData struct {
+		MimeType string `json:"mimeType"`
+		Text     string `json:"text"`
+		Encoding string `json:"_encoding,omitempty"` // "base64" for a body that is not UTF-8: HAR's postData has no encoding
 	}
 	harResponse struct {
 		Status      int        `json:"status"`
@@ -2732,8 +2782,10 @@ type (
 		Value string `json:"value"`
 	}
 	harContent struct {
-		Size     int64  `json:"size"`
-		MimeType string `json:"mimeType"`
+		Size     int64   `json:"size"`
+		MimeType string  `json:"mimeType"`
+		Text     *string `json:"text,omitempty"`    // a trace's
+		Comment  string  `json:"comment,omitempty"` // a trace's: why a text is left out
 	}
 	harTimings struct {
 		Send    float64 `json:"send"`
@@ -2746,36 +2798,40 @@ type (
 func harOf(es []journalEntry, origin string) harLog {
 	log := harLog{harBody{Version: "1.2", Creator: harCreator{"shipping-api-sandbox", "v1"}, Entries: []harEntry{}}}
 	for i := range es {
-		e := &es[i]
-		ms := e.durationMS()
-		req := harRequest{Method: e.method, URL: origin + e.target, HTTPVersion: "HTTP/1.1", Cookies: []harPair{},
-			Headers: []harPair{{"Authorization", "Bearer " + e.key.mask}}, QueryString: queryPairs(e.target), HeadersSize: -1}
-		if e.hasPrefer {
-			req.Headers = append(req.Headers, harPair{"Prefer", e.prefer})
-		}
-		if e.hasIdempotencyKey {
-			req.Headers = append(req.Headers, harPair{"Idempotency-Key", e.idempotencyKey})
-		}
-		req.BodySize = e.bodySize // the body's size: the journal keeps no body
-		text := statusTitle(int(e.status))
-		if e.status == 499 {
-			text = "Client Closed Request" // nginx's name: the client went away before any answer
-		}
-		resp := harResponse{Status: int(e.status), StatusText: text, HTTPVersion: "HTTP/1.1", Cookies: []harPair{},
-			Headers: []harPair{{"Request-Id", e.requestID}}, Content: harContent{Size: e.size, MimeType: e.contentType}, HeadersSize: -1, BodySize: e.size}
-		if e.retryAfter >= 0 {
-			resp.Headers = append(resp.Headers, harPair{"Retry-After", strconv.Itoa(int(e.retryAfter))})
-		}
-		if e.contentType != "" {
-			resp.Headers = append(resp.Headers, harPair{"Content-Type", e.contentType})
-		}
-		if e.method == http.MethodHead && e.size >= 0 {
-			resp.BodySize = 0 // the answer to a HEAD has a Content-Length but no body
-		}
-		log.Log.Entries = append(log.Log.Entries, harEntry{StartedDateTime: time.Unix(0, e.arrived).UTC().Format("2006-01-02T15:04:05.000Z07:00"),
-			Time: ms, Request: req, Response: resp, Timings: harTimings{Wait: ms}, Seq: e.seq})
+		log.Log.Entries = append(log.Log.Entries, harEntryOf(&es[i], origin))
 	}
 	return log
+}
+
+// harEntryOf is the journal's entry e as HAR writes it, its URL under origin.
+func harEntryOf(e *journalEntry, origin string) harEntry {
+	ms := e.durationMS()
+	req := harRequest{Method: e.method, URL: origin + e.target, HTTPVersion: "HTTP/1.1", Cookies: []harPair{},
+		Headers: []harPair{{"Authorization", "Bearer " + e.key.mask}}, QueryString: queryPairs(e.target), HeadersSize: -1}
+	if e.hasPrefer {
+		req.Headers = append(req.Headers, harPair{"Prefer", e.prefer})
+	}
+	if e.hasIdempotencyKey {
+		req.Headers = append(req.Headers, harPair{"Idempotency-Key", e.idempotencyKey})
+	}
+	req.BodySize = e.bodySize // the body's size: the journal keeps no body
+	text := statusTitle(int(e.status))
+	if e.status == 499 {
+		text = "Client Closed Request" // nginx's name: the client went away before any answer
+	}
+	resp := harResponse{Status: int(e.status), StatusText: text, HTTPVersion: "HTTP/1.1", Cookies: []harPair{},
+		Headers: []harPair{{"Request-Id", e.requestID}}, Content: harContent{Size: e.size, MimeType: e.contentType}, HeadersSize: -1, BodySize: e.size}
+	if e.retryAfter >= 0 {
+		resp.Headers = append(resp.Headers, harPair{"Retry-After", strconv.Itoa(int(e.retryAfter))})
+	}
+	if e.contentType != "" {
+		resp.Headers = append(resp.Headers, harPair{"Content-Type", e.contentType})
+	}
+	if e.method == http.MethodHead && e.size >= 0 {
+		resp.BodySize = 0 // the answer to a HEAD has a Content-Length but no body
+	}
+	return harEntry{StartedDateTime: time.Unix(0, e.arrived).UTC().Format("2006-01-02T15:04:05.000Z07:00"),
+		Time: ms, Request: req, Response: resp, Timings: harTimings{Wait: ms}, Seq: e.seq}
 }
 
 // queryPairs is the query of a target as HAR lists it: each pair, decoded where it can be.
@@ -4049,19 +4105,14 @@ func (b *tenantRegistry) newAttempt(body []byte, caller *apiKey, now time.Time) 
 	if req.variant < 0 {
 		req.variant = 1 + mrand.Int64N(maxVariant)
 	}
-	drawn := req.def.worldOf(req.variant)
-	world, err := readSandboxRequest(drawn.records(req.scale), nil)
-	var d *tenantData
-	if err == nil {
-		d, err = buildSandboxData(t.id, start, world.orders, world.shipments, 0, true)
-	}
+	a, err := req.def.attemptOf("exm_"+randomText(20), req.variant, req.scale, start, t.id)
 	if err != nil {
-		return nil, "", fmt.Errorf("the exam %s's world: %w", req.def.name, err) // the catalogue's own: an internal error
+		return nil, "", err
 	}
 	key, out, _ := sandboxKey("$.keys[0]", keyRecord{Scopes: scopeNames}, t)
 	key.limit = newRateLimit(examRate, now)
-	a := &examAttempt{id: "exm_" + randomText(20), def: req.def, variant: req.variant, drawn: drawn, kept: b.examEntries, scale: req.scale, start: start, maker: caller, key: key, world: d,
-		deadline: start.Add(examDuration * time.Duration(req.scale))}
+	a.kept, a.maker, a.key = b.examEntries, caller, key
+	d := a.world
 	t.data.Store(d)
 	t.sandbox, t.exam, t.rules = &sandboxAccount{}, a, a.rules()
 	t.clock.setting.Store(&clockSetting{at: start, running: true, waits: true, since: now.Add(examClockWait)})
@@ -4070,8 +4121,25 @@ func (b *tenantRegistry) newAttempt(body []byte, caller *apiKey, now time.Time) 
 		return nil, "", err
 	}
 	answer, err := marshalJSON(examStarted{ID: a.id, Exam: req.def.name, Revision: req.def.revision, Variant: a.variant, Scale: req.scale, Account: t.id.account, Key: out.Key,
-		StartedAt: formatTimestamp(start), Deadline: formatTimestamp(a.deadline), Task: req.def.task, Given: drawn.givenJSON()})
+		StartedAt: formatTimestamp(start), Deadline: formatTimestamp(a.deadline), Task: req.def.task, Given: a.drawn.givenJSON()})
 	return answer, a.id, err
+}
+
+// attemptOf is an attempt of exam def with this id, variant and scale, started at start in
+// the tenant named id: its world drawn and made, its deadline; no key yet. A start makes
+// one so, and exam regrade the one a trace names.
+func (def *examDef) attemptOf(id string, variant int64, scale int, start time.Time, tenant tenantID) (*examAttempt, error) {
+	drawn := def.worldOf(variant)
+	world, err := readSandboxRequest(drawn.records(scale), nil)
+	var d *tenantData
+	if err == nil {
+		d, err = buildSandboxData(tenant, start, world.orders, world.shipments, 0, true)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the exam %s's world: %w", def.name, err) // the catalogue's own: an internal error
+	}
+	return &examAttempt{id: id, def: def, variant: variant, drawn: drawn, kept: maxExamEntries, scale: scale, start: start, world: d,
+		deadline: start.Add(examDuration * time.Duration(scale))}, nil
 }
 
 // attempt is the attempt of this id that key may read (its own key, or the key that made
@@ -4145,6 +4213,7 @@ func (t *tenant) answerArrived(now time.Time) func() {
 type examAnswer struct {
 	items []answerItem
 	sent  bool
+	raw   []byte // the body as received
 }
 
 // answerItem is an item of an answer: its id (an order's, or a consignment's shipment), its
@@ -4220,7 +4289,7 @@ func readExamAnswer(b []byte, e *examDef) (*examAnswer, error) {
 	if e.answer != "" {
 		names = []string{e.answer}
 	}
-	ans := &examAnswer{}
+	ans := &examAnswer{raw: b}
 	d := newJSONReader(bytes.NewReader(b), maxBodyBytes)
 	err := d.document(names, func(name string) error {
 		ans.sent = true
@@ -4257,6 +4326,8 @@ func readExamAnswer(b []byte, e *examDef) (*examAnswer, error) {
 type examGrade struct {
 	gradedAt time.Time
 	verdicts []checkVerdict
+	answer   []byte // the answer's body as received; nil for none
+	lost     uint64 // the entries its journal had not kept when it was computed
 }
 
 // checkVerdict is what a check found: a failure's detail ("" for a pass) and the journal's
@@ -4289,18 +4360,26 @@ type grading struct {
 // and how many entries its journal lost by the time it is computed (which may count entries
 // that came after at: a flood's losses are its own evidence).
 func gradeOf(t *tenant, at time.Time, answer *examAnswer) *examGrade {
-	a := t.exam
-	g := &grading{a: a, d: t.current(), answer: answer}
-	part := t.journalPart(journalRead{}) // a copy of its own: filtered in place
-	g.entries = part.entries[:0]
-	for _, e := range part.entries {
+	part := t.journalPart(journalRead{})                                        // a copy of its own: filtered in place
+	return t.exam.judge(t.current(), part.entries, t.journalLost(), at, answer) // every entry it did not keep, those a read counts as dropped included
+}
+
+// judge is the attempt's grade at its grading instant at: a function of its data d, its
+// journal's entries es (oldest first; those judged before at are kept, in place), how many
+// entries it lost, and its answer (nil: none). The server judges an attempt so, and exam
+// regrade a trace of one.
+func (a *examAttempt) judge(d *tenantData, es []journalEntry, lost uint64, at time.Time, answer *examAnswer) *examGrade {
+	g := &grading{a: a, d: d, answer: answer, lost: lost, entries: es[:0]}
+	for _, e := range es {
 		if instantOf(at).after(e.clock) {
 			g.entries = append(g.entries, e)
 		}
 	}
-	g.lost = t.journalLost() // every entry an attempt's journal did not keep, those a read counts as dropped included
 	g.found = g.d.rawFindings(g.entries)
-	grade := &examGrade{gradedAt: at}
+	grade := &examGrade{gradedAt: at, lost: lost}
+	if answer != nil {
+		grade.answer = answer.raw
+	}
 	for _, c := range a.def.checks {
 		grade.verdicts = append(grade.verdicts, c.verdict(g))
 	}
@@ -4884,3 +4963,261 @@ func verdictOnComplete(g *grading) checkVerdict {
 	}
 	return failed(fmt.Sprintf("%d %s not kept in its journal (past its first %d entries, or dropped to keep every journal within %d MiB): the grade cannot judge what it did not keep; send fewer requests (a client that ignores Retry-After floods it).", g.lost, plural(int(g.lost), "request of the attempt was", "requests of the attempt were"), g.a.kept, maxJournalBytes>>20))
 }
+
+// ===== Exams: an attempt's trace, and its grade judged again =====
+
+// An attempt's trace (GET /v1/test_helpers/exams/{id}/trace) is its journal as HAR with all
+// its grade was judged from: the exam, its variant and instants, the answer and the grade
+// under log._exam, and per entry the journal's members, the body each write read and the
+// text of each answer. A read's text is rendered again from the world as its request read
+// it (its clock, and the version of the data it read: the world as made, with the writes
+// done before it done again), so the journal keeps no page. exam regrade judges a trace so
+// again, with no server: the world built from _exam, the writes done again at their
+// instants, what each read showed found again, and the grade computed by judge.
+
+// maxTraceTexts is what the answers' texts of one trace hold together: past it, a read's text
+// is left out.
+const maxTraceTexts = 32 << 20
+
+type (
+	traceLog struct {
+		Log traceBody `json:"log"`
+	}
+	traceBody struct {
+		Version string       `json:"version"`
+		Creator harCreator   `json:"creator"`
+		Exam    traceExam    `json:"_exam"`
+		Entries []traceEntry `json:"entries"`
+	}
+	// traceExam is log._exam: the attempt, the answer as received, what its journal lost, and
+	// its grade as GET /v1/test_helpers/exams/{id} writes it (pending until graded).
+	traceExam struct {
+		ID        string          `json:"id"`
+		Exam      string          `json:"exam"`
+		Revision  int             `json:"revision"`
+		Variant   int64           `json:"variant"`
+		Scale     int             `json:"scale"`
+		Account   string          `json:"account"`
+		StartedAt string          `json:"started_at"`
+		Deadline  string          `json:"deadline"`
+		GradedAt  *string         `json:"graded_at"`
+		Answer    json.RawMessage `json:"answer"`
+		Lost      uint64          `json:"lost"`
+		Passed    *bool           `json:"passed"`
+		Score     *string         `json:"score"`
+		Checks    []checkJSON     `json:"checks"`
+	}
+	// traceEntry is an entry of a trace: HAR's members, then the journal's.
+	traceEntry struct {
+		harEntry
+		Clock     string   `json:"_clock"`
+		Route     string   `json:"_route"`
+		Key       string   `json:"_key"`
+		Code      *string  `json:"_code"`
+		Simulated *string  `json:"_simulated"`
+		Run       *string  `json:"_run"`
+		IDs       []string `json:"_ids"`
+		Writes    uint32   `json:"_writes"`
+		Written   *string  `json:"_written"`
+		Body      string   `json:"_body,omitempty"` // "lost": the write's body was not kept
+		Repeats   int32    `json:"_repeats,omitempty"`
+	}
+)
+
+// orNull is s, or nil (JSON null) for "".
+func orNull(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// traceRead is GET /v1/test_helpers/exams/{id}/trace's answer for key: the trace of the
+// attempt of this id as its clock shows it at the wall clock's now, its URLs under origin,
+// its pages' cursors signed by cursors; 404 for an attempt key may not read.
+func (b *tenantRegistry) traceRead(id string, key *apiKey, wall func() time.Time, origin string, cursors *cursorSigner) ([]byte, error) {
+	t := b.attempt(id, key)
+	if t == nil {
+		return nil, errExamUnknown
+	}
+	a := t.exam
+	now := t.clock.read(wall).now
+	grade := a.gradeAt(t, now)
+	view := a.gradeView(t, grade, now)
+	es := t.journalPart(journalRead{}).entries
+	ex := traceExam{ID: a.id, Exam: a.def.name, Revision: a.def.revision, Variant: a.variant, Scale: a.scale, Account: view.Account, StartedAt: view.StartedAt,
+		Deadline: view.Deadline, GradedAt: view.GradedAt, Lost: t.journalLost(), Passed: view.Passed, Score: view.Score, Checks: view.Checks}
+	if grade != nil {
+		ex.Answer, ex.Lost = grade.answer, grade.lost
+	}
+	d := t.current()
+	versions := a.world.versions(es, func(i, j int) int { return cmp.Compare(es[i].writes, es[j].writes) })
+	log := traceLog{traceBody{Version: "1.2", Creator: harCreator{"shipping-api-sandbox", "v1"}, Exam: ex, Entries: make([]traceEntry, 0, len(es))}}
+	texts := 0
+	for i := range es {
+		e := &es[i]
+		te := traceEntryOf(e, origin, d)
+		var text []byte
+		switch {
+		case e.traced != nil && e.traced.text != nil:
+			text = e.traced.text
+		case !e.read():
+		case e.traced != nil && e.traced.targetCut:
+			te.Response.Content.Comment = "left out: target cut"
+		default:
+			v := d
+			if int(e.writes) < len(versions) {
+				v = versions[e.writes]
+			}
+			if text, _, _ = v.answerOf(e.routePath, e.target, e.clock.time(), cursors); texts+len(text) > maxTraceTexts {
+				text, te.Response.Content.Comment = nil, "left out: 32 MiB"
+			}
+		}
+		if text != nil {
+			texts += len(text)
+			s := string(text)
+			te.Response.Content.Text = &s
+		}
+		log.Log.Entries = append(log.Log.Entries, te)
+	}
+	return marshalJSON(log)
+}
+
+// traceEntryOf is the journal's entry e as a trace writes it, its URL under origin and its
+// ids as d shows them: its instants to the nanosecond (so that a regrade judges a
+// Retry-After as the server did), the body its write read.
+func traceEntryOf(e *journalEntry, origin string, d *tenantData) traceEntry {
+	te := traceEntry{harEntry: harEntryOf(e, origin), Clock: formatTimestamp(e.clock.time()), Route: e.routePath, Key: e.key.mask, Code: orNull(string(e.code)),
+		Simulated: orNull(e.simulated.String()), Run: orNull(e.runTag), IDs: d.idsOf(e), Writes: e.writes, Repeats: e.repeats}
+	te.StartedDateTime = time.Unix(0, e.arrived).UTC().Format("2006-01-02T15:04:05.000000000Z07:00")
+	te.Time = float64(e.duration) / 1e6
+	te.Timings.Wait = te.Time
+	if p := e.traced; p != nil {
+		te.Written = orNull(p.made)
+		switch {
+		case p.bodyLost:
+			te.Body = "lost"
+		case p.body != nil && utf8.Valid(p.body):
+			te.Request.PostData = &harPostData{MimeType: p.contentType, Text: string(p.body)}
+		case p.body != nil:
+			te.Request.PostData = &harPostData{MimeType: p.contentType, Text: base64.StdEncoding.EncodeToString(p.body), Encoding: "base64"}
+		}
+	}
+	return te
+}
+
+// answerOf is what a GET of the four operations of this route and target answers at at from
+// d: its body, what it showed the journal, or the error it answers instead (a tracking
+// number's 404 still shows the findings what it found).
+func (d *tenantData) answerOf(route, target string, at time.Time, cursors *cursorSigner) ([]byte, showing, error) {
+	path, query, _ := strings.Cut(target, "?")
+	if route == "/v1/orders" {
+		b, page, err := d.orders.page(nil, query, cursors, at)
+		if err != nil {
+			return nil, showing{}, err
+		}
+		return b, showing{kind: showsPage, page: page}, nil
+	}
+	if err := refuseParams(query); err != nil {
+		return nil, showing{}, err
+	}
+	id := wildcardOf(route, path)
+	var v viewParts
+	var s *shipment
+	var err error
+	switch route {
+	case "/v1/orders/{id}":
+		b, i, err := d.orders.get(id, at)
+		if err != nil {
+			return nil, showing{}, err
+		}
+		return b, showing{kind: showsOrder, order: int32(i)}, nil
+	case "/v1/shipments/{id}/tracking":
+		v, s, err = d.shipments.viewByID(id, at)
+	case "/v1/tracking/{tracking_number}":
+		var shown showing
+		if v, s, shown, err = d.numberLookup(id, at); err != nil {
+			return nil, shown, err
+		}
+	default:
+		return nil, showing{}, errNotRead
+	}
+	if err != nil {
+		return nil, showing{}, err
+	}
+	return slices.Concat(v[:]...), showing{kind: showsShipment, ship: s}, nil
+}
+
+// wildcardOf is the value of the route's one wildcard in path, unescaped as ServeMux
+// unescapes it; "" when route has none or path is not of it.
+func wildcardOf(route, path string) string {
+	rs, ps := strings.Split(route, "/"), strings.Split(path, "/")
+	if len(rs) != len(ps) {
+		return ""
+	}
+	for i, r := range rs {
+		if strings.HasPrefix(r, "{") {
+			if v, err := url.PathUnescape(ps[i]); err == nil {
+				return v
+			}
+			return ps[i]
+		}
+	}
+	return ""
+}
+
+// writeDone reports whether e is a write that changed its tenant's data: a shipment created
+// or moved (its 201, or the 502 of a write done). A sandbox made or forgotten is another
+// tenant's.
+func (e *journalEntry) writeDone() bool {
+	return e.traced != nil && e.traced.made != "" && e.method == http.MethodPost &&
+		(e.routePath == "/v1/test_helpers/shipments" || e.routePath == "/v1/test_helpers/shipments/{id}/events")
+}
+
+// versions are the versions of an attempt's data its entries read, world (as made) the
+// first: the writes the entries es did, each done again at its instant with its body and the
+// id it made, in the order of byOrder (a comparison of indexes into es). They stop at a
+// write that cannot be done again (its body lost).
+func (world *tenantData) versions(es []journalEntry, byOrder func(i, j int) int) []*tenantData {
+	var done []int
+	for i := range es {
+		if es[i].writeDone() {
+			done = append(done, i)
+		}
+	}
+	slices.SortStableFunc(done, byOrder)
+	vs := []*tenantData{world}
+	for _, i := range done {
+		next, err := vs[len(vs)-1].replayed(&es[i])
+		if err != nil {
+			break
+		}
+		vs = append(vs, next)
+	}
+	return vs
+}
+
+// replayed is d with the write e did, done again at its instant with its body and the id it
+// made.
+func (d *tenantData) replayed(e *journalEntry) (*tenantData, error) {
+	p := e.traced
+	if p == nil || p.bodyLost || p.body == nil {
+		return nil, errExamBodyLost
+	}
+	if e.routePath == "/v1/test_helpers/shipments" {
+		next, _, err := d.withBooking(p.body, e.clock.time(), p.made)
+		return next, err
+	}
+	raw, err := readShipmentEvents(p.body, e.clock.time())
+	if err != nil {
+		return nil, err
+	}
+	path, _, _ := strings.Cut(e.target, "?")
+	next, _, err := d.withShipmentEvents(wildcardOf(e.routePath, path), raw, e.clock.time())
+	return next, err
+}
+
+var (
+	errExamBodyLost = errors.New("a write's body was not kept")
+	errNotRead      = errors.New("not a read of the four operations")
+)

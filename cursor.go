@@ -54,7 +54,9 @@ type cursorPosition struct {
 	id        string
 }
 
-// cursorSigner issues and verifies cursors with one secret.
+// cursorSigner issues and verifies cursors with one secret; one without (exam regrade's,
+// which judges a trace's cursors without the secret of the process that signed them) takes
+// a cursor's position as written.
 type cursorSigner struct {
 	key []byte
 }
@@ -102,7 +104,7 @@ func (c *cursorSigner) verify(s string, owner tag) (cursorPosition, tag, error) 
 		return cursorPosition{}, tag{}, errCursorMalformed
 	}
 	body, mac := b[:len(b)-sha256.Size], b[len(b)-sha256.Size:]
-	if !hmac.Equal(mac, c.mac(body)) {
+	if c.key != nil && !hmac.Equal(mac, c.mac(body)) {
 		return cursorPosition{}, tag{}, errCursorForged
 	}
 	if tag(body[1:9]) != owner {

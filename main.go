@@ -65,6 +65,7 @@
 //   - check: go run . exam, a client of the exam routes for CI
 //   - check: exam run, an exam taken several times with the client's own command
 //   - check: exam lint, the checks that need no world, on any HAR
+//   - check: exam regrade, an attempt's trace judged again with no server
 package main
 
 import (
@@ -101,6 +102,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"runtime"
@@ -1432,6 +1434,7 @@ func (s *server) routes() []route {
 		{"POST /v1/test_helpers/exams", s.examWrite(true, s.startExam)},
 		{"GET /v1/test_helpers/exams/{id}", s.examRoute(s.readGrade)},
 		{"POST /v1/test_helpers/exams/{id}/answer", s.examWrite(false, s.answerExam)},
+		{"GET /v1/test_helpers/exams/{id}/trace", s.examTrace(s.readTrace)},
 		{"GET /v1/openapi.json", s.keyless(s.serveOpenAPI)},
 		{"GET /v1/healthz", s.keyless(s.serveHealth)},
 		{"POST /mcp", s.keyless(s.serveMCP)},       // the MCP door: its own checks
@@ -1528,6 +1531,12 @@ func (s *server) examRoute(h keyedHandler) callHandler {
 	return chain(s.serveKeyed(h), capDeclared, requireKey(&s.keys, s.now, keyRule{expiry: wallClock, standing: true}, false), refuseLive, s.simulate(codeAndDelay), s.readBody)
 }
 
+// examTrace wraps an attempt's trace: an exam route that reads no Prefer (a file kept as
+// an artifact is the attempt's, never a rehearsal's).
+func (s *server) examTrace(h keyedHandler) callHandler {
+	return chain(s.serveKeyed(h), capDeclared, requireKey(&s.keys, s.now, keyRule{expiry: wallClock, standing: true}, false), refuseLive, s.readBody)
+}
+
 // keyless wraps a route that needs no key: it has only the body's cap.
 func (s *server) keyless(h callHandler) callHandler { return chain(h, capDeclared, s.readBody) }
 
@@ -1572,6 +1581,7 @@ type call struct {
 	bodySize       int64      // the bytes of its body, for the journal; -1 unknown
 	body           []byte     // its body, once readBody read it
 	shown          showing    // what its answer showed, for the journal
+	made           string     // the id its write made (a shipment's, a sandbox's account), for an attempt's trace
 	journal        *apiKey    // the key whose tenant journals it, if it is journaled
 	journaled      bool       // its entry is written
 }
@@ -1663,12 +1673,19 @@ type statusWriter struct {
 	r     *http.Request
 	route string
 	c     call
+	// An exam attempt's answer that is no read: its body is held until it is whole (its
+	// Content-Length), so that its entry keeps its text for the trace, and is journaled
+	// before the body is sent, as every entry is.
+	holding bool
+	held    []byte
 }
 
 func (sw *statusWriter) WriteHeader(status int) {
 	if sw.c.status == 0 {
 		sw.c.status = status
-		sw.s.writeEntry(sw)
+		if sw.holding = sw.c.journal != nil && sw.c.journal.tenant.exam != nil && sw.r.Method != http.MethodHead && !sw.c.readAnswer(sw.r.Method); !sw.holding {
+			sw.s.writeEntry(sw)
+		}
 	}
 	sw.ResponseWriter.WriteHeader(status)
 }
@@ -1677,7 +1694,37 @@ func (sw *statusWriter) Write(b []byte) (int, error) {
 	if sw.c.status == 0 {
 		sw.WriteHeader(http.StatusOK)
 	}
+	if sw.holding {
+		sw.held = append(sw.held, b...)
+		if n, err := strconv.Atoi(sw.Header().Get("Content-Length")); err == nil && len(sw.held) < n {
+			return len(b), nil
+		}
+		if err := sw.release(); err != nil {
+			return 0, err
+		}
+		return len(b), nil
+	}
 	return sw.ResponseWriter.Write(b)
+}
+
+// release journals a held answer with its text, then sends it.
+func (sw *statusWriter) release() error {
+	if !sw.holding {
+		return nil
+	}
+	sw.holding = false
+	sw.s.writeEntry(sw)
+	if len(sw.held) == 0 {
+		return nil
+	}
+	_, err := sw.ResponseWriter.Write(sw.held)
+	return err
+}
+
+// readAnswer reports whether the call's answer is a read of the four operations, whose text
+// an attempt's trace renders again rather than keeps: a 200 GET that showed something.
+func (c *call) readAnswer(method string) bool {
+	return c.status == http.StatusOK && method == http.MethodGet && c.shown.kind >= showsOrder && c.shown.kind <= showsPage
 }
 
 // Unwrap lets http.ResponseController reach the connection's own writer.
@@ -1700,6 +1747,11 @@ func (s *server) finish(sw *statusWriter, method, route string) {
 	if sw.c.status == statusClientClosedRequest {
 		s.writeEntry(sw) // answered with nothing
 	}
+	if cut && sw.holding {
+		sw.holding = false
+		s.writeEntry(sw)
+	}
+	sw.release() // an attempt's answer held whole: journaled, then sent
 	end := time.Now()
 	if route == "/" || route == "" { // no route serves it: its path is logged, so that a probe of /.well-known/... is not GET /
 		route = s.loggedPath(sw.r.URL.EscapedPath())
@@ -2686,19 +2738,27 @@ func trackingByID(w http.ResponseWriter, r *http.Request, c *call) error {
 }
 
 func trackingByNumber(w http.ResponseWriter, r *http.Request, c *call) error {
-	number := r.PathValue("tracking_number")
-	v, s, err := c.data.shipments.viewByNumber(number, c.at)
+	v, s, shown, err := c.data.numberLookup(r.PathValue("tracking_number"), c.at)
+	c.shown = shown
+	return writeView(w, c, v, s, err)
+}
+
+// numberLookup is GET /v1/tracking/{tracking_number}'s work at at: the view of the shipment
+// found, or the error, and what a 404 showed the findings (a number several shipments hold,
+// or a further parcel's).
+func (d *tenantData) numberLookup(number string, at time.Time) (viewParts, *shipment, showing, error) {
+	v, s, err := d.shipments.viewByNumber(number, at)
 	switch {
-	case err == errTrackingAmbiguous && c.data.adapter: // the domain adapter's 409
-		return ambiguousNumber(c.data.shipments.holdersAt(number, c.at))
+	case err == errTrackingAmbiguous && d.adapter: // the domain adapter's 409
+		return v, nil, showing{}, ambiguousNumber(d.shipments.holdersAt(number, at))
 	case err == errTrackingAmbiguous:
-		c.shown = showing{kind: showsSharedNumber, ship: s}
+		return v, s, showing{kind: showsSharedNumber, ship: s}, err
 	case err == errTrackingNotFound:
-		if p, i := c.data.shipments.parcelHolder(number, c.at); p != nil { // a further parcel's number: the findings name it
-			c.shown = showing{kind: showsParcelNumber, ship: p, order: int32(i)}
+		if p, i := d.shipments.parcelHolder(number, at); p != nil { // a further parcel's number: the findings name it
+			return v, s, showing{kind: showsParcelNumber, ship: p, order: int32(i)}, err
 		}
 	}
-	return writeView(w, c, v, s, err)
+	return v, s, showing{}, err
 }
 
 // ambiguousNumber is the domain adapter's answer to a number n shipments hold: 409.
@@ -2830,6 +2890,12 @@ func (s *server) postSandbox(c *call) (*storedAnswer, error) {
 	if err != nil {
 		return nil, err
 	}
+	var made struct {
+		Account string `json:"account"`
+	}
+	if json.Unmarshal(b, &made) == nil {
+		c.made = made.Account
+	}
 	return &storedAnswer{status: http.StatusCreated, contentType: jsonContentType, body: b}, nil
 }
 
@@ -2839,7 +2905,7 @@ func (s *server) createShipment(c *call) (*storedAnswer, error) {
 	c.write.orderID = bookedOrder(c.body)
 	script := c.key.tenant.rules.script
 	return s.writeShipment(c, func(d *tenantData) (*tenantData, *shipment, error) {
-		next, sh, err := d.withBooking(c.body, c.at)
+		next, sh, err := d.withBooking(c.body, c.at, "")
 		if err != nil || script == nil || len(next.links) == len(d.links) {
 			return next, sh, err
 		}
@@ -2904,7 +2970,7 @@ func (s *server) writeShipment(c *call, build func(d *tenantData) (*tenantData, 
 	if err != nil {
 		return nil, err
 	}
-	c.data, c.shown = d, showing{kind: showsWritten, ship: written}
+	c.data, c.shown, c.made = d, showing{kind: showsWritten, ship: written}, written.id
 	v := written.viewAt(c.at)
 	return &storedAnswer{status: http.StatusCreated, contentType: jsonContentType, location: "/v1/shipments/" + url.PathEscape(written.id) + "/tracking",
 		body: slices.Concat(v[:]...), shown: c.shown}, nil
@@ -2942,6 +3008,22 @@ func (s *server) readGrade(w http.ResponseWriter, r *http.Request, c *call) erro
 		writeBody(w, http.StatusOK, contentType, b)
 	}
 	return err
+}
+
+// readTrace answers GET /v1/test_helpers/exams/{id}/trace: the attempt's trace, as a file
+// named for it, its URLs under the address the reader used.
+func (s *server) readTrace(w http.ResponseWriter, r *http.Request, c *call) error {
+	if p, _, ok := nextParam(r.URL.RawQuery); ok {
+		return unknownParam(p.name, "GET /v1/test_helpers/exams/{id}/trace takes no query parameters.")
+	}
+	id := r.PathValue("id")
+	b, err := s.registry.traceRead(id, c.key, s.now, originOf(r, s.origin), s.cursors)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Disposition", `attachment; filename="`+id+`.har"`)
+	writeBody(w, http.StatusOK, jsonContentType, b)
+	return nil
 }
 
 // parseGradeQuery reads the query of a grade's read: format, json (the default) or junit.
@@ -3081,7 +3163,55 @@ func (s *server) writeEntry(sw *statusWriter) {
 	if k := r.Header["Idempotency-Key"]; len(k) > 0 {
 		e.hasIdempotencyKey, e.idempotencyKey = true, boundValue(strings.Join(k, ", "), maxJournalPrefer)
 	}
+	if c.journal.tenant.exam != nil {
+		e.traced = tracedOf(sw, &e)
+	}
 	s.registry.keepEntry(c.journal.tenant, &e)
+}
+
+// tracedOf is what an attempt's entry e keeps for its trace: the body its write read, the
+// text of its answer when it is no read (keys masked), the id its write made, and whether
+// its target was cut. nil when it has none of them.
+func tracedOf(sw *statusWriter, e *journalEntry) *tracedParts {
+	c := &sw.c
+	p := &tracedParts{made: c.made, targetCut: len(e.target) < len(targetOf(sw.r))}
+	if e.write != nil {
+		p.body, p.contentType = c.body, sw.r.Header.Get("Content-Type")
+		if p.body == nil {
+			p.body = []byte{}
+		}
+	}
+	if len(sw.held) > 0 {
+		p.text = maskedKeys(sw.held)
+	}
+	if p.body == nil && p.text == nil && p.made == "" && !p.targetCut {
+		return nil
+	}
+	return p
+}
+
+// maskedKeys is an answer's text with the value of every "key" member masked as the journal
+// masks a key: a sandbox's 201 names its keys.
+func maskedKeys(text []byte) []byte {
+	const member = `"key":"`
+	if !bytes.Contains(text, []byte(member)) {
+		return text
+	}
+	var out []byte
+	for rest := text; ; {
+		i := bytes.Index(rest, []byte(member))
+		if i < 0 {
+			return append(out, rest...)
+		}
+		out = append(out, rest[:i+len(member)]...)
+		rest = rest[i+len(member):]
+		end := bytes.IndexByte(rest, '"')
+		if end < 0 {
+			return append(out, rest...)
+		}
+		out = append(out, keyMask(string(rest[:end]))...)
+		rest = rest[end:]
+	}
 }
 
 // ownMethod is a journaled request's method as a string of its own: net/http cuts it from
@@ -10595,12 +10725,14 @@ type examCommand struct {
 	variants  []int64 // -variant, in the order given
 	attempts  int     // exam run's -attempts; 0: not given
 	command   []string
-	readOnly  bool // exam lint's -read-only
-	baseGiven bool // -base-url given (exam lint reads the file's own base otherwise)
+	readOnly  bool   // exam lint's -read-only
+	revision  int    // exam regrade's -revision; -1: the trace's own
+	traceDir  string // exam run's -trace-dir: where each attempt's trace is written; "": none
+	baseGiven bool   // -base-url given (exam lint reads the file's own base otherwise)
 }
 
 // examFormats are the formats of each verb, its default first.
-var examFormats = map[string][]string{"list": {"text", "json"}, "start": {"json", "env"}, "grade": {"text", "json", "junit"}, "run": {"text", "json", "junit"}, "lint": {"text", "json", "junit"}}
+var examFormats = map[string][]string{"list": {"text", "json"}, "start": {"json", "env"}, "grade": {"text", "json", "junit"}, "run": {"text", "json", "junit"}, "lint": {"text", "json", "junit"}, "regrade": {"text", "json", "junit"}}
 
 // examDeps are what go run . exam takes from its process: its environment, its two outputs,
 // a wait between a grade's reads, the wall clock, and how a client's command is started
@@ -10628,11 +10760,11 @@ func colourTerminal(f *os.File, getenv func(string) string) bool {
 // after the argument, each flag falling back to SANDBOX_EXAM_<NAME>, the key read from
 // SANDBOX_EXAM_KEY; exam run's command follows --.
 func parseExamCommand(args []string, getenv func(string) string, usage io.Writer) (examCommand, error) {
-	c := examCommand{baseURL: defaultBaseURL, scale: 1, key: cmp.Or(getenv("SANDBOX_EXAM_KEY"), "sk_test_sandbox_all")}
+	c := examCommand{baseURL: defaultBaseURL, scale: 1, revision: -1, key: cmp.Or(getenv("SANDBOX_EXAM_KEY"), "sk_test_sandbox_all")}
 	if i := slices.Index(args, "--"); i >= 0 {
 		args, c.command = args[:i], args[i+1:]
 	}
-	intro := "Usage: sandbox exam list | start NAME | grade ID | run NAME [flags] -- COMMAND [ARGS...] | lint FILE: a client of the sandbox's exams for CI. start prints the attempt (with -format env, SANDBOX_BASE_URL, SANDBOX_KEY, SANDBOX_EXAM and SANDBOX_EXAM_GIVEN for eval); grade polls until the grade is computed; run takes the exam -attempts times with COMMAND as the client and reports its pass rate (pass^k), each check passed, failed or flaky; lint judges any HAR file (- for standard input) by the checks that need no world. The key is SANDBOX_EXAM_KEY (default sk_test_sandbox_all; grade needs the key that started the attempt); each flag falls back to SANDBOX_EXAM_<NAME>. Exit status: 0 passed, 1 failed, 2 could not grade (or a usage error)."
+	intro := "Usage: sandbox exam list | start NAME | grade ID | run NAME [flags] -- COMMAND [ARGS...] | lint FILE | regrade FILE: a client of the sandbox's exams for CI. start prints the attempt (with -format env, SANDBOX_BASE_URL, SANDBOX_KEY, SANDBOX_EXAM and SANDBOX_EXAM_GIVEN for eval); grade polls until the grade is computed; run takes the exam -attempts times with COMMAND as the client and reports its pass rate (pass^k), each check passed, failed or flaky; lint judges any HAR file (- for standard input) by the checks that need no world; regrade judges an attempt's trace (GET /v1/test_helpers/exams/{id}/trace) again with no server, exit 0 when its grade is the one recorded and 1 naming each check that differs. The key is SANDBOX_EXAM_KEY (default sk_test_sandbox_all; grade needs the key that started the attempt); each flag falls back to SANDBOX_EXAM_<NAME>. Exit status: 0 passed, 1 failed, 2 could not grade (or a usage error)."
 	fs := c.flagSet()
 	var operands []string                      // the verb, then its operand
 	for rest := args; ; rest = fs.Args()[1:] { // flags before and after each
@@ -10646,7 +10778,7 @@ func parseExamCommand(args []string, getenv func(string) string, usage io.Writer
 		operands = append(operands, fs.Arg(0))
 	}
 	if len(operands) == 0 || examFormats[operands[0]] == nil {
-		return c, errors.New("want exam list, exam start NAME, exam grade ID, exam run NAME -- COMMAND or exam lint FILE (see exam -h)")
+		return c, errors.New("want exam list, exam start NAME, exam grade ID, exam run NAME -- COMMAND, exam lint FILE or exam regrade FILE (see exam -h)")
 	}
 	c.verb, operands = operands[0], operands[1:]
 	given := map[string]bool{}
@@ -10692,12 +10824,21 @@ func (c *examCommand) flagSet() *flag.FlagSet {
 	})
 	fs.StringVar(&c.format, "format", "", "list: `text` or json; start: json or env (lines for eval); grade, run and lint: text, json or junit (default: the first)")
 	fs.BoolVar(&c.readOnly, "read-only", false, "exam lint: judge lint.read_only (the client was to only read)")
+	fs.Func("revision", "exam regrade: judge the trace by this `revision` of its exam, one this binary holds (default: the trace's own); checks are then matched by id", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return errors.New("want a whole number from 1")
+		}
+		c.revision = n
+		return nil
+	})
+	fs.StringVar(&c.traceDir, "trace-dir", "", "exam run: write each attempt's trace, once graded, to `DIR`/ID.har (the directory made if missing)")
 	return fs
 }
 
 // settle judges what holds between exam's verb, its operands and its flags.
 func (c *examCommand) settle(operands []string, given map[string]bool) error {
-	want := map[string]string{"list": "", "start": "NAME", "grade": "ID", "run": "NAME", "lint": "FILE"}[c.verb]
+	want := map[string]string{"list": "", "start": "NAME", "grade": "ID", "run": "NAME", "lint": "FILE", "regrade": "FILE"}[c.verb]
 	switch {
 	case want == "" && len(operands) > 0:
 		return fmt.Errorf("exam list takes no argument, not %q", operands[0])
@@ -10736,6 +10877,10 @@ func (c *examCommand) flagsFault(given map[string]bool) error {
 		return errors.New("-attempts is exam run's")
 	case given["read-only"] && c.verb != "lint":
 		return errors.New("-read-only is exam lint's")
+	case given["revision"] && c.verb != "regrade":
+		return errors.New("-revision is exam regrade's")
+	case given["trace-dir"] && c.verb != "run":
+		return errors.New("-trace-dir is exam run's")
 	case kitKeyFault(c.key) != nil:
 		return fmt.Errorf("SANDBOX_EXAM_KEY: %v", kitKeyFault(c.key))
 	}
@@ -10791,6 +10936,8 @@ func runExam(ctx context.Context, args []string, deps examDeps) int {
 		out = rep.written(c.format, client)
 	case "lint":
 		out, status, err = client.lintFile(c, deps.stdin)
+	case "regrade":
+		out, status, err = client.regradeFile(c, deps.stdin)
 	}
 	if err != nil {
 		errs.say(err.Error())
@@ -11278,6 +11425,9 @@ type examRunAttempt struct {
 	exitCode *int    // the client's exit status; nil when it was ended (at the limit, or by a signal)
 	seconds  float64 // from the client's start to its end
 	fault    string  // why it could not be started, run or graded; "" when graded
+	// traceFault: why its trace could not be written under -trace-dir ("" when it was, or
+	// none was asked for): exam run then ends with status 2, its grades reported.
+	traceFault string
 }
 
 // examRunReport is what exam run found: the exam, and its attempts in their order.
@@ -11307,7 +11457,7 @@ func (e *examClient) run(ctx context.Context, c examCommand) (*examRunReport, in
 			break
 		}
 	}
-	status := examPassed
+	status, traced := examPassed, true
 	for _, a := range rep.attempts {
 		switch {
 		case a.grade == nil:
@@ -11315,8 +11465,9 @@ func (e *examClient) run(ctx context.Context, c examCommand) (*examRunReport, in
 		case !*a.grade.Passed:
 			status = examFailed
 		}
+		traced = traced && a.traceFault == ""
 	}
-	if rep.fault != "" {
+	if rep.fault != "" || !traced {
 		return rep, examCannotGrade
 	}
 	return rep, status
@@ -11357,7 +11508,55 @@ func (e *examClient) runAttempt(ctx context.Context, c examCommand, n int, varia
 	if a.grade, err = e.grade(ctx, x.ID); err != nil {
 		a.fault = "could not be graded: " + err.Error()
 	}
+	if a.grade != nil && c.traceDir != "" {
+		if err := e.keepTrace(ctx, x.ID, c.traceDir); err != nil {
+			a.traceFault = err.Error()
+			e.errs.say(fmt.Sprintf("attempt %s: its trace could not be written: %v", x.ID, err))
+		}
+	}
 	return a
+}
+
+// keepTrace writes the trace of the graded attempt id to dir/ID.har (dir made if missing),
+// whole or not at all: read into a file of its own beside it, then renamed.
+func (e *examClient) keepTrace(ctx context.Context, id, dir string) error {
+	if filepath.Base(id) != id || !strings.HasPrefix(id, "exm_") {
+		return fmt.Errorf("%q is no attempt's id", id)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.base+"/test_helpers/exams/"+id+"/trace", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+e.key)
+	client := *e.http
+	client.Timeout = 2 * time.Minute // a trace of 20,000 entries is some 30 MiB
+	res, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s/test_helpers/exams/%s/trace answered %d", e.base, id, res.StatusCode)
+	}
+	f, err := os.CreateTemp(dir, id+".har.*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	n, err := io.Copy(f, io.LimitReader(res.Body, maxLintFile+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case err != nil:
+		return err
+	case n > maxLintFile:
+		return fmt.Errorf("a trace over %d MiB", maxLintFile>>20)
+	}
+	return os.Rename(f.Name(), filepath.Join(dir, id+".har"))
 }
 
 // awaitClient waits for the client to exit, reading the attempt's grade once a second (the
@@ -11725,21 +11924,9 @@ var lintWorldChecks = []string{"answer.orders", "answer.statuses", "answer.links
 // lintFile is exam lint FILE (- standard input): its report in the format asked for, and its
 // exit status.
 func (e *examClient) lintFile(c examCommand, stdin io.Reader) ([]byte, int, error) {
-	var data []byte
-	var err error
-	if c.arg == "-" {
-		if stdin == nil {
-			stdin = strings.NewReader("")
-		}
-		data, err = io.ReadAll(io.LimitReader(stdin, maxLintFile+1))
-	} else {
-		data, err = readBounded(c.arg, maxLintFile+1)
-	}
-	switch {
-	case err != nil:
-		return nil, examCannotGrade, fmt.Errorf("%s: %v", printable(cutField(c.arg, 256)), err)
-	case len(data) > maxLintFile:
-		return nil, examCannotGrade, fmt.Errorf("%s: over %d MiB, the most exam lint reads", printable(cutField(c.arg, 256)), maxLintFile>>20)
+	data, err := readExamFile(c.arg, stdin)
+	if err != nil {
+		return nil, examCannotGrade, err
 	}
 	base := ""
 	if c.baseGiven {
@@ -12178,4 +12365,449 @@ func (r *lintReport) written(format string, e *examClient) ([]byte, int) {
 	}
 	fmt.Fprintf(&b, "lint: %d entries judged, %d other hosts, %d unreadable, %d failing\n", r.Judged, r.OtherHosts, r.Unreadable, failing)
 	return []byte(b.String()), status
+}
+
+// ===== check: exam regrade, an attempt's trace judged again with no server =====
+
+// exam regrade judges an attempt's trace (GET /v1/test_helpers/exams/{id}/trace) again: the
+// world built from its _exam as a start builds it, the writes it did done again at their
+// instants with their bodies and the ids they made, what each read showed found again in
+// that world, and the grade computed as the server computes it. It sends nothing, and
+// reports whether the grade it finds is the one the trace records.
+
+// traceFile is a trace as exam regrade reads it.
+type traceFile struct {
+	Log *struct {
+		Version *string            `json:"version"`
+		Exam    *traceExamIn       `json:"_exam"`
+		Entries *[]json.RawMessage `json:"entries"`
+	} `json:"log"`
+}
+
+// traceExamIn is a trace's _exam as read.
+type traceExamIn struct {
+	ID        string          `json:"id"`
+	Exam      string          `json:"exam"`
+	Revision  int             `json:"revision"`
+	Variant   int64           `json:"variant"`
+	Scale     int             `json:"scale"`
+	Account   string          `json:"account"`
+	StartedAt string          `json:"started_at"`
+	GradedAt  *string         `json:"graded_at"`
+	Answer    json.RawMessage `json:"answer"`
+	Lost      uint64          `json:"lost"`
+	Passed    *bool           `json:"passed"`
+	Score     *string         `json:"score"`
+	Checks    []examCheckOut  `json:"checks"`
+}
+
+// traceEntryIn is an entry of a trace as read: what a journal entry is made again from.
+type traceEntryIn struct {
+	StartedDateTime string  `json:"startedDateTime"`
+	Time            float64 `json:"time"`
+	Request         struct {
+		Method   string    `json:"method"`
+		URL      string    `json:"url"`
+		Headers  []harPair `json:"headers"`
+		PostData *struct {
+			MimeType string `json:"mimeType"`
+			Text     string `json:"text"`
+			Encoding string `json:"_encoding"`
+		} `json:"postData"`
+		BodySize int64 `json:"bodySize"`
+	} `json:"request"`
+	Response struct {
+		Status  int       `json:"status"`
+		Headers []harPair `json:"headers"`
+		Content struct {
+			Size     int64  `json:"size"`
+			MimeType string `json:"mimeType"`
+		} `json:"content"`
+	} `json:"response"`
+	Seq       *uint64         `json:"_seq"`
+	Clock     *string         `json:"_clock"`
+	Route     *string         `json:"_route"`
+	Key       *string         `json:"_key"`
+	Code      json.RawMessage `json:"_code"`
+	Simulated json.RawMessage `json:"_simulated"`
+	Run       json.RawMessage `json:"_run"`
+	IDs       *[]string       `json:"_ids"`
+	Writes    *uint32         `json:"_writes"`
+	Written   json.RawMessage `json:"_written"`
+	Body      string          `json:"_body"`
+	Repeats   int32           `json:"_repeats"`
+}
+
+// regradeFile is exam regrade FILE (- standard input): the grade found, in the format asked
+// for, and the exit status: 0 when it is the one recorded, 1 when a check differs (each said
+// on standard error), 2 when the file is no graded trace.
+func (e *examClient) regradeFile(c examCommand, stdin io.Reader) ([]byte, int, error) {
+	data, err := readExamFile(c.arg, stdin)
+	if err != nil {
+		return nil, examCannotGrade, err
+	}
+	recorded, found, err := regrade(data, c.revision)
+	if err != nil {
+		return nil, examCannotGrade, fmt.Errorf("%s: %v", printable(cutField(c.arg, 256)), err)
+	}
+	raw, err := marshalJSON(found)
+	if err != nil {
+		return nil, examCannotGrade, err
+	}
+	g, err := readGrade(raw)
+	if err != nil {
+		return nil, examCannotGrade, err
+	}
+	status := examPassed
+	for _, d := range gradeDiffers(recorded, found, c.revision >= 0) {
+		e.errs.say("differs: " + d)
+		status = examFailed
+	}
+	return e.gradeWritten(g, c.format), status, nil
+}
+
+// readExamFile is the file exam lint or regrade reads (- standard input), at most maxLintFile.
+func readExamFile(name string, stdin io.Reader) ([]byte, error) {
+	var data []byte
+	var err error
+	if name == "-" {
+		if stdin == nil {
+			stdin = strings.NewReader("")
+		}
+		data, err = io.ReadAll(io.LimitReader(stdin, maxLintFile+1))
+	} else {
+		data, err = readBounded(name, maxLintFile+1)
+	}
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%s: %v", printable(cutField(name, 256)), err)
+	case len(data) > maxLintFile:
+		return nil, fmt.Errorf("%s: over %d MiB, the most exam reads", printable(cutField(name, 256)), maxLintFile>>20)
+	}
+	return data, nil
+}
+
+// regrade judges the trace data again, as revision (-1: the trace's own) of its exam: the
+// grade the trace records, and the one found (as its GET writes it at its grading instant);
+// an error saying why when data is no graded trace.
+func regrade(data []byte, revision int) (*traceExamIn, gradeJSON, error) {
+	var f traceFile
+	switch {
+	case json.Unmarshal(data, &f) != nil:
+		return nil, gradeJSON{}, errors.New("not JSON")
+	case f.Log == nil || f.Log.Version == nil || *f.Log.Version != "1.2" || f.Log.Entries == nil:
+		return nil, gradeJSON{}, errors.New(`not HAR 1.2 (log.version "1.2" and a log.entries list)`)
+	case f.Log.Exam == nil:
+		return nil, gradeJSON{}, errors.New("no log._exam: not an attempt's trace (GET /v1/test_helpers/exams/{id}/trace)")
+	case f.Log.Exam.GradedAt == nil:
+		return nil, gradeJSON{}, errors.New("graded_at is null: the attempt was not graded when its trace was read, so there is no grade to compare; read its trace again once it is graded")
+	}
+	ex := f.Log.Exam
+	a, err := attemptOfTrace(ex, revision)
+	if err != nil {
+		return nil, gradeJSON{}, err
+	}
+	gradedAt, err := time.Parse(time.RFC3339Nano, *ex.GradedAt)
+	if err != nil {
+		return nil, gradeJSON{}, errors.New("graded_at is not an RFC 3339 timestamp")
+	}
+	es, replays, err := entriesOfTrace(*f.Log.Entries)
+	if err != nil {
+		return nil, gradeJSON{}, err
+	}
+	versions := a.world.versions(es, func(i, j int) int { return cmp.Compare(es[i].seq, es[j].seq) })
+	d := versions[len(versions)-1]
+	shownAgain(es, replays, versions)
+	var answer *examAnswer
+	if len(ex.Answer) > 0 && string(ex.Answer) != "null" {
+		if answer, err = readExamAnswer(ex.Answer, a.def); err != nil {
+			return nil, gradeJSON{}, errors.New("its answer is not one the exam takes: " + err.Error())
+		}
+	}
+	grade := a.judge(d, es, ex.Lost, gradedAt, answer)
+	return ex, a.gradeView(&tenant{id: tenantID{ex.Account, "test"}}, grade, gradedAt), nil
+}
+
+// attemptOfTrace is the attempt a trace's _exam names, as revision (-1: its own) of its exam,
+// its world made again; an error when this binary holds neither.
+func attemptOfTrace(ex *traceExamIn, revision int) (*examAttempt, error) {
+	def := examNamed(ex.Exam)
+	switch {
+	case def == nil:
+		return nil, fmt.Errorf("exam %q is not one this binary holds (%s)", cutField(ex.Exam, 64), examNames())
+	case revision >= 0 && revision != def.revision:
+		return nil, fmt.Errorf("-revision %d: this binary holds revision %d of %s", revision, def.revision, def.name)
+	case revision < 0 && ex.Revision != def.revision:
+		return nil, fmt.Errorf("revision %d of %s is not one this binary holds (it holds %d): judge it by that one with -revision %d", ex.Revision, def.name, def.revision, def.revision)
+	case ex.Scale < 1 || ex.Scale > maxExamScale || ex.Variant < 0 || ex.Variant > maxVariant:
+		return nil, errors.New("its scale or variant is not one an attempt takes")
+	case !strings.HasPrefix(ex.Account, "acct_"):
+		return nil, errors.New("its account is not a sandbox's (acct_...)")
+	}
+	start, err := time.Parse(time.RFC3339Nano, ex.StartedAt)
+	if err != nil {
+		return nil, errors.New("started_at is not an RFC 3339 timestamp")
+	}
+	return def.attemptOf(ex.ID, ex.Variant, ex.Scale, start.UTC(), tenantID{ex.Account, "test"})
+}
+
+// entriesOfTrace are a trace's entries made journal entries again, each with its _ members,
+// in _seq order, its key one per mask, and for each the shipment a replayed 201 showed (its
+// _ids; "" for any other entry); an error for an entry without them, a body lost, or seqs
+// not increasing.
+func entriesOfTrace(raws []json.RawMessage) ([]journalEntry, []string, error) {
+	keys := map[string]*apiKey{}
+	es := make([]journalEntry, 0, len(raws))
+	replays := make([]string, 0, len(raws))
+	for n, raw := range raws {
+		var in traceEntryIn
+		if err := json.Unmarshal(raw, &in); err != nil {
+			return nil, nil, fmt.Errorf("entry %d: not a trace's entry (%v)", n+1, err)
+		}
+		previous := uint64(0)
+		if len(es) > 0 {
+			previous = es[len(es)-1].seq
+		}
+		if err := in.judgeable(n+1, previous); err != nil {
+			return nil, nil, err
+		}
+		e, err := in.entry(keys)
+		if err != nil {
+			return nil, nil, fmt.Errorf("entry %d (_seq %d): %v", n+1, *in.Seq, err)
+		}
+		replay := ""
+		if e.status == http.StatusCreated && e.write != nil && e.traced.made == "" && len(*in.IDs) == 1 {
+			replay = (*in.IDs)[0]
+		}
+		es, replays = append(es, e), append(replays, replay)
+	}
+	return es, replays, nil
+}
+
+// judgeable is why in, the n-th entry of a trace (from 1), cannot be judged again, or nil:
+// it lacks the _ members, its write's body was not kept, or its _seq does not follow the
+// previous entry's.
+func (in *traceEntryIn) judgeable(n int, previous uint64) error {
+	switch {
+	case in.Seq == nil || in.Clock == nil || in.Route == nil || in.Key == nil || in.Code == nil || in.Simulated == nil || in.Run == nil || in.IDs == nil || in.Writes == nil || in.Written == nil:
+		return fmt.Errorf("entry %d lacks the _ members of a trace (_seq, _clock, _route, _key, _code, _simulated, _run, _ids, _writes, _written)", n)
+	case in.Body == "lost":
+		return fmt.Errorf("entry %d (_seq %d): its write's body was not kept (past the 16 MiB an attempt keeps), and a write unseen is not judged", n, *in.Seq)
+	case *in.Seq <= previous:
+		return fmt.Errorf("entry %d: _seq %d does not follow %d (the _seqs increase)", n, *in.Seq, previous)
+	}
+	return nil
+}
+
+// entry is the journal entry in was written from; keys holds a key for each mask.
+func (in *traceEntryIn) entry(keys map[string]*apiKey) (journalEntry, error) {
+	arrived, err := time.Parse(time.RFC3339Nano, in.StartedDateTime)
+	if err != nil {
+		return journalEntry{}, errors.New("startedDateTime is not an RFC 3339 timestamp")
+	}
+	clock, err := time.Parse(time.RFC3339Nano, *in.Clock)
+	if err != nil {
+		return journalEntry{}, errors.New("_clock is not an RFC 3339 timestamp")
+	}
+	var problem, simulated, run, written string
+	for _, m := range []struct {
+		raw json.RawMessage
+		to  *string
+	}{{in.Code, &problem}, {in.Simulated, &simulated}, {in.Run, &run}, {in.Written, &written}} {
+		if string(m.raw) != "null" && json.Unmarshal(m.raw, m.to) != nil {
+			return journalEntry{}, errors.New("_code, _simulated, _run and _written are each a string or null")
+		}
+	}
+	key := keys[*in.Key]
+	if key == nil {
+		key = &apiKey{mask: *in.Key}
+		keys[*in.Key] = key
+	}
+	target := in.Request.URL
+	if i := strings.Index(target, "://"); i >= 0 {
+		rest := target[i+3:]
+		target = rest[max(0, strings.IndexByte(rest, '/')):]
+		if !strings.Contains(rest, "/") {
+			target = "/"
+		}
+	}
+	e := journalEntry{seq: *in.Seq, arrived: arrived.UnixNano(), duration: int64(math.Round(in.Time * 1e6)), clock: instantOf(clock), writes: *in.Writes, key: key,
+		method: in.Request.Method, routePath: *in.Route, target: target, runTag: run, code: code(problem), size: in.Response.Content.Size, retryAfter: -1,
+		status: int16(in.Response.Status), simulated: simulationNamed(simulated), bodySize: in.Request.BodySize, repeats: in.Repeats}
+	in.headersOf(&e)
+	if written != "" || in.Request.PostData != nil {
+		e.traced = &tracedParts{made: written}
+	}
+	if p := in.Request.PostData; p != nil {
+		body := []byte(p.Text)
+		if p.Encoding == "base64" {
+			if body, err = base64.StdEncoding.DecodeString(p.Text); err != nil {
+				return journalEntry{}, errors.New("its postData is not base64 as its _encoding says")
+			}
+		}
+		e.traced.body, e.traced.contentType = body, p.MimeType
+		key, _ := parseIdempotencyKey([]string{e.idempotencyKey})
+		e.write = &writeMark{key: key, body: sha256.Sum256(body)}
+		if e.bookingRan() {
+			e.write.orderID = bookedOrder(body)
+		}
+	}
+	return e, nil
+}
+
+// headersOf sets what e keeps of its request's and answer's headers.
+func (in *traceEntryIn) headersOf(e *journalEntry) {
+	e.requestID, _ = headerOf(in.Response.Headers, "Request-Id")
+	e.contentType, _ = headerOf(in.Response.Headers, "Content-Type")
+	if v, ok := headerOf(in.Response.Headers, "Retry-After"); ok {
+		if n, err := strconv.ParseInt(v, 10, 32); err == nil {
+			e.retryAfter = int32(n)
+		}
+	}
+	e.prefer, e.hasPrefer = headerOf(in.Request.Headers, "Prefer")
+	e.idempotencyKey, e.hasIdempotencyKey = headerOf(in.Request.Headers, "Idempotency-Key")
+}
+
+// bookingRan reports whether e, a write whose body was read, is a booking whose handler ran
+// (it alone notes the order booked): not a replay, not refused for its Idempotency-Key or
+// its query, not answered by Prefer before the write.
+func (e *journalEntry) bookingRan() bool {
+	_, query, _ := strings.Cut(e.target, "?")
+	return e.method == http.MethodPost && e.routePath == "/v1/test_helpers/shipments" && query == "" &&
+		e.code != codeIdempotencyKeyInUse && e.code != codeIdempotencyKeyReused &&
+		!(e.status == http.StatusCreated && e.traced.made == "") && !(e.simulated == byPrefer && e.status != http.StatusBadGateway)
+}
+
+// headerOf is the value of the first header of this name (any case), and whether there is one.
+func headerOf(h []harPair, name string) (string, bool) {
+	for _, p := range h {
+		if strings.EqualFold(p.Name, name) {
+			return p.Value, true
+		}
+	}
+	return "", false
+}
+
+// simulationNamed is the simulation the journal names so ("" for none).
+func simulationNamed(name string) simulation {
+	for _, s := range []simulation{byPrefer, byFaults, byScript} {
+		if s.String() == name {
+			return s
+		}
+	}
+	return notSimulated
+}
+
+// shownAgain finds again what each entry's answer showed, from the version of the data it
+// read (versions[_writes]; the last past them): a read's and a tracking number's 404, found
+// as the operation finds them, with a cursor taken as written; a shipment a write made (or
+// its replay answered: replays, by entry).
+func shownAgain(es []journalEntry, replays []string, versions []*tenantData) {
+	last := versions[len(versions)-1]
+	trusting := &cursorSigner{}
+	for i := range es {
+		e := &es[i]
+		d := last
+		if int(e.writes) < len(versions) {
+			d = versions[e.writes]
+		}
+		switch {
+		case e.routePath == "/v1/test_helpers/shipments" || e.routePath == "/v1/test_helpers/shipments/{id}/events":
+			made := ""
+			if e.traced != nil {
+				made = e.traced.made
+			}
+			made = cmp.Or(made, replays[i])
+			if s := last.shipments.find(made); made != "" && s != nil {
+				e.shown = showing{kind: showsWritten, ship: s}
+			}
+		case e.simulated != notSimulated || e.status != http.StatusOK && e.status != http.StatusNotFound || e.method != http.MethodGet && e.method != http.MethodHead:
+		default:
+			_, e.shown, _ = d.answerOf(e.routePath, e.target, e.clock.time(), trusting)
+		}
+	}
+}
+
+// gradeDiffers says where the grade found differs from the one recorded: passed, score, and
+// each check's result, detail, requests and margin_ms (byID: matched by id, as under
+// -revision, one in only one grade differing; else by place).
+func gradeDiffers(recorded *traceExamIn, found gradeJSON, byID bool) []string {
+	var out []string
+	show := func(v any) string {
+		b, _ := json.Marshal(v)
+		return string(b)
+	}
+	if (recorded.Passed == nil) != (found.Passed == nil) || recorded.Passed != nil && *recorded.Passed != *found.Passed {
+		out = append(out, fmt.Sprintf("passed: recorded %s, regraded %s", show(recorded.Passed), show(found.Passed)))
+	}
+	if show(recorded.Score) != show(found.Score) {
+		out = append(out, fmt.Sprintf("score: recorded %s, regraded %s", show(recorded.Score), show(found.Score)))
+	}
+	pairs := [][2]*examCheckOut{}
+	for i := range max(len(recorded.Checks), len(found.Checks)) {
+		var r, f *examCheckOut
+		if i < len(recorded.Checks) {
+			r = &recorded.Checks[i]
+		}
+		if i < len(found.Checks) {
+			c := found.Checks[i]
+			f = &examCheckOut{ID: c.ID, Result: c.Result, Detail: c.Detail, Requests: c.Requests, MarginMS: c.MarginMS}
+		}
+		pairs = append(pairs, [2]*examCheckOut{r, f})
+	}
+	if byID {
+		pairs = checksByID(recorded.Checks, found.Checks)
+	}
+	for _, p := range pairs {
+		r, f := p[0], p[1]
+		switch {
+		case r == nil:
+			out = append(out, fmt.Sprintf("%s: recorded none, regraded %s: %s", f.ID, f.Result, checkSaid(f)))
+		case f == nil:
+			out = append(out, fmt.Sprintf("%s: recorded %s, regraded none: the revision judged has no such check", r.ID, r.Result))
+		case r.ID != f.ID:
+			out = append(out, fmt.Sprintf("%s: recorded in the place of %s: the checks are not the exam's (judge by id with -revision)", r.ID, f.ID))
+		case r.Result != f.Result || show(r.Detail) != show(f.Detail) || show(r.Requests) != show(f.Requests) || show(r.MarginMS) != show(f.MarginMS):
+			out = append(out, fmt.Sprintf("%s: recorded %s, regraded %s: %s", r.ID, r.Result, f.Result, checkSaid(f)))
+		}
+	}
+	return out
+}
+
+// checksByID pairs the checks of two grades by id: those recorded, in their order, then those
+// found alone.
+func checksByID(recorded []examCheckOut, found []checkJSON) [][2]*examCheckOut {
+	var pairs [][2]*examCheckOut
+	taken := map[string]bool{}
+	for i := range recorded {
+		p := [2]*examCheckOut{&recorded[i], nil}
+		for _, c := range found {
+			if c.ID == recorded[i].ID {
+				p[1], taken[c.ID] = &examCheckOut{ID: c.ID, Result: c.Result, Detail: c.Detail, Requests: c.Requests, MarginMS: c.MarginMS}, true
+			}
+		}
+		pairs = append(pairs, p)
+	}
+	for _, c := range found {
+		if !taken[c.ID] {
+			pairs = append(pairs, [2]*examCheckOut{nil, {ID: c.ID, Result: c.Result, Detail: c.Detail, Requests: c.Requests, MarginMS: c.MarginMS}})
+		}
+	}
+	return pairs
+}
+
+// checkSaid is what a check found, for a line that names it: its detail, the entries it
+// cites and its margin.
+func checkSaid(c *examCheckOut) string {
+	said := "passed"
+	if c.Detail != nil {
+		said = *c.Detail
+	}
+	if len(c.Requests) > 0 {
+		said += " (" + entriesCited(c.Requests) + ")"
+	}
+	if c.MarginMS != nil {
+		said += fmt.Sprintf(" (margin %d ms)", *c.MarginMS)
+	}
+	return said
 }

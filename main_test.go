@@ -11586,7 +11586,7 @@ func TestExamCommand(t *testing.T) {
 			env  map[string]string
 			err  string
 		}{
-			{[]string{}, nil, "want exam list, exam start NAME, exam grade ID, exam run NAME -- COMMAND or exam lint FILE"},
+			{[]string{}, nil, "want exam list, exam start NAME, exam grade ID, exam run NAME -- COMMAND, exam lint FILE or exam regrade FILE"},
 			{[]string{"grade"}, nil, "exam grade takes one ID, given 0"},
 			{[]string{"grade", "a", "b"}, nil, "exam grade takes one ID, given 2"},
 			{[]string{"list", "x"}, nil, `exam list takes no argument, not "x"`},

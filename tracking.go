@@ -806,11 +806,15 @@ var bookingDecides = map[string]string{
 }
 
 // withBooking is d with the shipment the booking's body asks for, created at the instant at:
-// the body read (400, then its members, 422), then the write.
-func (d *tenantData) withBooking(body []byte, at time.Time) (*tenantData, *shipment, error) {
+// the body read (400, then its members, 422), then the write. A body without an id has made
+// for one ("": one is made; an attempt's trace names the one made when it was written).
+func (d *tenantData) withBooking(body []byte, at time.Time, made string) (*tenantData, *shipment, error) {
 	rec, err := readBooking(body)
 	if err != nil {
 		return nil, nil, err
+	}
+	if rec.id == nil && made != "" {
+		rec.id = &made
 	}
 	return d.withShipment(rec, at)
 }
