@@ -5053,7 +5053,7 @@ func (b *tenantRegistry) traceRead(id string, key *apiKey, wall func() time.Time
 	d := t.current()
 	versions := a.world.versions(es, func(i, j int) int { return cmp.Compare(es[i].writes, es[j].writes) })
 	log := traceLog{traceBody{Version: "1.2", Creator: harCreator{"shipping-api-sandbox", "v1"}, Exam: ex, Entries: make([]traceEntry, 0, len(es))}}
-	texts := 0
+	texts, full := 0, false
 	for i := range es {
 		e := &es[i]
 		te := traceEntryOf(e, origin, d)
@@ -5064,14 +5064,14 @@ func (b *tenantRegistry) traceRead(id string, key *apiKey, wall func() time.Time
 		case !e.read():
 		case e.traced != nil && e.traced.targetCut:
 			te.Response.Content.Comment = "left out: target cut"
+		case full || texts+int(e.size) > maxTraceTexts: // its size is its text's: past the bound, no read is rendered
+			te.Response.Content.Comment, full = "left out: 32 MiB", true
 		default:
 			v := d
 			if int(e.writes) < len(versions) {
 				v = versions[e.writes]
 			}
-			if text, _, _ = v.answerOf(e.routePath, e.target, e.clock.time(), cursors); texts+len(text) > maxTraceTexts {
-				text, te.Response.Content.Comment = nil, "left out: 32 MiB"
-			}
+			text, _, _ = v.answerOf(e.routePath, e.target, e.clock.time(), cursors)
 		}
 		if text != nil {
 			texts += len(text)

@@ -12378,9 +12378,9 @@ func (r *lintReport) written(format string, e *examClient) ([]byte, int) {
 // traceFile is a trace as exam regrade reads it.
 type traceFile struct {
 	Log *struct {
-		Version *string            `json:"version"`
-		Exam    *traceExamIn       `json:"_exam"`
-		Entries *[]json.RawMessage `json:"entries"`
+		Version *string         `json:"version"`
+		Exam    *traceExamIn    `json:"_exam"`
+		Entries *[]traceEntryIn `json:"entries"`
 	} `json:"log"`
 }
 
@@ -12492,8 +12492,14 @@ func readExamFile(name string, stdin io.Reader) ([]byte, error) {
 // an error saying why when data is no graded trace.
 func regrade(data []byte, revision int) (*traceExamIn, gradeJSON, error) {
 	var f traceFile
+	var typeFault *json.UnmarshalTypeError
+	err := json.Unmarshal(data, &f)
 	switch {
-	case json.Unmarshal(data, &f) != nil:
+	case errors.As(err, &typeFault) && (typeFault.Field == "log" || typeFault.Field == "log.version" || typeFault.Field == "log.entries"):
+		return nil, gradeJSON{}, errors.New(`not HAR 1.2 (log.version "1.2" and a log.entries list)`)
+	case errors.As(err, &typeFault):
+		return nil, gradeJSON{}, fmt.Errorf("not a trace: %s holds the wrong type of value (%s)", cmp.Or(typeFault.Field, "the document"), typeFault.Value)
+	case err != nil:
 		return nil, gradeJSON{}, errors.New("not JSON")
 	case f.Log == nil || f.Log.Version == nil || *f.Log.Version != "1.2" || f.Log.Entries == nil:
 		return nil, gradeJSON{}, errors.New(`not HAR 1.2 (log.version "1.2" and a log.entries list)`)
@@ -12555,15 +12561,12 @@ func attemptOfTrace(ex *traceExamIn, revision int) (*examAttempt, error) {
 // in _seq order, its key one per mask, and for each the shipment a replayed 201 showed (its
 // _ids; "" for any other entry); an error for an entry without them, a body lost, or seqs
 // not increasing.
-func entriesOfTrace(raws []json.RawMessage) ([]journalEntry, []string, error) {
+func entriesOfTrace(ins []traceEntryIn) ([]journalEntry, []string, error) {
 	keys := map[string]*apiKey{}
-	es := make([]journalEntry, 0, len(raws))
-	replays := make([]string, 0, len(raws))
-	for n, raw := range raws {
-		var in traceEntryIn
-		if err := json.Unmarshal(raw, &in); err != nil {
-			return nil, nil, fmt.Errorf("entry %d: not a trace's entry (%v)", n+1, err)
-		}
+	es := make([]journalEntry, 0, len(ins))
+	replays := make([]string, 0, len(ins))
+	for n := range ins {
+		in := &ins[n]
 		previous := uint64(0)
 		if len(es) > 0 {
 			previous = es[len(es)-1].seq

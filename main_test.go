@@ -10695,7 +10695,40 @@ func examTrapAt(t *testing.T, body string, tt examTrap) gradeOut {
 			t.Errorf("%s: %s, detail %v", ch.ID, ch.Result, ch.Detail)
 		}
 	}
+	if g.check("journal.complete").Result == "pass" { // a flood's detail names this env's bound, 2,000 entries: regrade names the server's
+		traceRegrades(t, c, g)
+	}
 	return g
+}
+
+// traceRegrades reads the graded attempt's trace with the key that made it and judges it
+// again as exam regrade does: the grade found is the one the trace records, which is the
+// one GET reads. It returns the trace.
+func traceRegrades(t testing.TB, c *examTaker, g gradeOut) []byte {
+	t.Helper()
+	rep := c.e.get(t, "/v1/test_helpers/exams/"+c.x.ID+"/trace", c.maker)
+	if rep.status != 200 || rep.header.Get("Content-Type") != "application/json" || rep.header.Get("Content-Disposition") != `attachment; filename="`+c.x.ID+`.har"` {
+		t.Fatalf("the trace: %d %v", rep.status, rep.header)
+	}
+	recorded, found, err := regrade(rep.body, -1)
+	if err != nil {
+		t.Fatalf("regrade: %v", err)
+	}
+	if diffs := gradeDiffers(recorded, found, false); len(diffs) > 0 {
+		t.Errorf("variant %d, scale %d: the trace regrades otherwise:\n%s", g.Variant, g.Scale, strings.Join(diffs, "\n"))
+	}
+	got, _ := json.Marshal(recorded.Checks)
+	var want []examCheckOut
+	for _, ch := range g.Checks {
+		want = append(want, examCheckOut{ID: ch.ID, Result: ch.Result, Detail: ch.Detail, Requests: ch.Requests, MarginMS: ch.MarginMS})
+	}
+	if w, _ := json.Marshal(want); string(got) != string(w) || *recorded.Passed != *g.Passed || *recorded.Score != *g.Score {
+		t.Errorf("the trace records another grade than GET's:\n%s\n%s", got, w)
+	}
+	if bytes.Contains(rep.body, []byte(c.x.Key)) {
+		t.Errorf("the trace holds the attempt's key unmasked")
+	}
+	return rep.body
 }
 
 // TestExamRoutes: the catalogue, an attempt's start, its answer and its grade, each with its
@@ -11465,6 +11498,26 @@ func BenchmarkExamStart(b *testing.B) {
 // BenchmarkExamGrade: judging an attempt whose journal is full (maxExamEntries entries,
 // reads of every kind, 429s among them) and its answer: the contract's bound is 50 ms.
 func BenchmarkExamGrade(b *testing.B) {
+	c := fullAttempt(b)
+	t := c.e.srv.registry.named[c.x.ID]
+	answer, err := readExamAnswer([]byte(`{"orders":[{"id":"ord_exam_0001","status":"fulfilled","shipment_id":"shp_exam_1"}]}`), t.exam.def)
+	if err != nil {
+		b.Fatal(err)
+	}
+	at := t.exam.lastAnswer().Add(-time.Second) // after every entry: all of them judged
+	if c.at >= at.Sub(t.exam.start) {
+		b.Fatalf("the entries run to +%v, past the grading instant", c.at)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		gradeOf(t, at, answer)
+	}
+}
+
+// fullAttempt is an order-sync attempt at scale 60 whose journal holds the most entries an
+// attempt's keeps (maxExamEntries), every one a 200 GET of the orders: lists, pages of a
+// status, windows and orders by id, one every 100 ms.
+func fullAttempt(b *testing.B) *examTaker {
 	c := takeExam(b, envOptions{}, `{"exam":"order-sync","scale":60}`)
 	for i := 0; i < maxExamEntries; i++ {
 		switch i % 4 {
@@ -11482,18 +11535,41 @@ func BenchmarkExamGrade(b *testing.B) {
 	if lost := c.e.srv.registry.named[c.x.ID].journalLost(); lost != 0 {
 		b.Fatalf("lost %d", lost)
 	}
-	t := c.e.srv.registry.named[c.x.ID]
-	answer, err := readExamAnswer([]byte(`{"orders":[{"id":"ord_exam_0001","status":"fulfilled","shipment_id":"shp_exam_1"}]}`), t.exam.def)
-	if err != nil {
-		b.Fatal(err)
-	}
-	at := t.exam.lastAnswer().Add(-time.Second) // after every entry: all of them judged
-	if c.at >= at.Sub(t.exam.start) {
-		b.Fatalf("the entries run to +%v, past the grading instant", c.at)
+	return c
+}
+
+// BenchmarkExamTrace: GET /v1/test_helpers/exams/{id}/trace of a graded attempt whose
+// journal is full (20,000 entries, every read's text rendered again): the contract's bound
+// is 2 s.
+func BenchmarkExamTrace(b *testing.B) {
+	c := fullAttempt(b)
+	if rep := c.answer(b, `{"orders":[]}`); rep.status != 200 {
+		b.Fatalf("the answer: %s", rep)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		gradeOf(t, at, answer)
+		w := httptest.NewRecorder()
+		c.e.h.ServeHTTP(w, newRequest(http.MethodGet, "/v1/test_helpers/exams/"+c.x.ID+"/trace", c.x.Key)) // the handler alone: the env's checks of an answer would read 32 MiB
+		if w.Code != 200 {
+			b.Fatalf("%d", w.Code)
+		}
+	}
+}
+
+// BenchmarkExamRegrade: exam regrade's judging of that trace (its file read aside): the
+// contract's bound is 1 s.
+func BenchmarkExamRegrade(b *testing.B) {
+	c := fullAttempt(b)
+	if rep := c.answer(b, `{"orders":[]}`); rep.status != 200 {
+		b.Fatalf("the answer: %s", rep)
+	}
+	trace := c.e.get(b, "/v1/test_helpers/exams/"+c.x.ID+"/trace", c.x.Key).body
+	b.ReportAllocs()
+	for b.Loop() {
+		recorded, found, err := regrade(trace, -1)
+		if err != nil || len(gradeDiffers(recorded, found, false)) > 0 {
+			b.Fatalf("%v %v", err, gradeDiffers(recorded, found, false))
+		}
 	}
 }
 
@@ -11837,11 +11913,21 @@ func TestExamRun(t *testing.T) {
 		mux := http.NewServeMux()
 		mux.Handle("POST /v1/test_helpers/exams", s)
 		mux.Handle("GET /v1/test_helpers/exams/{id}", s)
+		mux.HandleFunc("GET /v1/test_helpers/exams/{id}/trace", func(w http.ResponseWriter, r *http.Request) {
+			if mode == "no-trace" || r.Header.Get("Authorization") != "Bearer sk_test_sandbox_all" {
+				w.WriteHeader(404)
+				return
+			}
+			fmt.Fprintf(w, `{"log":{"version":"1.2","_exam":{"id":%q},"entries":[]}}`, r.PathValue("id"))
+		})
 		ts := httptest.NewServer(mux)
 		defer ts.Close()
 		var stdout, stderr lockedBuffer
 		getenv := func(k string) string { return map[string]string{"SANDBOX_EXAM_BASE_URL": ts.URL + "/v1"}[k] }
-		command := []string{self, "-test.run=^TestExamRunClient$", "exam-run-client=" + mode}
+		command := []string{self, "-test.run=^TestExamRunClient$", "exam-run-client=" + strings.TrimPrefix(mode, "no-trace")}
+		if mode == "no-trace" {
+			command[2] = "exam-run-client=pass"
+		}
 		if mode == "missing" {
 			command = []string{filepath.Join(t.TempDir(), "no-such-client")}
 		}
@@ -11906,6 +11992,30 @@ func TestExamRun(t *testing.T) {
 			t.Errorf("%d\n%s\nthe page shows:\n%s", status, out, shown)
 		}
 	})
+	t.Run("-trace-dir: each attempt's trace kept as DIR/ID.har", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "traces", "made")
+		status, _, errs := run(t, always, "pass", "run", "order-sync", "-attempts", "2", "-trace-dir", dir)
+		if status != 0 {
+			t.Errorf("%d %s", status, errs)
+		}
+		names, _ := os.ReadDir(dir)
+		if len(names) != 2 {
+			t.Fatalf("%v", names)
+		}
+		for _, id := range []string{"exm_aaaaaaaaaaaaaaaaaaab", "exm_aaaaaaaaaaaaaaaaaaac"} {
+			b, err := os.ReadFile(filepath.Join(dir, id+".har"))
+			if want := fmt.Sprintf(`{"log":{"version":"1.2","_exam":{"id":%q},"entries":[]}}`, id); err != nil || string(b) != want {
+				t.Errorf("%s: %v %s", id, err, b)
+			}
+		}
+		status, out, errs := run(t, always, "no-trace", "run", "order-sync", "-attempts", "1", "-trace-dir", t.TempDir())
+		if status != 2 || !strings.Contains(errs, "sandbox exam: attempt exm_aaaaaaaaaaaaaaaaaaab: its trace could not be written: GET ") || !strings.Contains(out, "1 of 1 attempts passed") {
+			t.Errorf("a trace not read: %d\n%s\n%s", status, out, errs)
+		}
+		if status, _, errs := run(t, always, "pass", "grade", "exm_aaaaaaaaaaaaaaaaaaab", "-trace-dir", dir); status != 2 || !strings.Contains(errs, "-trace-dir is exam run's") {
+			t.Errorf("%d %s", status, errs)
+		}
+	})
 	t.Run("a client that never exits", func(t *testing.T) {
 		for _, mode := range []string{"hang", "stubborn"} {
 			began := time.Now()
@@ -11958,6 +12068,362 @@ func BenchmarkExamRun(b *testing.B) {
 			b.Fatalf("%d %s %s", status, out.String(), errs.String())
 		}
 	}
+}
+
+// TestExamTrace: an attempt's trace holds every entry of its journal with its _ members, the
+// body each write read and the text of each answer (a read's rendered again byte for byte, a
+// sandbox's keys masked), in HAR 1.2's order; it is 404 for another key and 422 for a query;
+// exam regrade judges it again to its grade (exit 0), names each check a trace changed
+// otherwise (exit 1: an entry removed, a write added, the answer changed) and refuses what
+// is no graded trace (exit 2); a body past an attempt's 16 MiB is lost, and said so.
+func TestExamTrace(t *testing.T) {
+	t.Parallel()
+	type sent struct {
+		method, route string
+		rep           reply
+	}
+	c := takeExam(t, envOptions{}, `{"exam":"booking"}`)
+	ts := httptest.NewServer(c.e.h)
+	defer ts.Close()
+	var log []sent
+	do := func(r *http.Request, route string) reply {
+		rep := c.e.do(t, r)
+		log = append(log, sent{r.Method, route, rep})
+		return rep
+	}
+	get := func(target, route string, pairs ...string) reply {
+		return do(newRequest(http.MethodGet, target, c.x.Key, pairs...), route)
+	}
+	post := func(target, route, body, idem string) reply {
+		return do(newBodyRequest(http.MethodPost, target, c.x.Key, body, "Content-Type", "application/json", "Idempotency-Key", idem), route)
+	}
+	get("/v1/test_helpers/clock", "/v1/test_helpers/clock")
+	page := decodePage(t, get("/v1/orders?limit=2", "/v1/orders"))
+	get("/v1/orders?limit=2&cursor="+url.QueryEscape(*page.Pagination.NextCursor), "/v1/orders")
+	var shipped []string
+	for _, o := range decodePage(t, get("/v1/orders?status=fulfilled", "/v1/orders")).Data {
+		if o.ShipmentID != nil {
+			continue
+		}
+		body, idem := fmt.Sprintf(`{"reference":"T-%s","order_id":%q}`, o.MerchantReference, o.ID), c.newKey()
+		rep := post("/v1/test_helpers/shipments", "/v1/test_helpers/shipments", body, idem)
+		if rep.status == 502 {
+			rep = post("/v1/test_helpers/shipments", "/v1/test_helpers/shipments", body, idem)
+		}
+		var made struct {
+			ID string `json:"shipment_id"`
+		}
+		if json.Unmarshal(rep.body, &made) == nil && made.ID != "" {
+			shipped = append(shipped, made.ID)
+		}
+		c.sleep(300 * time.Millisecond)
+	}
+	if len(shipped) == 0 {
+		t.Fatal("nothing booked")
+	}
+	get("/v1/shipments/"+shipped[0]+"/tracking", "/v1/shipments/{id}/tracking")
+	get("/v1/tracking/EXB-NOWHERE", "/v1/tracking/{tracking_number}")
+	get("/v1/orders", "/v1/orders", "Prefer", "code=503")
+	do(newRequest(http.MethodHead, "/v1/orders", c.x.Key), "/v1/orders")
+	c.sleep(time.Second)
+	made := post("/v1/test_helpers/sandboxes", "/v1/test_helpers/sandboxes", `{"template":"acct_sync"}`, c.newKey())
+	var sandbox sandboxAnswer
+	mustDecode(t, made.body, &sandbox)
+	post("/v1/test_helpers/shipments", "/v1/test_helpers/shipments", "\xff\xfe not UTF-8", c.newKey())
+	running := c.e.get(t, "/v1/test_helpers/exams/"+c.x.ID+"/trace", c.x.Key, "Prefer", "code=503")
+	g := c.grade(t)
+	trace := traceRegrades(t, c, g)
+
+	t.Run("every entry, its members in HAR's order, then the journal's", func(t *testing.T) {
+		raw := string(trace)
+		if !(strings.HasPrefix(raw, `{"log":{"version":"1.2","creator":{"name":"shipping-api-sandbox","version":"v1"},"_exam":{"id":"`+c.x.ID+`","exam":"booking","revision":2,"variant":0,"scale":1,"account":"`+c.x.Account+`","started_at":"`) &&
+			strings.Contains(raw, `,"answer":null,"lost":0,"passed":`) && strings.Index(raw, `"_exam"`) < strings.Index(raw, `"entries"`)) {
+			t.Errorf("the log's head: %.600s", raw)
+		}
+		var tr struct {
+			Log struct {
+				Entries []json.RawMessage `json:"entries"`
+			} `json:"log"`
+		}
+		mustDecode(t, trace, &tr)
+		if len(tr.Log.Entries) != len(log) {
+			t.Fatalf("%d entries, want %d", len(tr.Log.Entries), len(log))
+		}
+		for i, raw := range tr.Log.Entries {
+			want := []string{"startedDateTime", "time", "request", "response", "cache", "timings", "_seq", "_clock", "_route", "_key", "_code", "_simulated", "_run", "_ids", "_writes", "_written"}
+			if got := objectKeys(t, raw); !slices.Equal(got, want) {
+				t.Errorf("entry %d's members: %v", i+1, got)
+			}
+			var e struct {
+				StartedDateTime string `json:"startedDateTime"`
+				Request         struct {
+					Method   string    `json:"method"`
+					Headers  []harPair `json:"headers"`
+					PostData *struct {
+						MimeType string `json:"mimeType"`
+						Text     string `json:"text"`
+						Encoding string `json:"_encoding"`
+					} `json:"postData"`
+				} `json:"request"`
+				Response struct {
+					Status  int `json:"status"`
+					Content struct {
+						Size    int64   `json:"size"`
+						Text    *string `json:"text"`
+						Comment string  `json:"comment"`
+					} `json:"content"`
+				} `json:"response"`
+				Seq     uint64  `json:"_seq"`
+				Route   string  `json:"_route"`
+				Key     string  `json:"_key"`
+				Written *string `json:"_written"`
+			}
+			mustDecode(t, raw, &e)
+			s := log[i]
+			if e.Seq != uint64(i+1) || e.Request.Method != s.method || e.Route != s.route || e.Response.Status != s.rep.status || e.Key != keyMask(c.x.Key) ||
+				!regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z$`).MatchString(e.StartedDateTime) {
+				t.Errorf("entry %d: %s", i+1, raw)
+			}
+			text := ""
+			if e.Response.Content.Text != nil {
+				text = *e.Response.Content.Text
+			}
+			switch {
+			case s.method == http.MethodHead:
+				if e.Response.Content.Text != nil {
+					t.Errorf("entry %d, a HEAD, has a text", i+1)
+				}
+			case s.route == "/v1/test_helpers/sandboxes":
+				if text != string(maskedKeys(s.rep.body)) || strings.Contains(text, sandbox.Keys[0].Key) || !strings.Contains(text, keyMask(sandbox.Keys[0].Key)) || e.Written == nil || *e.Written != sandbox.Account {
+					t.Errorf("the sandbox's 201: %s", raw)
+				}
+			case text != string(s.rep.body) || e.Response.Content.Size != int64(len(text)):
+				t.Errorf("entry %d's text:\n%s\nsent:\n%s", i+1, text, s.rep.body)
+			}
+			switch {
+			case s.method == http.MethodPost && e.Request.PostData == nil:
+				t.Errorf("entry %d, a write, has no postData", i+1)
+			case s.method != http.MethodPost && e.Request.PostData != nil:
+				t.Errorf("entry %d, a read, has a postData", i+1)
+			case e.Request.PostData != nil && strings.HasPrefix(e.Request.PostData.Text, "//7+"):
+				if e.Request.PostData.Encoding != "base64" {
+					t.Errorf("a body not UTF-8: %s", raw)
+				}
+			}
+			written := ""
+			if e.Written != nil {
+				written = *e.Written
+			}
+			if s.route == "/v1/test_helpers/shipments" && s.rep.status == 201 && written != "" && !slices.Contains(shipped, written) {
+				t.Errorf("entry %d wrote %s", i+1, written)
+			}
+			if s.rep.status == 201 && s.route == "/v1/test_helpers/shipments" && written == "" && !(i > 0 && log[i-1].rep.status == 502) {
+				t.Errorf("entry %d, a 201 of its own, names no shipment written", i+1)
+			}
+		}
+		for _, k := range []string{c.x.Key, sandbox.Keys[0].Key} {
+			if strings.Contains(raw, k) {
+				t.Errorf("a key unmasked in the trace")
+			}
+		}
+	})
+	t.Run("the route: a running attempt's, another key's, a query", func(t *testing.T) {
+		if running.status != 200 || !strings.Contains(string(running.body), `"graded_at":null,"answer":null,"lost":0,"passed":null,"score":null`) || running.header.Get("Preference-Applied") != "" {
+			t.Errorf("a running attempt's trace: %d %.300s", running.status, running.body)
+		}
+		if rep := c.e.get(t, "/v1/test_helpers/exams/"+c.x.ID+"/trace", "sk_test_other_all"); rep.status != 404 || rep.problem(t).Code != "not_found" {
+			t.Errorf("another key: %s", rep)
+		}
+		if rep := c.e.get(t, "/v1/test_helpers/exams/"+c.x.ID+"/trace?format=har", c.maker); rep.status != 422 || rep.problem(t).Code != "unknown_parameter" || rep.problem(t).paramName() != "format" {
+			t.Errorf("a query: %s", rep)
+		}
+		before := c.e.srv.registry.named[c.x.ID].journalPart(journalRead{}).last
+		c.e.get(t, "/v1/test_helpers/exams/"+c.x.ID+"/trace", c.x.Key)
+		if after := c.e.srv.registry.named[c.x.ID].journalPart(journalRead{}).last; after != before {
+			t.Errorf("a trace's read was journaled")
+		}
+	})
+	dir := t.TempDir()
+	file := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	edits := 0
+	edited := func(t *testing.T, tr []byte, edit func(log map[string]any)) string {
+		d := json.NewDecoder(bytes.NewReader(tr))
+		d.UseNumber()
+		var v map[string]any
+		if err := d.Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+		edit(v["log"].(map[string]any))
+		b, _ := json.Marshal(v)
+		edits++
+		return file(fmt.Sprintf("edited-%d.har", edits), b)
+	}
+	base := ts.URL + "/v1"
+	t.Run("regrade: the grade recorded, exit 0", func(t *testing.T) {
+		status, out, errs := examCLI(t, c.e, base, nil, "regrade", file("booking.har", trace))
+		if status != 0 || errs != "" || !strings.HasPrefix(out, "exam booking "+c.x.ID+" (revision 2, variant 0, scale 1): FAILED, 8/10\n  FAIL  state.booked: 2 orders fulfilled at the deadline have no shipment") {
+			t.Errorf("%d %q\n%s", status, errs, out)
+		}
+		status, out, _ = examCLI(t, c.e, base, nil, "regrade", "-format", "junit", file("booking.har", trace))
+		if status != 0 || !strings.Contains(out, `<testsuite name="exam booking `+c.x.ID+`"`) {
+			t.Errorf("%d %s", status, out)
+		}
+		if status, _, errs := examCLI(t, c.e, base, nil, "regrade", "-revision", "2", file("booking.har", trace)); status != 0 || errs != "" {
+			t.Errorf("-revision 2: %d %s", status, errs)
+		}
+	})
+	t.Run("regrade: an entry removed, exit 1 naming the checks", func(t *testing.T) {
+		p := edited(t, trace, func(log map[string]any) {
+			es := log["entries"].([]any)
+			for i, e := range es {
+				if e.(map[string]any)["_written"] != nil {
+					log["entries"] = slices.Delete(es, i, i+1)
+					return
+				}
+			}
+		})
+		status, _, errs := examCLI(t, c.e, base, nil, "regrade", p)
+		if status != 1 || !strings.Contains(errs, "sandbox exam: differs: state.booked: recorded fail, regraded fail: 3 orders fulfilled at the deadline have no shipment") || !strings.Contains(errs, "sandbox exam: differs: findings.stale_order: recorded fail, regraded pass") {
+			t.Errorf("%d %s", status, errs)
+		}
+	})
+	sync := takeExam(t, envOptions{}, `{"exam":"order-sync","variant":3}`)
+	sync.get(t, "/v1/test_helpers/clock")
+	syncOrders(time.Second, 0, 12*time.Second, false)(t, sync)
+	syncTrace := traceRegrades(t, sync, sync.grade(t))
+	t.Run("regrade: a write added, exit 1 naming journal.read_only", func(t *testing.T) {
+		p := edited(t, syncTrace, func(log map[string]any) {
+			es := log["entries"].([]any)
+			last := es[len(es)-1].(map[string]any)
+			w := map[string]any{}
+			for k, v := range last {
+				w[k] = v
+			}
+			req := map[string]any{}
+			for k, v := range last["request"].(map[string]any) {
+				req[k] = v
+			}
+			req["method"], req["url"] = "POST", strings.Replace(req["url"].(string), "/v1/orders", "/v1/test_helpers/shipments", 1)
+			req["postData"] = map[string]any{"mimeType": "application/json", "text": `{"reference":"ADDED"}`}
+			req["headers"] = append(req["headers"].([]any), map[string]any{"name": "Idempotency-Key", "value": "added"})
+			resp := map[string]any{}
+			for k, v := range last["response"].(map[string]any) {
+				resp[k] = v
+			}
+			resp["status"] = 201
+			w["request"], w["response"], w["_route"], w["_written"], w["_ids"] = req, resp, "/v1/test_helpers/shipments", "shp_added", []any{"shp_added"}
+			w["_seq"] = json.Number(fmt.Sprint(len(es) + 1000))
+			log["entries"] = append(es, w)
+		})
+		status, _, errs := examCLI(t, c.e, base, nil, "regrade", p)
+		if status != 1 || !strings.Contains(errs, "sandbox exam: differs: journal.read_only: recorded pass, regraded fail: 1 write was done with the attempt's key") {
+			t.Errorf("%d %s", status, errs)
+		}
+	})
+	t.Run("regrade: the answer changed, exit 1 naming answer.orders", func(t *testing.T) {
+		p := edited(t, syncTrace, func(log map[string]any) {
+			ex := log["_exam"].(map[string]any)
+			ans := ex["answer"].(map[string]any)
+			ans["orders"] = ans["orders"].([]any)[1:]
+		})
+		status, _, errs := examCLI(t, c.e, base, nil, "regrade", p)
+		if status != 1 || !strings.Contains(errs, "sandbox exam: differs: passed: recorded true, regraded false") || !strings.Contains(errs, "sandbox exam: differs: answer.orders: recorded pass, regraded fail: The answer lacks 1 order") {
+			t.Errorf("%d %s", status, errs)
+		}
+	})
+	t.Run("regrade: no graded trace, exit 2 saying why", func(t *testing.T) {
+		strip := func(member string) func(log map[string]any) {
+			return func(log map[string]any) { delete(log["entries"].([]any)[2].(map[string]any), member) }
+		}
+		for _, tc := range []struct {
+			path, want string
+			args       []string
+		}{
+			{file("not.json", []byte("{")), "not JSON", nil},
+			{file("no-exam.har", []byte(`{"log":{"version":"1.2","entries":[]}}`)), "no log._exam", nil},
+			{file("old.har", []byte(`{"log":{"version":"1.1","entries":[]}}`)), "not HAR 1.2", nil},
+			{file("running.har", running.body), "graded_at is null", nil},
+			{edited(t, trace, strip("_clock")), "entry 3 lacks the _ members of a trace", nil},
+			{edited(t, trace, func(log map[string]any) { log["entries"].([]any)[3].(map[string]any)["_seq"] = json.Number("1") }), "entry 4: _seq 1 does not follow 3", nil},
+			{edited(t, trace, func(log map[string]any) { log["entries"].([]any)[3].(map[string]any)["_body"] = "lost" }), "its write's body was not kept", nil},
+			{edited(t, trace, func(log map[string]any) { log["_exam"].(map[string]any)["exam"] = "nope" }), `exam "nope" is not one this binary holds`, nil},
+			{edited(t, trace, func(log map[string]any) { log["_exam"].(map[string]any)["revision"] = 1 }), "revision 1 of booking is not one this binary holds (it holds 2): judge it by that one with -revision 2", nil},
+			{file("booking.har", trace), "-revision 1: this binary holds revision 2 of booking", []string{"-revision", "1"}},
+		} {
+			status, out, errs := examCLI(t, c.e, base, nil, append(append([]string{"regrade"}, tc.args...), tc.path)...)
+			if status != 2 || out != "" || !strings.Contains(errs, tc.want) {
+				t.Errorf("%s: %d %q %q", tc.want, status, out, errs)
+			}
+		}
+		p := edited(t, trace, func(log map[string]any) { log["_exam"].(map[string]any)["revision"] = 1 })
+		if status, _, errs := examCLI(t, c.e, base, nil, "regrade", "-revision", "2", p); status != 0 {
+			t.Errorf("an older revision judged by revision 2: %d %s", status, errs)
+		}
+	})
+	t.Run("a body past the attempt's 16 MiB is lost, and regrade refuses the trace", func(t *testing.T) {
+		c := takeExam(t, envOptions{}, `{"exam":"tracking"}`)
+		body := strings.Repeat("x", maxBodyBytes-1)
+		n := maxTracedBodies/len(body) + 1
+		for i := range n {
+			if i%9 == 8 {
+				c.wait(time.Second)
+			}
+			if rep := c.post(t, "/v1/test_helpers/shipments", body, c.newKey()); rep.status != 400 {
+				t.Fatalf("write %d: %s", i, rep)
+			}
+		}
+		c.wait(time.Second)
+		rep := c.e.get(t, "/v1/test_helpers/exams/"+c.x.ID+"/trace", c.maker)
+		var tr struct {
+			Log struct {
+				Entries []struct {
+					Request struct {
+						PostData *struct{ Text string } `json:"postData"`
+					} `json:"request"`
+					Body string `json:"_body"`
+				} `json:"entries"`
+			} `json:"log"`
+		}
+		mustDecode(t, rep.body, &tr)
+		es := tr.Log.Entries
+		if len(es) != n || es[n-2].Request.PostData == nil || es[n-2].Request.PostData.Text != body || es[n-1].Body != "lost" || es[n-1].Request.PostData != nil {
+			t.Fatalf("%d entries; the last two: %+v", len(es), es[max(0, len(es)-2):])
+		}
+		c.grade(t)
+		rep = c.e.get(t, "/v1/test_helpers/exams/"+c.x.ID+"/trace", c.maker)
+		status, _, errs := examCLI(t, c.e, base, nil, "regrade", file("lost.har", rep.body))
+		if status != 2 || !strings.Contains(errs, fmt.Sprintf("entry %d (_seq %d): its write's body was not kept", n, n)) {
+			t.Errorf("%d %s", status, errs)
+		}
+	})
+}
+
+// objectKeys are the members of the JSON object raw, in their order.
+func objectKeys(t testing.TB, raw []byte) []string {
+	t.Helper()
+	d := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+		t.Fatalf("not an object: %s", raw)
+	}
+	var keys []string
+	for d.More() {
+		tok, err := d.Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, tok.(string))
+		var v json.RawMessage
+		if err := d.Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return keys
 }
 
 // TestExamLint: exam lint on a HAR as a browser's network panel saves it (no _ members, a key
