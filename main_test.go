@@ -9779,6 +9779,20 @@ func (c *examTaker) grade(t testing.TB) gradeOut {
 // An examScript takes an attempt: it is a client under test, right or fallen into a trap.
 type examScript func(t *testing.T, c *examTaker)
 
+// writeOne books a shipment for the first order held (by id) that takes one, whatever the
+// variant (ord_exam_0003 in variant 0's world): a write a read-only client must not do.
+func writeOne(t *testing.T, c *examTaker, held map[string]orderJSON) {
+	for _, id := range slices.Sorted(maps.Keys(held)) {
+		if held[id].ShipmentID != nil {
+			continue
+		}
+		if rep := c.post(t, "/v1/test_helpers/shipments", fmt.Sprintf(`{"reference":"W-1","order_id":%q}`, id), c.newKey()); rep.status == 201 {
+			return
+		}
+	}
+	t.Fatalf("no order held takes a shipment: %v", slices.Sorted(maps.Keys(held)))
+}
+
 // syncOrders is order-sync's reference client: it reads the whole list every second from the
 // start until the deadline, keeps each order as last seen, and answers with the copy.
 func syncOrders(every time.Duration, from, to time.Duration, write bool) examScript {
@@ -9790,9 +9804,7 @@ func syncOrders(every time.Duration, from, to time.Duration, write bool) examScr
 				held[o.ID] = o
 			}
 			if write && c.at == 0 {
-				if rep := c.post(t, "/v1/test_helpers/shipments", `{"reference":"W-1","order_id":"ord_exam_0003"}`, c.newKey()); rep.status != 201 {
-					t.Fatalf("the write = %s", rep)
-				}
+				writeOne(t, c, held)
 			}
 			c.sleep(every)
 		}
@@ -10337,43 +10349,7 @@ func TestExamsAreOneTable(t *testing.T) {
 // that no client can fail, or a finding that never fires, passes nothing here.
 func TestEveryCheckIsCaughtFailing(t *testing.T) {
 	t.Parallel()
-	caught := map[string]map[string]examScript{
-		"order-sync": {
-			"answer.orders":   syncTweaked(func(held map[string]orderJSON) { delete(held, "ord_exam_0004") }, nil),
-			"answer.statuses": syncTweaked(func(held map[string]orderJSON) { o := held["ord_exam_0004"]; o.Status = "cancelled"; held[o.ID] = o }, nil),
-			"answer.links": syncTweaked(func(held map[string]orderJSON) {
-				o := held["ord_exam_0004"]
-				o.ShipmentID = ptrTo("shp_nowhere")
-				held[o.ID] = o
-			}, nil),
-			"journal.kept_current":    syncOrders(time.Second, 12*time.Second, 12*time.Second, false),
-			"findings.retry_too_soon": tightSync,
-			"journal.read_only":       syncOrders(time.Second, 0, 12*time.Second, true),
-			"journal.complete":        syncTweaked(nil, flood),
-		},
-		"tracking": {
-			"answer.consignments":           trackTweaked(nil, func(items []consignmentItem) []consignmentItem { return items[1:] }, nil),
-			"answer.statuses":               trackTweaked(nil, func(items []consignmentItem) []consignmentItem { items[0].Status = "cancelled"; return items }, nil),
-			"journal.kept_current":          trackConsignments(12*time.Second, 12*time.Second, false),
-			"findings.retry_too_soon":       trackTight,
-			"findings.ambiguous_number":     trackTweaked(lookUp("EXT1000000002"), nil, nil),
-			"findings.parcel_number_lookup": trackTweaked(lookUp("EXT1000000005"), nil, nil),
-			"journal.read_only":             trackTweaked(writeOnce(`{"reference":"W-1"}`), nil, nil),
-			"journal.complete":              trackTweaked(nil, nil, flood),
-		},
-		"booking": {
-			"state.booked":                  bookOrders(0, 12*time.Second, false, neverRetries),
-			"state.only_fulfilled":          bookOrders(0, 12*time.Second, true, sameKey),
-			"state.in_time":                 bookOrders(10*time.Second, 12*time.Second, false, sameKey),
-			"findings.retry_too_soon":       bookTight,
-			"findings.missed_import":        bookBlindToImports,
-			"findings.stale_order":          bookThenLookAway,
-			"findings.ambiguous_number":     bookWith(writeOnce(`{"reference":"TWIN","tracking_number":"EXB1000000000"}`), lookUp("EXB1000000000")),
-			"findings.blind_retry":          bookOrders(0, 12*time.Second, false, newKey),
-			"findings.parcel_number_lookup": bookWith(writeOnce(`{"reference":"PARCELS","tracking_number":"EXBPRIMARY01","parcel_tracking_numbers":["EXBPARCEL001"]}`), lookUp("EXBPARCEL001")),
-			"journal.complete":              bookWith(nil, flood),
-		},
-	}
+	caught := trapClients()
 	// Checks no client can fail alone, and a client that fails each beside others.
 	alone := map[string]map[string]struct {
 		why    string
@@ -10425,6 +10401,71 @@ func TestEveryCheckIsCaughtFailing(t *testing.T) {
 					t.Errorf("%s's %s is never failed: %v", exam, check, g.failing())
 				}
 			})
+		}
+	}
+}
+
+// trapClients are, for each exam, a client of its own for each check a client can fail alone,
+// written for variant 0's world.
+func trapClients() map[string]map[string]examScript {
+	return map[string]map[string]examScript{
+		"order-sync": {
+			"answer.orders":   syncTweaked(func(held map[string]orderJSON) { delete(held, "ord_exam_0004") }, nil),
+			"answer.statuses": syncTweaked(func(held map[string]orderJSON) { o := held["ord_exam_0004"]; o.Status = "cancelled"; held[o.ID] = o }, nil),
+			"answer.links": syncTweaked(func(held map[string]orderJSON) { // the first order held (by id): ord_exam_0001 in variant 0's world
+				o := held[slices.Min(slices.Collect(maps.Keys(held)))]
+				o.ShipmentID = ptrTo("shp_nowhere")
+				held[o.ID] = o
+			}, nil),
+			"journal.kept_current":    syncOrders(time.Second, 12*time.Second, 12*time.Second, false),
+			"findings.retry_too_soon": tightSync,
+			"journal.read_only":       syncOrders(time.Second, 0, 12*time.Second, true),
+			"journal.complete":        syncTweaked(nil, flood),
+		},
+		"tracking": {
+			"answer.consignments":           trackTweaked(nil, func(items []consignmentItem) []consignmentItem { return items[1:] }, nil),
+			"answer.statuses":               trackTweaked(nil, func(items []consignmentItem) []consignmentItem { items[0].Status = "cancelled"; return items }, nil),
+			"journal.kept_current":          trackConsignments(12*time.Second, 12*time.Second, false),
+			"findings.retry_too_soon":       trackTight,
+			"findings.ambiguous_number":     trackTweaked(lookUp("EXT1000000002"), nil, nil),
+			"findings.parcel_number_lookup": trackTweaked(lookUp("EXT1000000005"), nil, nil),
+			"journal.read_only":             trackTweaked(writeOnce(`{"reference":"W-1"}`), nil, nil),
+			"journal.complete":              trackTweaked(nil, nil, flood),
+		},
+		"booking": {
+			"state.booked":                  bookOrders(0, 12*time.Second, false, neverRetries),
+			"state.only_fulfilled":          bookOrders(0, 12*time.Second, true, sameKey),
+			"state.in_time":                 bookOrders(10*time.Second, 12*time.Second, false, sameKey),
+			"findings.retry_too_soon":       bookTight,
+			"findings.missed_import":        bookBlindToImports,
+			"findings.stale_order":          bookThenLookAway,
+			"findings.ambiguous_number":     bookWith(writeOnce(`{"reference":"TWIN","tracking_number":"EXB1000000000"}`), lookUp("EXB1000000000")),
+			"findings.blind_retry":          bookOrders(0, 12*time.Second, false, newKey),
+			"findings.parcel_number_lookup": bookWith(writeOnce(`{"reference":"PARCELS","tracking_number":"EXBPRIMARY01","parcel_tracking_numbers":["EXBPARCEL001"]}`), lookUp("EXBPARCEL001")),
+			"journal.complete":              bookWith(nil, flood),
+		},
+	}
+}
+
+// TestExamTracesRegrade: the trace of every trap client, on 5 variants each, regrades to the
+// grade the server computed (the reference clients' do so on 20 variants, in
+// TestExamVariants; a flood's, in TestExamTrace).
+func TestExamTracesRegrade(t *testing.T) {
+	t.Parallel()
+	for exam, clients := range trapClients() {
+		for check, client := range clients {
+			if check == "journal.complete" {
+				continue
+			}
+			for _, v := range drawnVariants(5, uint64(len(exam)+len(check))) {
+				t.Run(fmt.Sprintf("%s %s variant %d", exam, check, v), func(t *testing.T) {
+					t.Parallel()
+					c := takeExam(t, envOptions{}, fmt.Sprintf(`{"exam":%q,"variant":%d}`, exam, v))
+					c.get(t, "/v1/test_helpers/clock")
+					client(t, c)
+					traceRegrades(t, c, c.grade(t))
+				})
+			}
 		}
 	}
 }
@@ -12365,6 +12406,17 @@ func TestExamTrace(t *testing.T) {
 		if status, _, errs := examCLI(t, c.e, base, nil, "regrade", "-revision", "2", p); status != 0 {
 			t.Errorf("an older revision judged by revision 2: %d %s", status, errs)
 		}
+	})
+	t.Run("a flood's trace: its first 20,000 entries, and what was lost, regraded alike", func(t *testing.T) {
+		c := takeExam(t, envOptions{}, `{"exam":"tracking"}`)
+		for i := range maxExamEntries + 1 { // the handler alone: each answer's checks would take a while
+			c.e.h.ServeHTTP(httptest.NewRecorder(), newRequest(http.MethodGet, fmt.Sprintf("/v1/orders/ord_flood_%05d", i), c.x.Key))
+		}
+		g := c.grade(t)
+		if ch := g.check("journal.complete"); ch.Result != "fail" || !strings.Contains(*ch.Detail, "1 request of the attempt was not kept in its journal (past its first 20000 entries") {
+			t.Fatalf("%+v", ch)
+		}
+		traceRegrades(t, c, g)
 	})
 	t.Run("a body past the attempt's 16 MiB is lost, and regrade refuses the trace", func(t *testing.T) {
 		c := takeExam(t, envOptions{}, `{"exam":"tracking"}`)
