@@ -4980,9 +4980,6 @@ func verdictOnComplete(g *grading) checkVerdict {
 const maxTraceTexts = 32 << 20
 
 type (
-	traceLog struct {
-		Log traceBody `json:"log"`
-	}
 	traceBody struct {
 		Version string       `json:"version"`
 		Creator harCreator   `json:"creator"`
@@ -5040,19 +5037,25 @@ func (b *tenantRegistry) traceRead(id string, key *apiKey, wall func() time.Time
 	if t == nil {
 		return nil, errExamUnknown
 	}
-	a := t.exam
-	now := t.clock.read(wall).now
-	grade := a.gradeAt(t, now)
-	view := a.gradeView(t, grade, now)
+	ex := t.exam.traced(t, wall) // the grade first: the entries read after it hold every one it judged
 	es := t.journalPart(journalRead{}).entries
-	ex := traceExam{ID: a.id, Exam: a.def.name, Revision: a.def.revision, Variant: a.variant, Scale: a.scale, Account: view.Account, StartedAt: view.StartedAt,
-		Deadline: view.Deadline, GradedAt: view.GradedAt, Lost: t.journalLost(), Passed: view.Passed, Score: view.Score, Checks: view.Checks}
-	if grade != nil {
-		ex.Answer, ex.Lost = grade.answer, grade.lost
-	}
 	d := t.current()
-	versions := a.world.versions(es, func(i, j int) int { return cmp.Compare(es[i].writes, es[j].writes) })
-	log := traceLog{traceBody{Version: "1.2", Creator: harCreator{"shipping-api-sandbox", "v1"}, Exam: ex, Entries: make([]traceEntry, 0, len(es))}}
+	versions := t.exam.world.versions(es, func(i, j int) int { return cmp.Compare(es[i].writes, es[j].writes) })
+	// The log is written entry by entry into one buffer about its size (the texts, at most
+	// maxTraceTexts, a quarter more for their escapes, and some 1 KiB of members an entry),
+	// each entry by one encoder and each read rendered into one scratch buffer, all reused:
+	// not a tree of them marshalled whole, which took ten times the trace's bytes.
+	head, err := marshalJSON(traceBody{Version: "1.2", Creator: harCreator{"shipping-api-sandbox", "v1"}, Exam: ex})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(head)+traceSize(es))
+	out = append(append(out, `{"log":`...), head[:len(head)-len(`,"entries":null}`)]...)
+	out = append(out, `,"entries":[`...)
+	var entry bytes.Buffer
+	enc := json.NewEncoder(&entry)
+	enc.SetEscapeHTML(false)
+	var scratch []byte
 	texts, full := 0, false
 	for i := range es {
 		e := &es[i]
@@ -5067,20 +5070,61 @@ func (b *tenantRegistry) traceRead(id string, key *apiKey, wall func() time.Time
 		case full || texts+int(e.size) > maxTraceTexts: // its size is its text's: past the bound, no read is rendered
 			te.Response.Content.Comment, full = "left out: 32 MiB", true
 		default:
-			v := d
-			if int(e.writes) < len(versions) {
-				v = versions[e.writes]
-			}
-			text, _, _ = v.answerOf(e.routePath, e.target, e.clock.time(), cursors)
+			text, _, _ = versionRead(versions, d, e.writes).answerOf(scratch[:0], e.routePath, e.target, e.clock.time(), cursors)
+			scratch = text[:0]
 		}
 		if text != nil {
 			texts += len(text)
 			s := string(text)
 			te.Response.Content.Text = &s
 		}
-		log.Log.Entries = append(log.Log.Entries, te)
+		entry.Reset()
+		if err := enc.Encode(te); err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, bytes.TrimSuffix(entry.Bytes(), []byte("\n"))...)
 	}
-	return marshalJSON(log)
+	return append(out, "]}}"...), nil
+}
+
+// traced is the attempt t as its trace's _exam writes it, its clock read at the wall
+// clock's now: its grade computed once its grading instant has passed.
+func (a *examAttempt) traced(t *tenant, wall func() time.Time) traceExam {
+	now := t.clock.read(wall).now
+	grade := a.gradeAt(t, now)
+	view := a.gradeView(t, grade, now)
+	ex := traceExam{ID: a.id, Exam: a.def.name, Revision: a.def.revision, Variant: a.variant, Scale: a.scale, Account: view.Account, StartedAt: view.StartedAt,
+		Deadline: view.Deadline, GradedAt: view.GradedAt, Lost: t.journalLost(), Passed: view.Passed, Score: view.Score, Checks: view.Checks}
+	if grade != nil {
+		ex.Answer, ex.Lost = grade.answer, grade.lost
+	}
+	return ex
+}
+
+// traceSize is about what a trace of es takes beyond its head: the texts of its answers (at
+// most maxTraceTexts, a quarter more for their escapes) and some 1 KiB of members an entry.
+func traceSize(es []journalEntry) int {
+	texts := 0
+	for i := range es {
+		if e := &es[i]; e.read() && e.size > 0 {
+			texts += int(e.size)
+		} else if e.traced != nil {
+			texts += len(e.traced.text) + len(e.traced.body)
+		}
+	}
+	return min(texts, maxTraceTexts)*5/4 + 1024*len(es)
+}
+
+// versionRead is the version of the data that held writes writes, of versions (the data as
+// made, then one a write); latest past them.
+func versionRead(versions []*tenantData, latest *tenantData, writes uint32) *tenantData {
+	if int(writes) < len(versions) {
+		return versions[writes]
+	}
+	return latest
 }
 
 // traceEntryOf is the journal's entry e as a trace writes it, its URL under origin and its
@@ -5107,12 +5151,12 @@ func traceEntryOf(e *journalEntry, origin string, d *tenantData) traceEntry {
 }
 
 // answerOf is what a GET of the four operations of this route and target answers at at from
-// d: its body, what it showed the journal, or the error it answers instead (a tracking
-// number's 404 still shows the findings what it found).
-func (d *tenantData) answerOf(route, target string, at time.Time, cursors *cursorSigner) ([]byte, showing, error) {
+// d: its body (appended to b), what it showed the journal, or the error it answers instead (a
+// tracking number's 404 still shows the findings what it found).
+func (d *tenantData) answerOf(b []byte, route, target string, at time.Time, cursors *cursorSigner) ([]byte, showing, error) {
 	path, query, _ := strings.Cut(target, "?")
 	if route == "/v1/orders" {
-		b, page, err := d.orders.page(nil, query, cursors, at)
+		b, page, err := d.orders.page(b, query, cursors, at)
 		if err != nil {
 			return nil, showing{}, err
 		}
@@ -5127,11 +5171,11 @@ func (d *tenantData) answerOf(route, target string, at time.Time, cursors *curso
 	var err error
 	switch route {
 	case "/v1/orders/{id}":
-		b, i, err := d.orders.get(id, at)
+		o, i, err := d.orders.get(id, at)
 		if err != nil {
 			return nil, showing{}, err
 		}
-		return b, showing{kind: showsOrder, order: int32(i)}, nil
+		return append(b, o...), showing{kind: showsOrder, order: int32(i)}, nil
 	case "/v1/shipments/{id}/tracking":
 		v, s, err = d.shipments.viewByID(id, at)
 	case "/v1/tracking/{tracking_number}":
@@ -5145,7 +5189,10 @@ func (d *tenantData) answerOf(route, target string, at time.Time, cursors *curso
 	if err != nil {
 		return nil, showing{}, err
 	}
-	return slices.Concat(v[:]...), showing{kind: showsShipment, ship: s}, nil
+	for _, part := range v {
+		b = append(b, part...)
+	}
+	return b, showing{kind: showsShipment, ship: s}, nil
 }
 
 // wildcardOf is the value of the route's one wildcard in path, unescaped as ServeMux

@@ -12726,7 +12726,7 @@ func shownAgain(es []journalEntry, replays []string, versions []*tenantData) {
 			}
 		case e.simulated != notSimulated || e.status != http.StatusOK && e.status != http.StatusNotFound || e.method != http.MethodGet && e.method != http.MethodHead:
 		default:
-			_, e.shown, _ = d.answerOf(e.routePath, e.target, e.clock.time(), trusting)
+			_, e.shown, _ = d.answerOf(nil, e.routePath, e.target, e.clock.time(), trusting)
 		}
 	}
 }

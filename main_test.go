@@ -11594,6 +11594,7 @@ func BenchmarkExamTrace(b *testing.B) {
 		if w.Code != 200 {
 			b.Fatalf("%d", w.Code)
 		}
+		b.ReportMetric(float64(w.Body.Len())/(1<<20), "MiB")
 	}
 }
 
@@ -12672,20 +12673,37 @@ func TestExamsPageCILines(t *testing.T) {
 	e := newEnv(t, envOptions{wall: true, quiet: true})
 	ts := httptest.NewServer(e.h)
 	defer ts.Close()
-	block, shown := examsPageBlock(t, "sandbox exam run order-sync -attempts 2")
-	sh := exec.Command("bash", "-c", "set -euo pipefail\n"+block)
-	sh.Dir = dir
-	sh.Env = append(goEnv, "PATH="+path+string(os.PathListSeparator)+os.Getenv("PATH"), "SANDBOX_EXAM_BASE_URL="+ts.URL+"/v1")
-	var stderr bytes.Buffer
-	sh.Stderr = &stderr
-	out, err := sh.Output()
-	margins := regexp.MustCompile(`margin -?\d+ ms`)
-	if got := margins.ReplaceAllString(string(out), "margin N ms"); err != nil || got != shown+"\n" {
-		t.Errorf("the CI lines: %v\n%s%s\nthe page shows:\n%s", err, got, stderr.Bytes(), shown)
+	shell := func(t *testing.T, block string) ([]byte, []byte, error) {
+		sh := exec.Command("bash", "-c", "set -euo pipefail\n"+block)
+		sh.Dir = dir
+		sh.Env = append(goEnv, "PATH="+path+string(os.PathListSeparator)+os.Getenv("PATH"), "SANDBOX_EXAM_BASE_URL="+ts.URL+"/v1")
+		var stderr bytes.Buffer
+		sh.Stderr = &stderr
+		out, err := sh.Output()
+		return out, stderr.Bytes(), err
 	}
-	if !regexp.MustCompile(`(?m)^attempt 2 of 2 exm_[a-z2-7]{20} variant \d+: passed 12/12 \(client exit 0, [0-9.]+ s\)$`).Match(stderr.Bytes()) {
-		t.Errorf("exam run's lines: %s", stderr.Bytes())
-	}
+	t.Run("exam run", func(t *testing.T) { // it builds bin/my-sync, which the trace lines run
+		block, shown := examsPageBlock(t, "sandbox exam run order-sync -attempts 2 -- bin/my-sync")
+		out, stderr, err := shell(t, block)
+		margins := regexp.MustCompile(`margin -?\d+ ms`)
+		if got := margins.ReplaceAllString(string(out), "margin N ms"); err != nil || got != shown+"\n" {
+			t.Errorf("the CI lines: %v\n%s%s\nthe page shows:\n%s", err, got, stderr, shown)
+		}
+		if !regexp.MustCompile(`(?m)^attempt 2 of 2 exm_[a-z2-7]{20} variant \d+: passed 12/12 \(client exit 0, [0-9.]+ s\)$`).Match(stderr) {
+			t.Errorf("exam run's lines: %s", stderr)
+		}
+	})
+	t.Run("exam run -trace-dir, and each trace regraded", func(t *testing.T) {
+		block, _ := examsPageBlock(t, "-trace-dir traces")
+		if out, errs, err := shell(t, block); err != nil {
+			t.Fatalf("the trace lines: %v\n%s%s", err, out, errs)
+		}
+		report, _ := os.ReadFile(filepath.Join(dir, "exam.xml"))
+		traces, _ := filepath.Glob(filepath.Join(dir, "traces", "exm_*.har"))
+		if !bytes.Contains(report, []byte(`<testsuite name="exam order-sync rev 2 x 2"`)) || len(traces) != 2 {
+			t.Errorf("exam.xml %.200s; traces %v", report, traces)
+		}
+	})
 }
 
 // TestExamsPageMCPSession: docs/exams.md's agent session, order-sync at scale 10 through the
