@@ -47,6 +47,7 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -5087,7 +5088,20 @@ func (b *tenantRegistry) traceRead(id string, key *apiKey, wall func() time.Time
 		}
 		out = append(out, bytes.TrimSuffix(entry.Bytes(), []byte("\n"))...)
 	}
-	return append(out, "]}}"...), nil
+	return maskedSecrets(append(out, "]}}"...)), nil
+}
+
+// secretKeys are the keys a sandbox makes (sk_test_ and 32 random characters), as a client
+// may send them where no key belongs: in a body, a target, a header, an answer.
+var secretKeys = regexp.MustCompile(`sk_(?:test|live)_[a-z2-7]{32}`)
+
+// maskedSecrets is b with every key of a sandbox in it masked as the journal masks a key: a
+// trace holds none unmasked, wherever a client sent one.
+func maskedSecrets(b []byte) []byte {
+	if secretKeys.Find(b) == nil {
+		return b
+	}
+	return secretKeys.ReplaceAllFunc(b, func(k []byte) []byte { return []byte(keyMask(string(k))) })
 }
 
 // traced is the attempt t as its trace's _exam writes it, its clock read at the wall
