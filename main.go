@@ -10822,7 +10822,7 @@ func (c *examCommand) flagSet() *flag.FlagSet {
 		c.attempts = n
 		return nil
 	})
-	fs.StringVar(&c.format, "format", "", "list: `text` or json; start: json or env (lines for eval); grade, run and lint: text, json or junit (default: the first)")
+	fs.StringVar(&c.format, "format", "", "list: `text` or json; start: json or env (lines for eval); grade, run, lint and regrade: text, json or junit (default: the first)")
 	fs.BoolVar(&c.readOnly, "read-only", false, "exam lint: judge lint.read_only (the client was to only read)")
 	fs.Func("revision", "exam regrade: judge the trace by this `revision` of its exam, one this binary holds (default: the trace's own); checks are then matched by id", func(v string) error {
 		n, err := strconv.Atoi(v)
