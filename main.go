@@ -11546,6 +11546,10 @@ func (e *examClient) keepTrace(ctx context.Context, id, dir string) error {
 		return err
 	}
 	defer os.Remove(f.Name())
+	if err := f.Chmod(0o644); err != nil { // an artifact, as a file the job writes is
+		f.Close()
+		return err
+	}
 	n, err := io.Copy(f, io.LimitReader(res.Body, maxLintFile+1))
 	if cerr := f.Close(); err == nil {
 		err = cerr

@@ -12049,6 +12049,9 @@ func TestExamRun(t *testing.T) {
 			if want := fmt.Sprintf(`{"log":{"version":"1.2","_exam":{"id":%q},"entries":[]}}`, id); err != nil || string(b) != want {
 				t.Errorf("%s: %v %s", id, err, b)
 			}
+			if fi, err := os.Stat(filepath.Join(dir, id+".har")); err != nil || fi.Mode().Perm() != 0o644 {
+				t.Errorf("%s: %v %v", id, err, fi.Mode())
+			}
 		}
 		status, out, errs := run(t, always, "no-trace", "run", "order-sync", "-attempts", "1", "-trace-dir", t.TempDir())
 		if status != 2 || !strings.Contains(errs, "sandbox exam: attempt exm_aaaaaaaaaaaaaaaaaaab: its trace could not be written: GET ") || !strings.Contains(out, "1 of 1 attempts passed") {
