@@ -12525,6 +12525,9 @@ func regrade(data []byte, revision int) (*traceExamIn, gradeJSON, error) {
 	if err != nil {
 		return nil, gradeJSON{}, err
 	}
+	if n := len(es); ex.Lost > 0 && n > 0 && es[0].seq == 1 && es[n-1].seq == uint64(n) {
+		a.kept = n // its journal kept its first n entries, which journal.complete's detail names
+	}
 	versions := a.world.versions(es, func(i, j int) int { return cmp.Compare(es[i].seq, es[j].seq) })
 	d := versions[len(versions)-1]
 	shownAgain(es, replays, versions)
