@@ -12495,22 +12495,9 @@ func readExamFile(name string, stdin io.Reader) ([]byte, error) {
 // grade the trace records, and the one found (as its GET writes it at its grading instant);
 // an error saying why when data is no graded trace.
 func regrade(data []byte, revision int) (*traceExamIn, gradeJSON, error) {
-	var f traceFile
-	var typeFault *json.UnmarshalTypeError
-	err := json.Unmarshal(data, &f)
-	switch {
-	case errors.As(err, &typeFault) && (typeFault.Field == "log" || typeFault.Field == "log.version" || typeFault.Field == "log.entries"):
-		return nil, gradeJSON{}, errors.New(`not HAR 1.2 (log.version "1.2" and a log.entries list)`)
-	case errors.As(err, &typeFault):
-		return nil, gradeJSON{}, fmt.Errorf("not a trace: %s holds the wrong type of value (%s)", cmp.Or(typeFault.Field, "the document"), typeFault.Value)
-	case err != nil:
-		return nil, gradeJSON{}, errors.New("not JSON")
-	case f.Log == nil || f.Log.Version == nil || *f.Log.Version != "1.2" || f.Log.Entries == nil:
-		return nil, gradeJSON{}, errors.New(`not HAR 1.2 (log.version "1.2" and a log.entries list)`)
-	case f.Log.Exam == nil:
-		return nil, gradeJSON{}, errors.New("no log._exam: not an attempt's trace (GET /v1/test_helpers/exams/{id}/trace)")
-	case f.Log.Exam.GradedAt == nil:
-		return nil, gradeJSON{}, errors.New("graded_at is null: the attempt was not graded when its trace was read, so there is no grade to compare; read its trace again once it is graded")
+	f, err := readTrace(data)
+	if err != nil {
+		return nil, gradeJSON{}, err
 	}
 	ex := f.Log.Exam
 	a, err := attemptOfTrace(ex, revision)
@@ -12539,6 +12526,28 @@ func regrade(data []byte, revision int) (*traceExamIn, gradeJSON, error) {
 	}
 	grade := a.judge(d, es, ex.Lost, gradedAt, answer)
 	return ex, a.gradeView(&tenant{id: tenantID{ex.Account, "test"}}, grade, gradedAt), nil
+}
+
+// readTrace is the graded trace data holds, or why it holds none.
+func readTrace(data []byte) (*traceFile, error) {
+	var f traceFile
+	var typeFault *json.UnmarshalTypeError
+	err := json.Unmarshal(data, &f)
+	switch {
+	case errors.As(err, &typeFault) && (typeFault.Field == "log" || typeFault.Field == "log.version" || typeFault.Field == "log.entries"):
+		return nil, errors.New(`not HAR 1.2 (log.version "1.2" and a log.entries list)`)
+	case errors.As(err, &typeFault):
+		return nil, fmt.Errorf("not a trace: %s holds the wrong type of value (%s)", cmp.Or(typeFault.Field, "the document"), typeFault.Value)
+	case err != nil:
+		return nil, errors.New("not JSON")
+	case f.Log == nil || f.Log.Version == nil || *f.Log.Version != "1.2" || f.Log.Entries == nil:
+		return nil, errors.New(`not HAR 1.2 (log.version "1.2" and a log.entries list)`)
+	case f.Log.Exam == nil:
+		return nil, errors.New("no log._exam: not an attempt's trace (GET /v1/test_helpers/exams/{id}/trace)")
+	case f.Log.Exam.GradedAt == nil:
+		return nil, errors.New("graded_at is null: the attempt was not graded when its trace was read, so there is no grade to compare; read its trace again once it is graded")
+	}
+	return &f, nil
 }
 
 // attemptOfTrace is the attempt a trace's _exam names, as revision (-1: its own) of its exam,
