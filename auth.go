@@ -1658,8 +1658,8 @@ type journalEntry struct {
 }
 
 // tracedParts is what an exam attempt's journal keeps of an entry for its trace (GET
-// /v1/test_helpers/exams/{id}/trace), beyond what every journal keeps: the body a write read
-// and its Content-Type (lost past the attempt's maxTracedBodies), the answer's text as sent
+// /v1/test_helpers/exams/{id}/trace), beyond what every journal keeps: the body its request
+// read and its Content-Type (lost past the attempt's maxTracedBodies), the answer's text as sent
 // where it is no read (a read's is rendered again from the world), the id a write made, and
 // whether its target was cut.
 type tracedParts struct {
@@ -4969,7 +4969,7 @@ func verdictOnComplete(g *grading) checkVerdict {
 
 // An attempt's trace (GET /v1/test_helpers/exams/{id}/trace) is its journal as HAR with all
 // its grade was judged from: the exam, its variant and instants, the answer and the grade
-// under log._exam, and per entry the journal's members, the body each write read and the
+// under log._exam, and per entry the journal's members, the body each request read and the
 // text of each answer. A read's text is rendered again from the world as its request read
 // it (its clock, and the version of the data it read: the world as made, with the writes
 // done before it done again), so the journal keeps no page. exam regrade judges a trace so

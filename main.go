@@ -3175,7 +3175,7 @@ func (s *server) writeEntry(sw *statusWriter) {
 func tracedOf(sw *statusWriter, e *journalEntry) *tracedParts {
 	c := &sw.c
 	p := &tracedParts{made: c.made, targetCut: len(e.target) < len(targetOf(sw.r))}
-	if e.write != nil {
+	if c.body != nil || e.write != nil { // a body read, a write's empty one included
 		p.body, p.contentType = c.body, sw.r.Header.Get("Content-Type")
 		if p.body == nil {
 			p.body = []byte{}
@@ -12665,10 +12665,12 @@ func (in *traceEntryIn) entry(keys map[string]*apiKey) (journalEntry, error) {
 			}
 		}
 		e.traced.body, e.traced.contentType = body, p.MimeType
-		key, _ := parseIdempotencyKey([]string{e.idempotencyKey})
-		e.write = &writeMark{key: key, body: sha256.Sum256(body)}
-		if e.bookingRan() {
-			e.write.orderID = bookedOrder(body)
+		if e.method == http.MethodPost && slices.Contains(writeRoutes, "POST "+e.routePath) { // a write: its Idempotency-Key was read before its body
+			key, _ := parseIdempotencyKey([]string{e.idempotencyKey})
+			e.write = &writeMark{key: key, body: sha256.Sum256(body)}
+			if e.bookingRan() {
+				e.write.orderID = bookedOrder(body)
+			}
 		}
 	}
 	return e, nil
