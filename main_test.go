@@ -12687,7 +12687,7 @@ func TestExamsPageCILines(t *testing.T) {
 	}
 	e := newEnv(t, envOptions{wall: true, quiet: true})
 	ts := httptest.NewServer(e.h)
-	defer ts.Close()
+	t.Cleanup(ts.Close) // after the two parallel subtests
 	shell := func(t *testing.T, block string) ([]byte, []byte, error) {
 		sh := exec.Command("bash", "-c", "set -euo pipefail\n"+block)
 		sh.Dir = dir
@@ -12697,8 +12697,14 @@ func TestExamsPageCILines(t *testing.T) {
 		out, err := sh.Output()
 		return out, stderr.Bytes(), err
 	}
-	t.Run("exam run", func(t *testing.T) { // it builds bin/my-sync, which the trace lines run
-		block, shown := examsPageBlock(t, "sandbox exam run order-sync -attempts 2 -- bin/my-sync")
+	runBlock, shown := examsPageBlock(t, "sandbox exam run order-sync -attempts 2 -- bin/my-sync")
+	build, _, _ := strings.Cut(runBlock, "\n") // the lines that build bin/my-sync, which the trace lines run too
+	if !strings.HasPrefix(build, "go build -C my-sync ") {
+		t.Fatalf("the CI lines no longer start with the client's build: %q", build)
+	}
+	t.Run("exam run", func(t *testing.T) {
+		t.Parallel()
+		block := runBlock
 		out, stderr, err := shell(t, block)
 		margins := regexp.MustCompile(`margin -?\d+ ms`)
 		if got := margins.ReplaceAllString(string(out), "margin N ms"); err != nil || got != shown+"\n" {
@@ -12709,8 +12715,9 @@ func TestExamsPageCILines(t *testing.T) {
 		}
 	})
 	t.Run("exam run -trace-dir, and each trace regraded", func(t *testing.T) {
+		t.Parallel()
 		block, _ := examsPageBlock(t, "-trace-dir traces")
-		if out, errs, err := shell(t, block); err != nil {
+		if out, errs, err := shell(t, build+"\n"+block); err != nil { // built again beside the other block's build: each renames its binary in whole
 			t.Fatalf("the trace lines: %v\n%s%s", err, out, errs)
 		}
 		report, _ := os.ReadFile(filepath.Join(dir, "exam.xml"))
