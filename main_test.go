@@ -12691,7 +12691,7 @@ func TestExamsPageCILines(t *testing.T) {
 	shell := func(t *testing.T, block string) ([]byte, []byte, error) {
 		sh := exec.Command("bash", "-c", "set -euo pipefail\n"+block)
 		sh.Dir = dir
-		sh.Env = append(goEnv, "PATH="+path+string(os.PathListSeparator)+os.Getenv("PATH"), "SANDBOX_EXAM_BASE_URL="+ts.URL+"/v1")
+		sh.Env = append(slices.Clip(goEnv), "PATH="+path+string(os.PathListSeparator)+os.Getenv("PATH"), "SANDBOX_EXAM_BASE_URL="+ts.URL+"/v1") // a copy each: the two blocks run side by side
 		var stderr bytes.Buffer
 		sh.Stderr = &stderr
 		out, err := sh.Output()
