@@ -3446,7 +3446,11 @@ type openAPIDoc struct {
 	marked []byte
 }
 
-func newOpenAPIDoc() (*openAPIDoc, error) {
+func newOpenAPIDoc() (*openAPIDoc, error) { return theOpenAPIDoc() }
+
+// theOpenAPIDoc is the document, its servers marked, made once for the process (a test makes
+// hundreds of servers); no server changes it.
+var theOpenAPIDoc = sync.OnceValues(func() (*openAPIDoc, error) {
 	var doc struct {
 		Servers []struct{ URL string }
 		Paths   map[string]struct{ Servers []struct{ URL string } }
@@ -3471,7 +3475,7 @@ func newOpenAPIDoc() (*openAPIDoc, error) {
 		return nil, fmt.Errorf("openapi.json: %w", err)
 	}
 	return &openAPIDoc{marked: compact.Bytes()}, nil
-}
+})
 
 // serveOpenAPI answers GET /v1/openapi.json: the document, its servers at the address the
 // request used.
@@ -5394,11 +5398,24 @@ func (d *mcpDoor) tool(name string) *mcpTool {
 // newMCPDoor builds the door once, at start: each tool's requests, description, and input
 // and output schemas from the document (its $refs inlined), and the resources.
 func newMCPDoor(w doorway) (*mcpDoor, error) {
+	table, err := mcpTable()
+	if err != nil {
+		return nil, err
+	}
+	d := *table // its tools, lists and resources shared: no door changes them
+	d.doorway = w
+	return &d, nil
+}
+
+// mcpTable is what of a door the document decides, made once for the process (a test makes
+// hundreds of servers): its tools, their schemas read off the document, the exams a start may
+// name, its resources and each revision's tool list.
+var mcpTable = sync.OnceValues(func() (*mcpDoor, error) {
 	var doc map[string]any
 	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
 		return nil, err
 	}
-	d := &mcpDoor{doorway: w, tools: slices.Clone(mcpToolTable), exams: composed(doc, "{exams}")}
+	d := &mcpDoor{tools: slices.Clone(mcpToolTable), exams: composed(doc, "{exams}")}
 	for i := range d.tools {
 		t := &d.tools[i]
 		err := t.readOperations(doc)
@@ -5418,7 +5435,7 @@ func newMCPDoor(w doorway) (*mcpDoor, error) {
 		return nil, err
 	}
 	return d, d.listEach()
-}
+})
 
 // readOperations reads the tool's requests off the document: each operation's method and
 // path (under the servers' base path, its parameters renamed as the tool's members), and the
